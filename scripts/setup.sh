@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what building, training and testing need on a fresh Debian machine.
+# Idempotent: packages already present are skipped, so it is cheap to run again.
+set -euo pipefail
+pkgs=(build-essential openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-pthread
+      libcjson-dev python3-torch python3-numpy clang libclang-rt-14-dev nodejs npm)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

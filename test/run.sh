@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test suite: runs every test/test_*.sh (or those named as arguments).
+# A test script exits 0 for pass, 77 for skip (it prints why), anything else for fail.
+# Ends with the line "N passed, N failed, N skipped".
+cd "$(dirname "$0")/.." || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export PYTHON=/usr/bin/python3
+mkdir -p test/out
+tests=("$@"); [ ${#tests[@]} -eq 0 ] && tests=(test/test_*.sh)
+pass=0; fail=0; skip=0; failed=()
+for t in "${tests[@]}"; do
+  name=$(basename "$t" .sh); log=test/out/$name.log
+  start=$(date +%s)
+  bash "$t" >"$log" 2>&1; rc=$?
+  secs=$(( $(date +%s) - start ))
+  if [ $rc -eq 0 ]; then pass=$((pass+1)); printf 'PASS %-40s %4ds\n' "$name" "$secs"
+  elif [ $rc -eq 77 ]; then skip=$((skip+1)); printf 'SKIP %-40s %s\n' "$name" "$(tail -n 1 "$log")"
+  else fail=$((fail+1)); failed+=("$name"); printf 'FAIL %-40s %4ds\n' "$name" "$secs"; tail -n 20 "$log" | sed 's/^/    | /'
+  fi
+done
+echo "$pass passed, $fail failed, $skip skipped"
+[ $fail -eq 0 ]
