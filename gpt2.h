@@ -1,0 +1,447 @@
+// gpt2.h: the GPT-2 model description shared by both trainers.
+//
+// Contract
+//   - GPT2Config: the six numbers that define a model (the llm.c checkpoint header).
+//   - ParamLayout: where every parameter lives in ONE flat buffer. The buffer is cut into
+//     "units" (the embeddings, each transformer layer, the final LayerNorm), the granularity
+//     at which ZeRO partitions, gathers and reduces. Each unit is padded to a multiple of
+//     `align` elements so that N ranks can own equal, aligned slices of it.
+//   - Checkpoints in llm.c's format (magic 20240326, version 3 = fp32). The file stores each
+//     tensor stacked over layers; memory stores each layer contiguously (unit-major), so the
+//     reader and writer permute. Nothing else in the program needs to know the file order.
+//   - GPT-2 initialisation that depends only on (seed, tensor, layer): any rank can create any
+//     unit on its own and all ranks agree, whatever the world size.
+// All functions are static; no global state. Compiles as C11 and as CUDA C++.
+#ifndef GPT2_H
+#define GPT2_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+#define GPT2_MAGIC 20240326
+#define GPT2_MAX_LAYERS 256
+#define GPT2_MAX_UNITS (GPT2_MAX_LAYERS + 2)
+
+typedef struct {
+    int max_seq_len;       // maxT: rows of the position embedding
+    int vocab_size;        // V: 50257 for GPT-2
+    int padded_vocab_size; // Vp: V rounded up to a multiple of 128 (50304), for aligned matmuls
+    int num_layers;        // L
+    int num_heads;         // NH
+    int channels;          // C
+} GPT2Config;
+
+// The parameter tensors, in the order the llm.c checkpoint stores them.
+enum {
+    P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
+    P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB, NUM_PARAM_TENSORS
+};
+static const char *const gpt2_tensor_names[NUM_PARAM_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+static inline int gpt2_tensor_is_layered(int t) { return t >= P_LN1W && t <= P_FCPROJB; }
+// AdamW decays the 2-D weight matrices only, never biases or LayerNorm parameters.
+static inline int gpt2_tensor_decays(int t) {
+    return t == P_WTE || t == P_WPE || t == P_QKVW || t == P_ATTPROJW || t == P_FCW || t == P_FCPROJW;
+}
+
+// Elements of one tensor for one layer (or of the whole tensor when it is not layered).
+static size_t gpt2_tensor_numel(const GPT2Config *c, int t) {
+    size_t C = (size_t)c->channels;
+    switch (t) {
+    case P_WTE: return (size_t)c->padded_vocab_size * C;
+    case P_WPE: return (size_t)c->max_seq_len * C;
+    case P_QKVW: return 3 * C * C;
+    case P_QKVB: return 3 * C;
+    case P_ATTPROJW: return C * C;
+    case P_FCW: case P_FCPROJW: return 4 * C * C;
+    case P_FCB: return 4 * C;
+    default: return C; // ln1w ln1b attprojb ln2w ln2b fcprojb lnfw lnfb
+    }
+}
+
+// One message naming what is wrong with a configuration, or NULL when it is usable.
+static const char *gpt2_config_problem(const GPT2Config *c) {
+    if (c->num_layers < 1 || c->num_layers > GPT2_MAX_LAYERS) return "layers must be between 1 and 256";
+    if (c->channels < 1 || c->num_heads < 1) return "channels and heads must be positive";
+    if (c->channels % c->num_heads != 0) return "channels must be a multiple of heads";
+    if (c->max_seq_len < 1) return "max_seq_len must be positive";
+    if (c->vocab_size < 1 || c->vocab_size > 65536) return "vocab_size must be between 1 and 65536 (tokens are uint16)";
+    if (c->padded_vocab_size < c->vocab_size) return "padded_vocab_size is smaller than vocab_size";
+    return NULL;
+}
+
+// ----------------------------------------------------------------------------------------
+// Flat layout
+
+enum { UNIT_EMBED = 0 }; // unit 0: wte, wpe; units 1..L: layer l-1; unit L+1: lnfw, lnfb
+
+typedef struct {
+    GPT2Config cfg;
+    int num_units;                            // L + 2
+    size_t align;                             // every unit's padded size is a multiple of this
+    size_t unit_offset[GPT2_MAX_UNITS + 1];   // start of each unit in the flat buffer
+    size_t unit_numel[GPT2_MAX_UNITS];        // real parameters in the unit
+    size_t num_params;                        // real parameters in the model (incl. padded vocab rows)
+    size_t num_flat;                          // length of the flat buffer, padding included
+} ParamLayout;
+
+static inline int gpt2_unit_of_layer(int l) { return l + 1; }
+static inline int gpt2_final_unit(const ParamLayout *lay) { return lay->num_units - 1; }
+
+// Tensor order inside a unit. Within a layer unit the tensors follow the checkpoint order.
+static int gpt2_unit_first_tensor(const ParamLayout *lay, int u) {
+    return u == UNIT_EMBED ? P_WTE : (u == gpt2_final_unit(lay) ? P_LNFW : P_LN1W);
+}
+static int gpt2_unit_end_tensor(const ParamLayout *lay, int u) {
+    return u == UNIT_EMBED ? P_LN1W : (u == gpt2_final_unit(lay) ? NUM_PARAM_TENSORS : P_LNFW);
+}
+
+static size_t gpt2_round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+static void gpt2_layout_init(ParamLayout *lay, const GPT2Config *c, size_t align) {
+    memset(lay, 0, sizeof(*lay));
+    lay->cfg = *c;
+    lay->align = align < 1 ? 1 : align;
+    lay->num_units = c->num_layers + 2;
+    size_t off = 0;
+    for (int u = 0; u < lay->num_units; u++) {
+        size_t n = 0;
+        for (int t = gpt2_unit_first_tensor(lay, u); t < gpt2_unit_end_tensor(lay, u); t++) n += gpt2_tensor_numel(c, t);
+        lay->unit_offset[u] = off;
+        lay->unit_numel[u] = n;
+        lay->num_params += n;
+        off += gpt2_round_up(n, lay->align);
+    }
+    lay->unit_offset[lay->num_units] = off;
+    lay->num_flat = off;
+}
+
+static inline size_t gpt2_unit_padded(const ParamLayout *lay, int u) {
+    return lay->unit_offset[u + 1] - lay->unit_offset[u];
+}
+
+// Offset of tensor t (of layer l, ignored for unlayered tensors) from the start of its unit.
+static size_t gpt2_offset_in_unit(const ParamLayout *lay, int t) {
+    size_t off = 0;
+    int u = t < P_LN1W ? UNIT_EMBED : (t >= P_LNFW ? gpt2_final_unit(lay) : 1);
+    for (int s = gpt2_unit_first_tensor(lay, u); s < t; s++) off += gpt2_tensor_numel(&lay->cfg, s);
+    return off;
+}
+static int gpt2_unit_of_tensor(const ParamLayout *lay, int t, int l) {
+    return t < P_LN1W ? UNIT_EMBED : (t >= P_LNFW ? gpt2_final_unit(lay) : gpt2_unit_of_layer(l));
+}
+// Offset of tensor t of layer l in the flat buffer.
+static size_t gpt2_tensor_offset(const ParamLayout *lay, int t, int l) {
+    return lay->unit_offset[gpt2_unit_of_tensor(lay, t, l)] + gpt2_offset_in_unit(lay, t);
+}
+
+// How the optimizer treats a run of flat elements. A ZeRO partition boundary can cut through
+// any tensor, so the update never asks "which tensor is this?"; it walks these runs instead.
+enum { SEG_DECAY, SEG_NO_DECAY, SEG_FROZEN };  // frozen: padding and padded vocabulary rows
+typedef struct { size_t begin, end; int kind; } ParamSegment;
+static inline ParamSegment gpt2_segment(size_t begin, size_t end, int kind) {
+    ParamSegment s; s.begin = begin; s.end = end; s.kind = kind; return s;
+}
+
+// Visits the runs of [begin, end) of the flat buffer in order.
+// fn(seg, ctx) is called for each non-empty run, clipped to [begin, end).
+static void gpt2_for_each_segment(const ParamLayout *lay, size_t begin, size_t end,
+                                  void (*fn)(const ParamSegment *, void *), void *ctx) {
+    const GPT2Config *c = &lay->cfg;
+    for (int u = 0; u < lay->num_units; u++) {
+        size_t pos = lay->unit_offset[u];
+        if (pos >= end) break;
+        if (lay->unit_offset[u + 1] <= begin) continue;
+        for (int t = gpt2_unit_first_tensor(lay, u); t <= gpt2_unit_end_tensor(lay, u); t++) {
+            ParamSegment runs[2];
+            int nruns = 0;
+            if (t == gpt2_unit_end_tensor(lay, u)) { // the unit's padding
+                runs[nruns++] = gpt2_segment(pos, lay->unit_offset[u + 1], SEG_FROZEN);
+            } else if (t == P_WTE) { // the real vocabulary rows train; the padded rows never do
+                size_t real = (size_t)c->vocab_size * c->channels;
+                runs[nruns++] = gpt2_segment(pos, pos + real, SEG_DECAY);
+                runs[nruns++] = gpt2_segment(pos + real, pos + gpt2_tensor_numel(c, t), SEG_FROZEN);
+            } else {
+                runs[nruns++] = gpt2_segment(pos, pos + gpt2_tensor_numel(c, t),
+                                             gpt2_tensor_decays(t) ? SEG_DECAY : SEG_NO_DECAY);
+            }
+            for (int r = 0; r < nruns; r++) {
+                ParamSegment s = runs[r];
+                pos = s.end;
+                if (s.begin < begin) s.begin = begin;
+                if (s.end > end) s.end = end;
+                if (s.begin < s.end) fn(&s, ctx);
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// Named views into the flat buffer (parameters and gradients share the layout)
+
+typedef struct { float *wte, *wpe; } EmbedTensors;                  // unit 0
+typedef struct {                                                    // units 1..L
+    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} LayerTensors;
+typedef struct { float *lnfw, *lnfb; } FinalTensors;                // unit L+1
+
+// `unit` points at the first element of the unit (wherever that unit currently lives: the
+// flat buffer, or a ZeRO-3 gather buffer).
+static EmbedTensors gpt2_embed_tensors(const GPT2Config *c, float *unit) {
+    EmbedTensors e;
+    e.wte = unit;
+    e.wpe = unit + gpt2_tensor_numel(c, P_WTE);
+    return e;
+}
+static LayerTensors gpt2_layer_tensors(const GPT2Config *c, float *unit) {
+    float *p[P_LNFW - P_LN1W];
+    for (int t = P_LN1W; t < P_LNFW; t++) { p[t - P_LN1W] = unit; unit += gpt2_tensor_numel(c, t); }
+    LayerTensors x = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+    return x;
+}
+static FinalTensors gpt2_final_tensors(const GPT2Config *c, float *unit) {
+    FinalTensors f = {unit, unit + c->channels};
+    return f;
+}
+
+// ----------------------------------------------------------------------------------------
+// Activations: what the forward pass keeps for the backward pass, and the backward's scratch.
+// One list, used by the trainers to allocate and by the planner to account, so the two agree.
+
+enum {
+    A_ENCODED,                        // (B,T,C) token + position embedding
+    A_LN1, A_LN1_MEAN, A_LN1_RSTD,    // (L,B,T,C), (L,B,T), (L,B,T)
+    A_QKV,                            // (L,B,T,3C)
+    A_ATTY,                           // (L,B,T,C) attention output before its projection
+    A_ATT,                            // (L,B,NH,T,T) softmax probabilities (only t2 <= t used)
+    A_RESIDUAL2,                      // (L,B,T,C) residual + attention
+    A_LN2, A_LN2_MEAN, A_LN2_RSTD,    // (L,B,T,C), (L,B,T), (L,B,T)
+    A_FCH, A_FCH_GELU,                // (L,B,T,4C) MLP hidden before and after GELU
+    A_RESIDUAL3,                      // (L,B,T,C) residual2 + MLP: the block output
+    A_LNF, A_LNF_MEAN, A_LNF_RSTD,    // (B,T,C), (B,T), (B,T)
+    A_LOGITS,                         // (B,T,Vp) logits, overwritten in place by their gradient
+    A_LOSSES,                         // (B,T)
+    A_DRESIDUAL, A_DBTC, A_DBT4C, A_DQKV, // backward scratch: (B,T,C), (B,T,C), (B,T,4C), (B,T,3C)
+    NUM_ACTIVATIONS
+};
+
+static void gpt2_activation_numels(const GPT2Config *c, int B, int T, size_t n[NUM_ACTIVATIONS]) {
+    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, BT = (size_t)B * T;
+    size_t v[NUM_ACTIVATIONS] = {
+        BT * C,
+        L * BT * C, L * BT, L * BT,
+        L * BT * 3 * C,
+        L * BT * C,
+        L * B * NH * T * T,
+        L * BT * C,
+        L * BT * C, L * BT, L * BT,
+        L * BT * 4 * C, L * BT * 4 * C,
+        L * BT * C,
+        BT * C, BT, BT,
+        BT * c->padded_vocab_size,
+        BT,
+        BT * C, BT * C, BT * 4 * C, BT * 3 * C};
+    memcpy(n, v, sizeof(v));
+}
+static size_t gpt2_activation_floats(const GPT2Config *c, int B, int T) {
+    size_t n[NUM_ACTIVATIONS], total = 0;
+    gpt2_activation_numels(c, B, T, n);
+    for (int i = 0; i < NUM_ACTIVATIONS; i++) total += n[i];
+    return total;
+}
+
+// ----------------------------------------------------------------------------------------
+// Initialisation (GPT-2: N(0, 0.02); residual projections N(0, 0.02/sqrt(2L)); LN weight 1)
+
+static uint64_t gpt2_splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float gpt2_randn(uint64_t *s) { // Box-Muller on two uniforms in (0, 1]
+    double u1 = ((gpt2_splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+    double u2 = (gpt2_splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+// Writes unit u's parameters (unit_numel elements, padding zeroed) into dst.
+static void gpt2_init_unit(const ParamLayout *lay, int u, uint64_t seed, float *dst) {
+    const GPT2Config *c = &lay->cfg;
+    memset(dst, 0, gpt2_unit_padded(lay, u) * sizeof(float));
+    int l = u - 1; // layer index for layer units
+    float *p = dst;
+    for (int t = gpt2_unit_first_tensor(lay, u); t < gpt2_unit_end_tensor(lay, u); t++) {
+        size_t n = gpt2_tensor_numel(c, t);
+        uint64_t s = seed ^ ((uint64_t)t << 40) ^ ((uint64_t)(l + 1) << 20);
+        s = gpt2_splitmix64(&s); // decorrelate neighbouring (tensor, layer) streams
+        if (t == P_LN1W || t == P_LN2W || t == P_LNFW) {
+            for (size_t i = 0; i < n; i++) p[i] = 1.0f;
+        } else if (gpt2_tensor_decays(t)) {
+            float std = 0.02f;
+            if (t == P_ATTPROJW || t == P_FCPROJW) std = 0.02f / sqrtf(2.0f * c->num_layers);
+            size_t real = t == P_WTE ? (size_t)c->vocab_size * c->channels : n; // padded rows stay 0
+            for (size_t i = 0; i < real; i++) p[i] = std * gpt2_randn(&s);
+        } // biases stay 0
+        p += n;
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// Checkpoint files (llm.c format)
+
+typedef struct {
+    GPT2Config cfg;
+    int version; // 3: fp32 parameters
+} GPT2FileInfo;
+
+// Reads and checks the header. Returns 0, or prints one line naming the file and returns -1.
+static int gpt2_read_header(FILE *f, const char *path, GPT2FileInfo *info) {
+    int32_t h[256];
+    if (fread(h, sizeof(int32_t), 256, f) != 256) {
+        fprintf(stderr, "error: %s: too short for a checkpoint header (1024 bytes)\n", path);
+        return -1;
+    }
+    if (h[0] != GPT2_MAGIC) {
+        fprintf(stderr, "error: %s: bad magic %d (expected %d, an llm.c model file)\n", path, h[0], GPT2_MAGIC);
+        return -1;
+    }
+    if (h[1] != 3) {
+        fprintf(stderr, "error: %s: unsupported version %d (expected 3, fp32 parameters)\n", path, h[1]);
+        return -1;
+    }
+    info->version = h[1];
+    info->cfg.max_seq_len = h[2];
+    info->cfg.vocab_size = h[3];
+    info->cfg.num_layers = h[4];
+    info->cfg.num_heads = h[5];
+    info->cfg.channels = h[6];
+    info->cfg.padded_vocab_size = h[7];
+    const char *why = gpt2_config_problem(&info->cfg);
+    if (why) {
+        fprintf(stderr, "error: %s: bad model shape in header: %s\n", path, why);
+        return -1;
+    }
+    return 0;
+}
+
+// Bytes a version-3 file with this config must have.
+static size_t gpt2_file_bytes(const GPT2Config *c) {
+    size_t n = 0;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++)
+        n += gpt2_tensor_numel(c, t) * (gpt2_tensor_is_layered(t) ? (size_t)c->num_layers : 1);
+    return 256 * sizeof(int32_t) + n * sizeof(float);
+}
+
+// Calls fn(t, l, offset_in_flat, numel, ctx) for each tensor chunk in file order.
+static int gpt2_for_each_file_chunk(const ParamLayout *lay,
+                                    int (*fn)(int t, int l, size_t off, size_t n, void *ctx), void *ctx) {
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        int nl = gpt2_tensor_is_layered(t) ? lay->cfg.num_layers : 1;
+        for (int l = 0; l < nl; l++)
+            if (fn(t, l, gpt2_tensor_offset(lay, t, l), gpt2_tensor_numel(&lay->cfg, t), ctx)) return -1;
+    }
+    return 0;
+}
+
+typedef struct { FILE *f; float *flat; } GPT2FileIO;
+// These two move one tensor chunk between a file (in file order) and a flat buffer.
+static int gpt2_read_chunk(int t, int l, size_t off, size_t n, void *ctx) {
+    (void)t; (void)l;
+    GPT2FileIO *io = (GPT2FileIO *)ctx;
+    return fread(io->flat + off, sizeof(float), n, io->f) == n ? 0 : -1;
+}
+static int gpt2_write_chunk(int t, int l, size_t off, size_t n, void *ctx) {
+    (void)t; (void)l;
+    GPT2FileIO *io = (GPT2FileIO *)ctx;
+    return fwrite(io->flat + off, sizeof(float), n, io->f) == n ? 0 : -1;
+}
+
+// Writes a full flat buffer's tensors in file order (no header): checkpoints, gradient dumps.
+static int gpt2_write_tensors(FILE *f, const ParamLayout *lay, const float *flat) {
+    GPT2FileIO io = {f, (float *)flat};
+    return gpt2_for_each_file_chunk(lay, gpt2_write_chunk, &io);
+}
+
+// Opens a checkpoint and checks its header and size. Returns the open file positioned at the
+// parameters, or NULL after printing one line naming the file.
+static FILE *gpt2_open_checkpoint(const char *path, GPT2FileInfo *info) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "error: %s: cannot open checkpoint\n", path);
+        return NULL;
+    }
+    if (gpt2_read_header(f, path, info)) { fclose(f); return NULL; }
+    size_t want = gpt2_file_bytes(&info->cfg);
+    fseek(f, 0, SEEK_END);
+    long have = ftell(f);
+    if (have < 0 || (size_t)have != want) {
+        fprintf(stderr, "error: %s: file has %ld bytes but its header describes %zu (truncated or not this model)\n",
+                path, have, want);
+        fclose(f);
+        return NULL;
+    }
+    fseek(f, 256 * sizeof(int32_t), SEEK_SET);
+    return f;
+}
+
+// Reads all parameters into a full flat buffer laid out by lay (padding is zeroed).
+static int gpt2_read_params(FILE *f, const char *path, const ParamLayout *lay, float *flat) {
+    memset(flat, 0, lay->num_flat * sizeof(float));
+    GPT2FileIO io = {f, flat};
+    if (gpt2_for_each_file_chunk(lay, gpt2_read_chunk, &io)) {
+        fprintf(stderr, "error: %s: read failed\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+static void gpt2_fill_header(int32_t h[256], const GPT2Config *c, int version) {
+    memset(h, 0, 256 * sizeof(int32_t));
+    h[0] = GPT2_MAGIC; h[1] = version; h[2] = c->max_seq_len; h[3] = c->vocab_size;
+    h[4] = c->num_layers; h[5] = c->num_heads; h[6] = c->channels; h[7] = c->padded_vocab_size;
+}
+
+// Writes a complete version-3 checkpoint from a full flat buffer. Writes to path.tmp and renames,
+// so an interrupted save never destroys the file that was there.
+static int gpt2_write_checkpoint(const char *path, const ParamLayout *lay, const float *flat) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
+        fprintf(stderr, "error: %s: path too long\n", path);
+        return -1;
+    }
+    FILE *f = fopen(tmp, "wb");
+    if (!f) { fprintf(stderr, "error: %s: cannot create\n", tmp); return -1; }
+    int32_t h[256];
+    gpt2_fill_header(h, &lay->cfg, 3);
+    int bad = fwrite(h, sizeof(int32_t), 256, f) != 256 || gpt2_write_tensors(f, lay, flat);
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        fprintf(stderr, "error: %s: write failed\n", path);
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+// The GPT-2 family by name (d12 = GPT-2 124M, ...). Returns 0 when the name is known.
+static int gpt2_preset(const char *name, GPT2Config *c) {
+    static const struct { const char *name; int L, C, NH; } presets[] = {
+        {"d12", 12, 768, 12}, {"d24", 24, 1024, 16}, {"d36", 36, 1280, 20}, {"d48", 48, 1600, 25}};
+    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {
+        if (strcmp(name, presets[i].name) == 0) {
+            c->num_layers = presets[i].L; c->channels = presets[i].C; c->num_heads = presets[i].NH;
+            c->max_seq_len = 1024; c->vocab_size = 50257; c->padded_vocab_size = 50304;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+#endif // GPT2_H
