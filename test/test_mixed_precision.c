@@ -266,6 +266,48 @@ static void test_array_edges(void) {
     printf("  array tails/alignment: n 0..%d x offsets 0..3 x 4 conversions, %ld bad\n", MAXN, bad);
 }
 
+#ifdef __SSE__
+#include <xmmintrin.h>
+// The header promises results independent of MXCSR's DAZ/FTZ (which a trainer may set for
+// speed): convert under DAZ+FTZ and compare with the same conversions in the default mode.
+// (Only the conversions run under DAZ: the double-precision reference would itself be broken.)
+static void test_daz_ftz(void) {
+    const size_t n = 1u << 20;
+    float *x = malloc(n * sizeof *x), *w[4];
+    uint16_t *h16 = malloc(65536 * 2), *r[4];
+    for (int k = 0; k < 4; k++) { w[k] = malloc(65536 * sizeof(float)); r[k] = malloc(n * 2); }
+    for (size_t i = 0; i < n; i++) x[i] = f_of(sample_f32());
+    for (uint32_t i = 0; i < 65536; i++) h16[i] = (uint16_t)i;
+    long bad = 0;
+    for (int pass = 0; pass < 2; pass++) {  // pass 0: default mode, pass 1: DAZ + FTZ
+        unsigned int csr = _mm_getcsr();
+        if (pass) _mm_setcsr(csr | 0x8040u);  // FTZ (bit 15) | DAZ (bit 6)
+        float *wa = malloc(65536 * sizeof(float)), *ws = malloc(65536 * sizeof(float));
+        uint16_t *na = malloc(n * 2), *ns = malloc(n * 2);
+        for (int fmt = 0; fmt < 2; fmt++) {
+            if (fmt == 0) { bf16_to_f32_array(wa, h16, 65536); zc_bf16_to_f32_scalar(ws, h16, 65536);
+                            f32_to_bf16_array(na, x, n); zc_f32_to_bf16_scalar(ns, x, n); }
+            else          { fp16_to_f32_array(wa, h16, 65536); zc_fp16_to_f32_scalar(ws, h16, 65536);
+                            f32_to_fp16_array(na, x, n); zc_f32_to_fp16_scalar(ns, x, n); }
+            if (pass == 0) { memcpy(w[2 * fmt], ws, 65536 * sizeof(float)); memcpy(r[2 * fmt], ns, n * 2);
+                             memcpy(w[2 * fmt + 1], wa, 65536 * sizeof(float)); memcpy(r[2 * fmt + 1], na, n * 2); }
+            else {
+                bad += memcmp(w[2 * fmt], ws, 65536 * sizeof(float)) != 0;
+                bad += memcmp(w[2 * fmt + 1], wa, 65536 * sizeof(float)) != 0;
+                bad += memcmp(r[2 * fmt], ns, n * 2) != 0;
+                bad += memcmp(r[2 * fmt + 1], na, n * 2) != 0;
+            }
+        }
+        _mm_setcsr(csr);
+        free(wa); free(ws); free(na); free(ns);
+    }
+    CHECK(bad == 0, "%ld of 8 conversions (scalar/array x bf16/fp16 x widen/narrow) differ under DAZ+FTZ", bad);
+    printf("  under MXCSR DAZ+FTZ (65536 widenings, %zu narrowings, scalar and array): %ld of 8 differ\n", n, bad);
+    free(x); free(h16);
+    for (int k = 0; k < 4; k++) { free(w[k]); free(r[k]); }
+}
+#endif
+
 // Informational timings on warm buffers of ordinary values (no subnormals, so no fixups):
 // the plain loops vs the array functions (SIMD, and OpenMP at this size).
 static void bench_arrays(void) {
@@ -581,6 +623,9 @@ int main(int argc, char **argv) {
     test_all_16bit(FP16);
     test_random_f32(samples);
     test_array_edges();
+#ifdef __SSE__
+    test_daz_ftz();
+#endif
     test_has_inf_or_nan();
     test_loss_scaler_rules();
     test_loss_scaler_vs_deepspeed();
