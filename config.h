@@ -41,9 +41,12 @@ typedef struct {
     uint64_t seed;
     const char *out_dir, *log_path, *dump_grads_path;
     int save_every;
+    // data parallelism
+    int zero_stage;       // 0-3, see zero.h
+    float comm_timeout;   // seconds a collective may take before the job is aborted
 } TrainConfig;
 
-static void config_defaults(TrainConfig *c) {
+static inline void config_defaults(TrainConfig *c) {
     memset(c, 0, sizeof(*c));
     // A small model that trains visibly on the embedded Brown corpus in a minute on two cores.
     c->model.num_layers = 4; c->model.channels = 256; c->model.num_heads = 4;
@@ -58,11 +61,12 @@ static void config_defaults(TrainConfig *c) {
     c->lr_schedule = LR_COSINE; c->warmup = 10;
     c->val_every = 25; c->val_steps = 10; c->sample_every = 50; c->sample_len = 64;
     c->seed = 1337;
+    c->zero_stage = 0; c->comm_timeout = 300.0f;
 }
 
 static const char *const lr_schedule_names[] = {"constant", "linear", "cosine"};
 
-static void config_help(const char *prog) {
+static inline void config_help(const char *prog) {
     TrainConfig d;
     config_defaults(&d);
     printf("usage: %s [options]\n\n", prog);
@@ -110,10 +114,15 @@ static void config_help(const char *prog) {
            "  --dump-grads FILE     write the first step's gradients (fp32, checkpoint order); for tests\n"
            "  --help                this text\n",
            d.val_every, d.val_steps, d.sample_every, d.sample_len, (unsigned long long)d.seed);
+    printf("data parallelism (run under mpirun -np N):\n"
+           "  --zero-stage S        0: replicate everything, all-reduce gradients; 1: partition the\n"
+           "                        optimizer state; 2: and the gradients; 3: and the parameters (default %d)\n"
+           "  --comm-timeout SEC    abort the job when a collective takes longer (default %g)\n",
+           d.zero_stage, d.comm_timeout);
 }
 
 // Number parsing that rejects trailing junk and out-of-range values, naming the option.
-static int config_long(const char *opt, const char *s, long lo, long hi, long *out) {
+static inline int config_long(const char *opt, const char *s, long lo, long hi, long *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end); // accepts 5e5 as well as 500000
@@ -124,13 +133,13 @@ static int config_long(const char *opt, const char *s, long lo, long hi, long *o
     *out = (long)v;
     return 0;
 }
-static int config_int(const char *opt, const char *s, long lo, long hi, int *out) {
+static inline int config_int(const char *opt, const char *s, long lo, long hi, int *out) {
     long v;
     if (config_long(opt, s, lo, hi, &v)) return -1;
     *out = (int)v;
     return 0;
 }
-static int config_float(const char *opt, const char *s, double lo, double hi, float *out) {
+static inline int config_float(const char *opt, const char *s, double lo, double hi, float *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -143,7 +152,7 @@ static int config_float(const char *opt, const char *s, double lo, double hi, fl
 }
 
 // Returns 0 to run, 1 when --help was printed, -1 on a bad option (one line printed).
-static int config_parse(TrainConfig *c, int argc, char **argv) {
+static inline int config_parse(TrainConfig *c, int argc, char **argv) {
     static const struct option opts[] = {
         {"init", 1, 0, 0}, {"model", 1, 0, 0}, {"layers", 1, 0, 0}, {"channels", 1, 0, 0},
         {"heads", 1, 0, 0}, {"max-seq-len", 1, 0, 0}, {"vocab-size", 1, 0, 0},
@@ -154,6 +163,7 @@ static int config_parse(TrainConfig *c, int argc, char **argv) {
         {"grad-clip", 1, 0, 0}, {"val-every", 1, 0, 0}, {"val-steps", 1, 0, 0},
         {"sample-every", 1, 0, 0}, {"sample-len", 1, 0, 0}, {"seed", 1, 0, 0}, {"out", 1, 0, 0},
         {"save-every", 1, 0, 0}, {"log", 1, 0, 0}, {"dump-grads", 1, 0, 0}, {"help", 0, 0, 0},
+        {"zero-stage", 1, 0, 0}, {"comm-timeout", 1, 0, 0},
         {0, 0, 0, 0}};
     int shape_given = 0, idx, r = 0;
     optind = 1;
@@ -215,6 +225,8 @@ static int config_parse(TrainConfig *c, int argc, char **argv) {
         else if (!strcmp(o, "save-every")) r = config_int(o, a, 0, 1 << 30, &c->save_every);
         else if (!strcmp(o, "log")) c->log_path = a;
         else if (!strcmp(o, "dump-grads")) c->dump_grads_path = a;
+        else if (!strcmp(o, "zero-stage")) r = config_int(o, a, 0, 3, &c->zero_stage);
+        else if (!strcmp(o, "comm-timeout")) r = config_float(o, a, 0.001, 1e9, &c->comm_timeout);
         if (r) return -1;
     }
     if (optind < argc) {
@@ -232,7 +244,7 @@ static int config_parse(TrainConfig *c, int argc, char **argv) {
 
 // Checks the options against each other and the model (known once --init's header is read).
 // world: processes in the job. Fills total_batch when it was left to its default.
-static int config_validate(TrainConfig *c, int world) {
+static inline int config_validate(TrainConfig *c, int world) {
     const char *why = gpt2_config_problem(&c->model);
     if (why) { fprintf(stderr, "error: model options: %s\n", why); return -1; }
     if (c->seq_len > c->model.max_seq_len) {
@@ -244,6 +256,10 @@ static int config_validate(TrainConfig *c, int world) {
     if (c->total_batch % per_micro != 0) {
         fprintf(stderr, "error: --total-batch %ld is not a multiple of batch x seq-len x processes = %d x %d x %d = %ld\n",
                 c->total_batch, c->batch, c->seq_len, world, per_micro);
+        return -1;
+    }
+    if (c->dump_grads_path && world > 1 && c->zero_stage > 0) {
+        fprintf(stderr, "error: --dump-grads needs the whole gradient on one rank: use one process or --zero-stage 0\n");
         return -1;
     }
     if (c->save_every > 0 && !c->out_dir) {

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <unistd.h>
 
 #define GPT2_MAGIC 20240326
 #define GPT2_MAX_LAYERS 256
@@ -50,7 +51,7 @@ static inline int gpt2_tensor_decays(int t) {
 }
 
 // Elements of one tensor for one layer (or of the whole tensor when it is not layered).
-static size_t gpt2_tensor_numel(const GPT2Config *c, int t) {
+static inline size_t gpt2_tensor_numel(const GPT2Config *c, int t) {
     size_t C = (size_t)c->channels;
     switch (t) {
     case P_WTE: return (size_t)c->padded_vocab_size * C;
@@ -94,16 +95,16 @@ static inline int gpt2_unit_of_layer(int l) { return l + 1; }
 static inline int gpt2_final_unit(const ParamLayout *lay) { return lay->num_units - 1; }
 
 // Tensor order inside a unit. Within a layer unit the tensors follow the checkpoint order.
-static int gpt2_unit_first_tensor(const ParamLayout *lay, int u) {
+static inline int gpt2_unit_first_tensor(const ParamLayout *lay, int u) {
     return u == UNIT_EMBED ? P_WTE : (u == gpt2_final_unit(lay) ? P_LNFW : P_LN1W);
 }
-static int gpt2_unit_end_tensor(const ParamLayout *lay, int u) {
+static inline int gpt2_unit_end_tensor(const ParamLayout *lay, int u) {
     return u == UNIT_EMBED ? P_LN1W : (u == gpt2_final_unit(lay) ? NUM_PARAM_TENSORS : P_LNFW);
 }
 
-static size_t gpt2_round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+static inline size_t gpt2_round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-static void gpt2_layout_init(ParamLayout *lay, const GPT2Config *c, size_t align) {
+static inline void gpt2_layout_init(ParamLayout *lay, const GPT2Config *c, size_t align) {
     memset(lay, 0, sizeof(*lay));
     lay->cfg = *c;
     lay->align = align < 1 ? 1 : align;
@@ -126,17 +127,17 @@ static inline size_t gpt2_unit_padded(const ParamLayout *lay, int u) {
 }
 
 // Offset of tensor t (of layer l, ignored for unlayered tensors) from the start of its unit.
-static size_t gpt2_offset_in_unit(const ParamLayout *lay, int t) {
+static inline size_t gpt2_offset_in_unit(const ParamLayout *lay, int t) {
     size_t off = 0;
     int u = t < P_LN1W ? UNIT_EMBED : (t >= P_LNFW ? gpt2_final_unit(lay) : 1);
     for (int s = gpt2_unit_first_tensor(lay, u); s < t; s++) off += gpt2_tensor_numel(&lay->cfg, s);
     return off;
 }
-static int gpt2_unit_of_tensor(const ParamLayout *lay, int t, int l) {
+static inline int gpt2_unit_of_tensor(const ParamLayout *lay, int t, int l) {
     return t < P_LN1W ? UNIT_EMBED : (t >= P_LNFW ? gpt2_final_unit(lay) : gpt2_unit_of_layer(l));
 }
 // Offset of tensor t of layer l in the flat buffer.
-static size_t gpt2_tensor_offset(const ParamLayout *lay, int t, int l) {
+static inline size_t gpt2_tensor_offset(const ParamLayout *lay, int t, int l) {
     return lay->unit_offset[gpt2_unit_of_tensor(lay, t, l)] + gpt2_offset_in_unit(lay, t);
 }
 
@@ -150,7 +151,7 @@ static inline ParamSegment gpt2_segment(size_t begin, size_t end, int kind) {
 
 // Visits the runs of [begin, end) of the flat buffer in order.
 // fn(seg, ctx) is called for each non-empty run, clipped to [begin, end).
-static void gpt2_for_each_segment(const ParamLayout *lay, size_t begin, size_t end,
+static inline void gpt2_for_each_segment(const ParamLayout *lay, size_t begin, size_t end,
                                   void (*fn)(const ParamSegment *, void *), void *ctx) {
     const GPT2Config *c = &lay->cfg;
     for (int u = 0; u < lay->num_units; u++) {
@@ -193,19 +194,19 @@ typedef struct { float *lnfw, *lnfb; } FinalTensors;                // unit L+1
 
 // `unit` points at the first element of the unit (wherever that unit currently lives: the
 // flat buffer, or a ZeRO-3 gather buffer).
-static EmbedTensors gpt2_embed_tensors(const GPT2Config *c, float *unit) {
+static inline EmbedTensors gpt2_embed_tensors(const GPT2Config *c, float *unit) {
     EmbedTensors e;
     e.wte = unit;
     e.wpe = unit + gpt2_tensor_numel(c, P_WTE);
     return e;
 }
-static LayerTensors gpt2_layer_tensors(const GPT2Config *c, float *unit) {
+static inline LayerTensors gpt2_layer_tensors(const GPT2Config *c, float *unit) {
     float *p[P_LNFW - P_LN1W];
     for (int t = P_LN1W; t < P_LNFW; t++) { p[t - P_LN1W] = unit; unit += gpt2_tensor_numel(c, t); }
     LayerTensors x = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
     return x;
 }
-static FinalTensors gpt2_final_tensors(const GPT2Config *c, float *unit) {
+static inline FinalTensors gpt2_final_tensors(const GPT2Config *c, float *unit) {
     FinalTensors f = {unit, unit + c->channels};
     return f;
 }
@@ -231,7 +232,7 @@ enum {
     NUM_ACTIVATIONS
 };
 
-static void gpt2_activation_numels(const GPT2Config *c, int B, int T, size_t n[NUM_ACTIVATIONS]) {
+static inline void gpt2_activation_numels(const GPT2Config *c, int B, int T, size_t n[NUM_ACTIVATIONS]) {
     size_t L = c->num_layers, C = c->channels, NH = c->num_heads, BT = (size_t)B * T;
     size_t v[NUM_ACTIVATIONS] = {
         BT * C,
@@ -249,7 +250,7 @@ static void gpt2_activation_numels(const GPT2Config *c, int B, int T, size_t n[N
         BT * C, BT * C, BT * 4 * C, BT * 3 * C};
     memcpy(n, v, sizeof(v));
 }
-static size_t gpt2_activation_floats(const GPT2Config *c, int B, int T) {
+static inline size_t gpt2_activation_floats(const GPT2Config *c, int B, int T) {
     size_t n[NUM_ACTIVATIONS], total = 0;
     gpt2_activation_numels(c, B, T, n);
     for (int i = 0; i < NUM_ACTIVATIONS; i++) total += n[i];
@@ -259,20 +260,20 @@ static size_t gpt2_activation_floats(const GPT2Config *c, int B, int T) {
 // ----------------------------------------------------------------------------------------
 // Initialisation (GPT-2: N(0, 0.02); residual projections N(0, 0.02/sqrt(2L)); LN weight 1)
 
-static uint64_t gpt2_splitmix64(uint64_t *s) {
+static inline uint64_t gpt2_splitmix64(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-static float gpt2_randn(uint64_t *s) { // Box-Muller on two uniforms in (0, 1]
+static inline float gpt2_randn(uint64_t *s) { // Box-Muller on two uniforms in (0, 1]
     double u1 = ((gpt2_splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
     double u2 = (gpt2_splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
 // Writes unit u's parameters (unit_numel elements, padding zeroed) into dst.
-static void gpt2_init_unit(const ParamLayout *lay, int u, uint64_t seed, float *dst) {
+static inline void gpt2_init_unit(const ParamLayout *lay, int u, uint64_t seed, float *dst) {
     const GPT2Config *c = &lay->cfg;
     memset(dst, 0, gpt2_unit_padded(lay, u) * sizeof(float));
     int l = u - 1; // layer index for layer units
@@ -302,7 +303,7 @@ typedef struct {
 } GPT2FileInfo;
 
 // Reads and checks the header. Returns 0, or prints one line naming the file and returns -1.
-static int gpt2_read_header(FILE *f, const char *path, GPT2FileInfo *info) {
+static inline int gpt2_read_header(FILE *f, const char *path, GPT2FileInfo *info) {
     int32_t h[256];
     if (fread(h, sizeof(int32_t), 256, f) != 256) {
         fprintf(stderr, "error: %s: too short for a checkpoint header (1024 bytes)\n", path);
@@ -332,46 +333,44 @@ static int gpt2_read_header(FILE *f, const char *path, GPT2FileInfo *info) {
 }
 
 // Bytes a version-3 file with this config must have.
-static size_t gpt2_file_bytes(const GPT2Config *c) {
+static inline size_t gpt2_file_bytes(const GPT2Config *c) {
     size_t n = 0;
     for (int t = 0; t < NUM_PARAM_TENSORS; t++)
         n += gpt2_tensor_numel(c, t) * (gpt2_tensor_is_layered(t) ? (size_t)c->num_layers : 1);
     return 256 * sizeof(int32_t) + n * sizeof(float);
 }
 
-// Calls fn(t, l, offset_in_flat, numel, ctx) for each tensor chunk in file order.
-static int gpt2_for_each_file_chunk(const ParamLayout *lay,
-                                    int (*fn)(int t, int l, size_t off, size_t n, void *ctx), void *ctx) {
-    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
-        int nl = gpt2_tensor_is_layered(t) ? lay->cfg.num_layers : 1;
-        for (int l = 0; l < nl; l++)
-            if (fn(t, l, gpt2_tensor_offset(lay, t, l), gpt2_tensor_numel(&lay->cfg, t), ctx)) return -1;
+// Byte offset of tensor t of layer l in a version-3 file.
+static inline long gpt2_file_offset(const GPT2Config *c, int t, int l) {
+    size_t off = 256 * sizeof(int32_t);
+    for (int s = 0; s < t; s++) off += gpt2_tensor_numel(c, s) * (gpt2_tensor_is_layered(s) ? (size_t)c->num_layers : 1) * sizeof(float);
+    return (long)(off + (size_t)l * gpt2_tensor_numel(c, t) * sizeof(float));
+}
+
+// Moves unit u's tensors between a version-3 file and `unit` (the unit's first element).
+// Unit by unit, so a trainer that never holds the whole model (ZeRO-3) reads and writes it
+// with one unit of memory. Returns 0 or -1 (the caller names the file).
+static inline int gpt2_unit_file_io(FILE *f, const ParamLayout *lay, int u, float *unit, int writing) {
+    int l = u - 1;
+    for (int t = gpt2_unit_first_tensor(lay, u); t < gpt2_unit_end_tensor(lay, u); t++) {
+        size_t n = gpt2_tensor_numel(&lay->cfg, t);
+        float *p = unit + gpt2_offset_in_unit(lay, t);
+        if (fseek(f, gpt2_file_offset(&lay->cfg, t, gpt2_tensor_is_layered(t) ? l : 0), SEEK_SET)) return -1;
+        if ((writing ? fwrite(p, sizeof(float), n, f) : fread(p, sizeof(float), n, f)) != n) return -1;
     }
     return 0;
 }
 
-typedef struct { FILE *f; float *flat; } GPT2FileIO;
-// These two move one tensor chunk between a file (in file order) and a flat buffer.
-static int gpt2_read_chunk(int t, int l, size_t off, size_t n, void *ctx) {
-    (void)t; (void)l;
-    GPT2FileIO *io = (GPT2FileIO *)ctx;
-    return fread(io->flat + off, sizeof(float), n, io->f) == n ? 0 : -1;
-}
-static int gpt2_write_chunk(int t, int l, size_t off, size_t n, void *ctx) {
-    (void)t; (void)l;
-    GPT2FileIO *io = (GPT2FileIO *)ctx;
-    return fwrite(io->flat + off, sizeof(float), n, io->f) == n ? 0 : -1;
-}
-
-// Writes a full flat buffer's tensors in file order (no header): checkpoints, gradient dumps.
-static int gpt2_write_tensors(FILE *f, const ParamLayout *lay, const float *flat) {
-    GPT2FileIO io = {f, (float *)flat};
-    return gpt2_for_each_file_chunk(lay, gpt2_write_chunk, &io);
+// Writes a full flat buffer's tensors in file order after a header: gradient dumps, tests.
+static inline int gpt2_write_tensors(FILE *f, const ParamLayout *lay, const float *flat) {
+    for (int u = 0; u < lay->num_units; u++)
+        if (gpt2_unit_file_io(f, lay, u, (float *)flat + lay->unit_offset[u], 1)) return -1;
+    return 0;
 }
 
 // Opens a checkpoint and checks its header and size. Returns the open file positioned at the
 // parameters, or NULL after printing one line naming the file.
-static FILE *gpt2_open_checkpoint(const char *path, GPT2FileInfo *info) {
+static inline FILE *gpt2_open_checkpoint(const char *path, GPT2FileInfo *info) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "error: %s: cannot open checkpoint\n", path);
@@ -391,38 +390,35 @@ static FILE *gpt2_open_checkpoint(const char *path, GPT2FileInfo *info) {
     return f;
 }
 
-// Reads all parameters into a full flat buffer laid out by lay (padding is zeroed).
-static int gpt2_read_params(FILE *f, const char *path, const ParamLayout *lay, float *flat) {
-    memset(flat, 0, lay->num_flat * sizeof(float));
-    GPT2FileIO io = {f, flat};
-    if (gpt2_for_each_file_chunk(lay, gpt2_read_chunk, &io)) {
-        fprintf(stderr, "error: %s: read failed\n", path);
-        return -1;
-    }
-    return 0;
-}
-
-static void gpt2_fill_header(int32_t h[256], const GPT2Config *c, int version) {
+static inline void gpt2_fill_header(int32_t h[256], const GPT2Config *c, int version) {
     memset(h, 0, 256 * sizeof(int32_t));
     h[0] = GPT2_MAGIC; h[1] = version; h[2] = c->max_seq_len; h[3] = c->vocab_size;
     h[4] = c->num_layers; h[5] = c->num_heads; h[6] = c->channels; h[7] = c->padded_vocab_size;
 }
 
-// Writes a complete version-3 checkpoint from a full flat buffer. Writes to path.tmp and renames,
-// so an interrupted save never destroys the file that was there.
-static int gpt2_write_checkpoint(const char *path, const ParamLayout *lay, const float *flat) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
-        fprintf(stderr, "error: %s: path too long\n", path);
-        return -1;
-    }
+// Saving is crash-safe: the trainer writes PATH.tmp unit by unit and then renames it over
+// PATH, so an interrupted save never destroys the file that was there.
+static inline int gpt2_tmp_path(char *tmp, size_t n, const char *path) {
+    int k = snprintf(tmp, n, "%s.tmp", path);
+    if (k < 0 || (size_t)k >= n) { fprintf(stderr, "error: %s: path too long\n", path); return -1; }
+    return 0;
+}
+static inline FILE *gpt2_begin_checkpoint(const char *path, const GPT2Config *c) {
+    char tmp[4200];
+    if (gpt2_tmp_path(tmp, sizeof(tmp), path)) return NULL;
     FILE *f = fopen(tmp, "wb");
-    if (!f) { fprintf(stderr, "error: %s: cannot create\n", tmp); return -1; }
+    if (!f) { fprintf(stderr, "error: %s: cannot create\n", tmp); return NULL; }
     int32_t h[256];
-    gpt2_fill_header(h, &lay->cfg, 3);
-    int bad = fwrite(h, sizeof(int32_t), 256, f) != 256 || gpt2_write_tensors(f, lay, flat);
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
+    gpt2_fill_header(h, c, 3);
+    if (fwrite(h, sizeof(int32_t), 256, f) != 256) { fclose(f); return NULL; }
+    return f;
+}
+static inline int gpt2_end_checkpoint(FILE *f, const char *path, int ok) {
+    char tmp[4200];
+    if (gpt2_tmp_path(tmp, sizeof(tmp), path)) { fclose(f); return -1; }
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
         fprintf(stderr, "error: %s: write failed\n", path);
         remove(tmp);
         return -1;
@@ -431,7 +427,7 @@ static int gpt2_write_checkpoint(const char *path, const ParamLayout *lay, const
 }
 
 // The GPT-2 family by name (d12 = GPT-2 124M, ...). Returns 0 when the name is known.
-static int gpt2_preset(const char *name, GPT2Config *c) {
+static inline int gpt2_preset(const char *name, GPT2Config *c) {
     static const struct { const char *name; int L, C, NH; } presets[] = {
         {"d12", 12, 768, 12}, {"d24", 24, 1024, 16}, {"d36", 36, 1280, 20}, {"d48", 48, 1600, 25}};
     for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {

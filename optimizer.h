@@ -29,7 +29,7 @@ typedef struct {
 
 // Learning rate of update s (0-based): linear warmup to the peak over `warmup` steps, then the
 // schedule from the peak down to min_lr_frac of it, reached at the last step.
-static float lr_at_step(const TrainConfig *c, int s) {
+static inline float lr_at_step(const TrainConfig *c, int s) {
     if (s < c->warmup) return (float)((double)c->lr * (s + 1) / c->warmup);
     double peak = c->lr, min_lr = peak * c->min_lr_frac;
     int span = c->steps - c->warmup;
@@ -44,7 +44,7 @@ static float lr_at_step(const TrainConfig *c, int s) {
 
 // t: the number of this update, counting from 1 (steps skipped for overflow do not count).
 // grad_norm: global norm of the (unscaled) gradient; clipping applies when grad_clip > 0.
-static AdamWStep adamw_step_begin(const TrainConfig *c, float lr, int t, float grad_norm) {
+static inline AdamWStep adamw_step_begin(const TrainConfig *c, float lr, int t, float grad_norm) {
     AdamWStep s;
     s.lr = lr; s.beta1 = c->beta1; s.beta2 = c->beta2; s.eps = c->eps; s.weight_decay = c->weight_decay;
     s.bias_correction1 = (float)(1.0 - pow(c->beta1, t));

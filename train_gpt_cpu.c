@@ -16,12 +16,15 @@
 #include <math.h>
 #include <time.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <omp.h>
 #include <cblas.h>
+#include <mpi.h>
 
 #include "gpt2.h"
 #include "config.h"
 #include "optimizer.h"
+#include "zero.h"
 #include "dataloader.h"
 #include "tokenizer.h"
 
@@ -300,7 +303,103 @@ static void crossentropy_softmax_fused(float *logits, float *losses, const int *
 }
 
 // ----------------------------------------------------------------------------------------
-// The model
+// Communication: the MPI backend that zero.h drives. It performs collectives, nothing more.
+
+#define MAX_PENDING (GPT2_MAX_UNITS + 8)
+typedef struct {
+    MPI_Comm comm;
+    int rank, world, step;
+    double timeout;                 // --comm-timeout: seconds before the watchdog aborts
+    MPI_Request req[MAX_PENDING];
+    int busy[MAX_PENDING];
+    float *move_from[MAX_PENDING], *move_to[MAX_PENDING]; // MPI's in-place reduce-scatter
+    size_t move_n[MAX_PENDING];                           // leaves the result at the top
+} MpiBackend;
+
+static int mpi_slot(MpiBackend *b) {
+    for (int h = 0; h < MAX_PENDING; h++)
+        if (!b->busy[h]) { b->busy[h] = 1; b->move_n[h] = 0; return h; }
+    fprintf(stderr, "error: rank %d: more than %d collectives in flight\n", b->rank, MAX_PENDING);
+    MPI_Abort(b->comm, 1);
+    return -1;
+}
+static int mpi_all_reduce(void *ctx, float *buf, size_t n) {
+    MpiBackend *b = (MpiBackend *)ctx;
+    int h = mpi_slot(b);
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, b->comm, &b->req[h]);
+    return h;
+}
+static int mpi_reduce_scatter(void *ctx, float *send, float *recv, size_t n) {
+    MpiBackend *b = (MpiBackend *)ctx;
+    int h = mpi_slot(b);
+    if (recv == send + (size_t)b->rank * n) {
+        MPI_Ireduce_scatter_block(MPI_IN_PLACE, send, (int)n, MPI_FLOAT, MPI_SUM, b->comm, &b->req[h]);
+        b->move_from[h] = send; b->move_to[h] = recv; b->move_n[h] = n;
+    } else {
+        MPI_Ireduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, b->comm, &b->req[h]);
+    }
+    return h;
+}
+static int mpi_all_gather(void *ctx, const float *send, float *recv, size_t n) {
+    MpiBackend *b = (MpiBackend *)ctx;
+    int h = mpi_slot(b);
+    if (send == recv + (size_t)b->rank * n)
+        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)n, MPI_FLOAT, b->comm, &b->req[h]);
+    else
+        MPI_Iallgather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, b->comm, &b->req[h]);
+    return h;
+}
+static void unit_name(char *buf, size_t n, int u, int num_units) {
+    if (u == UNIT_EMBED) snprintf(buf, n, "embeddings");
+    else if (u == num_units - 1) snprintf(buf, n, "final layernorm");
+    else snprintf(buf, n, "layer %d", u - 1);
+}
+// Waits by polling, so that a collective that never completes (a peer stuck or gone) ends
+// the job with a message instead of a silent hang. Polling sleeps a little between tests so
+// that ranks sharing cores leave them to those still computing.
+static void mpi_wait(void *ctx, int h, const char *what, int unit) {
+    MpiBackend *b = (MpiBackend *)ctx;
+    double start = MPI_Wtime();
+    for (int spins = 0;; spins++) {
+        int done = 0;
+        MPI_Test(&b->req[h], &done, MPI_STATUS_IGNORE);
+        if (done) break;
+        if (MPI_Wtime() - start > b->timeout) {
+            char name[32];
+            unit_name(name, sizeof(name), unit, GPT2_MAX_UNITS + 1);
+            fprintf(stderr, "error: rank %d: %s of unit %d (%s) did not complete within %g s at step %d; "
+                            "a peer is stuck or gone (--comm-timeout); aborting the job\n",
+                    b->rank, what, unit, unit == UNIT_EMBED ? "embeddings" : name, b->timeout, b->step);
+            MPI_Abort(b->comm, 3);
+        }
+        if (spins > 100) { struct timespec ts = {0, 50000}; nanosleep(&ts, NULL); }
+    }
+    if (b->move_n[h] && b->move_to[h] != b->move_from[h])
+        memmove(b->move_to[h], b->move_from[h], b->move_n[h] * sizeof(float));
+    b->busy[h] = 0;
+}
+static void mpi_sum_doubles(void *ctx, double *x, int n) {
+    MpiBackend *b = (MpiBackend *)ctx;
+    MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, b->comm);
+}
+static float *host_alloc_floats(void *ctx, size_t n) { (void)ctx; return xcalloc_floats(n); }
+static void host_free_floats(void *ctx, float *p) { (void)ctx; free(p); }
+static void host_zero_floats(void *ctx, float *p, size_t n) { (void)ctx; memset(p, 0, n * sizeof(float)); }
+static void host_add_floats(void *ctx, float *dst, const float *src, size_t n) {
+    (void)ctx;
+#pragma omp parallel for simd
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+static ZeroBackend mpi_backend(MpiBackend *b) {
+    ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_sum_doubles,
+                      host_alloc_floats, host_free_floats, host_zero_floats, host_add_floats};
+    return be;
+}
+
+// ----------------------------------------------------------------------------------------
+// The model. Where parameters, gradients and optimizer state live is ZeRO's business: the
+// forward and backward ask zero.h for each unit's parameters and gradients as they go.
 
 typedef struct {
     float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2;
@@ -311,29 +410,23 @@ typedef struct {
 
 typedef struct {
     GPT2Config cfg;
-    ParamLayout lay;
-    float *params, *grads, *m, *v; // flat buffers of lay.num_flat floats
+    Zero z;                        // parameters, gradients, Adam moments, ZeRO buffers
     Activations acts;
     float *acts_memory;
+    size_t bytes_activations;
     int B, T;                      // the largest batch the activations hold
     int *inputs, *targets;         // (B,T)
-    size_t bytes_params, bytes_grads, bytes_adam_m, bytes_adam_v, bytes_activations;
 } GPT2;
 
-static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T) {
+static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, int rank, int world, ZeroBackend be) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
-    gpt2_layout_init(&m->lay, cfg, 16); // 16 floats: each unit starts on a cache line
-    size_t n = m->lay.num_flat;
-    m->params = xcalloc_floats(n);
-    m->grads = xcalloc_floats(n);
-    m->m = xcalloc_floats(n);
-    m->v = xcalloc_floats(n);
-    m->bytes_params = m->bytes_grads = m->bytes_adam_m = m->bytes_adam_v = n * sizeof(float);
+    zero_init(&m->z, cfg, stage, rank, world, be);
     size_t numel[NUM_ACTIVATIONS], total = gpt2_activation_floats(cfg, B, T);
     gpt2_activation_numels(cfg, B, T, numel);
     m->acts_memory = xcalloc_floats(total);
     m->bytes_activations = total * sizeof(float);
+    m->z.mem[MEM_ACTIVATIONS] = m->bytes_activations;
     float **slots[NUM_ACTIVATIONS] = {
         &m->acts.encoded, &m->acts.ln1, &m->acts.ln1_mean, &m->acts.ln1_rstd, &m->acts.qkv,
         &m->acts.atty, &m->acts.att, &m->acts.residual2, &m->acts.ln2, &m->acts.ln2_mean,
@@ -349,26 +442,25 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T) {
 }
 
 static void gpt2_free(GPT2 *m) {
-    free(m->params); free(m->grads); free(m->m); free(m->v);
+    zero_free(&m->z);
     free(m->acts_memory); free(m->inputs); free(m->targets);
 }
 
-static float *unit_params(GPT2 *m, int u) { return m->params + m->lay.unit_offset[u]; }
-static float *unit_grads(GPT2 *m, int u) { return m->grads + m->lay.unit_offset[u]; }
-
 // Forward pass over inputs (B,T) with B <= m->B, T <= m->T. With targets it computes the loss
 // per position into acts.losses, and with dloss != 0 also the logits' gradient (in place),
-// ready for gpt2_backward. dloss is d(total loss)/d(loss at one position): 1/(positions averaged).
-// Returns the mean loss over the B*T positions (0 without targets).
+// ready for gpt2_backward. dloss is d(objective)/d(loss at one position). Returns the mean
+// loss over the B*T positions (0 without targets). Every rank must call it (ZeRO-3 gathers).
 static float gpt2_forward(GPT2 *m, const int *inputs, const int *targets, int B, int T, float dloss) {
     const GPT2Config *c = &m->cfg;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T;
+    Zero *z = &m->z;
+    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, F = gpt2_final_unit(&z->lay);
+    size_t btc = (size_t)N * C;
     Activations *a = &m->acts;
-    EmbedTensors emb = gpt2_embed_tensors(c, unit_params(m, UNIT_EMBED));
+    EmbedTensors emb = gpt2_embed_tensors(c, zero_params(z, UNIT_EMBED, gpt2_unit_of_layer(0)));
     encoder_forward(a->encoded, inputs, emb.wte, emb.wpe, B, T, C);
     for (int l = 0; l < L; l++) {
-        LayerTensors w = gpt2_layer_tensors(c, unit_params(m, gpt2_unit_of_layer(l)));
-        size_t btc = (size_t)N * C;
+        int u = gpt2_unit_of_layer(l);
+        LayerTensors w = gpt2_layer_tensors(c, zero_params(z, u, u + 1)); // u + 1: next layer, or F
         const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * btc;
         float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * 3 * btc, *atty = a->atty + l * btc;
         float *att = a->att + (size_t)l * B * NH * T * T, *residual2 = a->residual2 + l * btc;
@@ -385,10 +477,9 @@ static float gpt2_forward(GPT2 *m, const int *inputs, const int *targets, int B,
         memcpy(residual3, residual2, btc * sizeof(float));
         matmul_forward(residual3, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C, 1);
     }
-    FinalTensors fin = gpt2_final_tensors(c, unit_params(m, gpt2_final_unit(&m->lay)));
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3 + (size_t)(L - 1) * N * C,
-                      fin.lnfw, fin.lnfb, N, C);
-    matmul_forward(a->logits, a->lnf, emb.wte, NULL, N, C, c->padded_vocab_size, 0);
+    FinalTensors fin = gpt2_final_tensors(c, zero_params(z, F, -1));
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3 + (L - 1) * btc, fin.lnfw, fin.lnfb, N, C);
+    matmul_forward(a->logits, a->lnf, emb.wte, NULL, N, C, c->padded_vocab_size, 0); // tied LM head
     if (!targets) return 0.0f;
     crossentropy_softmax_fused(a->logits, a->losses, targets, N, c->vocab_size, c->padded_vocab_size, dloss);
     double sum = 0.0;
@@ -396,26 +487,30 @@ static float gpt2_forward(GPT2 *m, const int *inputs, const int *targets, int B,
     return (float)(sum / N);
 }
 
-// Backward pass after gpt2_forward(..., dloss != 0) on the same inputs; gradients accumulate
-// into m->grads.
+// Backward pass after gpt2_forward(..., dloss != 0) on the same inputs. Each unit's gradient
+// is handed to zero.h as soon as it is complete, so its reduction overlaps the rest.
 static void gpt2_backward(GPT2 *m, const int *inputs, int B, int T) {
     const GPT2Config *c = &m->cfg;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T;
+    Zero *z = &m->z;
+    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, F = gpt2_final_unit(&z->lay);
     size_t btc = (size_t)N * C;
     Activations *a = &m->acts;
-    EmbedTensors emb = gpt2_embed_tensors(c, unit_params(m, UNIT_EMBED));
-    EmbedTensors demb = gpt2_embed_tensors(c, unit_grads(m, UNIT_EMBED));
-    FinalTensors fin = gpt2_final_tensors(c, unit_params(m, gpt2_final_unit(&m->lay)));
-    FinalTensors dfin = gpt2_final_tensors(c, unit_grads(m, gpt2_final_unit(&m->lay)));
-    // LM head (tied to wte): logits = lnf . wte^T
+    // The embeddings are used first and last: their gradient collects the LM head's share now
+    // and the token lookup's at the end, and is reduced once, after both.
+    EmbedTensors emb = gpt2_embed_tensors(c, zero_params(z, UNIT_EMBED, -1));
+    EmbedTensors demb = gpt2_embed_tensors(c, zero_grads(z, UNIT_EMBED));
+    FinalTensors fin = gpt2_final_tensors(c, zero_params(z, F, gpt2_unit_of_layer(L - 1)));
+    FinalTensors dfin = gpt2_final_tensors(c, zero_grads(z, F));
     matmul_backward(a->dbtc, demb.wte, NULL, a->logits, a->lnf, emb.wte, N, C, c->padded_vocab_size);
     memset(a->dresidual, 0, btc * sizeof(float));
     layernorm_backward(a->dresidual, dfin.lnfw, dfin.lnfb, a->dbtc, a->residual3 + (L - 1) * btc,
                        fin.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+    zero_grads_done(z, F);
     // dresidual is the gradient of the residual stream; each block adds its branches to it.
     for (int l = L - 1; l >= 0; l--) {
-        LayerTensors w = gpt2_layer_tensors(c, unit_params(m, gpt2_unit_of_layer(l)));
-        LayerTensors g = gpt2_layer_tensors(c, unit_grads(m, gpt2_unit_of_layer(l)));
+        int u = gpt2_unit_of_layer(l);
+        LayerTensors w = gpt2_layer_tensors(c, zero_params(z, u, l > 0 ? u - 1 : -1));
+        LayerTensors g = gpt2_layer_tensors(c, zero_grads(z, u));
         const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * btc;
         float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * 3 * btc, *atty = a->atty + l * btc;
         float *att = a->att + (size_t)l * B * NH * T * T, *residual2 = a->residual2 + l * btc;
@@ -432,31 +527,96 @@ static void gpt2_backward(GPT2 *m, const int *inputs, int B, int T) {
         matmul_backward(a->dbtc, g.qkvw, g.qkvb, a->dqkv, ln1, w.qkvw, N, C, 3 * C);
         layernorm_backward(a->dresidual, g.ln1w, g.ln1b, a->dbtc, residual, w.ln1w,
                            a->ln1_mean + l * N, a->ln1_rstd + l * N, N, C);
+        zero_grads_done(z, u);
     }
     encoder_backward(demb.wte, demb.wpe, a->dresidual, inputs, B, T, C);
+    zero_grads_done(z, UNIT_EMBED);
+    zero_end_backward(z);
 }
 
 // The global L2 norm of the gradient (padding and padded vocabulary rows hold zeros).
-static float gpt2_grad_norm(const GPT2 *m) {
+static float gpt2_grad_norm(GPT2 *m) {
+    Zero *z = &m->z;
     double sum = 0.0;
+    for (int u = 0; u < z->lay.num_units; u++) {
+        const float *g = zero_update_grads(z, u);
+        size_t n = zero_update_count(z, u);
 #pragma omp parallel for reduction(+ : sum)
-    for (size_t i = 0; i < m->lay.num_flat; i++) sum += (double)m->grads[i] * m->grads[i];
-    return (float)sqrt(sum);
+        for (size_t i = 0; i < n; i++) sum += (double)g[i] * g[i];
+    }
+    return zero_global_grad_norm(z, sum);
 }
 
-typedef struct { GPT2 *m; const AdamWStep *step; } UpdateCtx;
+// AdamW over the elements this rank owns, walked as runs of one kind (decayed, not decayed,
+// frozen) because a partition boundary can cut through any tensor.
+typedef struct { size_t base; float *p, *g, *m, *v; const AdamWStep *step; } UpdateRange;
 static void adamw_segment(const ParamSegment *seg, void *ctx) {
-    UpdateCtx *u = (UpdateCtx *)ctx;
+    UpdateRange *r = (UpdateRange *)ctx;
     if (seg->kind == SEG_FROZEN) return; // padding and unused vocabulary rows stay zero
     int decay = seg->kind == SEG_DECAY;
-    float *p = u->m->params, *g = u->m->grads, *mm = u->m->m, *vv = u->m->v;
+    size_t lo = seg->begin - r->base, hi = seg->end - r->base;
 #pragma omp parallel for simd
-    for (size_t i = seg->begin; i < seg->end; i++) adamw_element(&p[i], &mm[i], &vv[i], g[i], u->step, decay);
+    for (size_t i = lo; i < hi; i++) adamw_element(&r->p[i], &r->m[i], &r->v[i], r->g[i], r->step, decay);
 }
 
 static void gpt2_update(GPT2 *m, const AdamWStep *step) {
-    UpdateCtx ctx = {m, step};
-    gpt2_for_each_segment(&m->lay, 0, m->lay.num_flat, adamw_segment, &ctx);
+    Zero *z = &m->z;
+    for (int u = 0; u < z->lay.num_units; u++) {
+        size_t begin = zero_update_begin(z, u);
+        UpdateRange r = {begin, zero_update_params(z, u), zero_update_grads(z, u),
+                         zero_update_moment(z, z->adam_m, u), zero_update_moment(z, z->adam_v, u), step};
+        gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u), adamw_segment, &r);
+    }
+    zero_gather_updated_params(z);
+}
+
+// ----------------------------------------------------------------------------------------
+// Parameters in and out: initialisation, checkpoints, gradient dumps, unit by unit, so that
+// a ZeRO-3 rank never needs the whole model in memory.
+
+static int gpt2_load_or_init(GPT2 *m, FILE *f, const char *path, uint64_t seed) {
+    Zero *z = &m->z;
+    float *unit = z->stage == 3 ? xcalloc_floats(gpt2_unit_padded(&z->lay, UNIT_EMBED) > zero_max_layer(z)
+                                                 ? gpt2_unit_padded(&z->lay, UNIT_EMBED) : zero_max_layer(z)) : NULL;
+    int bad = 0;
+    for (int u = 0; u < z->lay.num_units && !bad; u++) {
+        float *dst = unit ? unit : z->params + z->lay.unit_offset[u];
+        if (f) {
+            memset(dst, 0, gpt2_unit_padded(&z->lay, u) * sizeof(float));
+            bad = gpt2_unit_file_io(f, &z->lay, u, dst, 0) != 0;
+        } else {
+            gpt2_init_unit(&z->lay, u, seed, dst);
+        }
+        if (unit) memcpy(z->params + zero_shard_offset(z, u), unit + (size_t)z->rank * zero_slice(z, u),
+                         zero_slice(z, u) * sizeof(float));
+    }
+    free(unit);
+    if (bad) fprintf(stderr, "error: %s: read failed\n", path);
+    return bad ? -1 : 0;
+}
+
+// Every rank calls it (ZeRO-3 gathers each unit); rank 0 writes.
+static int gpt2_save(GPT2 *m, const char *path) {
+    Zero *z = &m->z;
+    FILE *f = z->rank == 0 ? gpt2_begin_checkpoint(path, &m->cfg) : NULL;
+    int ok = z->rank != 0 || f != NULL;
+    zero_begin_forward(z, 0, 1);
+    for (int u = 0; u < z->lay.num_units; u++) {
+        float *unit = zero_params(z, u, -1);
+        if (f && ok) ok = gpt2_unit_file_io(f, &z->lay, u, unit, 1) == 0;
+    }
+    if (f) return gpt2_end_checkpoint(f, path, ok);
+    return ok ? 0 : -1;
+}
+
+static int dump_grads(const char *path, GPT2 *m) {
+    Zero *z = &m->z;
+    FILE *f = fopen(path, "wb");
+    int ok = f != NULL;
+    for (int u = 0; u < z->lay.num_units && ok; u++) ok = gpt2_unit_file_io(f, &z->lay, u, zero_update_grads(z, u), 1) == 0;
+    if (f) ok = (fclose(f) == 0) && ok;
+    if (!ok) fprintf(stderr, "error: %s: cannot write gradients\n", path);
+    return ok ? 0 : -1;
 }
 
 // ----------------------------------------------------------------------------------------
@@ -478,50 +638,190 @@ static int sample_token(const float *logits, int V, float coin) {
     return V - 1;
 }
 
-// Generates len tokens after an end-of-text token and prints them (as text when a tokenizer
-// is loaded, as ids otherwise). Runs the full forward over the growing context with B = 1.
+// Generates len tokens after an end-of-text token; rank 0 prints them (as text when a
+// tokenizer is loaded, as ids otherwise). Every rank runs it: under ZeRO-3 the forward
+// needs everyone's shard, and the same rng keeps the ranks' contexts identical.
 static void gpt2_sample(GPT2 *m, const Tokenizer *tok, int len, uint64_t *rng) {
-    int eot = m->cfg.vocab_size == 50257 ? 50256 : m->cfg.vocab_size - 1;
+    int eot = m->cfg.vocab_size == 50257 ? 50256 : m->cfg.vocab_size - 1, print = m->z.rank == 0;
     int *ctx = m->inputs, n = 1; // the context: at most m->T tokens, the oldest dropped first
     ctx[0] = eot;
-    printf("sample: ");
+    if (print) printf("sample: ");
     for (int i = 0; i < len; i++) {
+        zero_begin_forward(&m->z, 0, 1);
         gpt2_forward(m, ctx, NULL, 1, n, 0.0f);
         const float *last = m->acts.logits + (size_t)(n - 1) * m->cfg.padded_vocab_size;
         int next = sample_token(last, m->cfg.vocab_size, rng_f32(rng));
         if (n == m->T) memmove(ctx, ctx + 1, (size_t)(--n) * sizeof(int));
         ctx[n++] = next;
+        if (!print) continue;
         if (tok) tokenizer_print(tok, next, stdout);
         else printf("%d ", next);
         fflush(stdout);
     }
-    printf("\n");
+    if (print) printf("\n");
 }
 
 // ----------------------------------------------------------------------------------------
-// Output for people (stdout) and for programs (--log, JSON lines)
+// A training run: everything main needs, in one place
 
-static void print_header(const TrainConfig *c, const GPT2 *m, int accum, uint64_t train_tokens) {
-    const GPT2Config *g = &m->cfg;
-    printf("+-----------------------+----------------------------------------------+\n");
-    printf("| %-21s | %-44s |\n", "model", c->init_path ? c->init_path : (c->model_name ? c->model_name : "from scratch"));
-    printf("| %-21s | L=%d C=%d NH=%d maxT=%d V=%d (Vp=%d)%*s |\n", "shape", g->num_layers, g->channels,
-           g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size, 0, "");
-    printf("| %-21s | %-44zu |\n", "parameters", m->lay.num_params);
-    printf("| %-21s | %-44s |\n", "train data", c->train_data);
-    printf("| %-21s | %-44llu |\n", "train tokens", (unsigned long long)train_tokens);
-    printf("| %-21s | %-44s |\n", "val data", c->val_every > 0 ? c->val_data : "(off)");
-    printf("| %-21s | B=%d T=%d accumulation=%d -> %ld tokens/step%*s |\n", "batch", c->batch, c->seq_len,
-           accum, c->total_batch, 0, "");
-    printf("| %-21s | %-44d |\n", "steps", c->steps);
-    printf("| %-21s | lr %g %s warmup %d min %g wd %g clip %g%*s |\n", "optimizer (AdamW)", c->lr,
-           lr_schedule_names[c->lr_schedule], c->warmup, c->min_lr_frac, c->weight_decay, c->grad_clip, 0, "");
-    printf("| %-21s | %-44d |\n", "threads", omp_get_max_threads());
-    printf("+-----------------------+----------------------------------------------+\n");
-    double mib = 1024.0 * 1024.0;
-    printf("memory: params %.1f MiB, grads %.1f MiB, adam m %.1f MiB, adam v %.1f MiB, activations %.1f MiB\n",
-           m->bytes_params / mib, m->bytes_grads / mib, m->bytes_adam_m / mib, m->bytes_adam_v / mib,
-           m->bytes_activations / mib);
+typedef struct {
+    TrainConfig cfg;
+    int rank, world, accum;
+    MpiBackend mpi;
+    GPT2 model;
+    DataLoader train, val;
+    int have_val, have_tok;
+    Tokenizer tok;
+    FILE *log;         // rank 0 only
+} Run;
+
+// Setup failures are agreed on by all ranks, so that every rank exits cleanly together;
+// failures once training runs are abrupt: MPI_Abort ends the job.
+static int all_ok(int ok) {
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return ok;
+}
+static void die(void) { MPI_Abort(MPI_COMM_WORLD, 1); exit(1); }
+
+// Ranks on one machine share its cores, unless the user said otherwise (OMP_NUM_THREADS).
+static void share_cores(int rank) {
+    MPI_Comm local;
+    int nlocal;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+    MPI_Comm_size(local, &nlocal);
+    MPI_Comm_free(&local);
+    if (getenv("OMP_NUM_THREADS")) return;
+    int threads = omp_get_num_procs() / nlocal;
+    if (threads < 1) threads = 1;
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+}
+
+// Options, model, data, log. Returns 0 to train, 1 to exit successfully (--help), -1 on error.
+static int setup(Run *r, int argc, char **argv) {
+    TrainConfig *c = &r->cfg;
+    config_defaults(c);
+    // Options are the same on every rank: only rank 0 reports what is wrong with them.
+    int saved_stderr = dup(2);
+    if (r->rank != 0 && !freopen("/dev/null", "w", stderr)) return -1;
+    int rc = config_parse(c, argc, argv);
+    FILE *init = NULL;
+    GPT2FileInfo info;
+    if (rc == 0 && c->init_path) {
+        if ((init = gpt2_open_checkpoint(c->init_path, &info))) c->model = info.cfg;
+        else rc = -1;
+    }
+    if (rc == 0 && config_validate(c, r->world)) rc = -1;
+    fflush(stderr);
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+    if (r->rank != 0 && rc == 1) rc = 1;
+    if (rc != 0) { if (init) fclose(init); return rc; }
+
+    r->accum = config_accum_steps(c, r->world);
+    r->mpi.comm = MPI_COMM_WORLD;
+    r->mpi.rank = r->rank;
+    r->mpi.world = r->world;
+    r->mpi.timeout = c->comm_timeout;
+    gpt2_build(&r->model, &c->model, c->batch, c->seq_len, c->zero_stage, r->rank, r->world, mpi_backend(&r->mpi));
+    int ok = gpt2_load_or_init(&r->model, init, c->init_path, c->seed) == 0;
+    if (init) fclose(init);
+    if (!all_ok(ok)) return -1;
+
+    ok = dataloader_init(&r->train, c->train_data, c->batch, c->seq_len, r->rank, r->world, c->shuffle, c->seed,
+                         c->model.vocab_size) == 0;
+    if (!all_ok(ok)) return -1;
+    r->have_val = c->val_every > 0 && c->val_steps > 0;
+    ok = !r->have_val || dataloader_init(&r->val, c->val_data, c->batch, c->seq_len, r->rank, r->world, 0, c->seed,
+                                         c->model.vocab_size) == 0;
+    if (!all_ok(ok)) return -1;
+    int sampling = c->sample_len > 0 && c->sample_every > 0;
+    r->have_tok = sampling && tokenizer_init(&r->tok, c->tokenizer_path) == 0;
+    if (r->rank == 0 && sampling && !r->have_tok) printf("(no tokenizer: samples print token ids)\n");
+    if (r->rank == 0 && c->log_path && !(r->log = fopen(c->log_path, "w"))) {
+        fprintf(stderr, "error: %s: cannot open log file\n", c->log_path);
+        ok = 0;
+    }
+    return all_ok(ok) ? 0 : -1;
+}
+
+// ----------------------------------------------------------------------------------------
+// Reports: stdout for people, --log JSON lines for programs (rank 0 writes for all ranks)
+
+static void print_header(const Run *r) {
+    const TrainConfig *c = &r->cfg;
+    const GPT2Config *g = &c->model;
+    char shape[96], batch[96], opt[128];
+    snprintf(shape, sizeof(shape), "L=%d C=%d NH=%d maxT=%d V=%d Vp=%d", g->num_layers, g->channels,
+             g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size);
+    snprintf(batch, sizeof(batch), "B=%d T=%d x %d procs x %d accum = %ld tokens/step", c->batch, c->seq_len,
+             r->world, r->accum, c->total_batch);
+    snprintf(opt, sizeof(opt), "lr %g %s warmup %d min %g wd %g clip %g", c->lr, lr_schedule_names[c->lr_schedule],
+             c->warmup, c->min_lr_frac, c->weight_decay, c->grad_clip);
+    const char *model = c->init_path ? c->init_path : (c->model_name ? c->model_name : "from scratch");
+    printf("+--------------------+-------------------------------------------------------+\n");
+    printf("| %-18s | %-53s |\n", "model", model);
+    printf("| %-18s | %-53s |\n", "shape", shape);
+    printf("| %-18s | %-53zu |\n", "parameters", r->model.z.lay.num_params);
+    printf("| %-18s | %-53s |\n", "train data", c->train_data);
+    printf("| %-18s | %-53llu |\n", "train tokens", (unsigned long long)dataloader_num_tokens(&r->train));
+    printf("| %-18s | %-53s |\n", "val data", r->have_val ? c->val_data : "(off)");
+    printf("| %-18s | %-53s |\n", "batch", batch);
+    printf("| %-18s | %-53d |\n", "steps", c->steps);
+    printf("| %-18s | %-53s |\n", "optimizer (AdamW)", opt);
+    printf("| %-18s | %-53d |\n", "zero stage", c->zero_stage);
+    printf("| %-18s | %-53d |\n", "threads per rank", omp_get_max_threads());
+    printf("+--------------------+-------------------------------------------------------+\n");
+}
+
+// What every rank allocated, beside the textbook model-state formula for its stage.
+static void report_memory(Run *r) {
+    Zero *z = &r->model.z;
+    double mine[MEM_KINDS], *all = (double *)xmalloc(sizeof(double) * MEM_KINDS * r->world);
+    for (int k = 0; k < MEM_KINDS; k++) mine[k] = (double)z->mem[k];
+    MPI_Gather(mine, MEM_KINDS, MPI_DOUBLE, all, MEM_KINDS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (r->rank == 0) {
+        double P = (double)z->lay.num_params, mib = 1024.0 * 1024.0;
+        double theory = zero_theory_model_states(z->stage, P, r->world);
+        printf("memory per rank, MiB (ZeRO-%d, %d ranks, %zu parameters, %zu with padding):\n", z->stage, r->world,
+               z->lay.num_params, z->lay.num_flat);
+        printf("  rank   params    grads   master   adam_m   adam_v | model states   theory | buffers activations\n");
+        for (int q = 0; q < r->world; q++) {
+            double *x = all + q * MEM_KINDS;
+            double states = x[MEM_PARAMS] + x[MEM_GRADS] + x[MEM_MASTER] + x[MEM_ADAM_M] + x[MEM_ADAM_V];
+            printf("  %4d %8.1f %8.1f %8.1f %8.1f %8.1f | %12.1f %8.1f | %7.1f %11.1f\n", q, x[MEM_PARAMS] / mib,
+                   x[MEM_GRADS] / mib, x[MEM_MASTER] / mib, x[MEM_ADAM_M] / mib, x[MEM_ADAM_V] / mib, states / mib,
+                   theory / mib, x[MEM_BUFFERS] / mib, x[MEM_ACTIVATIONS] / mib);
+            if (r->log) {
+                fprintf(r->log, "{\"event\":\"memory\",\"rank\":%d,\"world\":%d,\"zero_stage\":%d,\"num_params\":%zu,"
+                                "\"padded_params\":%zu", q, r->world, z->stage, z->lay.num_params, z->lay.num_flat);
+                for (int k = 0; k < MEM_KINDS; k++) fprintf(r->log, ",\"%s\":%.0f", zero_memory_names[k], x[k]);
+                fprintf(r->log, "}\n");
+            }
+        }
+    }
+    free(all);
+}
+
+// Bytes each rank moved this step, per collective (ring model), beside the textbook figure.
+static void report_comm(Run *r, int step) {
+    Zero *z = &r->model.z;
+    double *all = (double *)xmalloc(sizeof(double) * ZC_NUM_COLLECTIVES * r->world);
+    MPI_Gather(z->comm, ZC_NUM_COLLECTIVES, MPI_DOUBLE, all, ZC_NUM_COLLECTIVES, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (r->rank == 0) {
+        for (int q = 0; q < r->world && r->log; q++) {
+            double *x = all + q * ZC_NUM_COLLECTIVES;
+            fprintf(r->log, "{\"event\":\"comm\",\"step\":%d,\"rank\":%d,\"all_reduce\":%.0f,\"reduce_scatter\":%.0f,"
+                            "\"all_gather\":%.0f}\n", step, q, x[ZC_ALL_REDUCE], x[ZC_REDUCE_SCATTER], x[ZC_ALL_GATHER]);
+        }
+        if (step == 1 && r->world > 1) {
+            double total = all[0] + all[1] + all[2], mib = 1024.0 * 1024.0;
+            printf("communication per rank in step 1, MiB: all_reduce %.2f, reduce_scatter %.2f, all_gather %.2f = %.2f "
+                   "(textbook for one micro-step: %.2f)\n", all[0] / mib, all[1] / mib, all[2] / mib, total / mib,
+                   zero_theory_comm(z->stage, (double)z->lay.num_params, r->world) / mib);
+        }
+    }
+    free(all);
 }
 
 static void format_eta(char *buf, size_t n, double seconds) {
@@ -532,122 +832,110 @@ static void format_eta(char *buf, size_t n, double seconds) {
 // ----------------------------------------------------------------------------------------
 // Training
 
-static void die(void) { exit(1); }
-
-// Mean loss over val_steps batches from the start of the validation set.
-static float validate(GPT2 *m, DataLoader *val, int steps, int B, int T) {
-    dataloader_reset(val);
-    double sum = 0.0;
-    for (int i = 0; i < steps; i++) {
-        if (dataloader_next(val, m->inputs, m->targets)) die();
-        sum += gpt2_forward(m, m->inputs, m->targets, B, T, 0.0f);
+// One optimizer step: accumulate gradients over the micro-steps, reduce them as zero.h
+// schedules, clip, update. Returns the loss averaged over the whole global batch.
+static float train_step(Run *r, int step, float *norm, float *lr) {
+    const TrainConfig *c = &r->cfg;
+    GPT2 *m = &r->model;
+    int B = c->batch, T = c->seq_len;
+    zero_begin_step(&m->z, step);
+    r->mpi.step = step;
+    // Each position's loss enters the objective with weight 1/(all positions of all ranks),
+    // so summing the ranks' gradients gives the gradient of the global mean loss.
+    float dloss = 1.0f / ((float)B * T * r->accum * r->world);
+    double loss = 0.0;
+    for (int micro = 0; micro < r->accum; micro++) {
+        if (dataloader_next(&r->train, m->inputs, m->targets)) die();
+        zero_begin_forward(&m->z, micro, r->accum);
+        loss += gpt2_forward(m, m->inputs, m->targets, B, T, dloss);
+        gpt2_backward(m, m->inputs, B, T);
     }
+    m->z.be.sum_doubles(m->z.be.ctx, &loss, 1);
+    *norm = gpt2_grad_norm(m);
+    if (step == 1 && c->dump_grads_path && r->rank == 0 && dump_grads(c->dump_grads_path, m)) die();
+    *lr = lr_at_step(c, step - 1);
+    AdamWStep upd = adamw_step_begin(c, *lr, step, *norm);
+    gpt2_update(m, &upd);
+    return (float)(loss / ((double)r->accum * r->world));
+}
+
+// Mean loss over val_steps batches from the start of the validation set, spread over the
+// ranks as the dataloader interleaves them: the same batches one process would see.
+static float validate(Run *r) {
+    GPT2 *m = &r->model;
+    int steps = r->cfg.val_steps, per_rank = (steps + r->world - 1) / r->world;
+    dataloader_reset(&r->val);
+    double sum = 0.0;
+    for (int k = 0; k < per_rank; k++) {
+        if (dataloader_next(&r->val, m->inputs, m->targets)) die();
+        zero_begin_forward(&m->z, 0, 1);
+        float l = gpt2_forward(m, m->inputs, m->targets, r->cfg.batch, r->cfg.seq_len, 0.0f);
+        if (k * r->world + r->rank < steps) sum += l; // past the end: ran only for ZeRO-3's gathers
+    }
+    m->z.be.sum_doubles(m->z.be.ctx, &sum, 1);
     return (float)(sum / steps);
 }
 
-static void save_checkpoint(const TrainConfig *c, GPT2 *m, int step) {
+static void save(Run *r, int step) {
     char path[4096];
-    mkdir(c->out_dir, 0755);
-    snprintf(path, sizeof(path), "%s/model_%08d.bin", c->out_dir, step);
-    if (gpt2_write_checkpoint(path, &m->lay, m->params)) die();
-    printf("saved %s\n", path);
-}
-
-static void dump_grads(const char *path, const GPT2 *m) {
-    FILE *f = fopen(path, "wb");
-    if (!f || gpt2_write_tensors(f, &m->lay, m->grads) || fclose(f)) {
-        fprintf(stderr, "error: %s: cannot write gradients\n", path);
-        die();
-    }
+    if (r->rank == 0) mkdir(r->cfg.out_dir, 0755);
+    snprintf(path, sizeof(path), "%s/model_%08d.bin", r->cfg.out_dir, step);
+    if (gpt2_save(&r->model, path)) die();
+    if (r->rank == 0) printf("saved %s\n", path);
 }
 
 #ifndef TESTING
 int main(int argc, char **argv) {
-    TrainConfig cfg;
-    config_defaults(&cfg);
-    int r = config_parse(&cfg, argc, argv);
-    if (r) return r > 0 ? 0 : 1;
+    MPI_Init(&argc, &argv);
+    Run run;
+    memset(&run, 0, sizeof(run));
+    MPI_Comm_rank(MPI_COMM_WORLD, &run.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &run.world);
+    share_cores(run.rank);
+    int rc = setup(&run, argc, argv);
+    if (rc != 0) { MPI_Finalize(); return rc > 0 ? 0 : 1; }
+    const TrainConfig *c = &run.cfg;
+    int lead = run.rank == 0;
+    if (lead) print_header(&run);
+    report_memory(&run);
 
-    // The model: its shape from the checkpoint header or the options.
-    FILE *init = NULL;
-    if (cfg.init_path) {
-        GPT2FileInfo info;
-        if (!(init = gpt2_open_checkpoint(cfg.init_path, &info))) return 1;
-        cfg.model = info.cfg;
-    }
-    if (config_validate(&cfg, 1)) return 1;
-    int B = cfg.batch, T = cfg.seq_len, accum = config_accum_steps(&cfg, 1);
-    GPT2 model;
-    gpt2_build(&model, &cfg.model, B, T);
-    if (init) {
-        if (gpt2_read_params(init, cfg.init_path, &model.lay, model.params)) return 1;
-        fclose(init);
-    } else {
-        for (int u = 0; u < model.lay.num_units; u++) gpt2_init_unit(&model.lay, u, cfg.seed, unit_params(&model, u));
-    }
-
-    DataLoader train, val;
-    if (dataloader_init(&train, cfg.train_data, B, T, 0, 1, cfg.shuffle, cfg.seed, cfg.model.vocab_size)) return 1;
-    int do_val = cfg.val_every > 0 && cfg.val_steps > 0;
-    if (do_val && dataloader_init(&val, cfg.val_data, B, T, 0, 1, 0, cfg.seed, cfg.model.vocab_size)) return 1;
-    Tokenizer tok;
-    int have_tok = cfg.sample_len > 0 && cfg.sample_every > 0 && tokenizer_init(&tok, cfg.tokenizer_path) == 0;
-    if (cfg.sample_len > 0 && cfg.sample_every > 0 && !have_tok) printf("(no tokenizer: samples print token ids)\n");
-    FILE *log = NULL;
-    if (cfg.log_path && !(log = fopen(cfg.log_path, "w"))) {
-        fprintf(stderr, "error: %s: cannot open log file\n", cfg.log_path);
-        return 1;
-    }
-    print_header(&cfg, &model, accum, dataloader_num_tokens(&train));
-
-    uint64_t sample_rng = cfg.seed ^ 0x5A3C1E;
-    double total_ms = 0.0, flops_per_token = 6.0 * model.lay.num_params +
-        12.0 * cfg.model.num_layers * cfg.model.channels * T;
-    for (int step = 1; step <= cfg.steps; step++) {
+    uint64_t sample_rng = c->seed ^ 0x5A3C1E;
+    double flops_per_token = 6.0 * run.model.z.lay.num_params + 12.0 * c->model.num_layers * c->model.channels * c->seq_len;
+    double total_ms = 0.0;
+    for (int step = 1; step <= c->steps; step++) {
         double t0 = now_seconds();
-        memset(model.grads, 0, model.lay.num_flat * sizeof(float));
-        float dloss = 1.0f / ((float)B * T * accum), loss = 0.0f;
-        for (int micro = 0; micro < accum; micro++) {
-            if (dataloader_next(&train, model.inputs, model.targets)) die();
-            loss += gpt2_forward(&model, model.inputs, model.targets, B, T, dloss) / accum;
-            gpt2_backward(&model, model.inputs, B, T);
-        }
-        float norm = gpt2_grad_norm(&model);
-        if (step == 1 && cfg.dump_grads_path) dump_grads(cfg.dump_grads_path, &model);
-        float lr = lr_at_step(&cfg, step - 1);
-        AdamWStep upd = adamw_step_begin(&cfg, lr, step, norm);
-        gpt2_update(&model, &upd);
-        double ms = (now_seconds() - t0) * 1e3;
+        float norm, lr, loss = train_step(&run, step, &norm, &lr);
+        double ms = (now_seconds() - t0) * 1e3, tok_s = c->total_batch / (ms / 1e3);
         if (step > 1) total_ms += ms; // the first step warms caches and thread pools
-        double tok_s = cfg.total_batch / (ms / 1e3);
-        char eta[32];
-        format_eta(eta, sizeof(eta), (cfg.steps - step) * (step > 1 ? total_ms / (step - 1) : ms) / 1e3);
-        printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | ETA %s\n",
-               step, cfg.steps, loss, lr, norm, ms, tok_s, tok_s * flops_per_token / 1e9, eta);
-        if (log) {
-            fprintf(log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,\"tok_s\":%.1f}\n",
-                    step, loss, lr, norm, ms, tok_s);
-            fflush(log);
+        if (lead) {
+            char eta[32];
+            format_eta(eta, sizeof(eta), (c->steps - step) * (step > 1 ? total_ms / (step - 1) : ms) / 1e3);
+            printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | ETA %s\n",
+                   step, c->steps, loss, lr, norm, ms, tok_s, tok_s * flops_per_token / 1e9, eta);
+            if (run.log) fprintf(run.log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
+                                          "\"tok_s\":%.1f}\n", step, loss, lr, norm, ms, tok_s);
         }
-        int last = step == cfg.steps;
-        if (do_val && (step % cfg.val_every == 0 || last)) {
-            float vl = validate(&model, &val, cfg.val_steps, B, T);
-            printf("val loss %.6f\n", vl);
-            if (log) { fprintf(log, "{\"step\":%d,\"val_loss\":%.9g}\n", step, vl); fflush(log); }
+        report_comm(&run, step);
+        int last = step == c->steps;
+        if (run.have_val && (step % c->val_every == 0 || last)) {
+            float vl = validate(&run);
+            if (lead) printf("val loss %.6f\n", vl);
+            if (lead && run.log) fprintf(run.log, "{\"step\":%d,\"val_loss\":%.9g}\n", step, vl);
         }
-        if (cfg.sample_len > 0 && cfg.sample_every > 0 && (step % cfg.sample_every == 0 || last))
-            gpt2_sample(&model, have_tok ? &tok : NULL, cfg.sample_len, &sample_rng);
-        if (cfg.out_dir && ((cfg.save_every > 0 && step % cfg.save_every == 0) || last))
-            save_checkpoint(&cfg, &model, step);
+        if (c->sample_len > 0 && c->sample_every > 0 && (step % c->sample_every == 0 || last))
+            gpt2_sample(&run.model, run.have_tok ? &run.tok : NULL, c->sample_len, &sample_rng);
+        if (c->out_dir && ((c->save_every > 0 && step % c->save_every == 0) || last)) save(&run, step);
+        if (run.log) fflush(run.log);
     }
-    if (cfg.steps > 1)
-        printf("average step (after the first): %.1f ms, %.0f tok/s\n", total_ms / (cfg.steps - 1),
-               cfg.total_batch / (total_ms / (cfg.steps - 1) / 1e3));
-    if (log) fclose(log);
-    if (have_tok) tokenizer_free(&tok);
-    dataloader_free(&train);
-    if (do_val) dataloader_free(&val);
-    gpt2_free(&model);
+    if (lead && c->steps > 1)
+        printf("average step (after the first): %.1f ms, %.0f tok/s\n", total_ms / (c->steps - 1),
+               c->total_batch / (total_ms / (c->steps - 1) / 1e3));
+    if (run.log) fclose(run.log);
+    if (run.have_tok) tokenizer_free(&run.tok);
+    dataloader_free(&run.train);
+    if (run.have_val) dataloader_free(&run.val);
+    gpt2_free(&run.model);
+    MPI_Finalize();
     return 0;
 }
 #endif

@@ -1,0 +1,318 @@
+// zero.h: ZeRO stages 0-3 as a schedule of gathers, reductions and updates, independent of
+// the communication backend (MPI in train_gpt_cpu.c, NCCL in train_gpt.cu).
+//
+// Contract
+//   Partitioning. The flat parameter buffer (gpt2.h) is cut into units: the embeddings (wte,
+//   wpe), each transformer layer, the final LayerNorm. Every unit is padded to a multiple of
+//   world * ZERO_ALIGN elements, and rank r owns the r-th of world equal slices of EVERY unit.
+//   A rank's "shard" is its slices of all units, back to back: num_flat / world elements.
+//   Padding elements are zero, stay zero through the update, and add nothing to the gradient norm.
+//
+//   What a rank keeps (fp32 training; the parameters are their own master copy):
+//     stage 0: parameters, gradients, Adam m and v in full                   16 bytes/param
+//     stage 1: parameters and gradients in full, m and v of its shard        8 + 8/N
+//     stage 2: parameters in full; gradients, m, v of its shard              4 + 12/N
+//     stage 3: parameters too only of its shard                              16/N
+//   plus bounded buffers: gradient buckets (stages 2, 3) and gather buffers (stage 3).
+//
+//   The schedule. The model calls the hooks below around each unit's forward and backward;
+//   they return where the unit's parameters and gradients are, and start the collectives:
+//     stage 0: in the last micro-step, each unit's gradient is all-reduced as soon as the
+//              backward has finished with it (overlapping the rest of the backward).
+//     stage 1: the same moment, a reduce-scatter: each rank receives the summed gradient of
+//              its slice; after the update, the parameters are all-gathered.
+//     stage 2: every micro-step, each unit's gradient is produced in a bucket, reduce-scattered
+//              into the owner's shard accumulator, and the bucket reused.
+//     stage 3: as stage 2, and before each unit's forward and backward its parameters are
+//              all-gathered into a gather buffer; the next unit's gather is started (prefetch)
+//              before the current unit computes. The embeddings are gathered once per
+//              micro-step and kept until the encoder's backward (they are used first and last,
+//              and their buffer is needed at the LM head anyway); the final LayerNorm likewise
+//              from its forward to its backward. Layers are gathered twice per micro-step.
+//   Accounting. Every collective's bytes are counted in the ring model (all-gather or
+//   reduce-scatter of M bytes over N ranks: M(N-1)/N; all-reduce: twice that), and every
+//   buffer this header asks the backend to allocate is counted by kind.
+//
+//   The backend (ZeroBackend) performs what it is handed: non-blocking collectives identified
+//   by a small integer, a wait, a blocking sum of a few doubles, and allocation. It never
+//   decides what to communicate.
+// No global state; compiles as C11 and as CUDA C++.
+#ifndef ZERO_H
+#define ZERO_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include "gpt2.h"
+
+#define ZERO_ALIGN 16 // elements: every slice starts on a 64-byte boundary in fp32
+
+enum { ZC_ALL_REDUCE, ZC_REDUCE_SCATTER, ZC_ALL_GATHER, ZC_NUM_COLLECTIVES };
+static const char *const zero_collective_names[ZC_NUM_COLLECTIVES] = {"all_reduce", "reduce_scatter", "all_gather"};
+
+enum { MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_ADAM_M, MEM_ADAM_V, MEM_BUFFERS, MEM_ACTIVATIONS, MEM_KINDS };
+static const char *const zero_memory_names[MEM_KINDS] = {"params", "grads", "master", "adam_m", "adam_v", "buffers", "activations"};
+
+typedef struct {
+    void *ctx;
+    // Start a collective over float elements and return its handle (>= 0).
+    //   all_reduce: buf (n) summed over ranks, in place.
+    //   reduce_scatter: send (n * world) summed over ranks; this rank's n elements land in
+    //     recv. In place when recv == send + rank * n (NCCL's convention).
+    //   all_gather: each rank's send (n) lands at recv + rank * n on every rank. In place
+    //     when send == recv + rank * n.
+    int (*all_reduce)(void *ctx, float *buf, size_t n);
+    int (*reduce_scatter)(void *ctx, float *send, float *recv, size_t n);
+    int (*all_gather)(void *ctx, const float *send, float *recv, size_t n);
+    // Wait for a collective to complete. what/unit name it for the watchdog's message.
+    void (*wait)(void *ctx, int handle, const char *what, int unit);
+    void (*sum_doubles)(void *ctx, double *x, int n); // blocking all-reduce of a few scalars
+    // Memory where the backend's compute runs (host here, device on the GPU): allocated
+    // zeroed, and touched by this header only through these calls.
+    float *(*alloc_floats)(void *ctx, size_t n);
+    void (*free_floats)(void *ctx, float *p);
+    void (*zero_floats)(void *ctx, float *p, size_t n);
+    void (*add_floats)(void *ctx, float *dst, const float *src, size_t n); // dst += src
+} ZeroBackend;
+
+typedef struct {
+    int stage, rank, world;
+    ParamLayout lay;               // padded for this world size
+    ZeroBackend be;
+    // the model states this rank keeps
+    float *params;                 // full (stages 0-2) or shard (stage 3)
+    float *grads;                  // full (stages 0, 1) or shard accumulator (stages 2, 3)
+    float *adam_m, *adam_v;        // full (stage 0) or shard
+    // bounded buffers
+    float *gather_embed, *gather_final, *gather_layer[2]; // stage 3
+    float *bucket_embed, *bucket_final, *bucket_layer[2]; // stages 2, 3
+    float *scatter_recv[3];        // a reduce-scatter's output before it is added to the shard
+    // schedule state
+    int micro, accum;              // current micro-step (0-based) and how many per step
+    int pending[GPT2_MAX_UNITS];   // handle of the unit's collective in flight, or -1
+    int pending_recv[GPT2_MAX_UNITS]; // which scatter_recv buffer the unit's reduce-scatter uses
+    int gathered[GPT2_MAX_UNITS];  // stage 3: the unit's parameters are (being) gathered in its buffer
+    int step;                      // for the watchdog's message
+    // accounting
+    size_t mem[MEM_KINDS];         // bytes allocated, by kind
+    double comm[ZC_NUM_COLLECTIVES]; // bytes moved this step, ring model
+} Zero;
+
+// --- partition arithmetic -------------------------------------------------------------
+
+static inline size_t zero_slice(const Zero *z, int u) { return gpt2_unit_padded(&z->lay, u) / z->world; }
+// Where this rank's slice of unit u starts, in full-buffer and in shard coordinates.
+static inline size_t zero_slice_begin(const Zero *z, int u) { return z->lay.unit_offset[u] + (size_t)z->rank * zero_slice(z, u); }
+static inline size_t zero_shard_offset(const Zero *z, int u) { return z->lay.unit_offset[u] / z->world; }
+static inline size_t zero_shard_size(const Zero *z) { return z->lay.num_flat / z->world; }
+static inline size_t zero_max_layer(const Zero *z) { return gpt2_unit_padded(&z->lay, 1); }
+static inline int zero_is_layer(const Zero *z, int u) { return u >= 1 && u < gpt2_final_unit(&z->lay); }
+
+static inline float *zero_alloc(Zero *z, int kind, size_t n) {
+    z->mem[kind] += n * sizeof(float);
+    return z->be.alloc_floats(z->be.ctx, n);
+}
+
+// Sets up the partition and allocates this rank's model states and buffers.
+static inline void zero_init(Zero *z, const GPT2Config *cfg, int stage, int rank, int world, ZeroBackend be) {
+    memset(z, 0, sizeof(*z));
+    z->stage = stage; z->rank = rank; z->world = world; z->be = be;
+    gpt2_layout_init(&z->lay, cfg, (size_t)world * ZERO_ALIGN);
+    size_t full = z->lay.num_flat, shard = zero_shard_size(z);
+    z->params = zero_alloc(z, MEM_PARAMS, stage == 3 ? shard : full);
+    z->grads = zero_alloc(z, MEM_GRADS, stage >= 2 ? shard : full);
+    z->adam_m = zero_alloc(z, MEM_ADAM_M, stage == 0 ? full : shard);
+    z->adam_v = zero_alloc(z, MEM_ADAM_V, stage == 0 ? full : shard);
+    int F = gpt2_final_unit(&z->lay);
+    if (stage >= 2) {
+        z->bucket_embed = zero_alloc(z, MEM_BUFFERS, gpt2_unit_padded(&z->lay, UNIT_EMBED));
+        z->bucket_final = zero_alloc(z, MEM_BUFFERS, gpt2_unit_padded(&z->lay, F));
+        for (int i = 0; i < 2; i++) z->bucket_layer[i] = zero_alloc(z, MEM_BUFFERS, zero_max_layer(z));
+        // The receive buffers: one for the embeddings (reduced last), two for alternating
+        // layers (the final LayerNorm's tiny reduction borrows the embeddings' one).
+        z->scatter_recv[0] = zero_alloc(z, MEM_BUFFERS, zero_slice(z, UNIT_EMBED));
+        for (int i = 1; i < 3; i++) z->scatter_recv[i] = zero_alloc(z, MEM_BUFFERS, zero_max_layer(z) / world);
+    }
+    if (stage == 3) {
+        z->gather_embed = zero_alloc(z, MEM_BUFFERS, gpt2_unit_padded(&z->lay, UNIT_EMBED));
+        z->gather_final = zero_alloc(z, MEM_BUFFERS, gpt2_unit_padded(&z->lay, F));
+        for (int i = 0; i < 2; i++) z->gather_layer[i] = zero_alloc(z, MEM_BUFFERS, zero_max_layer(z));
+    }
+    for (int u = 0; u < GPT2_MAX_UNITS; u++) z->pending[u] = -1;
+}
+
+static inline void zero_free(Zero *z) {
+    float *all[] = {z->params, z->grads, z->adam_m, z->adam_v, z->gather_embed, z->gather_final,
+                    z->gather_layer[0], z->gather_layer[1], z->bucket_embed, z->bucket_final,
+                    z->bucket_layer[0], z->bucket_layer[1], z->scatter_recv[0], z->scatter_recv[1],
+                    z->scatter_recv[2]};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (all[i]) z->be.free_floats(z->be.ctx, all[i]);
+}
+
+// --- the schedule: where a unit's parameters and gradients are ---------------------------
+
+static inline float *zero_gather_buffer(const Zero *z, int u) {
+    if (u == UNIT_EMBED) return z->gather_embed;
+    if (u == gpt2_final_unit(&z->lay)) return z->gather_final;
+    return z->gather_layer[u % 2]; // consecutive layers alternate: one computes, one prefetches
+}
+static inline float *zero_bucket(const Zero *z, int u) {
+    if (u == UNIT_EMBED) return z->bucket_embed;
+    if (u == gpt2_final_unit(&z->lay)) return z->bucket_final;
+    return z->bucket_layer[u % 2];
+}
+
+static inline void zero_count(Zero *z, int kind, size_t n_full) {
+    double bytes = (double)n_full * sizeof(float) * (z->world - 1) / z->world;
+    z->comm[kind] += kind == ZC_ALL_REDUCE ? 2.0 * bytes : bytes;
+}
+
+static inline void zero_wait(Zero *z, int u, const char *what) {
+    if (u < 0 || u >= GPT2_MAX_UNITS || z->pending[u] < 0) return;
+    z->be.wait(z->be.ctx, z->pending[u], what, u);
+    z->pending[u] = -1;
+}
+
+// Stage 3: start gathering unit u's parameters into its buffer, unless already there.
+static inline void zero_prefetch(Zero *z, int u) {
+    if (z->stage != 3 || u < 0 || u >= z->lay.num_units || z->gathered[u]) return;
+    if (zero_is_layer(z, u)) // the buffer's previous layer (same parity) is overwritten
+        for (int v = 1; v < gpt2_final_unit(&z->lay); v++)
+            if (v % 2 == u % 2) z->gathered[v] = 0;
+    z->pending[u] = z->be.all_gather(z->be.ctx, z->params + zero_shard_offset(z, u), zero_gather_buffer(z, u),
+                                     zero_slice(z, u));
+    z->gathered[u] = 1;
+    zero_count(z, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u));
+}
+
+// A forward pass begins (a training micro-step, a validation batch or a sampling step):
+// parameters may have changed since the last one, so nothing gathered is trusted.
+static inline void zero_begin_forward(Zero *z, int micro, int accum) {
+    z->micro = micro;
+    z->accum = accum;
+    for (int u = 0; u < z->lay.num_units; u++) z->gathered[u] = 0;
+}
+
+// The parameters of unit u, for its forward or its backward. next: the unit that will be
+// needed after this one, prefetched now so that its gather overlaps this unit's compute (-1:
+// none). Stage 3 re-gathers a layer for its backward only if its buffer was reused since.
+static inline float *zero_params(Zero *z, int u, int next) {
+    if (z->stage != 3) return z->params + z->lay.unit_offset[u];
+    zero_prefetch(z, u);
+    zero_wait(z, u, "all_gather");
+    zero_prefetch(z, next);
+    return zero_gather_buffer(z, u);
+}
+
+// Finish unit u's reduction in flight: wait, and for stages 2 and 3 add the received slice
+// into this rank's gradient shard (micro-steps accumulate there).
+static inline void zero_finish_reduce(Zero *z, int u) {
+    if (z->pending[u] < 0) return;
+    zero_wait(z, u, z->stage == 0 ? "all_reduce" : "reduce_scatter");
+    if (z->stage < 2) return;
+    z->be.add_floats(z->be.ctx, z->grads + zero_shard_offset(z, u), z->scatter_recv[z->pending_recv[u]], zero_slice(z, u));
+}
+
+// Where the backward accumulates unit u's gradient. Stages 0 and 1: the full gradient
+// buffer (micro-steps accumulate in it). Stages 2 and 3: a zeroed bucket, once the bucket's
+// previous user (the layer two above, for layers) has finished its reduce-scatter.
+static inline float *zero_grads(Zero *z, int u) {
+    if (z->stage < 2) return z->grads + z->lay.unit_offset[u];
+    if (zero_is_layer(z, u) && u + 2 < gpt2_final_unit(&z->lay)) zero_finish_reduce(z, u + 2);
+    float *b = zero_bucket(z, u);
+    z->be.zero_floats(z->be.ctx, b, gpt2_unit_padded(&z->lay, u));
+    return b;
+}
+
+// The backward is done with unit u's gradient: start its reduction.
+static inline void zero_grads_done(Zero *z, int u) {
+    size_t n = gpt2_unit_padded(&z->lay, u);
+    if (z->world == 1 && z->stage < 2) return;
+    if (z->stage < 2) {
+        if (z->micro != z->accum - 1) return; // stages 0 and 1 reduce once per optimizer step
+        float *g = z->grads + z->lay.unit_offset[u];
+        if (z->stage == 0) {
+            z->pending[u] = z->be.all_reduce(z->be.ctx, g, n);
+            zero_count(z, ZC_ALL_REDUCE, n);
+        } else { // in place: this rank's summed slice lands on its own slice
+            z->pending[u] = z->be.reduce_scatter(z->be.ctx, g, g + (size_t)z->rank * zero_slice(z, u), zero_slice(z, u));
+            zero_count(z, ZC_REDUCE_SCATTER, n);
+        }
+        return;
+    }
+    int r = u == UNIT_EMBED || u == gpt2_final_unit(&z->lay) ? 0 : 1 + u % 2;
+    z->pending_recv[u] = r;
+    z->pending[u] = z->be.reduce_scatter(z->be.ctx, zero_bucket(z, u), z->scatter_recv[r], zero_slice(z, u));
+    zero_count(z, ZC_REDUCE_SCATTER, n);
+    if (u == gpt2_final_unit(&z->lay)) zero_finish_reduce(z, u); // it shares scatter_recv[0]
+}
+
+// After the last backward of a micro-step: every reduction has landed.
+static inline void zero_end_backward(Zero *z) {
+    for (int u = 0; u < z->lay.num_units; u++) zero_finish_reduce(z, u);
+}
+
+// --- the update ------------------------------------------------------------------------
+
+// The gradient of the elements this rank updates, for unit u: a pointer to the first of
+// zero_update_count(z, u) elements, aligned with zero_update_params / the moments.
+static inline size_t zero_update_begin(const Zero *z, int u) { return z->stage == 0 ? z->lay.unit_offset[u] : zero_slice_begin(z, u); }
+static inline size_t zero_update_count(const Zero *z, int u) { return z->stage == 0 ? gpt2_unit_padded(&z->lay, u) : zero_slice(z, u); }
+static inline float *zero_update_grads(const Zero *z, int u) {
+    return z->grads + (z->stage < 2 ? zero_update_begin(z, u) : zero_shard_offset(z, u));
+}
+static inline float *zero_update_params(const Zero *z, int u) {
+    return z->stage == 3 ? z->params + zero_shard_offset(z, u) : z->params + zero_update_begin(z, u);
+}
+static inline float *zero_update_moment(const Zero *z, const float *moment, int u) {
+    return (float *)moment + (z->stage == 0 ? z->lay.unit_offset[u] : zero_shard_offset(z, u));
+}
+
+// The global gradient norm from this rank's sum of squares over its zero_update_grads.
+// Under stage 0 every rank holds the whole averaged gradient, so its local sum is already the
+// global one (adding the ranks' sums would count every element N times); otherwise each rank
+// holds a disjoint slice and the partial sums add up: one all-reduce of one number.
+static inline float zero_global_grad_norm(Zero *z, double local_sumsq) {
+    if (z->stage > 0 && z->world > 1) z->be.sum_doubles(z->be.ctx, &local_sumsq, 1);
+    return (float)sqrt(local_sumsq);
+}
+
+// Stages 1, 2: after the update, every rank needs all parameters again.
+static inline void zero_gather_updated_params(Zero *z) {
+    if (z->stage == 0 || z->stage == 3 || z->world == 1) return;
+    for (int u = 0; u < z->lay.num_units; u++) {
+        float *p = z->params + z->lay.unit_offset[u];
+        z->pending[u] = z->be.all_gather(z->be.ctx, p + (size_t)z->rank * zero_slice(z, u), p, zero_slice(z, u));
+        zero_count(z, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u));
+    }
+    for (int u = 0; u < z->lay.num_units; u++) zero_wait(z, u, "all_gather (updated parameters)");
+}
+
+// Zero the gradient accumulators at the start of a step; reset the step's counters.
+static inline void zero_begin_step(Zero *z, int step) {
+    z->step = step;
+    z->be.zero_floats(z->be.ctx, z->grads, z->stage >= 2 ? zero_shard_size(z) : z->lay.num_flat);
+    for (int k = 0; k < ZC_NUM_COLLECTIVES; k++) z->comm[k] = 0.0;
+}
+
+// --- theory, for the reports beside the measurements -------------------------------------
+
+// Model-state bytes per rank by the textbook formula (fp32 + Adam): 16P, 8P + 8P/N, 4P + 12P/N, 16P/N.
+static inline double zero_theory_model_states(int stage, double P, int N) {
+    switch (stage) {
+    case 0: return 16.0 * P;
+    case 1: return 8.0 * P + 8.0 * P / N;
+    case 2: return 4.0 * P + 12.0 * P / N;
+    default: return 16.0 * P / N;
+    }
+}
+// Bytes communicated per rank per step (one micro-step), textbook: 2P(N-1)/N elements for
+// stages 0-2, 3P(N-1)/N for stage 3; here in fp32 bytes.
+static inline double zero_theory_comm(int stage, double P, int N) {
+    return (stage == 3 ? 3.0 : 2.0) * P * 4.0 * (N - 1) / N;
+}
+
+#endif // ZERO_H
