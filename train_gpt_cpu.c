@@ -308,7 +308,7 @@ static void crossentropy_softmax_fused(float *logits, float *losses, const int *
 #define MAX_PENDING (GPT2_MAX_UNITS + 8)
 typedef struct {
     MPI_Comm comm;
-    int rank, world, step;
+    int rank, world, step, num_units;
     double timeout;                 // --comm-timeout: seconds before the watchdog aborts
     MPI_Request req[MAX_PENDING];
     int busy[MAX_PENDING];
@@ -316,6 +316,11 @@ typedef struct {
     size_t move_n[MAX_PENDING];                           // leaves the result at the top
 } MpiBackend;
 
+static void unit_name(char *buf, size_t n, int u, int num_units) { // " of unit 3 (layer 2)"
+    if (u == UNIT_EMBED) snprintf(buf, n, " of unit 0 (embeddings)");
+    else if (u == num_units - 1) snprintf(buf, n, " of unit %d (final layernorm)", u);
+    else snprintf(buf, n, " of unit %d (layer %d)", u, u - 1);
+}
 static int mpi_slot(MpiBackend *b) {
     for (int h = 0; h < MAX_PENDING; h++)
         if (!b->busy[h]) { b->busy[h] = 1; b->move_n[h] = 0; return h; }
@@ -349,38 +354,44 @@ static int mpi_all_gather(void *ctx, const float *send, float *recv, size_t n) {
         MPI_Iallgather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, b->comm, &b->req[h]);
     return h;
 }
-static void unit_name(char *buf, size_t n, int u, int num_units) {
-    if (u == UNIT_EMBED) snprintf(buf, n, "embeddings");
-    else if (u == num_units - 1) snprintf(buf, n, "final layernorm");
-    else snprintf(buf, n, "layer %d", u - 1);
-}
 // Waits by polling, so that a collective that never completes (a peer stuck or gone) ends
 // the job with a message instead of a silent hang. Polling sleeps a little between tests so
 // that ranks sharing cores leave them to those still computing.
-static void mpi_wait(void *ctx, int h, const char *what, int unit) {
-    MpiBackend *b = (MpiBackend *)ctx;
+static void mpi_wait_request(MpiBackend *b, MPI_Request *req, const char *what, int unit) {
     double start = MPI_Wtime();
     for (int spins = 0;; spins++) {
         int done = 0;
-        MPI_Test(&b->req[h], &done, MPI_STATUS_IGNORE);
-        if (done) break;
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done) return;
         if (MPI_Wtime() - start > b->timeout) {
-            char name[32];
-            unit_name(name, sizeof(name), unit, GPT2_MAX_UNITS + 1);
-            fprintf(stderr, "error: rank %d: %s of unit %d (%s) did not complete within %g s at step %d; "
+            char name[64] = "";
+            if (unit >= 0) unit_name(name, sizeof(name), unit, b->num_units);
+            fprintf(stderr, "error: rank %d: %s%s did not complete within %g s at step %d; "
                             "a peer is stuck or gone (--comm-timeout); aborting the job\n",
-                    b->rank, what, unit, unit == UNIT_EMBED ? "embeddings" : name, b->timeout, b->step);
+                    b->rank, what, name, b->timeout, b->step);
             MPI_Abort(b->comm, 3);
         }
         if (spins > 100) { struct timespec ts = {0, 50000}; nanosleep(&ts, NULL); }
     }
+}
+static void mpi_wait(void *ctx, int h, const char *what, int unit) {
+    MpiBackend *b = (MpiBackend *)ctx;
+    mpi_wait_request(b, &b->req[h], what, unit);
     if (b->move_n[h] && b->move_to[h] != b->move_from[h])
         memmove(b->move_to[h], b->move_from[h], b->move_n[h] * sizeof(float));
     b->busy[h] = 0;
 }
 static void mpi_sum_doubles(void *ctx, double *x, int n) {
     MpiBackend *b = (MpiBackend *)ctx;
-    MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, b->comm);
+    MPI_Request req;
+    MPI_Iallreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, b->comm, &req);
+    mpi_wait_request(b, &req, "all_reduce of the loss or gradient norm", -1);
+}
+// Rank 0 collects n doubles from every rank (for the reports), under the watchdog too.
+static void mpi_gather_doubles(MpiBackend *b, const double *mine, double *all, int n) {
+    MPI_Request req;
+    MPI_Igather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0, b->comm, &req);
+    mpi_wait_request(b, &req, "gather of reports", -1);
 }
 static float *host_alloc_floats(void *ctx, size_t n) { (void)ctx; return xcalloc_floats(n); }
 static void host_free_floats(void *ctx, float *p) { (void)ctx; free(p); }
@@ -723,6 +734,7 @@ static int setup(Run *r, int argc, char **argv) {
     r->mpi.rank = r->rank;
     r->mpi.world = r->world;
     r->mpi.timeout = c->comm_timeout;
+    r->mpi.num_units = c->model.num_layers + 2;
     gpt2_build(&r->model, &c->model, c->batch, c->seq_len, c->zero_stage, r->rank, r->world, mpi_backend(&r->mpi));
     int ok = gpt2_load_or_init(&r->model, init, c->init_path, c->seed) == 0;
     if (init) fclose(init);
@@ -779,7 +791,7 @@ static void report_memory(Run *r) {
     Zero *z = &r->model.z;
     double mine[MEM_KINDS], *all = (double *)xmalloc(sizeof(double) * MEM_KINDS * r->world);
     for (int k = 0; k < MEM_KINDS; k++) mine[k] = (double)z->mem[k];
-    MPI_Gather(mine, MEM_KINDS, MPI_DOUBLE, all, MEM_KINDS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    mpi_gather_doubles(&r->mpi, mine, all, MEM_KINDS);
     if (r->rank == 0) {
         double P = (double)z->lay.num_params, mib = 1024.0 * 1024.0;
         double theory = zero_theory_model_states(z->stage, P, r->world);
@@ -807,7 +819,7 @@ static void report_memory(Run *r) {
 static void report_comm(Run *r, int step) {
     Zero *z = &r->model.z;
     double *all = (double *)xmalloc(sizeof(double) * ZC_NUM_COLLECTIVES * r->world);
-    MPI_Gather(z->comm, ZC_NUM_COLLECTIVES, MPI_DOUBLE, all, ZC_NUM_COLLECTIVES, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    mpi_gather_doubles(&r->mpi, z->comm, all, ZC_NUM_COLLECTIVES);
     if (r->rank == 0) {
         for (int q = 0; q < r->world && r->log; q++) {
             double *x = all + q * ZC_NUM_COLLECTIVES;
