@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The C trainer against the independent float64 PyTorch GPT-2 (test/reference_gpt2.py).
+# First the reference proves itself (finite differences, torch.optim.AdamW, its comparison logic);
+# then, from one random checkpoint (V=50257 padded to 50304, maxT=32, L=2, H=4, C=64, LayerNorm
+# params and biases randomised), each case trains 10 AdamW steps on a token file that holds exactly
+# one optimizer step's tokens (+1), so every step sees the same batch, and compares:
+#   the first step's gradient of every tensor (--dump-grads), padded wte rows exactly zero,
+#   loss / lr / grad_norm of every step (--log), and all parameters after the last step (--out).
+# Cases: plain (B=4 T=16, no clipping, constant LR); clipped (B=2 T=32=maxT, clip 1.0 active,
+# warmup 3 + cosine to 0.1); accumulation (B=2 T=16, 2 micro-batches per step, clip, warmup 2 + linear).
+# TRAINER=path overrides the binary (e.g. ./train_gpt_cpu_asan).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+PY=${PYTHON:-/usr/bin/python3}
+REF=test/reference_gpt2.py
+"$PY" -c 'import torch, numpy' 2>/dev/null || { echo "skip: $PY has no torch/numpy"; exit 77; }
+
+echo "=== reference self-test"
+"$PY" $REF selftest || { echo "FAIL: the reference's own self-test"; exit 1; }
+
+TRAINER=${TRAINER:-./train_gpt_cpu}
+if [ "$TRAINER" = ./train_gpt_cpu ]; then
+  [ -f train_gpt_cpu.c ] || { echo "skip: train_gpt_cpu.c does not exist yet"; exit 77; }
+  make -s train_gpt_cpu || { echo "FAIL: make train_gpt_cpu"; exit 1; }
+fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+"$PY" $REF init --out "$tmp/model.bin" --V 50257 --Vp 50304 --maxT 32 --L 2 --H 4 --C 64 --seed 1 --perturb || exit 1
+
+failed=()
+# run_case NAME B T ACCUM CLIP SCHEDULE WARMUP MIN_LR_FRAC [extra check options]
+run_case() {
+  local name=$1 B=$2 T=$3 accum=$4 clip=$5 sched=$6 warm=$7 minf=$8; shift 8
+  local d=$tmp/$name steps=10 lr=1e-3 wd=0.1 adam=(--beta1 0.9 --beta2 0.95 --eps 1e-8)
+  mkdir -p "$d"
+  echo; echo "=== $name: B=$B T=$T micro-batches=$accum clip=$clip $sched warmup=$warm min-lr-frac=$minf"
+  "$PY" $REF tokens --out "$d/batch.bin" --n $((accum * B * T + 1)) --seed "$B$T$accum" || exit 1
+  local tb=(); [ "$accum" -gt 1 ] && tb=(--total-batch $((accum * B * T)))
+  local cmd=("$TRAINER" --init "$tmp/model.bin" --train-data "$d/batch.bin" --val-every 0 --sample-every 0 --no-shuffle
+             --batch "$B" --seq-len "$T" "${tb[@]}" --steps $steps --lr $lr --warmup "$warm" --lr-schedule "$sched"
+             --min-lr-frac "$minf" --weight-decay $wd "${adam[@]}" --grad-clip "$clip" --log "$d/log.jsonl" --dump-grads "$d/grads.bin"
+             --out "$d/out" --save-every $steps --seed 1)
+  echo "${cmd[*]}"
+  local t0; t0=$(date +%s%N)
+  if ! "${cmd[@]}" >"$d/stdout" 2>&1; then
+    echo "FAIL: the trainer exited with an error:"; tail -n 20 "$d/stdout"; failed+=("$name"); return
+  fi
+  echo "trainer took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+  # The last checkpoint the trainer wrote (model_STEP.bin, the highest STEP).
+  local final; final=$(ls "$d"/out/model_*.bin 2>/dev/null | sort -V | tail -n 1)
+  [ -n "$final" ] || { echo "FAIL: no checkpoint in $d/out"; ls -la "$d/out" 2>&1; failed+=("$name"); return; }
+  echo "final checkpoint: $(basename "$final")"
+  "$PY" $REF check --model "$tmp/model.bin" --tokens "$d/batch.bin" --log "$d/log.jsonl" --grads "$d/grads.bin" \
+      --final "$final" --B "$B" --T "$T" --accum "$accum" --steps $steps --lr $lr --warmup "$warm" --schedule "$sched" \
+      --min-lr-frac "$minf" --wd $wd "${adam[@]}" --clip "$clip" "$@" || failed+=("$name")
+}
+
+run_case plain        4 16 1 0   constant 0 0
+run_case clipped      2 32 1 1.0 cosine   3 0.1 --expect-clip
+run_case accumulation 2 16 2 1.0 linear   2 0.2 --expect-clip
+
+echo
+if [ ${#failed[@]} -gt 0 ]; then echo "FAILED: ${failed[*]}"; exit 1; fi
+echo "all cases agree with the reference"
