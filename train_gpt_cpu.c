@@ -692,7 +692,13 @@ static int all_ok(int ok) {
     MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     return ok;
 }
-static void die(void) { MPI_Abort(MPI_COMM_WORLD, 1); exit(1); }
+static void die(void) {
+    int world;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world > 1) MPI_Abort(MPI_COMM_WORLD, 1); // ends every rank (OpenMPI says so at length)
+    MPI_Finalize();
+    exit(1);
+}
 
 // Ranks on one machine share its cores, unless the user said otherwise (OMP_NUM_THREADS).
 static void share_cores(int rank) {
