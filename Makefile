@@ -45,7 +45,9 @@ data:
 
 # libFuzzer over the shard header, the loader and the tokenizer reader, for
 # FUZZ_SECONDS. Crashing inputs are written to test/fuzz_regressions/, which the
-# suite replays from then on (test/test_data_fuzz_regressions.sh).
+# suite replays from then on (test/test_data_fuzz_regressions.sh). Inputs are at
+# most 4 KB, so an allocation over 16 MB or a run over 10 s counts as a crash too:
+# it means a size from the file was trusted before it was checked.
 FUZZ_SECONDS ?= 60
 test/bin/fuzz_dataloader_libfuzzer: test/fuzz_dataloader.c dataloader.h tokenizer.h
 	@mkdir -p test/bin
@@ -54,6 +56,7 @@ test/bin/fuzz_dataloader_libfuzzer: test/fuzz_dataloader.c dataloader.h tokenize
 fuzz: test/bin/fuzz_dataloader_libfuzzer
 	@mkdir -p test/out/fuzz_corpus test/fuzz_regressions
 	test/bin/fuzz_dataloader_libfuzzer -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -close_fd_mask=2 \
+		-malloc_limit_mb=16 -timeout=10 \
 		-artifact_prefix=test/fuzz_regressions/ test/out/fuzz_corpus test/fuzz_seeds
 
 clean:
