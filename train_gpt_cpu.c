@@ -16,6 +16,7 @@
 #include <math.h>
 #include <time.h>
 #include <sys/stat.h>
+#include <strings.h>
 #include <unistd.h>
 #include <omp.h>
 #include <cblas.h>
@@ -902,8 +903,23 @@ static void save(Run *r, int step) {
     if (r->rank == 0) printf("saved %s\n", path);
 }
 
+// Debian's OpenBLAS 0.3.21 predates some CPUs (Sapphire Rapids among them) and falls back to
+// its slowest kernels, SSE3 "Prescott", on them: 5x slower matmuls on this project's machines.
+// When that happened and the user chose no core type, run again with the best one the CPU has.
+static void pick_openblas_core(char **argv) {
+    if (getenv("OPENBLAS_CORETYPE") || strcasecmp(openblas_get_corename(), "prescott") != 0) return;
+    const char *core = NULL;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) core = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) core = "Haswell";
+    if (!core) return;
+    setenv("OPENBLAS_CORETYPE", core, 1);
+    execv("/proc/self/exe", argv); // returns only on failure: then carry on with Prescott
+}
+
 #ifndef TESTING
 int main(int argc, char **argv) {
+    pick_openblas_core(argv);
     MPI_Init(&argc, &argv);
     Run run;
     memset(&run, 0, sizeof(run));
