@@ -7,7 +7,9 @@
 #   the first step's gradient of every tensor (--dump-grads), padded wte rows exactly zero,
 #   loss / lr / grad_norm of every step (--log), and all parameters after the last step (--out).
 # Cases: plain (B=4 T=16, no clipping, constant LR); clipped (B=2 T=32=maxT, clip 1.0 active,
-# warmup 3 + cosine to 0.1); accumulation (B=2 T=16, 2 micro-batches per step, clip, warmup 2 + linear).
+# warmup 3 + cosine to 0.1); accumulation (B=2 T=16, 2 micro-batches per step, clip, warmup 2 + linear);
+# zero3_2ranks (the accumulation case's step split over 2 MPI processes under ZeRO stage 3: the
+# reference is the same 2-micro-batch mean; gradients are partitioned there, so no --dump-grads).
 # TRAINER=path overrides the binary (e.g. ./train_gpt_cpu_asan).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -27,18 +29,25 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 "$PY" $REF init --out "$tmp/model.bin" --V 50257 --Vp 50304 --maxT 32 --L 2 --H 4 --C 64 --seed 1 --perturb || exit 1
 
 failed=()
-# run_case NAME B T ACCUM CLIP SCHEDULE WARMUP MIN_LR_FRAC [extra check options]
+# run_case NAME NP STAGE B T ACCUM CLIP SCHEDULE WARMUP MIN_LR_FRAC [extra check options]
+# ACCUM: micro-batches of B sequences per optimizer step, over all NP processes together.
 run_case() {
-  local name=$1 B=$2 T=$3 accum=$4 clip=$5 sched=$6 warm=$7 minf=$8; shift 8
+  local name=$1 np=$2 stage=$3 B=$4 T=$5 accum=$6 clip=$7 sched=$8 warm=$9 minf=${10}; shift 10
   local d=$tmp/$name steps=10 lr=1e-3 wd=0.1 adam=(--beta1 0.9 --beta2 0.95 --eps 1e-8)
   mkdir -p "$d"
-  echo; echo "=== $name: B=$B T=$T micro-batches=$accum clip=$clip $sched warmup=$warm min-lr-frac=$minf"
+  echo; echo "=== $name: B=$B T=$T micro-batches=$accum processes=$np zero-stage=$stage clip=$clip $sched warmup=$warm min-lr-frac=$minf"
+  local launch=() grads=(--dump-grads "$d/grads.bin")
+  if [ "$np" -gt 1 ]; then
+    command -v mpirun >/dev/null || { echo "skipped: no mpirun"; return; }
+    launch=(env OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np "$np" --oversubscribe)
+  fi
+  [ "$stage" -gt 0 ] && [ "$np" -gt 1 ] && grads=()
   "$PY" $REF tokens --out "$d/batch.bin" --n $((accum * B * T + 1)) --seed "$B$T$accum" || exit 1
   local tb=(); [ "$accum" -gt 1 ] && tb=(--total-batch $((accum * B * T)))
-  local cmd=("$TRAINER" --init "$tmp/model.bin" --train-data "$d/batch.bin" --val-every 0 --sample-every 0 --no-shuffle
+  local cmd=("${launch[@]}" "$TRAINER" --init "$tmp/model.bin" --train-data "$d/batch.bin" --val-every 0 --sample-every 0 --no-shuffle
              --batch "$B" --seq-len "$T" "${tb[@]}" --steps $steps --lr $lr --warmup "$warm" --lr-schedule "$sched"
-             --min-lr-frac "$minf" --weight-decay $wd "${adam[@]}" --grad-clip "$clip" --log "$d/log.jsonl" --dump-grads "$d/grads.bin"
-             --out "$d/out" --save-every $steps --seed 1)
+             --min-lr-frac "$minf" --weight-decay $wd "${adam[@]}" --grad-clip "$clip" --log "$d/log.jsonl" "${grads[@]}"
+             --out "$d/out" --save-every $steps --seed 1 --zero-stage "$stage")
   echo "${cmd[*]}"
   local t0; t0=$(date +%s%N)
   if ! "${cmd[@]}" >"$d/stdout" 2>&1; then
@@ -49,14 +58,17 @@ run_case() {
   local final; final=$(ls "$d"/out/model_*.bin 2>/dev/null | sort -V | tail -n 1)
   [ -n "$final" ] || { echo "FAIL: no checkpoint in $d/out"; ls -la "$d/out" 2>&1; failed+=("$name"); return; }
   echo "final checkpoint: $(basename "$final")"
-  "$PY" $REF check --model "$tmp/model.bin" --tokens "$d/batch.bin" --log "$d/log.jsonl" --grads "$d/grads.bin" \
+  [ ${#grads[@]} -gt 0 ] && grads=(--grads "$d/grads.bin")
+  "$PY" $REF check --model "$tmp/model.bin" --tokens "$d/batch.bin" --log "$d/log.jsonl" "${grads[@]}" --cache "$tmp" \
       --final "$final" --B "$B" --T "$T" --accum "$accum" --steps $steps --lr $lr --warmup "$warm" --schedule "$sched" \
       --min-lr-frac "$minf" --wd $wd "${adam[@]}" --clip "$clip" "$@" || failed+=("$name")
 }
 
-run_case plain        4 16 1 0   constant 0 0
-run_case clipped      2 32 1 1.0 cosine   3 0.1 --expect-clip
-run_case accumulation 2 16 2 1.0 linear   2 0.2 --expect-clip
+#        name         NP stage B  T accum clip schedule warmup min-lr-frac
+run_case plain         1 0     4 16 1     0    constant 0      0
+run_case clipped       1 0     2 32 1     1.0  cosine   3      0.1 --expect-clip
+run_case accumulation  1 0     2 16 2     1.0  linear   2      0.2 --expect-clip
+run_case zero3_2ranks  2 3     2 16 2     1.0  linear   2      0.2 --expect-clip
 
 echo
 if [ ${#failed[@]} -gt 0 ]; then echo "FAILED: ${failed[*]}"; exit 1; fi
