@@ -1,0 +1,670 @@
+// planner.h: where the memory of training goes, per rank, before anything is allocated.
+//
+// Contract
+//   - PlanInput describes a run: a model, a precision, an optimizer, a ZeRO stage, a world
+//     size N (any N: 1024 is fine, nothing is allocated), a micro-batch B and sequence length
+//     T, activation recompute on/off, optimizer state offloaded to host on/off.
+//   - The model is either
+//       a GPT-2 shape (--model dNN or --layers/--channels/--heads/--vocab-size/--max-seq-len):
+//         EXACT. The parameter count P is the padded flat layout the trainer allocates
+//         (gpt2_layout_init with align N*ZERO_ALIGN; zero.h's slice arithmetic), buffers are
+//         zero_init's, activations are the trainer's own list (gpt2_activation_numels).
+//         planner_plan() for the trainer's configuration equals the bytes it allocates.
+//       or a bare parameter count (--params 7e9): TEXTBOOK. Model states by the formulas
+//         below on P as given; buffers unknown; activations by the Korthikanti et al. 2022
+//         per-layer estimate when --layers, --channels and --heads are given, else unknown.
+//   - planner_plan() fills a MemoryPlan: bytes per rank by kind (zero.h's MEM_* kinds: params,
+//     grads, master, adam_m, adam_v, buffers, activations), on the device and on the host.
+//     Doubles hold exact integers (up to 2^53 bytes); textbook divisions by N may be fractional.
+//   - planner_print_table() prints it for people (optionally beside what the trainer's ranks
+//     really allocated); planner_print_json() as one JSON object (keys params, grads, master,
+//     adam_m, adam_v, optimizer, model_states, buffers, activations, total: device bytes per
+//     rank; "host" holds what lives in host memory). Unknown amounts are null and not in total.
+//   - planner_main(argc, argv) is the command line (`train_gpt_cpu --plan ...`): GNU long
+//     options, --help; a bad option prints one line naming it and returns non-zero. An argument
+//     "--plan" is accepted and ignored, so a trainer can hand over its argv unchanged.
+//
+// Bytes per parameter (P parameters, N ranks; "K" = optimizer state bytes per parameter):
+//                      params grads  master  m  v     K
+//   fp32  AdamW           4     4      0     4  4     8   (the fp32 params are the master copy)
+//   fp32  SGD+momentum    4     4      0     4  -     4
+//   fp32  SGD             4     4      0     -  -     0
+//   16-bit AdamW          2     2      4     4  4    12   (bf16 or fp16 mixed precision)
+//   16-bit SGD+momentum   2     2      4     4  -     8
+//   16-bit SGD            2     2      4     -  -     4
+//   stage 0: (p+g+K)P   stage 1: pP + gP + KP/N   stage 2: pP + (g+K)P/N   stage 3: (p+g+K)P/N
+//   With --offload-optimizer the K bytes (master, m, v) live in host memory, not on the device.
+//
+// Activations (elements from gpt2_activation_numels, the list the trainer allocates):
+//   fp32: 4 bytes each. 16-bit (an ASSUMPTION until the mixed-precision trainer exists): 2 bytes
+//   each, except the fp32 statistics: LayerNorm means and rstds and the per-position losses.
+//   Recompute (a PLAN; the trainer does not implement it): keep each layer's input (the
+//   embedding output and every layer's output, residual3) and ONE layer's worth of the other
+//   per-layer tensors, rebuilt layer by layer during the backward; the rest (final LayerNorm,
+//   logits, losses, backward scratch) as without recompute.
+//   Textbook, one layer, s = T, b = B, h = C, a = heads: 16-bit sbh(34 + 5as/h) bytes, of which
+//   sbh(2 + as/h) are 1-byte dropout masks; in fp32 the 2-byte elements double: sbh(66 + 9as/h).
+//   With full recompute the textbook keeps each layer's input (2sbh in 16-bit, 4sbh in fp32)
+//   plus one layer's full activations.
+//
+// Buffers (16-bit runs: assumed at the parameter precision): stages 2, 3: a gradient bucket
+//   for the embeddings, the final LayerNorm and two for layers, and reduce-scatter receive
+//   slices (one embedding slice, two layer slices); stage 3 also gather buffers of the same
+//   unit sizes as the buckets. As zero_init allocates them.
+//
+// All functions static inline; no global state (getopt's own aside). C11 and C++.
+#ifndef PLANNER_H
+#define PLANNER_H
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "gpt2.h"
+#include "zero.h"
+#include "config.h"
+
+enum { PLAN_FP32, PLAN_BF16, PLAN_FP16, PLAN_NUM_PRECISIONS };
+static const char *const planner_precision_names[PLAN_NUM_PRECISIONS] = {"fp32", "bf16", "fp16"};
+enum { PLAN_ADAMW, PLAN_SGD_MOMENTUM, PLAN_SGD, PLAN_NUM_OPTIMIZERS };
+static const char *const planner_optimizer_names[PLAN_NUM_OPTIMIZERS] = {"adamw", "sgd-momentum", "sgd"};
+
+typedef struct {
+    GPT2Config cfg;        // the GPT-2 shape (ignored for model states when params_count > 0)
+    const char *model_name;// "d12" etc. or NULL, for the printout only
+    double params_count;   // > 0: a bare parameter count P; model states by the textbook
+    int shape_known;       // with params_count: cfg.num_layers/channels/num_heads are given
+    int precision;         // PLAN_FP32, PLAN_BF16, PLAN_FP16
+    int optimizer;         // PLAN_ADAMW, PLAN_SGD_MOMENTUM, PLAN_SGD
+    int zero_stage;        // 0-3
+    int world;             // N ranks
+    int batch, seq_len;    // micro-batch B and sequence length T
+    int recompute;         // activation recompute (a plan: the trainer does not implement it)
+    int offload_optimizer; // master, m, v in host memory
+} PlanInput;
+
+typedef struct {
+    PlanInput in;
+    int exact;                     // 1: GPT-2 layout arithmetic; 0: textbook on a bare count
+    double num_params;             // P as the model defines it
+    double padded_params;          // P as laid out for N ranks (= num_params for a bare count)
+    double bytes_param, bytes_grad, bytes_master, bytes_m, bytes_v; // per parameter
+    double device[MEM_KINDS];      // bytes per rank on the device, by zero.h's kinds
+    double host[MEM_KINDS];        // bytes per rank in host memory (offloaded optimizer state)
+    int buffers_known, activations_known;
+    double model_states, optimizer, total;          // device; total = states + known buffers/acts
+    double host_optimizer, host_total;
+    double model_states_textbook;  // the stage formula on the unpadded P, all of it wherever it lives
+    double act_textbook_layer;     // Korthikanti per layer, at the plan's precision (0 if unknown)
+    double act_textbook;           // L layers' worth (recompute: inputs + one layer)
+} MemoryPlan;
+
+// ----------------------------------------------------------------------------------------
+// Inputs
+
+// The trainer's defaults (config_defaults): a plan with no options describes what
+// `train_gpt_cpu` with no options would allocate on one rank.
+static inline void planner_input_defaults(PlanInput *in) {
+    TrainConfig d;
+    config_defaults(&d);
+    memset(in, 0, sizeof(*in));
+    in->cfg = d.model;
+    in->precision = PLAN_FP32;
+    in->optimizer = PLAN_ADAMW;
+    in->zero_stage = d.zero_stage;
+    in->world = 1;
+    in->batch = d.batch;
+    in->seq_len = d.seq_len;
+}
+
+// The plan of a training run the trainer is about to make. The trainer is fp32 + AdamW today;
+// set in.precision from the config once it has one.
+static inline PlanInput planner_input_from_train_config(const TrainConfig *c, int world) {
+    PlanInput in;
+    planner_input_defaults(&in);
+    in.cfg = c->model;
+    in.model_name = c->model_name;
+    in.zero_stage = c->zero_stage;
+    in.world = world;
+    in.batch = c->batch;
+    in.seq_len = c->seq_len;
+    return in;
+}
+
+// One message naming what is wrong with the input, or NULL.
+static inline const char *planner_input_problem(const PlanInput *in) {
+    if (in->precision < 0 || in->precision >= PLAN_NUM_PRECISIONS) return "precision must be fp32, bf16 or fp16";
+    if (in->optimizer < 0 || in->optimizer >= PLAN_NUM_OPTIMIZERS) return "optimizer must be adamw, sgd-momentum or sgd";
+    if (in->zero_stage < 0 || in->zero_stage > 3) return "zero stage must be 0, 1, 2 or 3";
+    if (in->world < 1) return "world size must be at least 1";
+    if (in->batch < 1 || in->seq_len < 1) return "batch and sequence length must be positive";
+    if (in->params_count != in->params_count || in->params_count < 0) return "the parameter count must be positive";
+    if (in->params_count > 0) {
+        if (in->shape_known) {
+            if (in->cfg.num_layers < 1 || in->cfg.channels < 1 || in->cfg.num_heads < 1)
+                return "layers, channels and heads must be positive";
+            if (in->cfg.channels % in->cfg.num_heads) return "channels must be a multiple of heads";
+        }
+        return NULL;
+    }
+    const char *why = gpt2_config_problem(&in->cfg);
+    if (why) return why;
+    if (in->seq_len > in->cfg.max_seq_len) return "the sequence length exceeds the model's max_seq_len";
+    return NULL;
+}
+
+// ----------------------------------------------------------------------------------------
+// The pieces
+
+// Bytes per parameter of each model state (see the table at the top).
+static inline void planner_bytes_per_param(int precision, int optimizer, double *p, double *g, double *master,
+                                           double *m, double *v) {
+    int mixed = precision != PLAN_FP32;
+    *p = *g = mixed ? 2.0 : 4.0;
+    *master = mixed ? 4.0 : 0.0;
+    *m = optimizer == PLAN_SGD ? 0.0 : 4.0;
+    *v = optimizer == PLAN_ADAMW ? 4.0 : 0.0;
+}
+
+// Elements of the bounded buffers zero_init allocates (the same arithmetic, without allocating).
+static inline size_t planner_zero_buffer_floats(const Zero *z) {
+    size_t embed = gpt2_unit_padded(&z->lay, UNIT_EMBED), fin = gpt2_unit_padded(&z->lay, gpt2_final_unit(&z->lay));
+    size_t n = 0;
+    if (z->stage >= 2) n += embed + fin + 2 * zero_max_layer(z)                         // buckets
+                            + zero_slice(z, UNIT_EMBED) + 2 * (zero_max_layer(z) / z->world); // scatter_recv
+    if (z->stage == 3) n += embed + fin + 2 * zero_max_layer(z);                        // gather buffers
+    return n;
+}
+
+// Is activation i one of the fp32 statistics (kept in fp32 in 16-bit runs too)?
+static inline int planner_activation_is_stat(int i) {
+    return i == A_LN1_MEAN || i == A_LN1_RSTD || i == A_LN2_MEAN || i == A_LN2_RSTD || i == A_LNF_MEAN ||
+           i == A_LNF_RSTD || i == A_LOSSES;
+}
+// Is activation i per layer, (L, ...)?
+static inline int planner_activation_is_layered(int i) { return i >= A_LN1 && i <= A_RESIDUAL3; }
+
+// The trainer's activation bytes: elem_bytes per element (4 in fp32, 2 in 16-bit), the fp32
+// statistics at 4. recompute: keep residual3 (every layer's output) in full, one layer of the
+// other per-layer tensors.
+static inline double planner_trainer_activation_bytes(const GPT2Config *c, int B, int T, double elem_bytes,
+                                                      int recompute) {
+    size_t n[NUM_ACTIVATIONS];
+    gpt2_activation_numels(c, B, T, n);
+    double total = 0.0;
+    for (int i = 0; i < NUM_ACTIVATIONS; i++) {
+        size_t k = n[i];
+        if (recompute && planner_activation_is_layered(i) && i != A_RESIDUAL3) k /= (size_t)c->num_layers;
+        total += (double)k * (planner_activation_is_stat(i) ? 4.0 : elem_bytes);
+    }
+    return total;
+}
+
+// Korthikanti et al. 2022, one transformer layer without recompute: 16-bit elements
+// 16sbh + 2as^2b (at elem_bytes each) and 1-byte dropout masks 2sbh + as^2b.
+// elem_bytes = 2 gives sbh(34 + 5as/h); 4 gives sbh(66 + 9as/h).
+static inline double planner_textbook_layer_bytes(double s, double b, double h, double a, double elem_bytes) {
+    return elem_bytes * (16.0 * s * b * h + 2.0 * a * s * s * b) + (2.0 * s * b * h + a * s * s * b);
+}
+
+// The textbook model-state formula for a stage (bytes per parameter p, g and K; P, N).
+static inline double planner_textbook_states(int stage, double p, double g, double K, double P, double N) {
+    switch (stage) {
+    case 0: return (p + g + K) * P;
+    case 1: return p * P + g * P + K * P / N;
+    case 2: return p * P + (g + K) * P / N;
+    default: return (p + g + K) * P / N;
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// The plan
+
+// Fills *out. Returns 0, or -1 when the input is unusable (planner_input_problem says why).
+static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
+    memset(out, 0, sizeof(*out));
+    if (planner_input_problem(in)) return -1;
+    MemoryPlan *p = out;
+    p->in = *in;
+    planner_bytes_per_param(in->precision, in->optimizer, &p->bytes_param, &p->bytes_grad, &p->bytes_master,
+                            &p->bytes_m, &p->bytes_v);
+    int S = in->zero_stage;
+    double N = in->world, K = p->bytes_master + p->bytes_m + p->bytes_v;
+    double elem = in->precision == PLAN_FP32 ? 4.0 : 2.0;
+    double *dev = p->device;
+    if (in->params_count > 0) { // textbook on a bare count
+        double P = in->params_count;
+        p->exact = 0;
+        p->num_params = p->padded_params = P;
+        dev[MEM_PARAMS] = p->bytes_param * (S == 3 ? P / N : P);
+        dev[MEM_GRADS] = p->bytes_grad * (S >= 2 ? P / N : P);
+        double opt_elems = S == 0 ? P : P / N;
+        dev[MEM_MASTER] = p->bytes_master * opt_elems;
+        dev[MEM_ADAM_M] = p->bytes_m * opt_elems;
+        dev[MEM_ADAM_V] = p->bytes_v * opt_elems;
+        p->buffers_known = 0;
+        p->activations_known = in->shape_known;
+    } else { // exact: the trainer's layout, zero.h's partition
+        Zero z;
+        memset(&z, 0, sizeof(z));
+        z.stage = S; z.rank = 0; z.world = in->world;
+        gpt2_layout_init(&z.lay, &in->cfg, (size_t)in->world * ZERO_ALIGN);
+        double full = (double)z.lay.num_flat, shard = (double)zero_shard_size(&z);
+        p->exact = 1;
+        p->num_params = (double)z.lay.num_params;
+        p->padded_params = full;
+        dev[MEM_PARAMS] = p->bytes_param * (S == 3 ? shard : full);
+        dev[MEM_GRADS] = p->bytes_grad * (S >= 2 ? shard : full);
+        double opt_elems = S == 0 ? full : shard;
+        dev[MEM_MASTER] = p->bytes_master * opt_elems;
+        dev[MEM_ADAM_M] = p->bytes_m * opt_elems;
+        dev[MEM_ADAM_V] = p->bytes_v * opt_elems;
+        dev[MEM_BUFFERS] = p->bytes_param * (double)planner_zero_buffer_floats(&z);
+        dev[MEM_ACTIVATIONS] = planner_trainer_activation_bytes(&in->cfg, in->batch, in->seq_len, elem, in->recompute);
+        p->buffers_known = p->activations_known = 1;
+    }
+    p->model_states_textbook = planner_textbook_states(S, p->bytes_param, p->bytes_grad, K, p->num_params, N);
+    if (p->activations_known) {
+        double s = in->seq_len, b = in->batch, h = in->cfg.channels, a = in->cfg.num_heads, L = in->cfg.num_layers;
+        p->act_textbook_layer = planner_textbook_layer_bytes(s, b, h, a, elem);
+        p->act_textbook = in->recompute ? L * elem * s * b * h + p->act_textbook_layer : L * p->act_textbook_layer;
+        if (!p->exact) dev[MEM_ACTIVATIONS] = p->act_textbook;
+    }
+    if (in->offload_optimizer) {
+        for (int k = MEM_MASTER; k <= MEM_ADAM_V; k++) { p->host[k] = dev[k]; dev[k] = 0.0; }
+    }
+    p->optimizer = dev[MEM_MASTER] + dev[MEM_ADAM_M] + dev[MEM_ADAM_V];
+    p->model_states = dev[MEM_PARAMS] + dev[MEM_GRADS] + p->optimizer;
+    p->total = p->model_states + dev[MEM_BUFFERS] + dev[MEM_ACTIVATIONS];
+    p->host_optimizer = p->host[MEM_MASTER] + p->host[MEM_ADAM_M] + p->host[MEM_ADAM_V];
+    p->host_total = p->host_optimizer;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------------------
+// Printing
+
+// 1234567 -> "1,234,567" (whole bytes; a fractional textbook value is rounded for the table).
+static inline const char *planner_commas(char *buf, size_t n, double v) {
+    char digits[64];
+    snprintf(digits, sizeof(digits), "%.0f", v < 0 ? -v : v);
+    size_t len = strlen(digits), j = 0;
+    if (v < 0 && j + 1 < n) buf[j++] = '-';
+    for (size_t i = 0; i < len && j + 1 < n; i++) {
+        if (i > 0 && (len - i) % 3 == 0 && j + 1 < n) buf[j++] = ',';
+        if (j + 1 < n) buf[j++] = digits[i];
+    }
+    buf[j] = 0;
+    return buf;
+}
+
+// Decimal units: 1 kB = 1e3 bytes, 1 MB = 1e6, 1 GB = 1e9, 1 TB = 1e12.
+static inline const char *planner_human(char *buf, size_t n, double v) {
+    static const char *const units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+    int u = 0;
+    double x = v;
+    while (fabs(x) >= 1000.0 && u < 5) { x /= 1000.0; u++; }
+    if (u == 0) snprintf(buf, n, "%.0f B", x);
+    else snprintf(buf, n, "%.2f %s", x, units[u]);
+    return buf;
+}
+
+// "2P", "12P/N", "0".
+static inline const char *planner_term(char *buf, size_t n, double k, int partitioned) {
+    if (k == 0.0) snprintf(buf, n, "0");
+    else snprintf(buf, n, "%gP%s", k, partitioned ? "/N" : "");
+    return buf;
+}
+
+// The stage's textbook formula with this precision's numbers, e.g. "2P + 2P + 12P/N".
+static inline const char *planner_states_formula(char *buf, size_t n, const MemoryPlan *p) {
+    double a = p->bytes_param, g = p->bytes_grad, K = p->bytes_master + p->bytes_m + p->bytes_v;
+    switch (p->in.zero_stage) {
+    case 0: snprintf(buf, n, "(%g + %g + %g)P = %gP", a, g, K, a + g + K); break;
+    case 1: snprintf(buf, n, "%gP + %gP + %gP/N", a, g, K); break;
+    case 2: snprintf(buf, n, "%gP + (%g + %g)P/N", a, g, K); break;
+    default: snprintf(buf, n, "(%g + %g + %g)P/N", a, g, K); break;
+    }
+    return buf;
+}
+
+static inline const char *planner_mode_name(int precision) {
+    return precision == PLAN_FP32 ? "fp32" : precision == PLAN_BF16 ? "bf16 mixed precision" : "fp16 mixed precision";
+}
+
+// One row: label, formula, bytes (NULL = unknown), and with `actual` what the ranks allocated
+// of the kinds in `kinds` (a bit mask over zero.h's MEM_* kinds; 0: nothing to compare).
+static inline void planner_row(FILE *f, const char *label, const char *formula, const double *bytes,
+                               const double *actual, int actual_ranks, unsigned kinds) {
+    char b1[64], b2[32];
+    if (bytes) fprintf(f, "  %-38s %-24s %19s %11s", label, formula, planner_commas(b1, sizeof(b1), *bytes),
+                       planner_human(b2, sizeof(b2), *bytes));
+    else fprintf(f, "  %-38s %-24s %19s %11s", label, formula, "unknown", "-");
+    if (actual && kinds) {
+        int mismatch = -1;
+        double got0 = 0.0;
+        for (int q = 0; q < actual_ranks; q++) {
+            double got = 0.0;
+            for (int k = 0; k < MEM_KINDS; k++) if (kinds & (1u << k)) got += actual[q * MEM_KINDS + k];
+            if (q == 0) got0 = got;
+            if (mismatch < 0 && (!bytes || got != *bytes)) mismatch = q;
+        }
+        fprintf(f, " %19s  %s", planner_commas(b1, sizeof(b1), got0),
+                mismatch < 0 ? (actual_ranks > 1 ? "= all ranks" : "=") : "DIFFERS");
+        if (mismatch >= 0 && actual_ranks > 1) fprintf(f, " (rank %d)", mismatch);
+    }
+    fprintf(f, "\n");
+}
+#define PLANNER_KIND(k) (1u << (k))
+
+// The table. actual: NULL, or actual_ranks x MEM_KINDS bytes the ranks really allocated
+// (rank-major, zero.h's kinds, as report_memory gathers them): printed beside the plan with
+// "=" where every rank matches.
+static inline void planner_print_table(FILE *f, const MemoryPlan *p, const double *actual, int actual_ranks) {
+    const PlanInput *in = &p->in;
+    const GPT2Config *c = &in->cfg;
+    char b1[64], b2[64], fm[64];
+    const char *pn = in->precision == PLAN_FP32 ? "fp32" : planner_precision_names[in->precision];
+    int S = in->zero_stage;
+    fprintf(f, "memory plan per rank (1 GB = 1e9 bytes; P = parameters, N = ranks)\n");
+    if (p->exact) {
+        fprintf(f, "  model     GPT-2%s%s: L=%d C=%d NH=%d V=%d (Vp %d) maxT=%d\n", in->model_name ? " " : "",
+                in->model_name ? in->model_name : "", c->num_layers, c->channels, c->num_heads, c->vocab_size,
+                c->padded_vocab_size, c->max_seq_len);
+        fprintf(f, "  P         %s as laid out (units padded to N*%d elements), %s real parameters\n",
+                planner_commas(b1, sizeof(b1), p->padded_params), ZERO_ALIGN, planner_commas(b2, sizeof(b2), p->num_params));
+    } else {
+        fprintf(f, "  model     a bare parameter count: textbook formulas");
+        if (in->shape_known) fprintf(f, "; activations from L=%d h=%d a=%d", c->num_layers, c->channels, c->num_heads);
+        double v = p->num_params;
+        fprintf(f, "\n  P         %s parameters (%.2f %s)\n", planner_commas(b1, sizeof(b1), v),
+                v >= 1e12 ? v / 1e12 : v >= 1e9 ? v / 1e9 : v >= 1e6 ? v / 1e6 : v / 1e3,
+                v >= 1e12 ? "trillion" : v >= 1e9 ? "billion" : v >= 1e6 ? "million" : "thousand");
+    }
+    fprintf(f, "  training  %s, %s, ZeRO stage %d, N = %d ranks\n", planner_mode_name(in->precision),
+            in->optimizer == PLAN_ADAMW ? "AdamW" : in->optimizer == PLAN_SGD_MOMENTUM ? "SGD with momentum" : "plain SGD",
+            S, in->world);
+    fprintf(f, "            micro-batch B = %d, T = %d, activation recompute %s, optimizer state on %s\n", in->batch,
+            in->seq_len, in->recompute ? "ON (a plan)" : "off", in->offload_optimizer ? "the HOST (offloaded)" : "the device");
+    fprintf(f, "\n  %-38s %-24s %19s %11s", "on the device, per rank", "formula", "bytes", "size");
+    if (actual) fprintf(f, " %19s", actual_ranks > 1 ? "allocated (rank 0)" : "allocated");
+    fprintf(f, "\n");
+    const double *d = p->device;
+    const double *A = actual;
+    int R = actual_ranks, off = in->offload_optimizer;
+    double K = p->bytes_master + p->bytes_m + p->bytes_v;
+    const unsigned OPT = PLANNER_KIND(MEM_MASTER) | PLANNER_KIND(MEM_ADAM_M) | PLANNER_KIND(MEM_ADAM_V);
+    char lab[80];
+    snprintf(lab, sizeof(lab), "parameters (%s)", pn);
+    planner_row(f, lab, planner_term(fm, sizeof(fm), p->bytes_param, S == 3), &d[MEM_PARAMS], A, R,
+                PLANNER_KIND(MEM_PARAMS));
+    snprintf(lab, sizeof(lab), "gradients (%s)", pn);
+    planner_row(f, lab, planner_term(fm, sizeof(fm), p->bytes_grad, S >= 2), &d[MEM_GRADS], A, R,
+                PLANNER_KIND(MEM_GRADS));
+    planner_row(f, in->precision == PLAN_FP32 ? "master weights (none: params are fp32)" : "optimizer: master weights (fp32)",
+                off && p->bytes_master ? "offloaded" : planner_term(fm, sizeof(fm), p->bytes_master, S > 0),
+                &d[MEM_MASTER], A, R, PLANNER_KIND(MEM_MASTER));
+    planner_row(f, in->optimizer == PLAN_ADAMW ? "optimizer: Adam m (fp32)"
+                   : in->optimizer == PLAN_SGD_MOMENTUM ? "optimizer: momentum (fp32)" : "optimizer: (plain SGD keeps none)",
+                off && p->bytes_m ? "offloaded" : planner_term(fm, sizeof(fm), p->bytes_m, S > 0), &d[MEM_ADAM_M], A, R,
+                PLANNER_KIND(MEM_ADAM_M));
+    planner_row(f, in->optimizer == PLAN_ADAMW ? "optimizer: Adam v (fp32)" : "optimizer: (no second moment)",
+                off && p->bytes_v ? "offloaded" : planner_term(fm, sizeof(fm), p->bytes_v, S > 0), &d[MEM_ADAM_V], A, R,
+                PLANNER_KIND(MEM_ADAM_V));
+    planner_row(f, "= optimizer state", off && K ? "offloaded" : planner_term(fm, sizeof(fm), K, S > 0), &p->optimizer,
+                A, R, OPT);
+    if (off) { // what stays on the device: the parameters and gradients
+        double a = p->bytes_param, g = p->bytes_grad;
+        if (S < 2) snprintf(fm, sizeof(fm), "%gP + %gP", a, g);
+        else if (S == 2) snprintf(fm, sizeof(fm), "%gP + %gP/N", a, g);
+        else snprintf(fm, sizeof(fm), "(%g + %g)P/N", a, g);
+    } else {
+        planner_states_formula(fm, sizeof(fm), p);
+    }
+    planner_row(f, "= MODEL STATES", fm, &p->model_states, A, R, PLANNER_KIND(MEM_PARAMS) | PLANNER_KIND(MEM_GRADS) | OPT);
+    planner_row(f, !p->buffers_known ? "ZeRO buffers"
+                   : S == 3 ? "ZeRO buffers (buckets, recv, gathers)"
+                   : S == 2 ? "ZeRO buffers (buckets, recv slices)" : "ZeRO buffers (none below stage 2)",
+                p->buffers_known ? "zero_init's units" : "not modelled", p->buffers_known ? &d[MEM_BUFFERS] : NULL, A, R,
+                PLANNER_KIND(MEM_BUFFERS));
+    snprintf(lab, sizeof(lab), "activations (%s%s)", p->exact ? "this trainer" : "textbook",
+             in->recompute ? ", recompute" : "");
+    planner_row(f, lab, p->exact ? (in->precision == PLAN_FP32 ? "4 B x its list" : "2 B x its list, stats 4")
+                 : in->recompute ? (in->precision == PLAN_FP32 ? "4sbhL + one layer" : "2sbhL + one layer")
+                                 : (in->precision == PLAN_FP32 ? "L sbh(66+9as/h)" : "L sbh(34+5as/h)"),
+                p->activations_known ? &d[MEM_ACTIVATIONS] : NULL, A, R, PLANNER_KIND(MEM_ACTIVATIONS));
+    planner_row(f, p->buffers_known && p->activations_known ? "= TOTAL on the device" : "= TOTAL on the device (known parts)",
+                "", &p->total, A, R, (1u << MEM_KINDS) - 1);
+    if (off) {
+        fprintf(f, "\n  in host memory, per rank\n");
+        planner_row(f, "master weights (fp32)", planner_term(fm, sizeof(fm), p->bytes_master, S > 0), &p->host[MEM_MASTER],
+                    NULL, 0, 0);
+        double moments = p->host[MEM_ADAM_M] + p->host[MEM_ADAM_V];
+        planner_row(f, "optimizer moments (fp32)", planner_term(fm, sizeof(fm), p->bytes_m + p->bytes_v, S > 0),
+                    &moments, NULL, 0, 0);
+        planner_row(f, "= TOTAL in host memory", "", &p->host_total, NULL, 0, 0);
+    }
+    fprintf(f, "\n  textbook, for comparison\n");
+    planner_row(f, p->exact ? "model states, unpadded P" : "model states (all of them)",
+                planner_states_formula(fm, sizeof(fm), p), &p->model_states_textbook, NULL, 0, 0);
+    if (p->activations_known) {
+        planner_row(f, "activations of one layer", in->precision == PLAN_FP32 ? "sbh(66 + 9as/h)" : "sbh(34 + 5as/h)",
+                    &p->act_textbook_layer, NULL, 0, 0);
+        planner_row(f, in->recompute ? "activations, L inputs + one layer" : "activations, L layers",
+                    in->recompute ? (in->precision == PLAN_FP32 ? "4sbhL + one layer" : "2sbhL + one layer") : "L x the above",
+                    &p->act_textbook, NULL, 0, 0);
+    } else {
+        fprintf(f, "  activations: unknown (give --layers, --channels and --heads with --params)\n");
+    }
+    if (actual) {
+        int all = 1;
+        for (int q = 0; q < actual_ranks; q++)
+            for (int k = 0; k < MEM_KINDS; k++) all = all && actual[q * MEM_KINDS + k] == d[k];
+        fprintf(f, "  plan vs allocated: %s\n", all ? "every kind on every rank matches exactly" : "MISMATCH (see DIFFERS)");
+    }
+}
+
+// A byte count in JSON: an integer when it is one, null when unknown.
+static inline void planner_json_num(FILE *f, const char *key, double v, int known) {
+    if (!known) fprintf(f, "\"%s\":null", key);
+    else if (v == floor(v) && fabs(v) < 9.007199254740992e15) fprintf(f, "\"%s\":%.0f", key, v);
+    else fprintf(f, "\"%s\":%.6f", key, v);
+}
+
+static inline void planner_print_json(FILE *f, const MemoryPlan *p) {
+    const PlanInput *in = &p->in;
+    const GPT2Config *c = &in->cfg;
+    fprintf(f, "{\"input\":{\"model\":");
+    if (!p->exact) fprintf(f, "\"params\"");
+    else if (in->model_name) fprintf(f, "\"%s\"", in->model_name);
+    else fprintf(f, "\"gpt2\"");
+    if (p->exact || in->shape_known)
+        fprintf(f, ",\"num_layers\":%d,\"channels\":%d,\"num_heads\":%d", c->num_layers, c->channels, c->num_heads);
+    if (p->exact)
+        fprintf(f, ",\"vocab_size\":%d,\"padded_vocab_size\":%d,\"max_seq_len\":%d", c->vocab_size,
+                c->padded_vocab_size, c->max_seq_len);
+    fprintf(f, ",\"precision\":\"%s\",\"optimizer\":\"%s\",\"zero_stage\":%d,\"world\":%d,\"batch\":%d,\"seq_len\":%d,"
+               "\"recompute\":%s,\"offload_optimizer\":%s},",
+            planner_precision_names[in->precision], planner_optimizer_names[in->optimizer], in->zero_stage, in->world,
+            in->batch, in->seq_len, in->recompute ? "true" : "false", in->offload_optimizer ? "true" : "false");
+    fprintf(f, "\"exact\":%s,", p->exact ? "true" : "false");
+    planner_json_num(f, "num_params", p->num_params, 1); fputc(',', f);
+    planner_json_num(f, "padded_params", p->padded_params, 1); fputc(',', f);
+    fprintf(f, "\"bytes_per_param\":{\"params\":%g,\"grads\":%g,\"master\":%g,\"m\":%g,\"v\":%g,\"K\":%g},",
+            p->bytes_param, p->bytes_grad, p->bytes_master, p->bytes_m, p->bytes_v,
+            p->bytes_master + p->bytes_m + p->bytes_v);
+    for (int k = 0; k < MEM_KINDS; k++) {
+        int known = k == MEM_BUFFERS ? p->buffers_known : k == MEM_ACTIVATIONS ? p->activations_known : 1;
+        planner_json_num(f, zero_memory_names[k], p->device[k], known);
+        fputc(',', f);
+    }
+    planner_json_num(f, "optimizer", p->optimizer, 1); fputc(',', f);
+    planner_json_num(f, "model_states", p->model_states, 1); fputc(',', f);
+    planner_json_num(f, "total", p->total, 1); fputc(',', f);
+    fprintf(f, "\"host\":{");
+    planner_json_num(f, "master", p->host[MEM_MASTER], 1); fputc(',', f);
+    planner_json_num(f, "adam_m", p->host[MEM_ADAM_M], 1); fputc(',', f);
+    planner_json_num(f, "adam_v", p->host[MEM_ADAM_V], 1); fputc(',', f);
+    planner_json_num(f, "optimizer", p->host_optimizer, 1); fputc(',', f);
+    planner_json_num(f, "total", p->host_total, 1);
+    fprintf(f, "},");
+    planner_json_num(f, "model_states_textbook", p->model_states_textbook, 1); fputc(',', f);
+    planner_json_num(f, "activations_textbook_per_layer", p->act_textbook_layer, p->activations_known); fputc(',', f);
+    planner_json_num(f, "activations_textbook", p->act_textbook, p->activations_known);
+    fprintf(f, ",\"total_excludes\":[%s%s%s]}\n", p->buffers_known ? "" : "\"buffers\"",
+            !p->buffers_known && !p->activations_known ? "," : "", p->activations_known ? "" : "\"activations\"");
+}
+
+// ----------------------------------------------------------------------------------------
+// The command line
+
+static inline void planner_help(FILE *f, const char *prog) {
+    PlanInput d;
+    planner_input_defaults(&d);
+    fprintf(f,
+            "usage: %s --plan [options]    print each rank's memory for a training run; allocates nothing\n\n"
+            "model (one of; default: the trainer's default model, L=%d C=%d NH=%d):\n"
+            "  --model NAME          d12 (124M), d24 (350M), d36 (774M), d48 (1558M): exact, the trainer's layout\n"
+            "  --layers N --channels N --heads N --vocab-size N --max-seq-len N\n"
+            "                        an explicit GPT-2 shape (unset ones take the trainer's defaults): exact\n"
+            "  --params P            a bare parameter count (7e9, 124M, 1.5B): textbook formulas; add\n"
+            "                        --layers, --channels and --heads for a textbook activation estimate\n"
+            "run:\n"
+            "  --precision P         fp32 | bf16 | fp16 (16-bit = mixed precision, fp32 master weights) (default fp32)\n"
+            "  --optimizer O         adamw | sgd-momentum | sgd (default adamw)\n"
+            "  --zero-stage S        0-3 (default %d)\n"
+            "  --world N             ranks, any number (default 1)\n"
+            "  --batch B             micro-batch per rank (default %d)\n"
+            "  --seq-len T           tokens per sequence (default %d; at most --max-seq-len for GPT-2 shapes)\n"
+            "  --recompute           plan activation recompute: keep each layer's input and one layer's worth\n"
+            "  --offload-optimizer   optimizer state (master weights, moments) in host memory\n"
+            "output:\n"
+            "  --json                one JSON object, bytes per rank (device; \"host\" for host memory)\n"
+            "  --help                this text\n"
+            "sizes are bytes per rank; the table's human units are decimal (1 GB = 1e9 bytes)\n",
+            prog, d.cfg.num_layers, d.cfg.channels, d.cfg.num_heads, d.zero_stage, d.batch, d.seq_len);
+}
+
+// "7e9", "124M", "1.5B", "2T" -> a count. Returns 0, or -1 after printing one line.
+static inline int planner_parse_count(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double mult = 1.0;
+    if (end != s && *end && !end[1]) {
+        switch (*end) {
+        case 'k': case 'K': mult = 1e3; end++; break;
+        case 'm': case 'M': mult = 1e6; end++; break;
+        case 'b': case 'B': case 'g': case 'G': mult = 1e9; end++; break;
+        case 't': case 'T': mult = 1e12; end++; break;
+        default: break;
+        }
+    }
+    v *= mult;
+    if (errno || end == s || *end || !(v >= 1.0 && v <= 1e16)) {
+        fprintf(stderr, "error: --params: '%s' is not a parameter count in [1, 1e16] (e.g. 7e9, 124M, 1.5B)\n", s);
+        return -1;
+    }
+    *out = floor(v + 0.5);
+    return 0;
+}
+
+static inline int planner_pick(const char *opt, const char *a, const char *const *names, int n, int *out) {
+    for (int i = 0; i < n; i++) if (!strcmp(a, names[i])) { *out = i; return 0; }
+    fprintf(stderr, "error: --%s: '%s' is not one of", opt, a);
+    for (int i = 0; i < n; i++) fprintf(stderr, "%s %s", i ? (i == n - 1 ? " or" : ",") : "", names[i]);
+    fprintf(stderr, "\n");
+    return -1;
+}
+
+// Returns the process exit code: 0 (plan printed, or --help), 1 (bad options: one line on stderr).
+static inline int planner_main(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"model", 1, 0, 0}, {"layers", 1, 0, 0}, {"channels", 1, 0, 0}, {"heads", 1, 0, 0},
+        {"vocab-size", 1, 0, 0}, {"max-seq-len", 1, 0, 0}, {"seq-len", 1, 0, 0}, {"params", 1, 0, 0},
+        {"precision", 1, 0, 0}, {"optimizer", 1, 0, 0}, {"zero-stage", 1, 0, 0}, {"world", 1, 0, 0},
+        {"batch", 1, 0, 0}, {"recompute", 0, 0, 0}, {"offload-optimizer", 0, 0, 0}, {"json", 0, 0, 0},
+        {"help", 0, 0, 0}, {"plan", 0, 0, 0}, {0, 0, 0, 0}};
+    PlanInput in;
+    planner_input_defaults(&in);
+    int json = 0, shape_given = 0, idx, r = 0, max_seq_given = 0, lch = 0; // lch: bits for --layers/--channels/--heads
+    const char *model_name = NULL;
+    optind = 1;
+    opterr = 0;
+    for (;;) {
+        int ch = getopt_long(argc, argv, "", opts, &idx);
+        if (ch == -1) break;
+        if (ch != 0) {
+            fprintf(stderr, "error: %s: unknown option or missing value (see --plan --help)\n", argv[optind - 1]);
+            return 1;
+        }
+        const char *o = opts[idx].name, *a = optarg;
+        if (!strcmp(o, "help")) { planner_help(stdout, argv[0]); return 0; }
+        else if (!strcmp(o, "plan")) continue;
+        else if (!strcmp(o, "json")) json = 1;
+        else if (!strcmp(o, "recompute")) in.recompute = 1;
+        else if (!strcmp(o, "offload-optimizer")) in.offload_optimizer = 1;
+        else if (!strcmp(o, "model")) {
+            model_name = a;
+            if (gpt2_preset(a, &in.cfg)) {
+                fprintf(stderr, "error: --model: unknown model '%s' (d12, d24, d36 or d48)\n", a);
+                return 1;
+            }
+        }
+        else if (!strcmp(o, "layers")) { r = config_int(o, a, 1, GPT2_MAX_LAYERS, &in.cfg.num_layers); shape_given = 1; lch |= 1; }
+        else if (!strcmp(o, "channels")) { r = config_int(o, a, 1, 1 << 16, &in.cfg.channels); shape_given = 1; lch |= 2; }
+        else if (!strcmp(o, "heads")) { r = config_int(o, a, 1, 1 << 12, &in.cfg.num_heads); shape_given = 1; lch |= 4; }
+        else if (!strcmp(o, "max-seq-len")) { r = config_int(o, a, 1, 1 << 20, &in.cfg.max_seq_len); shape_given = 1; max_seq_given = 1; }
+        else if (!strcmp(o, "vocab-size")) {
+            r = config_int(o, a, 1, 65536, &in.cfg.vocab_size);
+            in.cfg.padded_vocab_size = (int)gpt2_round_up((size_t)in.cfg.vocab_size, 128);
+            shape_given = 1;
+        }
+        else if (!strcmp(o, "seq-len")) r = config_int(o, a, 1, 1 << 20, &in.seq_len);
+        else if (!strcmp(o, "params")) r = planner_parse_count(a, &in.params_count);
+        else if (!strcmp(o, "precision")) r = planner_pick(o, a, planner_precision_names, PLAN_NUM_PRECISIONS, &in.precision);
+        else if (!strcmp(o, "optimizer")) r = planner_pick(o, a, planner_optimizer_names, PLAN_NUM_OPTIMIZERS, &in.optimizer);
+        else if (!strcmp(o, "zero-stage")) r = config_int(o, a, 0, 3, &in.zero_stage);
+        else if (!strcmp(o, "world")) r = config_int(o, a, 1, 1 << 24, &in.world);
+        else if (!strcmp(o, "batch")) r = config_int(o, a, 1, 1 << 20, &in.batch);
+        if (r) return 1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "error: %s: unexpected argument (options are --name value)\n", argv[optind]);
+        return 1;
+    }
+    if (model_name && shape_given) {
+        fprintf(stderr, "error: --model and --layers/--channels/--heads/--max-seq-len/--vocab-size each define the model; "
+                        "give only one of them\n");
+        return 1;
+    }
+    if (in.params_count > 0 && model_name) {
+        fprintf(stderr, "error: --params and --model each define the model; give only one of them\n");
+        return 1;
+    }
+    in.model_name = model_name;
+    if (in.params_count > 0) {
+        // With a bare count, the shape options only describe the activations: all three or none.
+        if (lch != 0 && lch != 7) {
+            fprintf(stderr, "error: --params: give --layers, --channels and --heads together (for activations) or none\n");
+            return 1;
+        }
+        in.shape_known = lch == 7;
+        if (shape_given && !max_seq_given) in.cfg.max_seq_len = in.seq_len;
+    } else if (in.seq_len > in.cfg.max_seq_len) {
+        fprintf(stderr, "error: --seq-len %d exceeds the model's max_seq_len %d (give --max-seq-len)\n", in.seq_len,
+                in.cfg.max_seq_len);
+        return 1;
+    }
+    const char *why = planner_input_problem(&in);
+    if (why) { fprintf(stderr, "error: model options: %s\n", why); return 1; }
+    MemoryPlan p;
+    planner_plan(&in, &p);
+    if (json) planner_print_json(stdout, &p);
+    else planner_print_table(stdout, &p, NULL, 0);
+    return 0;
+}
+
+#endif // PLANNER_H

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Checks the memory planner's command line and its agreement with the trainer.
+
+  planner_check.py cli PLAN...              the CLI (PLAN: the command before the options)
+  planner_check.py agree LOG PLAN_JSON      the trainer's {"event":"memory"} entries in LOG
+                                            equal the plan, kind by kind, on every rank
+"""
+import json, subprocess, sys
+
+KINDS = ["params", "grads", "master", "adam_m", "adam_v", "buffers", "activations"]
+failures = []
+
+def expect(cond, msg):
+    if not cond: failures.append(msg)
+
+def plan(cmd, *args):
+    out = subprocess.run(cmd + list(args) + ["--json"], capture_output=True, text=True)
+    if out.returncode != 0: raise SystemExit(f"plan {' '.join(args)} failed: {out.stderr.strip()}")
+    return json.loads(out.stdout)
+
+def cli(cmd):
+    # LLaMA2-7B-size pretraining, bf16 mixed precision + AdamW, one device: 7e9 x 16 = 112 GB
+    p = plan(cmd, "--params", "7e9", "--precision", "bf16", "--optimizer", "adamw")
+    for k in ["params", "grads", "optimizer", "model_states", "activations", "total"]: expect(k in p, f"JSON lacks {k}")
+    expect(p["model_states"] == 112 * 10**9, f"7B model states {p['model_states']}")
+    expect(p["params"] + p["grads"] + p["optimizer"] == p["model_states"], "model_states = params + grads + optimizer")
+    expect(p["activations"] is None and p["total"] == 112 * 10**9, f"7B without a shape: activations unknown {p}")
+    # the stages at N = 1024: 2P + 2P + 12P/N, 2P + 14P/N, 16P/N; reductions -> 4x, 8x, Nx
+    P, N = 7 * 10**9, 1024
+    s = [plan(cmd, "--params", "7e9", "--precision", "bf16", "--zero-stage", str(k), "--world", str(N))["model_states"]
+         for k in range(4)]
+    expect(s == [16 * P, 4 * P + 12 * P / N, 2 * P + 14 * P / N, 16 * P / N], f"stages at N=1024: {s}")
+    expect(3.95 < s[0] / s[1] < 4 and 7.8 < s[0] / s[2] < 8 and s[0] / s[3] == N, f"reductions {[s[0] / x for x in s]}")
+    # offload: the device keeps no optimizer bytes, the host all of them
+    o = plan(cmd, "--params", "7e9", "--precision", "bf16", "--zero-stage", "2", "--world", "8", "--offload-optimizer")
+    expect(o["optimizer"] == 0 and o["host"]["optimizer"] == 12 * P / 8, f"offload {o}")
+    # activations of a layer, textbook, by hand: s=2048 b=1 h=4096 a=32 -> sbh(34 + 5*32*2048/4096) = 8388608 * 114
+    a = plan(cmd, "--params", "7e9", "--precision", "bf16", "--layers", "32", "--channels", "4096", "--heads", "32",
+             "--seq-len", "2048", "--batch", "1")
+    expect(a["activations_textbook_per_layer"] == 8388608 * 114, f"textbook layer {a['activations_textbook_per_layer']}")
+    expect(a["activations"] == 32 * 8388608 * 114, f"textbook activations {a['activations']}")
+    # d12, fp32: what the trainer would allocate on one rank
+    d = plan(cmd, "--model", "d12", "--batch", "4", "--seq-len", "1024")
+    expect(d["num_params"] == 124475904 and d["model_states"] == 16 * 124475904, f"d12 {d['num_params']}")
+    # bad options: non-zero, one line naming the option
+    for args, name in [(["--precision", "fp8"], "--precision"), (["--bogus"], "--bogus"), (["--world"], "--world"),
+                       (["--zero-stage", "4"], "--zero-stage"), (["--params", "lots"], "--params"),
+                       (["--model", "d13"], "--model"), (["--model", "d12", "--seq-len", "2048"], "--seq-len"),
+                       (["--params", "7e9", "--layers", "32"], "--params")]:
+        r = subprocess.run(cmd + args, capture_output=True, text=True)
+        lines = r.stderr.strip().splitlines()
+        expect(r.returncode != 0 and len(lines) == 1 and name in lines[0] and r.stdout == "",
+               f"bad option {args}: rc {r.returncode}, stderr {r.stderr!r}")
+    r = subprocess.run(cmd + ["--help"], capture_output=True, text=True)
+    expect(r.returncode == 0 and "--offload-optimizer" in r.stdout, "--help")
+    r = subprocess.run(cmd + ["--model", "d48", "--precision", "bf16", "--zero-stage", "3", "--world", "64"],
+                       capture_output=True, text=True)
+    expect(r.returncode == 0 and "MODEL STATES" in r.stdout, "the table")
+    print(f"cli: {len(failures)} failures")
+
+def agree(log, plan_json):
+    p = json.load(open(plan_json))
+    mem = [json.loads(l) for l in open(log) if '"event":"memory"' in l]
+    N = p["input"]["world"]
+    expect(len(mem) == N, f"{log}: {len(mem)} memory entries for {N} ranks")
+    for m in mem:
+        for k in KINDS:
+            expect(m[k] == p[k], f"{log} rank {m['rank']}: {k} allocated {m[k]} != planned {p[k]}")
+        expect(m["padded_params"] == p["padded_params"] and m["num_params"] == p["num_params"], f"{log}: counts")
+    states = sum(mem[0][k] for k in KINDS[:5]) if mem else -1
+    expect(states == p["model_states"], f"{log}: model states {states} != {p['model_states']}")
+
+if __name__ == "__main__":
+    if sys.argv[1] == "cli": cli(sys.argv[2:])
+    else: agree(sys.argv[2], sys.argv[3])
+    for f in failures: print("FAIL", f)
+    sys.exit(1 if failures else 0)

@@ -1,0 +1,316 @@
+// Tests for planner.h: the textbook numbers, exactly, and agreement with zero_init's real
+// allocations at any world size (zero_init only allocates; no MPI needed for that).
+//
+//   test/bin/test_planner              run the checks; exit 0 when all pass
+//   test/bin/test_planner plan ARGS    the planner's command line (planner_main), for the
+//                                      shell test until `train_gpt_cpu --plan` exists
+#include "planner.h"
+
+static int failures = 0, checks = 0;
+#define CHECK(cond, ...) do { checks++; if (!(cond)) { failures++; printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+    printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+static int rel_eq(double a, double b, double tol) { return fabs(a - b) <= tol * fabs(b); }
+
+static PlanInput bare(double P, int precision, int optimizer, int stage, int world) {
+    PlanInput in;
+    planner_input_defaults(&in);
+    in.params_count = P;
+    in.precision = precision;
+    in.optimizer = optimizer;
+    in.zero_stage = stage;
+    in.world = world;
+    return in;
+}
+
+static PlanInput gpt(const GPT2Config *c, int precision, int stage, int world, int B, int T) {
+    PlanInput in;
+    planner_input_defaults(&in);
+    in.cfg = *c;
+    in.precision = precision;
+    in.zero_stage = stage;
+    in.world = world;
+    in.batch = B;
+    in.seq_len = T;
+    return in;
+}
+
+static MemoryPlan plan(const PlanInput *in) {
+    MemoryPlan p;
+    int rc = planner_plan(in, &p);
+    CHECK(rc == 0, "planner_plan refused a good input: %s", planner_input_problem(in));
+    return p;
+}
+
+// --- the textbook ---------------------------------------------------------------------
+
+static void test_7b(void) {
+    for (int prec = PLAN_BF16; prec <= PLAN_FP16; prec++) {
+        PlanInput in = bare(7e9, prec, PLAN_ADAMW, 0, 1);
+        MemoryPlan p = plan(&in);
+        // 7e9 x (2 + 2 + 12) = 112 GB, exactly
+        CHECK(p.model_states == 112e9, "7B %s AdamW N=1: model states %.0f != 112e9", planner_precision_names[prec], p.model_states);
+        CHECK(p.device[MEM_PARAMS] == 14e9 && p.device[MEM_GRADS] == 14e9, "7B: params/grads 14 GB each");
+        CHECK(p.device[MEM_MASTER] == 28e9 && p.device[MEM_ADAM_M] == 28e9 && p.device[MEM_ADAM_V] == 28e9,
+              "7B: master, m, v 28 GB each");
+        CHECK(p.optimizer == 84e9, "7B: optimizer state 84 GB (K = 12)");
+        CHECK(p.model_states_textbook == 112e9, "7B: textbook figure");
+        CHECK(!p.buffers_known && !p.activations_known && p.total == 112e9, "7B bare count: buffers, activations unknown");
+    }
+    // with a shape (LLaMA2-7B: 32 layers, h 4096, 32 heads, s 4096, b 1): textbook activations
+    PlanInput in = bare(7e9, PLAN_BF16, PLAN_ADAMW, 0, 1);
+    in.shape_known = 1; in.cfg.num_layers = 32; in.cfg.channels = 4096; in.cfg.num_heads = 32;
+    in.seq_len = 4096; in.batch = 1;
+    MemoryPlan p = plan(&in);
+    // by hand: s*b*h = 4096*1*4096 = 16,777,216; 34 + 5*32*4096/4096 = 194; x 194 = 3,254,779,904 per layer
+    CHECK(p.act_textbook_layer == 3254779904.0, "7B layer activations %.0f", p.act_textbook_layer);
+    CHECK(p.act_textbook == 32.0 * 3254779904.0 && p.device[MEM_ACTIVATIONS] == p.act_textbook, "7B 32 layers");
+    CHECK(p.total == 112e9 + 32.0 * 3254779904.0, "7B total = states + activations");
+}
+
+static void test_stage_formulas(void) {
+    const int worlds[] = {1, 2, 3, 4, 8, 64, 1000, 1024};
+    const double Ps[] = {7e9, 1.5e9, 123456789.0};
+    for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); w++)
+        for (size_t k = 0; k < sizeof(Ps) / sizeof(Ps[0]); k++) {
+            double P = Ps[k], N = worlds[w];
+            // mixed precision AdamW: K = 12
+            double want[4] = {16 * P, 2 * P + 2 * P + 12 * P / N, 2 * P + (2 + 12) * P / N, (2 + 2 + 12) * P / N};
+            double s[4];
+            for (int S = 0; S < 4; S++) {
+                PlanInput in = bare(P, PLAN_BF16, PLAN_ADAMW, S, worlds[w]);
+                MemoryPlan p = plan(&in);
+                s[S] = p.model_states;
+                CHECK(rel_eq(p.model_states, want[S], 1e-15), "bf16 P=%g N=%d S=%d: %.3f != %.3f", P, worlds[w], S,
+                      p.model_states, want[S]);
+                // fp32 AdamW (params are the master): 16P, 4P + 4P + 8P/N, 4P + 12P/N, 16P/N
+                double want32[4] = {16 * P, 4 * P + 4 * P + 8 * P / N, 4 * P + 12 * P / N, 16 * P / N};
+                PlanInput in32 = bare(P, PLAN_FP32, PLAN_ADAMW, S, worlds[w]);
+                MemoryPlan p32 = plan(&in32);
+                CHECK(rel_eq(p32.model_states, want32[S], 1e-15) && p32.device[MEM_MASTER] == 0,
+                      "fp32 P=%g N=%d S=%d: %.3f != %.3f", P, worlds[w], S, p32.model_states, want32[S]);
+                CHECK(rel_eq(p32.model_states, zero_theory_model_states(S, P, worlds[w]), 1e-15),
+                      "fp32 agrees with zero_theory_model_states");
+            }
+            CHECK(rel_eq(s[0] / s[3], N, 1e-12), "stage 3 = N x smaller (N=%d): %.6f", worlds[w], s[0] / s[3]);
+            if (worlds[w] == 1024) {
+                // the ZeRO paper's reductions for large N: 16/(4 + 12/N) -> 4, 16/(2 + 14/N) -> 8
+                CHECK(s[0] / s[1] > 3.95 && s[0] / s[1] < 4.0, "stage 1 ~ 4x at N=1024: %.4f", s[0] / s[1]);
+                CHECK(s[0] / s[2] > 7.8 && s[0] / s[2] < 8.0, "stage 2 ~ 8x at N=1024: %.4f", s[0] / s[2]);
+                CHECK(s[0] / s[3] == 1024.0, "stage 3 = 1024x at N=1024");
+            }
+        }
+}
+
+static void test_optimizers(void) {
+    double P = 1e9;
+    struct { int prec, opt; double K, master; } cases[] = {
+        {PLAN_BF16, PLAN_ADAMW, 12, 4}, {PLAN_BF16, PLAN_SGD_MOMENTUM, 8, 4}, {PLAN_BF16, PLAN_SGD, 4, 4},
+        {PLAN_FP16, PLAN_SGD_MOMENTUM, 8, 4},
+        {PLAN_FP32, PLAN_ADAMW, 8, 0}, {PLAN_FP32, PLAN_SGD_MOMENTUM, 4, 0}, {PLAN_FP32, PLAN_SGD, 0, 0}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        PlanInput in = bare(P, cases[i].prec, cases[i].opt, 0, 1);
+        MemoryPlan p = plan(&in);
+        double pg = cases[i].prec == PLAN_FP32 ? 8 : 4;
+        CHECK(p.optimizer == cases[i].K * P && p.device[MEM_MASTER] == cases[i].master * P && p.model_states == (pg + cases[i].K) * P,
+              "%s %s: K=%g expected, optimizer %.0f", planner_precision_names[cases[i].prec],
+              planner_optimizer_names[cases[i].opt], cases[i].K, p.optimizer);
+        // stage 1 over 4 ranks: the optimizer state is divided by 4
+        in.zero_stage = 1; in.world = 4;
+        p = plan(&in);
+        CHECK(p.optimizer == cases[i].K * P / 4, "%s %s stage 1 N=4", planner_precision_names[cases[i].prec],
+              planner_optimizer_names[cases[i].opt]);
+    }
+}
+
+static void test_offload(void) {
+    for (int S = 0; S < 4; S++) {
+        PlanInput in = bare(7e9, PLAN_BF16, PLAN_ADAMW, S, 8);
+        MemoryPlan on = plan(&in);
+        in.offload_optimizer = 1;
+        MemoryPlan off = plan(&in);
+        CHECK(off.optimizer == 0 && off.device[MEM_MASTER] == 0 && off.device[MEM_ADAM_M] == 0 && off.device[MEM_ADAM_V] == 0,
+              "offload S=%d: no optimizer bytes on the device", S);
+        CHECK(off.host_optimizer == on.optimizer && off.host_total == on.optimizer, "offload S=%d: the host holds them", S);
+        CHECK(off.model_states == on.device[MEM_PARAMS] + on.device[MEM_GRADS], "offload S=%d: device keeps p + g", S);
+        CHECK(off.model_states + off.host_optimizer == on.model_states, "offload S=%d: nothing lost", S);
+    }
+}
+
+// --- activations ----------------------------------------------------------------------
+
+static void test_activations(void) {
+    // the textbook per layer in 16-bit, by hand: s=1024 b=4 h=768 a=12 -> sbh = 3,145,728,
+    // 34 + 5*12*1024/768 = 114, so 358,612,992 bytes
+    CHECK(planner_textbook_layer_bytes(1024, 4, 768, 12, 2) == 358612992.0, "d12 layer textbook %.0f",
+          planner_textbook_layer_bytes(1024, 4, 768, 12, 2));
+    // fp32: sbh(66 + 9as/h) = 3145728 * (66 + 144) = 660,602,880
+    CHECK(planner_textbook_layer_bytes(1024, 4, 768, 12, 4) == 660602880.0, "d12 layer textbook fp32");
+    const char *names[] = {"d12", "d24", "d36", "d48"};
+    for (int k = 0; k < 4; k++) {
+        GPT2Config c;
+        gpt2_preset(names[k], &c);
+        int B = 4, T = 1024;
+        size_t floats = gpt2_activation_floats(&c, B, T);
+        PlanInput in = gpt(&c, PLAN_FP32, 0, 1, B, T);
+        MemoryPlan p = plan(&in);
+        CHECK(p.device[MEM_ACTIVATIONS] == 4.0 * floats, "%s fp32: activations %.0f != 4 x %zu", names[k],
+              p.device[MEM_ACTIVATIONS], floats);
+        double sbh = (double)T * B * c.channels;
+        CHECK(p.act_textbook_layer == sbh * (66.0 + 9.0 * c.num_heads * T / c.channels), "%s fp32 textbook", names[k]);
+        // 16-bit: 2 bytes per element, the statistics (mean and rstd of 2 LayerNorms per
+        // layer, of the final LayerNorm, and the losses: (4L + 2)BT + BT elements) stay 4
+        double stats = (4.0 * c.num_layers + 3.0) * B * T;
+        in.precision = PLAN_BF16;
+        p = plan(&in);
+        CHECK(p.device[MEM_ACTIVATIONS] == 2.0 * floats + 2.0 * stats, "%s bf16 activations", names[k]);
+        CHECK(p.act_textbook_layer == sbh * (34.0 + 5.0 * c.num_heads * T / c.channels), "%s bf16 textbook", names[k]);
+        CHECK(p.act_textbook == c.num_layers * p.act_textbook_layer, "%s textbook x L", names[k]);
+        // recompute keeps less, and the textbook's recompute is L inputs + one layer
+        in.recompute = 1;
+        MemoryPlan r = plan(&in);
+        CHECK(r.device[MEM_ACTIVATIONS] < p.device[MEM_ACTIVATIONS], "%s recompute keeps less", names[k]);
+        CHECK(r.act_textbook == c.num_layers * 2.0 * sbh + p.act_textbook_layer, "%s textbook recompute", names[k]);
+    }
+    // recompute, by hand, for a tiny model in fp32: L=2 C=8 NH=2 Vp=128 B=1 T=4 (BT = 4)
+    GPT2Config c = {4, 100, 128, 2, 2, 8};
+    size_t BT = 4, L = 2, C = 8, NH = 2, T = 4, Vp = 128;
+    size_t one_layer = BT * C + 2 * BT + BT * 3 * C + BT * C + NH * T * T + BT * C + BT * C + 2 * BT + 2 * BT * 4 * C;
+    size_t kept = BT * C /*encoded*/ + L * BT * C /*residual3*/ + one_layer + BT * C + 2 * BT /*lnf*/ + BT * Vp + BT
+                  + BT * C + BT * C + BT * 4 * C + BT * 3 * C;
+    PlanInput in = gpt(&c, PLAN_FP32, 0, 1, 1, 4);
+    in.recompute = 1;
+    MemoryPlan r = plan(&in);
+    CHECK(r.device[MEM_ACTIVATIONS] == 4.0 * kept, "tiny recompute: %.0f != %zu", r.device[MEM_ACTIVATIONS], 4 * kept);
+    in.recompute = 0;
+    r = plan(&in);
+    CHECK(r.device[MEM_ACTIVATIONS] == 4.0 * (kept - one_layer + L * one_layer), "tiny without recompute");
+}
+
+// --- agreement with zero_init ---------------------------------------------------------
+
+static float *t_alloc(void *ctx, size_t n) { (void)ctx; return (float *)calloc(n ? n : 1, sizeof(float)); }
+static void t_free(void *ctx, float *p) { (void)ctx; free(p); }
+
+static void test_zero_init_agreement(void) {
+    ZeroBackend be;
+    memset(&be, 0, sizeof(be));
+    be.alloc_floats = t_alloc;
+    be.free_floats = t_free;
+    GPT2Config shapes[] = {
+        {16, 512, 512, 2, 2, 32},   // the shell test's tiny model
+        {64, 1000, 1024, 3, 4, 48}, // odd sizes: padding everywhere
+        {32, 50257, 50304, 1, 1, 8},
+    };
+    const int worlds[] = {1, 2, 3, 4, 7, 8, 64, 1024};
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+        for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); w++)
+            for (int S = 0; S < 4; S++) {
+                int N = worlds[w];
+                Zero z;
+                zero_init(&z, &shapes[s], S, N - 1, N, be); // the last rank: all ranks allocate alike
+                PlanInput in = gpt(&shapes[s], PLAN_FP32, S, N, 2, shapes[s].max_seq_len);
+                MemoryPlan p = plan(&in);
+                for (int k = 0; k < MEM_ACTIVATIONS; k++)
+                    CHECK(p.device[k] == (double)z.mem[k], "shape %zu N=%d S=%d: %s plan %.0f != zero_init %zu", s, N, S,
+                          zero_memory_names[k], p.device[k], z.mem[k]);
+                double F = (double)z.lay.num_flat;
+                CHECK(p.padded_params == F && p.num_params == (double)z.lay.num_params, "parameter counts");
+                // the fp32 stage formulas hold exactly on the padded P
+                CHECK(p.model_states == zero_theory_model_states(S, F, N), "shape %zu N=%d S=%d: %.0f != formula %.0f",
+                      s, N, S, p.model_states, zero_theory_model_states(S, F, N));
+                // and in 16-bit mixed precision: 2F + 2F + 12F/N etc., exactly (F is a multiple of N)
+                in.precision = PLAN_BF16;
+                MemoryPlan b = plan(&in);
+                double want = planner_textbook_states(S, 2, 2, 12, F, N);
+                CHECK(b.model_states == want && fmod(F, N) == 0, "bf16 shape %zu N=%d S=%d: %.0f != %.0f", s, N, S,
+                      b.model_states, want);
+                CHECK(b.device[MEM_BUFFERS] == p.device[MEM_BUFFERS] / 2, "bf16 buffers are 16-bit");
+                zero_free(&z);
+            }
+}
+
+// The trainer's own configuration path: options -> TrainConfig -> PlanInput -> plan equals
+// zero_init's allocations plus the activations gpt2_build allocates (4 bytes per float).
+static void test_from_train_config(void) {
+    ZeroBackend be;
+    memset(&be, 0, sizeof(be));
+    be.alloc_floats = t_alloc;
+    be.free_floats = t_free;
+    char *argv[] = {(char *)"train", (char *)"--layers", (char *)"3", (char *)"--channels", (char *)"48",
+                    (char *)"--heads", (char *)"4", (char *)"--vocab-size", (char *)"1000", (char *)"--max-seq-len",
+                    (char *)"32", (char *)"--seq-len", (char *)"24", (char *)"--batch", (char *)"3", (char *)"--zero-stage",
+                    (char *)"3", NULL};
+    TrainConfig c;
+    config_defaults(&c);
+    int rc = config_parse(&c, 17, argv);
+    CHECK(rc == 0 && config_validate(&c, 4) == 0, "config_parse");
+    PlanInput in = planner_input_from_train_config(&c, 4);
+    MemoryPlan p = plan(&in);
+    Zero z;
+    zero_init(&z, &c.model, c.zero_stage, 1, 4, be);
+    z.mem[MEM_ACTIVATIONS] = gpt2_activation_floats(&c.model, c.batch, c.seq_len) * sizeof(float);
+    double actual[4 * MEM_KINDS];
+    for (int q = 0; q < 4; q++)
+        for (int k = 0; k < MEM_KINDS; k++) {
+            CHECK(q > 0 || p.device[k] == (double)z.mem[k], "from TrainConfig: %s", zero_memory_names[k]);
+            actual[q * MEM_KINDS + k] = (double)z.mem[k];
+        }
+    zero_free(&z);
+    // the table beside the allocations: "=" when they match, DIFFERS (naming the rank) when not
+    char buf[16384];
+    FILE *f = tmpfile();
+    planner_print_table(f, &p, actual, 4);
+    rewind(f);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    CHECK(strstr(buf, "every kind on every rank matches exactly") && !strstr(buf, "DIFFERS"), "matching table:\n%s", buf);
+    actual[2 * MEM_KINDS + MEM_BUFFERS] += 4;
+    f = tmpfile();
+    planner_print_table(f, &p, actual, 4);
+    rewind(f);
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    CHECK(strstr(buf, "DIFFERS (rank 2)") && strstr(buf, "MISMATCH"), "mismatching table:\n%s", buf);
+}
+
+static void test_d12_world_1024(void) {
+    GPT2Config c;
+    gpt2_preset("d12", &c);
+    PlanInput in = gpt(&c, PLAN_BF16, 3, 1024, 4, 1024);
+    MemoryPlan p = plan(&in);
+    CHECK(p.num_params == 124475904.0, "d12 has 124,475,904 parameters (padded vocab rows included): %.0f", p.num_params);
+    CHECK(fmod(p.padded_params, 1024.0 * ZERO_ALIGN) == 0 && p.padded_params >= p.num_params, "d12 padded for 1024 ranks");
+    CHECK(p.model_states == 16.0 * p.padded_params / 1024, "d12 stage 3 over 1024 ranks: 16P/N");
+}
+
+static void test_bad_inputs(void) {
+    PlanInput in = bare(1e9, PLAN_BF16, PLAN_ADAMW, 4, 1);
+    MemoryPlan p;
+    CHECK(planner_plan(&in, &p) != 0 && planner_input_problem(&in), "stage 4 refused");
+    in = bare(1e9, PLAN_BF16, PLAN_ADAMW, 0, 0);
+    CHECK(planner_plan(&in, &p) != 0, "world 0 refused");
+    GPT2Config c = {16, 512, 512, 2, 3, 32};
+    in = gpt(&c, PLAN_FP32, 0, 1, 1, 16);
+    CHECK(planner_plan(&in, &p) != 0, "channels not a multiple of heads refused");
+    c.num_heads = 2;
+    in = gpt(&c, PLAN_FP32, 0, 1, 1, 17);
+    CHECK(planner_plan(&in, &p) != 0, "seq-len beyond max_seq_len refused");
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "plan")) return planner_main(argc - 1, argv + 1);
+    test_7b();
+    test_stage_formulas();
+    test_optimizers();
+    test_offload();
+    test_activations();
+    test_zero_init_agreement();
+    test_from_train_config();
+    test_d12_world_1024();
+    test_bad_inputs();
+    printf("%d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}
