@@ -28,6 +28,9 @@ test/bin/%_asan: test/%.c $(HEADERS)
 	@mkdir -p test/bin
 	$(CC) $(filter-out -O3,$(CFLAGS)) $(SANFLAGS) $< -o $@ $(LDLIBS)
 
+# test_kernels includes the trainer itself
+test/bin/test_kernels test/bin/test_kernels_asan: train_gpt_cpu.c
+
 test: train_gpt_cpu train_gpt_cpu_asan
 	bash test/run.sh
 

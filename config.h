@@ -111,7 +111,7 @@ static inline void config_help(const char *prog) {
            "  --out DIR             directory for checkpoints\n"
            "  --save-every N        write DIR/model_STEP.bin every N steps and at the end\n"
            "  --log FILE            JSON lines: one object per step and per validation\n"
-           "  --dump-grads FILE     write the first step's gradients (fp32, checkpoint order); for tests\n"
+           "  --dump-grads FILE     write the first step's gradients as a checkpoint-format file; for tests\n"
            "  --help                this text\n",
            d.val_every, d.val_steps, d.sample_every, d.sample_len, (unsigned long long)d.seed);
     printf("data parallelism (run under mpirun -np N):\n"

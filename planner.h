@@ -168,16 +168,6 @@ static inline void planner_bytes_per_param(int precision, int optimizer, double 
     *v = optimizer == PLAN_ADAMW ? 4.0 : 0.0;
 }
 
-// Elements of the bounded buffers zero_init allocates (the same arithmetic, without allocating).
-static inline size_t planner_zero_buffer_floats(const Zero *z) {
-    size_t embed = gpt2_unit_padded(&z->lay, UNIT_EMBED), fin = gpt2_unit_padded(&z->lay, gpt2_final_unit(&z->lay));
-    size_t n = 0;
-    if (z->stage >= 2) n += embed + fin + 2 * zero_max_layer(z)                         // buckets
-                            + zero_slice(z, UNIT_EMBED) + 2 * (zero_max_layer(z) / z->world); // scatter_recv
-    if (z->stage == 3) n += embed + fin + 2 * zero_max_layer(z);                        // gather buffers
-    return n;
-}
-
 // Is activation i one of the fp32 statistics (kept in fp32 in 16-bit runs too)?
 static inline int planner_activation_is_stat(int i) {
     return i == A_LN1_MEAN || i == A_LN1_RSTD || i == A_LN2_MEAN || i == A_LN2_RSTD || i == A_LNF_MEAN ||
@@ -261,7 +251,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         dev[MEM_MASTER] = p->bytes_master * opt_elems;
         dev[MEM_ADAM_M] = p->bytes_m * opt_elems;
         dev[MEM_ADAM_V] = p->bytes_v * opt_elems;
-        dev[MEM_BUFFERS] = p->bytes_param * (double)planner_zero_buffer_floats(&z);
+        dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z);
         dev[MEM_ACTIVATIONS] = planner_trainer_activation_bytes(&in->cfg, in->batch, in->seq_len, elem, in->recompute);
         p->buffers_known = p->activations_known = 1;
     }

@@ -26,6 +26,7 @@
 #include "config.h"
 #include "optimizer.h"
 #include "zero.h"
+#include "planner.h"
 #include "dataloader.h"
 #include "tokenizer.h"
 
@@ -621,14 +622,14 @@ static int gpt2_save(GPT2 *m, const char *path) {
     return ok ? 0 : -1;
 }
 
+// The gradient in checkpoint format: the same header and tensor order as a model file, so any
+// tool that reads models reads it (test/reference_gpt2.py does).
 static int dump_grads(const char *path, GPT2 *m) {
     Zero *z = &m->z;
-    FILE *f = fopen(path, "wb");
+    FILE *f = gpt2_begin_checkpoint(path, &m->cfg);
     int ok = f != NULL;
     for (int u = 0; u < z->lay.num_units && ok; u++) ok = gpt2_unit_file_io(f, &z->lay, u, zero_update_grads(z, u), 1) == 0;
-    if (f) ok = (fclose(f) == 0) && ok;
-    if (!ok) fprintf(stderr, "error: %s: cannot write gradients\n", path);
-    return ok ? 0 : -1;
+    return f ? gpt2_end_checkpoint(f, path, ok) : -1;
 }
 
 // ----------------------------------------------------------------------------------------
@@ -793,30 +794,21 @@ static void print_header(const Run *r) {
     printf("+--------------------+-------------------------------------------------------+\n");
 }
 
-// What every rank allocated, beside the textbook model-state formula for its stage.
+// What every rank allocated, beside the planner's prediction and the textbook (planner.h).
 static void report_memory(Run *r) {
     Zero *z = &r->model.z;
     double mine[MEM_KINDS], *all = (double *)xmalloc(sizeof(double) * MEM_KINDS * r->world);
     for (int k = 0; k < MEM_KINDS; k++) mine[k] = (double)z->mem[k];
     mpi_gather_doubles(&r->mpi, mine, all, MEM_KINDS);
     if (r->rank == 0) {
-        double P = (double)z->lay.num_params, mib = 1024.0 * 1024.0;
-        double theory = zero_theory_model_states(z->stage, P, r->world);
-        printf("memory per rank, MiB (ZeRO-%d, %d ranks, %zu parameters, %zu with padding):\n", z->stage, r->world,
-               z->lay.num_params, z->lay.num_flat);
-        printf("  rank   params    grads   master   adam_m   adam_v | model states   theory | buffers activations\n");
-        for (int q = 0; q < r->world; q++) {
-            double *x = all + q * MEM_KINDS;
-            double states = x[MEM_PARAMS] + x[MEM_GRADS] + x[MEM_MASTER] + x[MEM_ADAM_M] + x[MEM_ADAM_V];
-            printf("  %4d %8.1f %8.1f %8.1f %8.1f %8.1f | %12.1f %8.1f | %7.1f %11.1f\n", q, x[MEM_PARAMS] / mib,
-                   x[MEM_GRADS] / mib, x[MEM_MASTER] / mib, x[MEM_ADAM_M] / mib, x[MEM_ADAM_V] / mib, states / mib,
-                   theory / mib, x[MEM_BUFFERS] / mib, x[MEM_ACTIVATIONS] / mib);
-            if (r->log) {
-                fprintf(r->log, "{\"event\":\"memory\",\"rank\":%d,\"world\":%d,\"zero_stage\":%d,\"num_params\":%zu,"
-                                "\"padded_params\":%zu", q, r->world, z->stage, z->lay.num_params, z->lay.num_flat);
-                for (int k = 0; k < MEM_KINDS; k++) fprintf(r->log, ",\"%s\":%.0f", zero_memory_names[k], x[k]);
-                fprintf(r->log, "}\n");
-            }
+        PlanInput in = planner_input_from_train_config(&r->cfg, r->world);
+        MemoryPlan plan;
+        if (planner_plan(&in, &plan) == 0) planner_print_table(stdout, &plan, all, r->world);
+        for (int q = 0; q < r->world && r->log; q++) {
+            fprintf(r->log, "{\"event\":\"memory\",\"rank\":%d,\"world\":%d,\"zero_stage\":%d,\"num_params\":%zu,"
+                            "\"padded_params\":%zu", q, r->world, z->stage, z->lay.num_params, z->lay.num_flat);
+            for (int k = 0; k < MEM_KINDS; k++) fprintf(r->log, ",\"%s\":%.0f", zero_memory_names[k], all[q * MEM_KINDS + k]);
+            fprintf(r->log, "}\n");
         }
     }
     free(all);
@@ -919,6 +911,8 @@ static void pick_openblas_core(char **argv) {
 
 #ifndef TESTING
 int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--plan")) return planner_main(argc, argv); // arithmetic only: no MPI
     pick_openblas_core(argv);
     MPI_Init(&argc, &argv);
     Run run;

@@ -143,6 +143,17 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int stage, int rank
     for (int u = 0; u < GPT2_MAX_UNITS; u++) z->pending[u] = -1;
 }
 
+// Floats of the bounded buffers zero_init allocates: gradient buckets and reduce-scatter
+// receive slices (stages 2, 3), gather buffers (stage 3). The planner predicts with it.
+static inline size_t zero_buffer_floats(const Zero *z) {
+    size_t embed = gpt2_unit_padded(&z->lay, UNIT_EMBED), fin = gpt2_unit_padded(&z->lay, gpt2_final_unit(&z->lay));
+    size_t n = 0;
+    if (z->stage >= 2) n += embed + fin + 2 * zero_max_layer(z)                          // buckets
+                            + zero_slice(z, UNIT_EMBED) + 2 * (zero_max_layer(z) / z->world); // receive slices
+    if (z->stage == 3) n += embed + fin + 2 * zero_max_layer(z);                         // gather buffers
+    return n;
+}
+
 static inline void zero_free(Zero *z) {
     float *all[] = {z->params, z->grads, z->adam_m, z->adam_v, z->gather_embed, z->gather_final,
                     z->gather_layer[0], z->gather_layer[1], z->bucket_embed, z->bucket_final,

@@ -272,6 +272,10 @@ def compare(cfg, ref_records, ref_grads, ref_final, log_records, dump_path, fina
     if dump_path:
         out(f"gradients of step 1 (per tensor: max|c-r| <= {a.grad_atol:g} + {a.grad_rtol:g}*max|r|; margin = diff/tol, must be <= 1)")
         raw = np.fromfile(dump_path, dtype="<f4")
+        hdr = raw[:256].view("<i4")  # the dump is a checkpoint-format file: header, then tensors
+        if hdr[0] != CKPT_MAGIC or hdr[1] != 3 or [int(h) for h in hdr[2:8]] != [cfg.maxT, cfg.V, cfg.L, cfg.H, cfg.C, cfg.Vp]:
+            verdict(False, f"{dump_path}: header {list(hdr[:8])} is not an fp32 checkpoint header of {cfg}")
+        raw = raw[256:]
         try:
             G = split_flat(cfg, torch.from_numpy(raw.astype(np.float64)), dump_path)
         except ValueError as e:
@@ -486,7 +490,7 @@ def selftest(a):
         logrecs = [dict(step=r["step"], loss=float(f"{r['loss']:.9g}"), lr=r["lr"], grad_norm=r["grad_norm"]) for r in recs]
 
         def check(G, log, final=p32, out=lambda s: None):
-            flatten(cfg, G).numpy().astype("<f4").tofile(c.grads)
+            write_checkpoint(c.grads, cfg, G)  # the trainer dumps gradients in checkpoint format
             write_checkpoint(f"{d}/final.bin", cfg, final)
             return compare(cfg, *ref, log, c.grads, f"{d}/final.bin", c, out)
         lines = []
