@@ -383,6 +383,13 @@ static void mpi_wait(void *ctx, int h, const char *what, int unit) {
         memmove(b->move_to[h], b->move_from[h], b->move_n[h] * sizeof(float));
     b->busy[h] = 0;
 }
+static void mpi_progress(void *ctx) {
+    MpiBackend *b = (MpiBackend *)ctx;
+    for (int h = 0; h < MAX_PENDING; h++) {
+        int done; // a completed request becomes MPI_REQUEST_NULL; mpi_wait then returns at once
+        if (b->busy[h]) MPI_Test(&b->req[h], &done, MPI_STATUS_IGNORE);
+    }
+}
 static void mpi_sum_doubles(void *ctx, double *x, int n) {
     MpiBackend *b = (MpiBackend *)ctx;
     MPI_Request req;
@@ -405,7 +412,7 @@ static void host_add_floats(void *ctx, float *dst, const float *src, size_t n) {
 }
 
 static ZeroBackend mpi_backend(MpiBackend *b) {
-    ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_sum_doubles,
+    ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_progress, mpi_sum_doubles,
                       host_alloc_floats, host_free_floats, host_zero_floats, host_add_floats};
     return be;
 }

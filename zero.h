@@ -68,6 +68,9 @@ typedef struct {
     int (*all_gather)(void *ctx, const float *send, float *recv, size_t n);
     // Wait for a collective to complete. what/unit name it for the watchdog's message.
     void (*wait)(void *ctx, int handle, const char *what, int unit);
+    // Let collectives in flight advance (MPI moves non-blocking collectives only inside MPI
+    // calls, so the schedule pokes it at every unit boundary); may do nothing.
+    void (*progress)(void *ctx);
     void (*sum_doubles)(void *ctx, double *x, int n); // blocking all-reduce of a few scalars
     // Memory where the backend's compute runs (host here, device on the GPU): allocated
     // zeroed, and touched by this header only through these calls.
@@ -211,6 +214,7 @@ static inline void zero_begin_forward(Zero *z, int micro, int accum) {
 // needed after this one, prefetched now so that its gather overlaps this unit's compute (-1:
 // none). Stage 3 re-gathers a layer for its backward only if its buffer was reused since.
 static inline float *zero_params(Zero *z, int u, int next) {
+    z->be.progress(z->be.ctx);
     if (z->stage != 3) return z->params + z->lay.unit_offset[u];
     zero_prefetch(z, u);
     zero_wait(z, u, "all_gather");
