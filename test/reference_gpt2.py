@@ -6,7 +6,8 @@ It runs in float64, so its numbers are the truth the fp32 C trainer is measured 
   init      write a random llm.c checkpoint (version 3, fp32)
   tokens    write a token shard of random tokens
   check     replay a C training run (same checkpoint, tokens, hyper-parameters) and compare
-            the trainer's JSON-lines log and its --dump-grads file against the reference
+            the trainer's JSON-lines log, its --dump-grads file (checkpoint format: header, then
+            the gradients) and its last checkpoint against the reference
   selftest  prove the reference itself: finite differences, the building blocks against
             torch's own ops, our AdamW loop against torch.optim.AdamW, and the comparison
             logic fed with the reference's own fp32 outputs (must pass) and corrupted ones (must fail)
@@ -251,6 +252,20 @@ def read_log(path):
     return recs
 
 
+def read_grad_dump(path, cfg):
+    """--dump-grads writes a checkpoint-format file: the llm.c header of this very model, then the
+    fp32 gradients in checkpoint order. Returns (tensors, None) or (None, what is wrong)."""
+    n = sum(math.prod(s) for _, s in param_shapes(cfg))
+    raw = np.fromfile(path, dtype="<f4")
+    if raw.size != 256 + n:
+        return None, f"{path}: {raw.size} floats, expected 256 (header) + {n} for {cfg}"
+    hdr = raw[:256].view("<i4")
+    if hdr[0] != CKPT_MAGIC or hdr[1] != 3 or list(hdr[2:8]) != [cfg.maxT, cfg.V, cfg.L, cfg.H, cfg.C, cfg.Vp]:
+        what = "all zero (a hole left by seeking to checkpoint offsets?)" if not hdr.any() else list(hdr[:8])
+        return None, f"{path}: header {what} is not the fp32 checkpoint header of {cfg}"
+    return split_flat(cfg, torch.from_numpy(raw[256:].astype(np.float64)), path), None
+
+
 def bad_is_inf(x):
     """NaN compares false with everything, so it would pass `x <= tol` tests and vanish in max()."""
     return x if math.isfinite(x) else float("inf")
@@ -271,18 +286,8 @@ def compare(cfg, ref_records, ref_grads, ref_final, log_records, dump_path, fina
     G = None
     if dump_path:
         out(f"gradients of step 1 (per tensor: max|c-r| <= {a.grad_atol:g} + {a.grad_rtol:g}*max|r|; margin = diff/tol, must be <= 1)")
-        raw = np.fromfile(dump_path, dtype="<f4")
-        hdr = raw[:256].view("<i4")  # the dump is a checkpoint-format file: header, then tensors
-        if hdr[0] != CKPT_MAGIC or hdr[1] != 3 or [int(h) for h in hdr[2:8]] != [cfg.maxT, cfg.V, cfg.L, cfg.H, cfg.C, cfg.Vp]:
-            verdict(False, f"{dump_path}: header {list(hdr[:8])} is not an fp32 checkpoint header of {cfg}")
-        raw = raw[256:]
-        try:
-            G = split_flat(cfg, torch.from_numpy(raw.astype(np.float64)), dump_path)
-        except ValueError as e:
-            msg = str(e)
-            if raw.size == sum(math.prod(s) for _, s in param_shapes(cfg)) + 256:  # the likeliest mistake
-                msg += (f"; the first 256 words are {'all zero' if not raw[:256].any() else 'not all zero'}: a 1024-byte "
-                        "header (or a hole left by seeking to checkpoint offsets) before the gradients?")
+        G, msg = read_grad_dump(dump_path, cfg)
+        if G is None:
             verdict(False, msg)
     if G is not None:
         worst = (-1.0, "")
@@ -300,11 +305,16 @@ def compare(cfg, ref_records, ref_grads, ref_final, log_records, dump_path, fina
         out(f"  worst tensor: {worst[1]} at margin {worst[0]:.3f}")
 
     # Parameters after the last step: catches what the losses barely see (the decay mask, betas, eps).
+    # Adam divides by |g|, so an element whose exact gradient is ~0 turns fp32 rounding noise into
+    # real steps (the key bias is one: q.b_k shifts a whole softmax row, so its exact gradient is 0).
+    # Such elements wander a little, so the max only bounds each element to a small fraction of the
+    # path Adam walks (sum of the LRs: a skipped, doubled or misplaced update is the whole path),
+    # and systematic errors, which move every element (a wrong decay mask), show in the median.
     if final_path:
-        # A few elements whose gradient is near zero may wander (Adam divides by |g|), so the max gets a
-        # loose bound; a systematic error (a wrong decay mask shifts every element) shows in the mean.
-        out(f"parameters after step {a.steps} (per tensor: max|c-r| <= {a.param_atol:g}, "
-            f"mean|c-r| <= {a.param_mean_atol:g} + {a.param_mean_rtol:g}*mean|r|; margin = the worse ratio)")
+        walk = sum(r["lr"] for r in ref_records)
+        max_tol = a.param_walk_frac * walk
+        out(f"parameters after step {a.steps} (per tensor: max|c-r| <= {a.param_walk_frac:g}*sum(lr) = {max_tol:.2e}, "
+            f"median|c-r| <= {a.param_med_atol:g} + {a.param_med_rtol:g}*median|r|; margin = the worse ratio)")
         try:
             fcfg, F = read_checkpoint(final_path)
             if fcfg != cfg:
@@ -317,19 +327,10 @@ def compare(cfg, ref_records, ref_grads, ref_final, log_records, dump_path, fina
             for name, _ in param_shapes(cfg):
                 r = ref_final[name].double()
                 d = (F[name] - r).abs()
-                if name == "qkvb":
-                    # The key bias adds q.b_k to a whole softmax row, so its exact gradient is zero and
-                    # any fp32 gradient there is rounding noise that Adam normalises into steps of up
-                    # to ~lr. Its value is undetermined: only bound it by the largest possible walk.
-                    C = cfg.C
-                    kb = float(d[:, C:2 * C].max())
-                    verdict(kb <= a.lr * a.steps, f"qkvb key part (zero exact gradient) max|c-r| {kb:.3e} <= lr*steps")
-                    d, r = torch.cat([d[:, :C], d[:, 2 * C:]], 1), torch.cat([r[:, :C], r[:, 2 * C:]], 1)
-                diff, mean = float(d.max()), float(d.mean())
-                margin = max(diff / a.param_atol, mean / (a.param_mean_atol + a.param_mean_rtol * float(r.abs().mean())))
-                margin = bad_is_inf(margin)
+                diff, med = float(d.max()), float(d.median())
+                margin = bad_is_inf(max(diff / max_tol, med / (a.param_med_atol + a.param_med_rtol * float(r.abs().median()))))
                 worst = max(worst, (margin, name))
-                verdict(margin <= 1, f"{name:9s} max|c-r| {diff:.3e}  mean|c-r| {mean:.3e}  margin {margin:.3f}")
+                verdict(margin <= 1, f"{name:9s} max|c-r| {diff:.3e}  median|c-r| {med:.3e}  margin {margin:.3f}")
             verdict(bool((F["wte"][cfg.V:] == 0).all()), "wte padded rows still exactly zero")
             out(f"  worst tensor: {worst[1]} at margin {worst[0]:.3f}")
 
@@ -477,9 +478,9 @@ def selftest(a):
 
     # 4. The comparison logic: the reference in fp32 plays the C trainer (clipping, warmup and cosine
     # on); it must pass, and each corruption must be caught.
-    print("comparison logic on the reference's own float32 outputs (full-size vocabulary)")
+    print("comparison logic on the reference's own float32 outputs")
     with tempfile.TemporaryDirectory() as d:
-        cfg = Config(V=50257, Vp=50304, maxT=32, L=2, H=4, C=64)
+        cfg = Config(V=4000, Vp=4096, maxT=32, L=2, H=4, C=64)  # small V: the logic, not the head, is tested
         c = argparse.Namespace(**vars(a))
         c.__dict__.update(grads=f"{d}/grads.bin", B=4, T=16, accum=1, steps=10, lr=1e-3, clip=1.0,
                           schedule="cosine", warmup=3, min_lr_frac=0.1, expect_clip=True)
@@ -489,19 +490,27 @@ def selftest(a):
         recs, g32, p32 = train(read_checkpoint(f"{d}/model.bin", torch.float32)[1], cfg, tokens, c)
         logrecs = [dict(step=r["step"], loss=float(f"{r['loss']:.9g}"), lr=r["lr"], grad_norm=r["grad_norm"]) for r in recs]
 
-        def check(G, log, final=p32, out=lambda s: None):
+        def check(G, log, final=p32, out=lambda s: None, hole=False):
             write_checkpoint(c.grads, cfg, G)  # the trainer dumps gradients in checkpoint format
+            if hole:  # header zeroed: what seeking to checkpoint offsets in a plain file leaves
+                with open(c.grads, "r+b") as f:
+                    f.write(bytes(1024))
             write_checkpoint(f"{d}/final.bin", cfg, final)
             return compare(cfg, *ref, log, c.grads, f"{d}/final.bin", c, out)
         lines = []
         verdict(check(g32, logrecs, out=lines.append) == 0, "fp32 reference passes the checks:")
         print("\n".join("      " + x for x in lines))
+        verdict(check(g32, logrecs, hole=True) > 0, "detects: a gradient dump without its header (1024 zero bytes)")
         G = {n: g.clone() for n, g in g32.items()}
         G["fcb"][1, 5] += 0.01 * float(G["fcb"].abs().max())
         verdict(check(G, logrecs) > 0, "detects: one fcb gradient off by 1% of its tensor's max")
         G = {n: g.clone() for n, g in g32.items()}
         G["wte"][cfg.V + 1, 3] = 1e-30
         verdict(check(G, logrecs) > 0, "detects: a padded wte row gradient nonzero (1e-30)")
+        P0 = read_checkpoint(f"{d}/model.bin")[1]
+        F = {k: p.clone() for k, p in p32.items()}
+        F["fcw"][1, 7, 9] = float(P0["fcw"][1, 7, 9])
+        verdict(check(g32, logrecs, F) > 0, "detects: one fcw element that was never updated")
         for n in ("fcprojb", "ln2w"):  # a decay mask that also decays biases / LayerNorm weights
             F = {k: p.clone() for k, p in p32.items()}
             F[n] *= (1 - c.lr * c.wd) ** c.steps
@@ -552,9 +561,9 @@ def add_tolerances(p):
     p.add_argument("--loss-atol", type=float, default=1e-4)
     p.add_argument("--lr-rtol", type=float, default=1e-5)
     p.add_argument("--norm-rtol", type=float, default=1e-4)
-    p.add_argument("--param-atol", type=float, default=5e-5)
-    p.add_argument("--param-mean-atol", type=float, default=1e-7)
-    p.add_argument("--param-mean-rtol", type=float, default=1e-6)
+    p.add_argument("--param-walk-frac", type=float, default=0.05)
+    p.add_argument("--param-med-atol", type=float, default=1e-7)
+    p.add_argument("--param-med-rtol", type=float, default=1e-6)
 
 
 def main():

@@ -3,8 +3,9 @@
 # First the reference proves itself (finite differences, torch.optim.AdamW, its comparison logic);
 # then, from one random checkpoint (V=50257 padded to 50304, maxT=32, L=2, H=4, C=64, LayerNorm
 # params and biases randomised), each case trains 10 AdamW steps on a token file that holds exactly
-# one optimizer step's tokens (+1), so every step sees the same batch, and compares:
-#   the first step's gradient of every tensor (--dump-grads), padded wte rows exactly zero,
+# one optimizer step's tokens (+1; one file per size, shared by the cases), so every step sees the
+# same batch, and compares:
+#   the first step's gradient of every tensor (--dump-grads, checkpoint format), padded wte rows exactly zero,
 #   loss / lr / grad_norm of every step (--log), and all parameters after the last step (--out).
 # Cases: plain (B=4 T=16, no clipping, constant LR); clipped (B=2 T=32=maxT, clip 1.0 active,
 # warmup 3 + cosine to 0.1); accumulation (B=2 T=16, 2 micro-batches per step, clip, warmup 2 + linear);
@@ -42,9 +43,10 @@ run_case() {
     launch=(env OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np "$np" --oversubscribe)
   fi
   [ "$stage" -gt 0 ] && [ "$np" -gt 1 ] && grads=()
-  "$PY" $REF tokens --out "$d/batch.bin" --n $((accum * B * T + 1)) --seed "$B$T$accum" || exit 1
+  local n=$((accum * B * T + 1)); local batch=$tmp/tokens_$n.bin
+  [ -f "$batch" ] || "$PY" $REF tokens --out "$batch" --n $n --seed $n || exit 1
   local tb=(); [ "$accum" -gt 1 ] && tb=(--total-batch $((accum * B * T)))
-  local cmd=("${launch[@]}" "$TRAINER" --init "$tmp/model.bin" --train-data "$d/batch.bin" --val-every 0 --sample-every 0 --no-shuffle
+  local cmd=("${launch[@]}" "$TRAINER" --init "$tmp/model.bin" --train-data "$batch" --val-every 0 --sample-every 0 --no-shuffle
              --batch "$B" --seq-len "$T" "${tb[@]}" --steps $steps --lr $lr --warmup "$warm" --lr-schedule "$sched"
              --min-lr-frac "$minf" --weight-decay $wd "${adam[@]}" --grad-clip "$clip" --log "$d/log.jsonl" "${grads[@]}"
              --out "$d/out" --save-every $steps --seed 1 --zero-stage "$stage")
@@ -59,7 +61,7 @@ run_case() {
   [ -n "$final" ] || { echo "FAIL: no checkpoint in $d/out"; ls -la "$d/out" 2>&1; failed+=("$name"); return; }
   echo "final checkpoint: $(basename "$final")"
   [ ${#grads[@]} -gt 0 ] && grads=(--grads "$d/grads.bin")
-  "$PY" $REF check --model "$tmp/model.bin" --tokens "$d/batch.bin" --log "$d/log.jsonl" "${grads[@]}" --cache "$tmp" \
+  "$PY" $REF check --model "$tmp/model.bin" --tokens "$batch" --log "$d/log.jsonl" "${grads[@]}" --cache "$tmp" \
       --final "$final" --B "$B" --T "$T" --accum "$accum" --steps $steps --lr $lr --warmup "$warm" --schedule "$sched" \
       --min-lr-frac "$minf" --wd $wd "${adam[@]}" --clip "$clip" "$@" || failed+=("$name")
 }
