@@ -5,7 +5,9 @@
 //     (decoupled decay first, then bias-corrected moments). Written once for host and device.
 //   - AdamWStep: the per-step scalars (lr, bias corrections, clip scale), computed once per step
 //     on the host by adamw_step_begin() so that kernels only do elementwise work.
-//   - lr_at_step(): linear warmup, then constant / linear / cosine down to min_lr_frac.
+//   - lr_at_step(): linear warmup, then constant / linear / cosine down to min_lr_frac; or one of
+//     DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR with DeepSpeed's arithmetic and its
+//     engine's step indexing (see lr_deepspeed()).
 // No global state.
 #ifndef OPTIMIZER_H
 #define OPTIMIZER_H
@@ -27,9 +29,49 @@ typedef struct {
     float grad_scale; // multiplies every gradient: global-norm clipping (and loss-scale removal)
 } AdamWStep;
 
+// DeepSpeed's schedulers (deepspeed/runtime/lr_schedules.py), with W = max(2, warmup_num_steps),
+// T = total_num_steps, and i the scheduler's last_batch_iteration:
+//   warmup (i < W):   log: g = log(i + 1) / log(W)     linear: g = i / W
+//   WarmupLR:         lr = min_lr + (max_lr - min_lr) * (i < W ? g : 1)
+//   WarmupDecayLR:    the same, with g = max(0, (T - i) / max(1, T - W)) once i >= W
+//   WarmupCosineLR:   lr = lr_opt * ratio, ratio = min_ratio + g * (1 - min_ratio) in warmup, then
+//                     max(0, cos_min + (1 - cos_min) * (1 + cos(pi * (i - W + 1) / (T - W))) / 2)
+//                     (no clamp at T: past it DeepSpeed's cosine rises again, and so does this)
+// Indexing as DeepSpeed's engine drives them: the scheduler is built with i = -1, which sets the
+// lr of the first update (min_lr for WarmupLR and WarmupDecayLR, 0 for WarmupCosineLR), and it
+// steps once after each applied update (not after an fp16 overflow skip). So update s (0-based,
+// counting applied updates) runs with i = s - 1: the first two updates both use the i = -1 and
+// i = 0 values, which are equal. Here max_lr and lr_opt are --lr, min_lr --warmup-min-lr,
+// min_ratio --warmup-min-ratio, cos_min --min-lr-frac, T --lr-total-steps (default --steps).
+static inline double lr_deepspeed(const TrainConfig *c, int s) {
+    int i = s - 1, w = c->warmup < 2 ? 2 : c->warmup;
+    int total = c->lr_total_steps > 0 ? c->lr_total_steps : c->steps;
+    double peak = c->lr, min_lr = c->warmup_min_lr;
+    double g = c->warmup_type == LR_WARMUP_LINEAR ? (double)i / w : log((double)i + 1.0) / log((double)w);
+    if (c->lr_schedule == LR_DS_WARMUP_COSINE) {
+        if (i < 0) return 0.0;
+        double r0 = c->warmup_min_ratio, cmin = c->min_lr_frac;
+        if (i < w) return peak * (r0 + g * (1.0 - r0));
+        double x = (1.0 + cos(3.141592653589793 * (double)(i - w + 1) / (double)(total - w))) / 2.0;
+        double ratio = cmin + (1.0 - cmin) * x;
+        return peak * (ratio > 0.0 ? ratio : 0.0);
+    }
+    if (i < 0) return min_lr;
+    if (i >= w) {
+        g = 1.0;
+        if (c->lr_schedule == LR_DS_WARMUP_DECAY) {
+            double span = total - w > 1 ? (double)(total - w) : 1.0;
+            g = (double)(total - i) / span;
+            if (g < 0.0) g = 0.0;
+        }
+    }
+    return min_lr + (peak - min_lr) * g;
+}
+
 // Learning rate of update s (0-based): linear warmup to the peak over `warmup` steps, then the
-// schedule from the peak down to min_lr_frac of it, reached at the last step.
+// schedule from the peak down to min_lr_frac of it, reached at the last step; or DeepSpeed's.
 static inline float lr_at_step(const TrainConfig *c, int s) {
+    if (c->lr_schedule >= LR_DS_WARMUP) return (float)lr_deepspeed(c, s);
     if (s < c->warmup) return (float)((double)c->lr * (s + 1) / c->warmup);
     double peak = c->lr, min_lr = peak * c->min_lr_frac;
     int span = c->steps - c->warmup;
