@@ -3,7 +3,7 @@
 CC       := mpicc
 OPT      ?= -O3 -march=native
 CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -Werror -I.
-LDLIBS   := -lopenblas -lm
+LDLIBS   := -lopenblas -lcjson -lm
 SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 HEADERS  := $(wildcard *.h)
 

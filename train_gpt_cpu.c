@@ -29,6 +29,7 @@
 #include "planner.h"
 #include "dataloader.h"
 #include "tokenizer.h"
+#include "ds_config.h"
 
 // ----------------------------------------------------------------------------------------
 // Utilities
@@ -731,6 +732,7 @@ static int setup(Run *r, int argc, char **argv) {
     int saved_stderr = dup(2);
     if (r->rank != 0 && !freopen("/dev/null", "w", stderr)) return -1;
     int rc = config_parse(c, argc, argv);
+    if (rc == 0 && c->ds_config_path && ds_config_apply(c, c->ds_config_path, r->world, c->ds_strict)) rc = -1;
     FILE *init = NULL;
     GPT2FileInfo info;
     if (rc == 0 && c->init_path) {
@@ -743,6 +745,7 @@ static int setup(Run *r, int argc, char **argv) {
     close(saved_stderr);
     if (r->rank != 0 && rc == 1) rc = 1;
     if (rc != 0) { if (init) fclose(init); return rc; }
+    if (r->rank == 0 && c->ds_config_path) config_print_resolved(stdout, c);
 
     r->accum = config_accum_steps(c, r->world);
     r->mpi.comm = MPI_COMM_WORLD;
@@ -769,6 +772,7 @@ static int setup(Run *r, int argc, char **argv) {
         fprintf(stderr, "error: %s: cannot open log file\n", c->log_path);
         ok = 0;
     }
+    if (r->log) config_log_resolved(r->log, c);
     return all_ok(ok) ? 0 : -1;
 }
 
@@ -945,8 +949,9 @@ int main(int argc, char **argv) {
         if (lead) {
             char eta[32];
             format_eta(eta, sizeof(eta), (c->steps - step) * (step > 1 ? total_ms / (step - 1) : ms) / 1e3);
-            printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | ETA %s\n",
-                   step, c->steps, loss, lr, norm, ms, tok_s, tok_s * flops_per_token / 1e9, eta);
+            if (step % c->print_every == 0 || step == 1 || step == c->steps) // --print-every, steps_per_print
+                printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | ETA %s\n",
+                       step, c->steps, loss, lr, norm, ms, tok_s, tok_s * flops_per_token / 1e9, eta);
             if (run.log) fprintf(run.log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
                                           "\"tok_s\":%.1f}\n", step, loss, lr, norm, ms, tok_s);
         }

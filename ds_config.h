@@ -1,0 +1,919 @@
+// ds_config.h: --deepspeed FILE.json: DeepSpeed configuration files for both trainers.
+//
+// Contract
+//   int ds_config_apply(TrainConfig *c, const char *path, int world, int strict)
+//     Reads the DeepSpeed JSON config at `path` (parsed by cJSON) into c. Call it after
+//     config_parse(), which marked in c->source[] the options the command line gave, and before
+//     config_validate(). world: processes in the job. strict (--strict): everything in the file
+//     this trainer does not honour is an error instead of a warning. Returns 0, or -1 after
+//     printing ONE line "error: FILE: key.path: what is wrong" (or "error: FILE: ..." for the
+//     file itself: missing, too big, not JSON with line and column). Warnings ("warning: FILE:
+//     ...", one line each) go to stderr and do not stop it. Records, for every setting the file
+//     mentions, its key path, whether it said "auto", and the source (c->source, c->file_said,
+//     c->file_key), so that the resolved configuration can say where each value came from.
+//   int ds_config_apply_text(TrainConfig *c, const char *name, const char *text, size_t len,
+//                            int world, int strict)
+//     The same from memory (name is used in messages only): the fuzz target's entry point.
+//   void config_print_resolved(FILE *f, const TrainConfig *c)
+//     Every setting, its value and its source (default, command line, the file, derived), what
+//     "auto" became, and for DeepSpeed's ZeRO tuning keys whether this trainer honours them.
+//   void config_log_resolved(FILE *f, const TrainConfig *c)
+//     The same as one JSON line: {"event":"config","deepspeed":FILE,"world":N,"settings":{
+//     "lr":{"value":0.001,"source":"default","file_key":"optimizer.params.lr","auto":true},...}}
+//
+// Semantics (docs/deepspeed_config.md has the table):
+//   - A value in the file wins over the default. The command line overrides the file only where
+//     the file says "auto" (or leaves the key out: a missing key is "auto"); a command-line
+//     option that disagrees with a value in the file is an error naming both.
+//   - train_batch_size counts sequences: train_batch_size * --seq-len = --total-batch (tokens);
+//     train_micro_batch_size_per_gpu = --batch; gradient_accumulation_steps = --grad-accum.
+//     train_batch_size = micro * accumulation * world is checked; any two determine the third;
+//     fewer than two given: the micro batch is --batch (or its default) and accumulation 1.
+//   - Unknown keys: a warning naming each (error with strict). Wrong types or values: an error
+//     naming the key path. Values this trainer cannot honour that change the result (another
+//     optimizer or scheduler, amsgrad, ...) are errors; those that change only speed or memory
+//     (offload, bucket sizes, ...) are recorded and reported (offload and wall_clock_breakdown
+//     with a warning, an error with strict).
+//   - Duplicate keys are an error, as in DeepSpeed (which refuses them when loading the file).
+// No global state; compiles as C11 and as C++ (nvcc includes it). Link with -lcjson.
+#ifndef DS_CONFIG_H
+#define DS_CONFIG_H
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <math.h>
+#include <cjson/cJSON.h>
+#include "config.h"
+
+#define DS_MAX_FILE_BYTES (1 << 20) // a DeepSpeed config is a few KB; anything this big is not one
+
+typedef struct {
+    TrainConfig *c;
+    const char *file;  // the name in messages
+    int world, strict;
+} DsCtx;
+
+enum { DS_ABSENT, DS_AUTO, DS_VALUE, DS_ERROR };
+
+// ---------------------------------------------------------------------------------------------
+// Messages: one line each, naming the file and the key path.
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static inline void ds_error(const DsCtx *x, const char *path, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "error: %s: ", x->file);
+    if (path) fprintf(stderr, "%s: ", path);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+// Something the trainer does not honour: a warning, or with strict an error (returns -1).
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static inline int ds_unhonoured(const DsCtx *x, const char *path, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: %s: %s: ", x->strict ? "error" : "warning", x->file, path);
+    vfprintf(stderr, fmt, ap);
+    fputs(x->strict ? " (--strict)\n" : "\n", stderr);
+    va_end(ap);
+    return x->strict ? -1 : 0;
+}
+
+// prefix.key into buf, printable (keys come from the file: no control bytes reach the terminal).
+// (Long keys are cut at n - 1 bytes.)
+static inline void ds_cat(char *buf, size_t n, const char *a, const char *b, const char *c) {
+    const char *parts[3] = {a, b, c};
+    size_t k = 0;
+    for (int i = 0; i < 3; i++)
+        for (const char *p = parts[i]; p && *p && k + 1 < n; p++)
+            buf[k++] = (unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f ? '?' : *p;
+    buf[k] = 0;
+}
+static inline void ds_join(char *buf, size_t n, const char *prefix, const char *key) {
+    ds_cat(buf, n, prefix, prefix && *prefix ? "." : "", key ? key : "?");
+}
+
+// A JSON value as a message shows it: 5, 0.001, "text", true, null, an object, an array.
+static inline const char *ds_describe(const cJSON *v, char *buf, size_t n) {
+    if (!v) snprintf(buf, n, "nothing");
+    else if (cJSON_IsNumber(v)) snprintf(buf, n, "%.10g", v->valuedouble);
+    else if (cJSON_IsTrue(v)) snprintf(buf, n, "true");
+    else if (cJSON_IsFalse(v)) snprintf(buf, n, "false");
+    else if (cJSON_IsNull(v)) snprintf(buf, n, "null");
+    else if (cJSON_IsObject(v)) snprintf(buf, n, "an object");
+    else if (cJSON_IsArray(v)) snprintf(buf, n, "an array");
+    else if (cJSON_IsString(v)) {
+        char s[48];
+        ds_join(s, sizeof(s), NULL, v->valuestring);
+        snprintf(buf, n, "\"%s%s\"", s, strlen(v->valuestring) >= sizeof(s) - 1 ? "..." : "");
+    } else snprintf(buf, n, "an unreadable value");
+    return buf;
+}
+
+static inline int ds_is_auto(const cJSON *v) { return cJSON_IsString(v) && !strcmp(v->valuestring, "auto"); }
+
+// The last component of a key path: "optimizer.params.lr" -> "lr".
+static inline const char *ds_leaf(const char *path) {
+    const char *d = strrchr(path, '.');
+    return d ? d + 1 : path;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading one key of an object (path is the literal key path; its last component is the key).
+
+// A number in [lo, hi] (whole: an integer, written 8 or 8.0 or 2e8). expect: what the error
+// says is expected, or NULL for "a number in [lo, hi]".
+static inline int ds_number(const DsCtx *x, const cJSON *obj, const char *path, double lo, double hi, int whole,
+                            const char *expect, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, ds_leaf(path));
+    if (!v) return DS_ABSENT;
+    if (ds_is_auto(v)) return DS_AUTO;
+    double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!cJSON_IsNumber(v) || !(d >= lo && d <= hi) || (whole && d != floor(d))) {
+        char got[80], exp[96];
+        if (!expect) {
+            snprintf(exp, sizeof(exp), "%s in [%.10g, %.10g] or \"auto\"", whole ? "a whole number" : "a number", lo, hi);
+            expect = exp;
+        }
+        ds_error(x, path, "expected %s, got %s", expect, ds_describe(v, got, sizeof(got)));
+        return DS_ERROR;
+    }
+    *out = d;
+    return DS_VALUE;
+}
+
+static inline int ds_boolean(const DsCtx *x, const cJSON *obj, const char *path, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, ds_leaf(path));
+    if (!v) return DS_ABSENT;
+    if (ds_is_auto(v)) return DS_AUTO;
+    if (!cJSON_IsBool(v)) {
+        char got[80];
+        ds_error(x, path, "expected true, false or \"auto\", got %s", ds_describe(v, got, sizeof(got)));
+        return DS_ERROR;
+    }
+    *out = cJSON_IsTrue(v) ? 1 : 0;
+    return DS_VALUE;
+}
+
+// One of names[] (exact, or ignoring case when nocase). expect: the error's list of choices.
+static inline int ds_choice(const DsCtx *x, const cJSON *obj, const char *path, const char *const *names, int n,
+                            int nocase, const char *expect, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, ds_leaf(path));
+    if (!v) return DS_ABSENT;
+    if (ds_is_auto(v)) return DS_AUTO;
+    for (int i = 0; cJSON_IsString(v) && i < n; i++)
+        if (nocase ? !strcasecmp(v->valuestring, names[i]) : !strcmp(v->valuestring, names[i])) {
+            *out = i;
+            return DS_VALUE;
+        }
+    char got[80];
+    ds_error(x, path, "expected %s, got %s", expect, ds_describe(v, got, sizeof(got)));
+    return DS_ERROR;
+}
+
+// An object (absent is fine: NULL); anything else is an error.
+static inline int ds_object(const DsCtx *x, const cJSON *obj, const char *path, const cJSON **out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, ds_leaf(path));
+    *out = NULL;
+    if (!v) return DS_ABSENT;
+    if (!cJSON_IsObject(v)) {
+        char got[80];
+        ds_error(x, path, "expected an object, got %s", ds_describe(v, got, sizeof(got)));
+        return DS_ERROR;
+    }
+    *out = v;
+    return DS_VALUE;
+}
+
+// Keys of obj not in known[]: a warning naming each (error with strict). Returns -1 on error.
+static inline int ds_known_keys(const DsCtx *x, const cJSON *obj, const char *prefix, const char *const *known, int n) {
+    for (const cJSON *it = obj ? obj->child : NULL; it; it = it->next) {
+        int k = 0;
+        while (k < n && strcmp(it->string, known[k])) k++;
+        if (k < n) continue;
+        char path[160];
+        ds_join(path, sizeof(path), prefix, it->string);
+        if (ds_unhonoured(x, path, "unknown key, or one this trainer does not implement; ignored")) return -1;
+    }
+    return 0;
+}
+
+// Duplicate keys anywhere in the tree: DeepSpeed refuses them, and which one wins is otherwise
+// a guess. Sorts each object's names (qsort) so that a big object costs n log n.
+static inline int ds_name_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+static inline int ds_no_duplicates(const DsCtx *x, const cJSON *v, const char *prefix) {
+    int n = 0;
+    for (const cJSON *it = v->child; it; it = it->next) n++;
+    if (cJSON_IsObject(v) && n > 1) {
+        const char **names = (const char **)malloc(sizeof(char *) * (size_t)n);
+        if (!names) { ds_error(x, NULL, "out of memory"); return -1; }
+        int i = 0;
+        for (const cJSON *it = v->child; it; it = it->next) names[i++] = it->string;
+        qsort(names, (size_t)n, sizeof(char *), ds_name_cmp);
+        for (i = 1; i < n && strcmp(names[i - 1], names[i]); i++) {}
+        if (i < n) {
+            char path[160];
+            ds_join(path, sizeof(path), prefix, names[i]);
+            free(names);
+            ds_error(x, path, "duplicate key");
+            return -1;
+        }
+        free(names);
+    }
+    int idx = 0;
+    for (const cJSON *it = v->child; it; it = it->next, idx++) {
+        if (!cJSON_IsObject(it) && !cJSON_IsArray(it)) continue;
+        char path[160];
+        if (cJSON_IsObject(v)) ds_join(path, sizeof(path), prefix, it->string);
+        else {
+            char index[16];
+            snprintf(index, sizeof(index), "[%d]", idx);
+            ds_cat(path, sizeof(path), prefix, index, NULL);
+        }
+        if (ds_no_duplicates(x, it, path)) return -1;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Settling a file value against the command line.
+
+// A setting's current value as text ("0.001", "8", "cosine", "true").
+static inline const char *ds_setting_str(const TrainConfig *c, int key, char *buf, size_t n) {
+    double num;
+    const char *str;
+    switch (config_value(c, key, &num, &str)) {
+    case CV_STR: snprintf(buf, n, "%s", str ? str : "(none)"); break;
+    case CV_FLOAT: config_float_str(buf, n, num); break;
+    case CV_BOOL: snprintf(buf, n, "%s", num != 0.0 ? "true" : "false"); break;
+    case CV_NUM: snprintf(buf, n, "%.15g", num); break;
+    default: snprintf(buf, n, "?"); break;
+    }
+    return buf;
+}
+
+// The file says "auto" (or leaves the key out, which is the same): the command line or default stays.
+static inline void ds_auto(const DsCtx *x, int key, const char *path) {
+    x->c->file_said[key] = CFG_FILE_AUTO;
+    x->c->file_key[key] = path;
+}
+
+// The file gives a value for key. equal: it is the setting's current value. A command-line
+// value that differs is a conflict; otherwise the caller stores the value, now from the file.
+static inline int ds_settle(const DsCtx *x, int key, const char *path, const char *file_value, int equal) {
+    TrainConfig *c = x->c;
+    if (config_given(c, key) && !equal) {
+        char cli[64];
+        ds_error(x, path, "the file says %s but the command line says --%s %s; they conflict (make it \"auto\" "
+                          "in the file to take the command line's value)",
+                 file_value, config_key_names[key], ds_setting_str(c, key, cli, sizeof(cli)));
+        return -1;
+    }
+    c->source[key] = CFG_SRC_FILE;
+    c->file_said[key] = CFG_FILE_VALUE;
+    c->file_key[key] = path;
+    return 0;
+}
+
+static inline int ds_float_key(const DsCtx *x, const cJSON *obj, const char *path, int key, double lo, double hi,
+                               float *field) {
+    double v;
+    int st = ds_number(x, obj, path, lo, hi, 0, NULL, &v);
+    if (st == DS_ERROR) return -1;
+    if (st == DS_AUTO) ds_auto(x, key, path);
+    if (st != DS_VALUE) return 0;
+    char s[40];
+    config_float_str(s, sizeof(s), v);
+    if (ds_settle(x, key, path, s, (float)v == *field)) return -1;
+    *field = (float)v;
+    return 0;
+}
+
+static inline int ds_int_key(const DsCtx *x, const cJSON *obj, const char *path, int key, double lo, double hi,
+                             const char *expect, int *field) {
+    double v;
+    int st = ds_number(x, obj, path, lo, hi, 1, expect, &v);
+    if (st == DS_ERROR) return -1;
+    if (st == DS_AUTO) ds_auto(x, key, path);
+    if (st != DS_VALUE) return 0;
+    char s[40];
+    snprintf(s, sizeof(s), "%.15g", v);
+    if (ds_settle(x, key, path, s, (int)v == *field)) return -1;
+    *field = (int)v;
+    return 0;
+}
+
+static inline int ds_bool_key(const DsCtx *x, const cJSON *obj, const char *path, int key, int *field) {
+    int v = 0, st = ds_boolean(x, obj, path, &v);
+    if (st == DS_ERROR) return -1;
+    if (st == DS_AUTO) ds_auto(x, key, path);
+    if (st != DS_VALUE) return 0;
+    if (ds_settle(x, key, path, v ? "true" : "false", v == (*field != 0))) return -1;
+    *field = v;
+    return 0;
+}
+
+static inline int ds_choice_key(const DsCtx *x, const cJSON *obj, const char *path, int key,
+                                const char *const *names, int n, const char *expect, int *field) {
+    int v = 0, st = ds_choice(x, obj, path, names, n, 0, expect, &v);
+    if (st == DS_ERROR) return -1;
+    if (st == DS_AUTO) ds_auto(x, key, path);
+    if (st != DS_VALUE) return 0;
+    char s[64];
+    snprintf(s, sizeof(s), "\"%s\"", names[v]);
+    if (ds_settle(x, key, path, s, v == *field)) return -1;
+    *field = v;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The DeepSpeed-only settings: what DeepSpeed does by default, and what this trainer does.
+
+enum { DSX_T_BOOL, DSX_T_SIZE, DSX_T_DEVICE };
+typedef struct {
+    const char *path;     // key path (a literal: c->file_key keeps it)
+    int type;
+    double ds_default;    // DeepSpeed's default
+    const char *ours;     // what this trainer does about it
+} DsExtra;
+
+static inline const DsExtra *ds_extras(void) {
+    static const DsExtra t[DSX_NUM] = {
+        {"zero_optimization.overlap_comm", DSX_T_BOOL, 0,
+         "honoured as true: each unit's collective runs under the next unit's compute (false is ignored)"},
+        {"zero_optimization.reduce_bucket_size", DSX_T_SIZE, 5e8,
+         "not used: a bucket is one unit (the embeddings, a layer, the final LayerNorm)"},
+        {"zero_optimization.allgather_bucket_size", DSX_T_SIZE, 5e8,
+         "not used: parameters are all-gathered one unit at a time"},
+        {"zero_optimization.contiguous_gradients", DSX_T_BOOL, 1,
+         "honoured as true: gradients live in one flat buffer (false is ignored)"},
+        {"zero_optimization.reduce_scatter", DSX_T_BOOL, 1,
+         "honoured as true: stages 1-3 reduce-scatter (false, an all-reduce, is ignored)"},
+        {"zero_optimization.allgather_partitions", DSX_T_BOOL, 1,
+         "honoured as true: one all-gather per unit (false is ignored)"},
+        {"zero_optimization.stage3_prefetch_bucket_size", DSX_T_SIZE, 5e7,
+         "not used: stage 3 prefetches exactly one unit ahead"},
+        {"zero_optimization.stage3_param_persistence_threshold", DSX_T_SIZE, 1e5,
+         "not used: every unit is partitioned, none persists"},
+        {"zero_optimization.stage3_max_live_parameters", DSX_T_SIZE, 1e9,
+         "not used: at most the embeddings, the final LayerNorm and two layers are gathered at once"},
+        {"zero_optimization.stage3_max_reuse_distance", DSX_T_SIZE, 1e9,
+         "not used: a layer is released after its forward and gathered again for its backward"},
+        {"zero_optimization.stage3_gather_16bit_weights_on_model_save", DSX_T_BOOL, 0,
+         "checkpoints always hold the whole model, gathered (what true asks for)"},
+        {"zero_optimization.sub_group_size", DSX_T_SIZE, 1e9,
+         "not used: each rank updates its whole shard at once"},
+        {"zero_optimization.offload_optimizer.device", DSX_T_DEVICE, DS_DEVICE_NONE,
+         "none only: offload (cpu, nvme) is not implemented yet and is ignored"},
+        {"zero_optimization.offload_optimizer.pin_memory", DSX_T_BOOL, 0, "ignored (no offload)"},
+        {"zero_optimization.offload_param.device", DSX_T_DEVICE, DS_DEVICE_NONE,
+         "none only: offload (cpu, nvme) is not implemented yet and is ignored"},
+        {"zero_optimization.offload_param.pin_memory", DSX_T_BOOL, 0, "ignored (no offload)"},
+        {"wall_clock_breakdown", DSX_T_BOOL, 0,
+         "not implemented: true is ignored (the step line and the log have each step's time)"},
+    };
+    return t;
+}
+
+// Reads DeepSpeed-only key k from obj (whose key path ends in the table's last component).
+static inline int ds_extra_key(const DsCtx *x, const cJSON *obj, int k, const char *path_override) {
+    const DsExtra *e = &ds_extras()[k];
+    const char *path = path_override ? path_override : e->path;
+    TrainConfig *c = x->c;
+    int key = CK_DSX + k, st, b = 0;
+    double v = 0.0;
+    if (e->type == DSX_T_BOOL) { st = ds_boolean(x, obj, path, &b); v = b; }
+    else if (e->type == DSX_T_SIZE) st = ds_number(x, obj, path, 0, 9007199254740992.0, 1, NULL, &v);
+    else {
+        static const char *const devices[3] = {"none", "cpu", "nvme"};
+        st = ds_choice(x, obj, path, devices, 3, 0, "\"none\", \"cpu\" or \"nvme\"", &b);
+        v = b;
+    }
+    if (st == DS_ERROR) return -1;
+    if (st == DS_AUTO) ds_auto(x, key, path);
+    if (st != DS_VALUE) return 0;
+    c->ds_extra[k] = v;
+    c->source[key] = CFG_SRC_FILE;
+    c->file_said[key] = CFG_FILE_VALUE;
+    c->file_key[key] = path;
+    if (e->type == DSX_T_DEVICE && b != DS_DEVICE_NONE)
+        return ds_unhonoured(x, path, "\"%s\": offloading is not implemented yet in this trainer; ignored "
+                                      "(everything stays in memory)", b == DS_DEVICE_CPU ? "cpu" : "nvme");
+    if (k == DSX_WALL_CLOCK_BREAKDOWN && b)
+        return ds_unhonoured(x, path, "true: not implemented in this trainer; ignored");
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sections
+
+static inline int ds_optimizer(const DsCtx *x, const cJSON *root) {
+    TrainConfig *c = x->c;
+    const cJSON *opt, *params = NULL;
+    if (ds_object(x, root, "optimizer", &opt) == DS_ERROR) return -1;
+    if (!opt) return 0; // no optimizer section: DeepSpeed would use the program's own: ours
+    static const char *const keys[] = {"type", "params"};
+    if (ds_known_keys(x, opt, "optimizer", keys, 2)) return -1;
+    static const char *const types[] = {"AdamW", "Adam"};
+    int type = 0; // DeepSpeed lower-cases the name
+    if (ds_choice(x, opt, "optimizer.type", types, 2, 1, "\"AdamW\" or \"Adam\" (others are not implemented "
+                  "in this trainer)", &type) == DS_ERROR) return -1;
+    if (ds_object(x, opt, "optimizer.params", &params) == DS_ERROR) return -1;
+    if (!params) return 0;
+    static const char *const pkeys[] = {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "torch_adam",
+                                        "bias_correction", "amsgrad"};
+    if (ds_known_keys(x, params, "optimizer.params", pkeys, 8)) return -1;
+    if (ds_float_key(x, params, "optimizer.params.lr", CK_LR, 0, 1e3, &c->lr)) return -1;
+    if (ds_float_key(x, params, "optimizer.params.eps", CK_EPS, 1e-30, 1, &c->eps)) return -1;
+    if (ds_float_key(x, params, "optimizer.params.weight_decay", CK_WEIGHT_DECAY, 0, 1e3, &c->weight_decay)) return -1;
+    const cJSON *betas = cJSON_GetObjectItemCaseSensitive(params, "betas");
+    if (ds_is_auto(betas)) {
+        ds_auto(x, CK_BETA1, "optimizer.params.betas");
+        ds_auto(x, CK_BETA2, "optimizer.params.betas");
+    } else if (betas) {
+        char got[80];
+        if (!cJSON_IsArray(betas) || cJSON_GetArraySize(betas) != 2 || !cJSON_IsNumber(betas->child) ||
+            !cJSON_IsNumber(betas->child->next)) {
+            ds_error(x, "optimizer.params.betas", "expected [beta1, beta2] (two numbers) or \"auto\", got %s",
+                     ds_describe(betas, got, sizeof(got)));
+            return -1;
+        }
+        const double hi[2] = {0.999999, 0.999999999};
+        float *field[2] = {&c->beta1, &c->beta2};
+        const cJSON *b = betas->child;
+        for (int i = 0; i < 2; i++, b = b->next) {
+            double v = b->valuedouble;
+            char path[40], s[40];
+            snprintf(path, sizeof(path), "optimizer.params.betas[%d]", i);
+            if (!(v >= 0.0 && v <= hi[i])) {
+                ds_error(x, path, "expected a number in [0, %.10g], got %s", hi[i], ds_describe(b, got, sizeof(got)));
+                return -1;
+            }
+            config_float_str(s, sizeof(s), v);
+            if (ds_settle(x, CK_BETA1 + i, "optimizer.params.betas", s, (float)v == *field[i])) return -1;
+            *field[i] = (float)v;
+        }
+    }
+    int flag = 0, st;
+    if ((st = ds_boolean(x, params, "optimizer.params.torch_adam", &flag)) == DS_ERROR) return -1;
+    if ((st = ds_boolean(x, params, "optimizer.params.bias_correction", &flag)) == DS_ERROR) return -1;
+    if (st == DS_VALUE && !flag) {
+        ds_error(x, "optimizer.params.bias_correction", "false is not implemented in this trainer (Adam's bias "
+                                                        "correction is always applied)");
+        return -1;
+    }
+    if ((st = ds_boolean(x, params, "optimizer.params.amsgrad", &flag)) == DS_ERROR) return -1;
+    if (st == DS_VALUE && flag) {
+        ds_error(x, "optimizer.params.amsgrad", "true is not implemented in this trainer");
+        return -1;
+    }
+    // DeepSpeed's "Adam" is AdamW unless adam_w_mode is false, which makes weight decay an L2 term
+    if ((st = ds_boolean(x, params, "optimizer.params.adam_w_mode", &flag)) == DS_ERROR) return -1;
+    if (st == DS_VALUE && !flag && type == 1 && c->weight_decay != 0.0f) {
+        ds_error(x, "optimizer.params.adam_w_mode", "false (Adam with L2 weight decay) is not implemented in this "
+                                                    "trainer; use AdamW, or weight_decay 0");
+        return -1;
+    }
+    return 0;
+}
+
+static inline int ds_scheduler(const DsCtx *x, const cJSON *root) {
+    TrainConfig *c = x->c;
+    const cJSON *sch, *params = NULL;
+    if (ds_object(x, root, "scheduler", &sch) == DS_ERROR) return -1;
+    if (!sch) return 0; // no scheduler: --lr-schedule
+    static const char *const keys[] = {"type", "params"};
+    if (ds_known_keys(x, sch, "scheduler", keys, 2)) return -1;
+    static const char *const types[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
+    const char *expect = "\"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\" (others are not implemented in "
+                         "this trainer)";
+    int type = 0, st = ds_choice(x, sch, "scheduler.type", types, 3, 0, expect, &type);
+    if (st == DS_ERROR) return -1;
+    if (st != DS_VALUE) {
+        ds_error(x, "scheduler.type", "expected %s, got %s", expect, st == DS_AUTO ? "\"auto\"" : "nothing");
+        return -1;
+    }
+    int kind = LR_DS_WARMUP + type;
+    char s[40];
+    snprintf(s, sizeof(s), "\"%s\"", types[type]);
+    if (ds_settle(x, CK_LR_SCHEDULE, "scheduler.type", s, c->lr_schedule == kind)) return -1;
+    c->lr_schedule = kind;
+    if (ds_object(x, sch, "scheduler.params", &params) == DS_ERROR) return -1;
+    if (!params) return 0;
+    // DeepSpeed passes params to the scheduler's constructor: a name it does not take is an error there
+    static const char *const warm[] = {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type",
+                                       "last_batch_iteration", "total_num_steps"};
+    static const char *const cosine[] = {"total_num_steps", "warmup_min_ratio", "warmup_num_steps", "cos_min_ratio",
+                                         "warmup_type", "last_batch_iteration"};
+    const char *const *names = kind == LR_DS_WARMUP_COSINE ? cosine : warm;
+    int n = kind == LR_DS_WARMUP ? 5 : 6;
+    for (const cJSON *it = params->child; it; it = it->next) {
+        int k = 0;
+        while (k < n && strcmp(it->string, names[k])) k++;
+        if (k == n) {
+            char path[160];
+            ds_join(path, sizeof(path), "scheduler.params", it->string);
+            ds_error(x, path, "not a parameter of %s (DeepSpeed would refuse it too)", types[type]);
+            return -1;
+        }
+    }
+    double v;
+    if ((st = ds_number(x, params, "scheduler.params.last_batch_iteration", -1, -1, 1,
+                        "-1 (resuming a schedule is not implemented)", &v)) == DS_ERROR) return -1;
+    if (ds_int_key(x, params, "scheduler.params.warmup_num_steps", CK_WARMUP, 0, 1 << 30, NULL, &c->warmup)) return -1;
+    if (ds_choice_key(x, params, "scheduler.params.warmup_type", CK_WARMUP_TYPE, lr_warmup_type_names, 2,
+                      "\"log\" or \"linear\"", &c->warmup_type)) return -1;
+    if (kind != LR_DS_WARMUP &&
+        ds_int_key(x, params, "scheduler.params.total_num_steps", CK_LR_TOTAL_STEPS, 1, 1 << 30, NULL,
+                   &c->lr_total_steps)) return -1;
+    if (kind == LR_DS_WARMUP_COSINE) {
+        if (ds_float_key(x, params, "scheduler.params.warmup_min_ratio", CK_WARMUP_MIN_RATIO, 0, 1,
+                         &c->warmup_min_ratio)) return -1;
+        return ds_float_key(x, params, "scheduler.params.cos_min_ratio", CK_MIN_LR_FRAC, 0, 1, &c->min_lr_frac);
+    }
+    if (ds_float_key(x, params, "scheduler.params.warmup_min_lr", CK_WARMUP_MIN_LR, 0, 1e3, &c->warmup_min_lr))
+        return -1;
+    // warmup_max_lr is the peak, --lr, like optimizer.params.lr: as in DeepSpeed the scheduler's wins
+    float before = c->lr;
+    int from_opt = c->source[CK_LR] == CFG_SRC_FILE;
+    if (ds_float_key(x, params, "scheduler.params.warmup_max_lr", CK_LR, 0, 1e3, &c->lr)) return -1;
+    if (from_opt && c->lr != before) {
+        char a[40], b[40];
+        config_float_str(a, sizeof(a), before);
+        config_float_str(b, sizeof(b), c->lr);
+        fprintf(stderr, "warning: %s: optimizer.params.lr %s is overridden by scheduler.params.warmup_max_lr %s "
+                        "(as DeepSpeed does)\n", x->file, a, b);
+    }
+    if (from_opt && c->file_said[CK_LR] == CFG_FILE_AUTO) { // lr from optimizer, warmup_max_lr "auto": keep lr's
+        c->file_said[CK_LR] = CFG_FILE_VALUE;
+        c->file_key[CK_LR] = "optimizer.params.lr";
+    }
+    return 0;
+}
+
+static inline int ds_precision(const DsCtx *x, const cJSON *root) {
+    TrainConfig *c = x->c;
+    const cJSON *fp16, *bf16;
+    if (ds_object(x, root, "fp16", &fp16) == DS_ERROR || ds_object(x, root, "bf16", &bf16) == DS_ERROR) return -1;
+    static const char *const fkeys[] = {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window",
+                                        "hysteresis", "consecutive_hysteresis", "min_loss_scale"};
+    static const char *const bkeys[] = {"enabled"};
+    if (ds_known_keys(x, fp16, "fp16", fkeys, 7) || ds_known_keys(x, bf16, "bf16", bkeys, 1)) return -1;
+    int fe = 0, be = 0, fs = DS_ABSENT, bs = DS_ABSENT;
+    if (fp16 && (fs = ds_boolean(x, fp16, "fp16.enabled", &fe)) == DS_ERROR) return -1;
+    if (bf16 && (bs = ds_boolean(x, bf16, "bf16.enabled", &be)) == DS_ERROR) return -1;
+    if (fs == DS_VALUE && fe && bs == DS_VALUE && be) {
+        ds_error(x, "bf16.enabled", "fp16.enabled and bf16.enabled are both true; enable one of them");
+        return -1;
+    }
+    int want = -1;
+    const char *path = NULL;
+    if (fs == DS_VALUE && fe) { want = PRECISION_FP16; path = "fp16.enabled"; }
+    else if (bs == DS_VALUE && be) { want = PRECISION_BF16; path = "bf16.enabled"; }
+    else if (fs == DS_VALUE && bs == DS_VALUE) { want = PRECISION_FP32; path = "fp16.enabled"; }
+    else if (fs == DS_VALUE && c->precision == PRECISION_FP16) { want = PRECISION_FP32; path = "fp16.enabled"; }
+    else if (bs == DS_VALUE && c->precision == PRECISION_BF16) { want = PRECISION_FP32; path = "bf16.enabled"; }
+    if (want >= 0) {
+        char s[80];
+        snprintf(s, sizeof(s), "%s (%s)", want == PRECISION_FP32 ? "false" : "true", precision_names[want]);
+        if (ds_settle(x, CK_PRECISION, path, s, c->precision == want)) return -1;
+        c->precision = want;
+    } else if (fs == DS_AUTO || bs == DS_AUTO) ds_auto(x, CK_PRECISION, fs == DS_AUTO ? "fp16.enabled" : "bf16.enabled");
+    if (!fp16) return 0;
+    if (ds_float_key(x, fp16, "fp16.loss_scale", CK_LOSS_SCALE, 0, 1e38, &c->loss_scale)) return -1;
+    if (ds_int_key(x, fp16, "fp16.initial_scale_power", CK_INITIAL_SCALE_POWER, -126, 127, NULL,
+                   &c->initial_scale_power)) return -1;
+    if (ds_int_key(x, fp16, "fp16.loss_scale_window", CK_LOSS_SCALE_WINDOW, 1, 1 << 30, NULL, &c->loss_scale_window))
+        return -1;
+    if (ds_int_key(x, fp16, "fp16.hysteresis", CK_HYSTERESIS, 1, 1 << 30, NULL, &c->hysteresis)) return -1;
+    if (ds_bool_key(x, fp16, "fp16.consecutive_hysteresis", CK_CONSECUTIVE_HYSTERESIS, &c->consecutive_hysteresis))
+        return -1;
+    return ds_float_key(x, fp16, "fp16.min_loss_scale", CK_MIN_LOSS_SCALE, 1e-38, 1e38, &c->min_loss_scale);
+}
+
+static inline int ds_zero(const DsCtx *x, const cJSON *root) {
+    TrainConfig *c = x->c;
+    const cJSON *z, *oo = NULL, *op = NULL;
+    if (ds_object(x, root, "zero_optimization", &z) == DS_ERROR) return -1;
+    if (!z) return 0;
+    static const char *const keys[] = {"stage", "overlap_comm", "reduce_bucket_size", "allgather_bucket_size",
+                                       "contiguous_gradients", "reduce_scatter", "allgather_partitions",
+                                       "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+                                       "stage3_max_live_parameters", "stage3_max_reuse_distance",
+                                       "stage3_gather_16bit_weights_on_model_save",
+                                       "stage3_gather_fp16_weights_on_model_save", // DeepSpeed's older name
+                                       "sub_group_size", "offload_optimizer", "offload_param"};
+    if (ds_known_keys(x, z, "zero_optimization", keys, 16)) return -1;
+    if (ds_int_key(x, z, "zero_optimization.stage", CK_ZERO_STAGE, 0, 3, "0, 1, 2 or 3", &c->zero_stage)) return -1;
+    for (int k = DSX_OVERLAP_COMM; k <= DSX_SUB_GROUP_SIZE; k++) {
+        const char *alias = NULL;
+        if (k == DSX_GATHER_16BIT_WEIGHTS_ON_MODEL_SAVE &&
+            !cJSON_GetObjectItemCaseSensitive(z, "stage3_gather_16bit_weights_on_model_save") &&
+            cJSON_GetObjectItemCaseSensitive(z, "stage3_gather_fp16_weights_on_model_save"))
+            alias = "zero_optimization.stage3_gather_fp16_weights_on_model_save";
+        if (ds_extra_key(x, z, k, alias)) return -1;
+    }
+    // the offload sections' other keys (nvme_path, buffer_count, ...) go with the offload: ignored
+    static const char *const okeys[] = {"device", "pin_memory", "nvme_path", "buffer_count", "buffer_size",
+                                        "max_in_cpu", "fast_init", "pipeline", "pipeline_read", "pipeline_write",
+                                        "ratio"};
+    if (ds_object(x, z, "zero_optimization.offload_optimizer", &oo) == DS_ERROR) return -1;
+    if (ds_known_keys(x, oo, "zero_optimization.offload_optimizer", okeys, 11)) return -1;
+    if (oo && (ds_extra_key(x, oo, DSX_OFFLOAD_OPTIMIZER_DEVICE, NULL) ||
+               ds_extra_key(x, oo, DSX_OFFLOAD_OPTIMIZER_PIN_MEMORY, NULL))) return -1;
+    if (ds_object(x, z, "zero_optimization.offload_param", &op) == DS_ERROR) return -1;
+    if (ds_known_keys(x, op, "zero_optimization.offload_param", okeys, 9)) return -1; // no ratio, no pipeline
+    if (op && (ds_extra_key(x, op, DSX_OFFLOAD_PARAM_DEVICE, NULL) ||
+               ds_extra_key(x, op, DSX_OFFLOAD_PARAM_PIN_MEMORY, NULL))) return -1;
+    return 0;
+}
+
+// train_batch_size (sequences) = micro batch x accumulation x world; any two determine the third.
+static inline int ds_batch(const DsCtx *x, const cJSON *root) {
+    TrainConfig *c = x->c;
+    double tb = 0, mb = 0, ga = 0;
+    int st_tb = ds_number(x, root, "train_batch_size", 1, 1099511627776.0, 1, NULL, &tb);
+    if (st_tb == DS_ERROR) return -1;
+    int st_mb = ds_number(x, root, "train_micro_batch_size_per_gpu", 1, 1 << 20, 1, NULL, &mb);
+    if (st_mb == DS_ERROR) return -1;
+    int st_ga = ds_number(x, root, "gradient_accumulation_steps", 1, 1 << 20, 1, NULL, &ga);
+    if (st_ga == DS_ERROR) return -1;
+    if (st_tb == DS_AUTO) ds_auto(x, CK_TOTAL_BATCH, "train_batch_size");
+    if (st_mb == DS_AUTO) ds_auto(x, CK_BATCH, "train_micro_batch_size_per_gpu");
+    if (st_ga == DS_AUTO) ds_auto(x, CK_GRAD_ACCUM, "gradient_accumulation_steps");
+    long long T = c->seq_len, W = x->world;
+    char s[64];
+    // each value from the file against the command line's, if it gave one
+    if (st_mb == DS_VALUE) {
+        snprintf(s, sizeof(s), "%.0f", mb);
+        if (ds_settle(x, CK_BATCH, "train_micro_batch_size_per_gpu", s, c->batch == (int)mb)) return -1;
+    }
+    if (st_ga == DS_VALUE) {
+        snprintf(s, sizeof(s), "%.0f", ga);
+        if (ds_settle(x, CK_GRAD_ACCUM, "gradient_accumulation_steps", s, c->grad_accum == (int)ga)) return -1;
+    }
+    if (st_tb == DS_VALUE) {
+        snprintf(s, sizeof(s), "%.0f sequences (x --seq-len %lld = %.0f tokens)", tb, T, tb * (double)T);
+        if (ds_settle(x, CK_TOTAL_BATCH, "train_batch_size", s, (double)c->total_batch == tb * (double)T)) return -1;
+    }
+    if (st_tb != DS_VALUE && st_mb != DS_VALUE && st_ga != DS_VALUE) return 0; // the command line's: config_validate
+    int kb = st_mb == DS_VALUE || config_given(c, CK_BATCH);
+    int kg = st_ga == DS_VALUE || config_given(c, CK_GRAD_ACCUM);
+    int kt = st_tb == DS_VALUE || config_given(c, CK_TOTAL_BATCH);
+    long long m = st_mb == DS_VALUE ? (long long)mb : c->batch;
+    long long g = st_ga == DS_VALUE ? (long long)ga : c->grad_accum;
+    long long tt = st_tb == DS_VALUE ? (long long)tb * T : c->total_batch; // tokens
+    // names for messages: the file's key, or the option that gave the value
+    const char *nm = st_mb == DS_VALUE ? "train_micro_batch_size_per_gpu" : "--batch";
+    const char *ng = st_ga == DS_VALUE ? "gradient_accumulation_steps" : "--grad-accum";
+    const char *nt = st_tb == DS_VALUE ? "train_batch_size" : "--total-batch / --seq-len";
+    if (kt && tt % T != 0) {
+        ds_error(x, "train_batch_size", "--total-batch %lld is not a multiple of --seq-len %lld", tt, T);
+        return -1;
+    }
+    long long tbs = tt / T; // sequences
+    if (kb && kg && kt) {
+        if (tbs != m * g * W) {
+            ds_error(x, "train_batch_size", "%s %lld != %s %lld x %s %lld x world size %lld = %lld", nt, tbs, nm, m,
+                     ng, g, W, m * g * W);
+            return -1;
+        }
+    } else if (kt && (kb || !kg)) { // the micro batch (given, or --batch's default) determines accumulation
+        if (tbs % (m * W) != 0) {
+            ds_error(x, "train_batch_size", "%s %lld is not a multiple of %s %lld x world size %lld = %lld, so "
+                     "gradient_accumulation_steps cannot be whole", nt, tbs, nm, m, W, m * W);
+            return -1;
+        }
+        g = tbs / (m * W);
+        if (g > (1 << 30)) {
+            ds_error(x, "train_batch_size", "%s %lld means %lld accumulation steps (at most 2^30)", nt, tbs, g);
+            return -1;
+        }
+        c->source[CK_GRAD_ACCUM] = CFG_SRC_DERIVED;
+    } else if (kt && kg) { // accumulation and the total determine the micro batch
+        if (tbs % (g * W) != 0 || tbs / (g * W) > (1 << 20)) {
+            ds_error(x, "train_batch_size", "%s %lld is not a multiple of %s %lld x world size %lld = %lld with a "
+                     "quotient in [1, 1048576], so train_micro_batch_size_per_gpu cannot be derived", nt, tbs, ng,
+                     g, W, g * W);
+            return -1;
+        }
+        m = tbs / (g * W);
+        c->source[CK_BATCH] = CFG_SRC_DERIVED;
+    } else { // the total follows from the micro batch and accumulation (1 unless given)
+        if (!kg) { g = 1; c->source[CK_GRAD_ACCUM] = CFG_SRC_DERIVED; }
+        tbs = m * g * W;
+        if (tbs * T > (1LL << 40)) {
+            ds_error(x, "train_batch_size", "%s %lld x %s %lld x world size %lld x --seq-len %lld is over 2^40 "
+                     "tokens per step", nm, m, ng, g, W, T);
+            return -1;
+        }
+        c->source[CK_TOTAL_BATCH] = CFG_SRC_DERIVED;
+    }
+    c->batch = (int)m;
+    c->grad_accum = (int)g;
+    c->total_batch = (long)(tbs * T);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry points
+
+static inline int ds_config_apply_text(TrainConfig *c, const char *name, const char *text, size_t len, int world,
+                                       int strict) {
+    DsCtx x;
+    x.c = c; x.file = name; x.world = world < 1 ? 1 : world; x.strict = strict;
+    if (len > DS_MAX_FILE_BYTES) {
+        ds_error(&x, NULL, "%zu bytes is too big for a DeepSpeed config (at most %d)", len, DS_MAX_FILE_BYTES);
+        return -1;
+    }
+    const char *nul = (const char *)memchr(text, 0, len);
+    if (nul) {
+        ds_error(&x, NULL, "not a JSON text: a NUL byte at offset %zu", (size_t)(nul - text));
+        return -1;
+    }
+    // cJSON wants the terminating NUL inside the length it is given (to refuse trailing text)
+    char *buf = (char *)malloc(len + 1);
+    if (!buf) { ds_error(&x, NULL, "out of memory"); return -1; }
+    memcpy(buf, text, len);
+    buf[len] = 0;
+    size_t skip = len >= 3 && !memcmp(buf, "\xEF\xBB\xBF", 3) ? 3 : 0; // a UTF-8 byte order mark
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(buf + skip, len + 1 - skip, &end, 1);
+    if (!root) {
+        size_t pos = end && end >= buf + skip ? (size_t)(end - buf) : skip;
+        if (pos > len) pos = len;
+        int line = 1, col = 1;
+        for (size_t i = 0; i < pos; i++) {
+            if (buf[i] == '\n') { line++; col = 1; }
+            else col++;
+        }
+        char near[24];
+        size_t k = 0;
+        for (size_t i = pos; i < len && k < sizeof(near) - 1 && buf[i] != '\n'; i++)
+            near[k++] = (unsigned char)buf[i] < 0x20 || (unsigned char)buf[i] >= 0x7f ? '?' : buf[i];
+        near[k] = 0;
+        if (pos >= len || !k) ds_error(&x, NULL, "not valid JSON: unexpected end at line %d, column %d", line, col);
+        else ds_error(&x, NULL, "not valid JSON at line %d, column %d, near '%s'", line, col, near);
+        free(buf);
+        return -1;
+    }
+    free(buf);
+    int rc = -1;
+    char got[80];
+    if (!cJSON_IsObject(root)) {
+        ds_error(&x, NULL, "expected a JSON object at the top level, got %s", ds_describe(root, got, sizeof(got)));
+        goto done;
+    }
+    if (ds_no_duplicates(&x, root, "")) goto done;
+    {
+        static const char *const keys[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
+                                           "gradient_accumulation_steps", "gradient_clipping", "steps_per_print",
+                                           "wall_clock_breakdown", "fp16", "bf16", "optimizer", "scheduler",
+                                           "zero_optimization"};
+        if (ds_known_keys(&x, root, "", keys, 11)) goto done;
+    }
+    if (ds_float_key(&x, root, "gradient_clipping", CK_GRAD_CLIP, 0, 1e30, &c->grad_clip)) goto done;
+    if (ds_int_key(&x, root, "steps_per_print", CK_PRINT_EVERY, 1, 1 << 30, NULL, &c->print_every)) goto done;
+    if (ds_extra_key(&x, root, DSX_WALL_CLOCK_BREAKDOWN, NULL)) goto done;
+    if (ds_optimizer(&x, root) || ds_scheduler(&x, root) || ds_precision(&x, root) || ds_zero(&x, root) ||
+        ds_batch(&x, root)) goto done;
+    rc = 0;
+done:
+    cJSON_Delete(root);
+    return rc;
+}
+
+// Reads and applies the file at path; c->ds_config_path names it in the resolved configuration.
+static inline int ds_config_apply(TrainConfig *c, const char *path, int world, int strict) {
+    DsCtx x;
+    x.c = c; x.file = path; x.world = world; x.strict = strict;
+    c->ds_config_path = path;
+    FILE *f = fopen(path, "rb");
+    if (!f) { ds_error(&x, NULL, "cannot open (%s)", strerror(errno)); return -1; }
+    char *buf = (char *)malloc(DS_MAX_FILE_BYTES + 1);
+    if (!buf) { fclose(f); ds_error(&x, NULL, "out of memory"); return -1; }
+    size_t n = fread(buf, 1, DS_MAX_FILE_BYTES + 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    int rc;
+    if (bad) { ds_error(&x, NULL, "read failed (is it a directory?)"); rc = -1; }
+    else rc = ds_config_apply_text(c, path, buf, n, world, strict);
+    free(buf);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The resolved configuration
+
+static inline const char *config_source_name(const TrainConfig *c, int key) {
+    int s = c->source[key];
+    int shape = key >= CK_LAYERS && key <= CK_VOCAB_SIZE;
+    if (shape && s == CFG_SRC_DEFAULT && c->init_path) return "derived";   // from the checkpoint
+    if (shape && s == CFG_SRC_DEFAULT && c->model_name) return "derived";  // from --model
+    return s == CFG_SRC_CLI ? "command line" : s == CFG_SRC_FILE ? "file" : s == CFG_SRC_DERIVED ? "derived" : "default";
+}
+
+// The DeepSpeed-only setting k's value: the file's, else DeepSpeed's default.
+static inline double ds_extra_value(const TrainConfig *c, int k) {
+    if (c->source[CK_DSX + k] == CFG_SRC_FILE) return c->ds_extra[k];
+    if (k == DSX_OVERLAP_COMM) return c->zero_stage == 3; // DeepSpeed turns it on for stage 3
+    return ds_extras()[k].ds_default;
+}
+
+// One row per setting: its option, value, source (the file's name when it came from the file)
+// and the file's key (with "auto" when the file said so); then DeepSpeed's settings that have no
+// option, with what this trainer does about each.
+static inline void config_print_resolved(FILE *f, const TrainConfig *c) {
+    const char *file = c->ds_config_path;
+    const char *base = file ? strrchr(file, '/') : NULL;
+    base = base ? base + 1 : file;
+    char val[CK_NUM][48], src[CK_NUM][48];
+    int wv = 5, ws = 6;
+    for (int k = 0; k < CK_NUM; k++) {
+        const char *s = config_source_name(c, k);
+        if (k < CK_DSX) {
+            ds_setting_str(c, k, val[k], sizeof(val[k]));
+            if (c->source[k] == CFG_SRC_FILE && base) s = base;
+        } else {
+            int e = k - CK_DSX, t = ds_extras()[e].type;
+            double v = ds_extra_value(c, e);
+            if (t == DSX_T_BOOL) snprintf(val[k], sizeof(val[k]), "%s", v != 0.0 ? "true" : "false");
+            else if (t == DSX_T_DEVICE) snprintf(val[k], sizeof(val[k]), "%s", v == 1 ? "cpu" : v == 2 ? "nvme" : "none");
+            else snprintf(val[k], sizeof(val[k]), "%.15g", v);
+            s = c->source[k] == CFG_SRC_FILE && base ? base
+                : c->file_said[k] == CFG_FILE_AUTO ? "\"auto\": DeepSpeed default" : "DeepSpeed default";
+        }
+        ds_cat(src[k], sizeof(src[k]), s, NULL, NULL);
+        int lv = (int)strlen(val[k]), ls = (int)strlen(src[k]);
+        if (lv > wv && lv <= 40) wv = lv;
+        if (ls > ws) ws = ls;
+    }
+    fprintf(f, "resolved configuration (%s%s, %d process%s):\n", file ? "--deepspeed " : "no --deepspeed file",
+            file ? file : "", c->world, c->world == 1 ? "" : "es");
+    fprintf(f, "  %-24s %-*s %-*s %s\n", "option", wv, "value", ws, "source", "DeepSpeed key");
+    for (int k = 0; k < CK_DSX; k++) {
+        char opt[40];
+        snprintf(opt, sizeof(opt), "--%s", config_key_names[k]);
+        fprintf(f, "  %-24s %-*s %-*s %s%s\n", opt, wv, val[k], ws, src[k],
+                c->file_said[k] != CFG_FILE_SILENT ? c->file_key[k] : "",
+                c->file_said[k] == CFG_FILE_AUTO ? " = \"auto\"" : "");
+    }
+    fprintf(f, "  %-59s %-*s %-*s %s\n", "DeepSpeed setting without an option", wv, "value", ws, "source",
+            "what this trainer does");
+    for (int k = CK_DSX; k < CK_NUM; k++)
+        fprintf(f, "  %-59s %-*s %-*s %s\n", config_key_names[k], wv, val[k], ws, src[k], ds_extras()[k - CK_DSX].ours);
+}
+
+static inline void config_log_resolved(FILE *f, const TrainConfig *c) {
+    cJSON *o = cJSON_CreateObject(), *s = cJSON_CreateObject();
+    if (!o || !s) { cJSON_Delete(o); cJSON_Delete(s); return; }
+    cJSON_AddStringToObject(o, "event", "config");
+    if (c->ds_config_path) cJSON_AddStringToObject(o, "deepspeed", c->ds_config_path);
+    else cJSON_AddNullToObject(o, "deepspeed");
+    cJSON_AddNumberToObject(o, "world", c->world);
+    for (int k = 0; k < CK_NUM; k++) {
+        cJSON *e = cJSON_CreateObject();
+        if (!e) break;
+        double num;
+        const char *str;
+        int kind = config_value(c, k, &num, &str);
+        if (k >= CK_DSX) {
+            int t = ds_extras()[k - CK_DSX].type;
+            num = ds_extra_value(c, k - CK_DSX);
+            kind = t == DSX_T_BOOL ? CV_BOOL : t == DSX_T_SIZE ? CV_NUM : CV_STR;
+            str = num == 1 ? "cpu" : num == 2 ? "nvme" : "none";
+        }
+        char buf[40];
+        if (kind == CV_FLOAT) { config_float_str(buf, sizeof(buf), num); num = strtod(buf, NULL); }
+        if (kind == CV_STR && str) cJSON_AddStringToObject(e, "value", str);
+        else if (kind == CV_BOOL) cJSON_AddBoolToObject(e, "value", num != 0.0);
+        else if (kind == CV_NUM || kind == CV_FLOAT) cJSON_AddNumberToObject(e, "value", num);
+        else cJSON_AddNullToObject(e, "value");
+        const char *src = config_source_name(c, k);
+        if (k >= CK_DSX && c->source[k] != CFG_SRC_FILE) src = "DeepSpeed default";
+        cJSON_AddStringToObject(e, "source", src);
+        if (c->file_said[k] != CFG_FILE_SILENT) {
+            cJSON_AddStringToObject(e, "file_key", c->file_key[k]);
+            cJSON_AddBoolToObject(e, "auto", c->file_said[k] == CFG_FILE_AUTO);
+        }
+        cJSON_AddItemToObject(s, config_key_names[k], e);
+    }
+    cJSON_AddItemToObject(o, "settings", s);
+    char *text = cJSON_PrintUnformatted(o);
+    if (text) fprintf(f, "%s\n", text);
+    cJSON_free(text);
+    cJSON_Delete(o);
+}
+
+#endif // DS_CONFIG_H
