@@ -51,7 +51,7 @@ enum {
     CK_PRECISION, CK_LOSS_SCALE, CK_INITIAL_SCALE_POWER, CK_LOSS_SCALE_WINDOW, CK_HYSTERESIS, CK_MIN_LOSS_SCALE,
     CK_CONSECUTIVE_HYSTERESIS, CK_ON_MIN_SCALE,
     CK_VAL_EVERY, CK_VAL_STEPS, CK_SAMPLE_EVERY, CK_SAMPLE_LEN, CK_SEED, CK_OUT, CK_SAVE_EVERY, CK_LOG,
-    CK_DUMP_GRADS, CK_PRINT_EVERY,
+    CK_DUMP_GRADS, CK_PRINT_EVERY, CK_RESUME,
     CK_ZERO_STAGE, CK_COMM_TIMEOUT, CK_DEEPSPEED, CK_STRICT,
     CK_DSX, // CK_DSX + DSX_*: the DeepSpeed-only settings
     CK_NUM = CK_DSX + DSX_NUM
@@ -65,7 +65,7 @@ static const char *const config_key_names[CK_NUM] = {
     "precision", "loss-scale", "initial-scale-power", "loss-scale-window", "hysteresis", "min-loss-scale",
     "consecutive-hysteresis", "on-min-scale",
     "val-every", "val-steps", "sample-every", "sample-len", "seed", "out", "save-every", "log",
-    "dump-grads", "print-every",
+    "dump-grads", "print-every", "resume",
     "zero-stage", "comm-timeout", "deepspeed", "strict",
     "zero_optimization.overlap_comm", "zero_optimization.reduce_bucket_size",
     "zero_optimization.allgather_bucket_size", "zero_optimization.contiguous_gradients",
@@ -111,6 +111,7 @@ typedef struct {
     int val_every, val_steps, sample_every, sample_len;
     uint64_t seed;
     const char *out_dir, *log_path, *dump_grads_path;
+    const char *resume_path; // a sharded checkpoint (checkpoint.h) to continue from
     int save_every;
     int print_every;      // the step line on stdout every N steps (and the first and last)
     // data parallelism
@@ -218,8 +219,11 @@ static inline void config_help(const char *prog) {
            "  --sample-every N      print a sample every N steps; 0 = never (default %d)\n"
            "  --sample-len N        tokens per sample; 0 = no sampling (default %d)\n"
            "  --seed N              initialisation, shuffling and sampling (default %llu)\n"
-           "  --out DIR             directory for checkpoints\n"
-           "  --save-every N        write DIR/model_STEP.bin every N steps and at the end\n"
+           "  --out DIR             directory for checkpoints: DIR/step_N/ (sharded, for --resume),\n"
+           "                        DIR/latest, and DIR/model_N.bin (llm.c format), at the end\n"
+           "  --save-every N        and every N steps\n"
+           "  --resume PATH         continue from a checkpoint (DIR: its latest; or DIR/step_N), on\n"
+           "                        any number of processes and any ZeRO stage; same options as before\n"
            "  --log FILE            JSON lines: one object per step and per validation\n"
            "  --dump-grads FILE     write the first step's gradients as a checkpoint-format file; for tests\n"
            "  --print-every N       print the step line every N steps, and the first and last (default 1)\n"
@@ -298,7 +302,7 @@ static inline int config_parse(TrainConfig *c, int argc, char **argv) {
         {"weight-decay", 1, 0, 0}, {"beta1", 1, 0, 0}, {"beta2", 1, 0, 0}, {"eps", 1, 0, 0},
         {"grad-clip", 1, 0, 0}, {"val-every", 1, 0, 0}, {"val-steps", 1, 0, 0},
         {"sample-every", 1, 0, 0}, {"sample-len", 1, 0, 0}, {"seed", 1, 0, 0}, {"out", 1, 0, 0},
-        {"save-every", 1, 0, 0}, {"log", 1, 0, 0}, {"dump-grads", 1, 0, 0}, {"help", 0, 0, 0},
+        {"save-every", 1, 0, 0}, {"log", 1, 0, 0}, {"dump-grads", 1, 0, 0}, {"help", 0, 0, 0}, {"resume", 1, 0, 0},
         {"zero-stage", 1, 0, 0}, {"comm-timeout", 1, 0, 0},
         {"grad-accum", 1, 0, 0}, {"warmup-min-lr", 1, 0, 0}, {"warmup-min-ratio", 1, 0, 0},
         {"warmup-type", 1, 0, 0}, {"lr-total-steps", 1, 0, 0}, {"precision", 1, 0, 0},
@@ -369,6 +373,7 @@ static inline int config_parse(TrainConfig *c, int argc, char **argv) {
         else if (!strcmp(o, "save-every")) r = config_int(o, a, 0, 1 << 30, &c->save_every);
         else if (!strcmp(o, "log")) c->log_path = a;
         else if (!strcmp(o, "dump-grads")) c->dump_grads_path = a;
+        else if (!strcmp(o, "resume")) c->resume_path = a;
         else if (!strcmp(o, "zero-stage")) r = config_int(o, a, 0, 3, &c->zero_stage);
         else if (!strcmp(o, "comm-timeout")) r = config_float(o, a, 0.001, 1e9, &c->comm_timeout);
         else if (!strcmp(o, "grad-accum")) r = config_int(o, a, 1, 1 << 20, &c->grad_accum);
@@ -415,9 +420,9 @@ static inline int config_parse(TrainConfig *c, int argc, char **argv) {
         fprintf(stderr, "error: %s: unexpected argument (options are --name value)\n", argv[optind]);
         return -1;
     }
-    int sources = (c->init_path != NULL) + (c->model_name != NULL) + shape_given;
+    int sources = (c->init_path != NULL) + (c->model_name != NULL) + shape_given + (c->resume_path != NULL);
     if (sources > 1) {
-        fprintf(stderr, "error: --init, --model and --layers/--channels/--heads/--max-seq-len/--vocab-size "
+        fprintf(stderr, "error: --resume, --init, --model and --layers/--channels/--heads/--max-seq-len/--vocab-size "
                         "each define the model; give only one of them\n");
         return -1;
     }
@@ -544,6 +549,7 @@ static inline int config_value(const TrainConfig *c, int key, double *num, const
     case CK_SAVE_EVERY: *num = c->save_every; return CV_NUM;
     case CK_LOG: *str = c->log_path; return CV_STR;
     case CK_DUMP_GRADS: *str = c->dump_grads_path; return CV_STR;
+    case CK_RESUME: *str = c->resume_path; return CV_STR;
     case CK_PRINT_EVERY: *num = c->print_every; return CV_NUM;
     case CK_ZERO_STAGE: *num = c->zero_stage; return CV_NUM;
     case CK_COMM_TIMEOUT: *num = c->comm_timeout; return CV_FLOAT;

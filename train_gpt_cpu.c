@@ -30,6 +30,7 @@
 #include "dataloader.h"
 #include "tokenizer.h"
 #include "ds_config.h"
+#include "checkpoint.h"
 
 // ----------------------------------------------------------------------------------------
 // Utilities
@@ -692,6 +693,8 @@ typedef struct {
     GPT2 model;
     DataLoader train, val;
     int have_val, have_tok;
+    int first_step;      // 1, or the step after the checkpoint resumed from
+    uint64_t sample_rng; // the sampler's generator: part of a checkpoint
     Tokenizer tok;
     FILE *log;         // rank 0 only
 } Run;
@@ -735,8 +738,13 @@ static int setup(Run *r, int argc, char **argv) {
     if (rc == 0 && c->ds_config_path && ds_config_apply(c, c->ds_config_path, r->world, c->ds_strict)) rc = -1;
     FILE *init = NULL;
     GPT2FileInfo info;
+    CkptManifest *resume = c->resume_path ? (CkptManifest *)xmalloc(sizeof(CkptManifest)) : NULL;
     if (rc == 0 && c->init_path) {
         if ((init = gpt2_open_checkpoint(c->init_path, &info))) c->model = info.cfg;
+        else rc = -1;
+    }
+    if (rc == 0 && resume) {
+        if (ckpt_read_manifest(c->resume_path, resume) == 0) c->model = resume->cfg;
         else rc = -1;
     }
     if (rc == 0 && config_validate(c, r->world)) rc = -1;
@@ -744,7 +752,7 @@ static int setup(Run *r, int argc, char **argv) {
     dup2(saved_stderr, 2);
     close(saved_stderr);
     if (r->rank != 0 && rc == 1) rc = 1;
-    if (rc != 0) { if (init) fclose(init); return rc; }
+    if (rc != 0) { if (init) fclose(init); free(resume); return rc; }
     if (r->rank == 0 && c->ds_config_path) config_print_resolved(stdout, c);
 
     r->accum = config_accum_steps(c, r->world);
@@ -754,12 +762,25 @@ static int setup(Run *r, int argc, char **argv) {
     r->mpi.timeout = c->comm_timeout;
     r->mpi.num_units = c->model.num_layers + 2;
     gpt2_build(&r->model, &c->model, c->batch, c->seq_len, c->zero_stage, r->rank, r->world, mpi_backend(&r->mpi));
-    int ok = gpt2_load_or_init(&r->model, init, c->init_path, c->seed) == 0;
+    r->first_step = 1;
+    r->sample_rng = c->seed ^ 0x5A3C1E;
+    TrainerState st;
+    int ok = resume ? ckpt_load(resume, &r->model.z, 1, NULL, NULL) == 0 && ckpt_read_state(resume, &st) == 0
+                    : gpt2_load_or_init(&r->model, init, c->init_path, c->seed) == 0;
     if (init) fclose(init);
-    if (!all_ok(ok)) return -1;
+    if (!all_ok(ok)) { free(resume); return -1; }
 
     ok = dataloader_init(&r->train, c->train_data, c->batch, c->seq_len, r->rank, r->world, c->shuffle, c->seed,
                          c->model.vocab_size) == 0;
+    if (ok && resume) { // continue exactly where the checkpointed run was
+        ok = dataloader_restore(&r->train, &st.train_data) == 0;
+        r->first_step = (int)st.step + 1;
+        r->sample_rng = st.sample_rng;
+        if (r->rank == 0)
+            printf("resuming from %s: step %ld, saved by %d ranks at ZeRO-%d\n", resume->dir, resume->step, resume->world,
+                   resume->stage);
+    }
+    free(resume);
     if (!all_ok(ok)) return -1;
     r->have_val = c->val_every > 0 && c->val_steps > 0;
     ok = !r->have_val || dataloader_init(&r->val, c->val_data, c->batch, c->seq_len, r->rank, r->world, 0, c->seed,
@@ -898,12 +919,47 @@ static float validate(Run *r) {
     return (float)(sum / steps);
 }
 
+// A sharded checkpoint to resume from (checkpoint.h), and the model in llm.c's format.
 static void save(Run *r, int step) {
     char path[4096];
-    if (r->rank == 0) mkdir(r->cfg.out_dir, 0755);
+    TrainerState st;
+    memset(&st, 0, sizeof(st));
+    st.magic = CKPT_STATE_MAGIC;
+    st.step = (uint64_t)step;
+    st.adam_t = (uint64_t)step;
+    st.sample_rng = r->sample_rng;
+    st.train_data = dataloader_state(&r->train);
+    if (ckpt_save(r->cfg.out_dir, &r->model.z, &r->cfg.model, &st, "fp32")) die();
     snprintf(path, sizeof(path), "%s/model_%08d.bin", r->cfg.out_dir, step);
     if (gpt2_save(&r->model, path)) die();
-    if (r->rank == 0) printf("saved %s\n", path);
+    if (r->rank == 0) printf("saved %s/step_%08d and %s\n", r->cfg.out_dir, step, path);
+}
+
+// --export CKPT OUT: the model of a sharded checkpoint as one llm.c file, unit by unit, so
+// memory stays bounded by one unit (DeepSpeed's zero_to_fp32). No MPI: one process reads all.
+typedef struct { FILE *f; ParamLayout lay; } ExportCtx;
+static int export_unit(int u, const float *unit, void *ctx) {
+    ExportCtx *e = (ExportCtx *)ctx;
+    return gpt2_unit_file_io(e->f, &e->lay, u, (float *)unit, 1);
+}
+static int export_main(int argc, char **argv) {
+    if (argc != 4) { fprintf(stderr, "error: usage: %s --export CHECKPOINT_DIR OUT.bin\n", argv[0]); return 1; }
+    CkptManifest *m = (CkptManifest *)xmalloc(sizeof(CkptManifest));
+    int rc = 1;
+    if (ckpt_read_manifest(argv[2], m) == 0) {
+        ExportCtx e;
+        gpt2_layout_init(&e.lay, &m->cfg, 1);
+        e.f = gpt2_begin_checkpoint(argv[3], &m->cfg);
+        if (e.f) {
+            int ok = ckpt_load(m, NULL, 0, export_unit, &e) == 0;
+            if (gpt2_end_checkpoint(e.f, argv[3], ok) == 0 && ok) {
+                printf("wrote %s from %s (step %ld, %d ranks)\n", argv[3], m->dir, m->step, m->world);
+                rc = 0;
+            }
+        }
+    }
+    free(m);
+    return rc;
 }
 
 // Debian's OpenBLAS 0.3.21 predates some CPUs (Sapphire Rapids among them) and falls back to
@@ -924,6 +980,7 @@ static void pick_openblas_core(char **argv) {
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--plan")) return planner_main(argc, argv); // arithmetic only: no MPI
+    if (argc > 1 && !strcmp(argv[1], "--export")) return export_main(argc, argv);
     pick_openblas_core(argv);
     MPI_Init(&argc, &argv);
     Run run;
@@ -938,17 +995,17 @@ int main(int argc, char **argv) {
     if (lead) print_header(&run);
     report_memory(&run);
 
-    uint64_t sample_rng = c->seed ^ 0x5A3C1E;
     double flops_per_token = 6.0 * run.model.z.lay.num_params + 12.0 * c->model.num_layers * c->model.channels * c->seq_len;
     double total_ms = 0.0;
-    for (int step = 1; step <= c->steps; step++) {
+    for (int step = run.first_step; step <= c->steps; step++) {
         double t0 = now_seconds();
         float norm, lr, loss = train_step(&run, step, &norm, &lr);
         double ms = (now_seconds() - t0) * 1e3, tok_s = c->total_batch / (ms / 1e3);
-        if (step > 1) total_ms += ms; // the first step warms caches and thread pools
+        if (step > run.first_step) total_ms += ms; // the first step warms caches and thread pools
         if (lead) {
             char eta[32];
-            format_eta(eta, sizeof(eta), (c->steps - step) * (step > 1 ? total_ms / (step - 1) : ms) / 1e3);
+            int timed = step - run.first_step;
+            format_eta(eta, sizeof(eta), (c->steps - step) * (timed > 0 ? total_ms / timed : ms) / 1e3);
             if (step % c->print_every == 0 || step == 1 || step == c->steps) // --print-every, steps_per_print
                 printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | ETA %s\n",
                        step, c->steps, loss, lr, norm, ms, tok_s, tok_s * flops_per_token / 1e9, eta);
@@ -963,13 +1020,14 @@ int main(int argc, char **argv) {
             if (lead && run.log) fprintf(run.log, "{\"step\":%d,\"val_loss\":%.9g}\n", step, vl);
         }
         if (c->sample_len > 0 && c->sample_every > 0 && (step % c->sample_every == 0 || last))
-            gpt2_sample(&run.model, run.have_tok ? &run.tok : NULL, c->sample_len, &sample_rng);
+            gpt2_sample(&run.model, run.have_tok ? &run.tok : NULL, c->sample_len, &run.sample_rng);
         if (c->out_dir && ((c->save_every > 0 && step % c->save_every == 0) || last)) save(&run, step);
         if (run.log) fflush(run.log);
     }
-    if (lead && c->steps > 1)
-        printf("average step (after the first): %.1f ms, %.0f tok/s\n", total_ms / (c->steps - 1),
-               c->total_batch / (total_ms / (c->steps - 1) / 1e3));
+    int timed = c->steps - run.first_step;
+    if (lead && timed > 0)
+        printf("average step (after the first): %.1f ms, %.0f tok/s\n", total_ms / timed,
+               c->total_batch / (total_ms / timed / 1e3));
     if (run.log) fclose(run.log);
     if (run.have_tok) tokenizer_free(&run.tok);
     dataloader_free(&run.train);
