@@ -685,25 +685,25 @@ static inline int ds_batch(const DsCtx *x, const cJSON *root) {
     long long tbs = tt / T; // sequences
     if (kb && kg && kt) {
         if (tbs != m * g * W) {
-            ds_error(x, "train_batch_size", "%s %lld != %s %lld x %s %lld x world size %lld = %lld", nt, tbs, nm, m,
+            ds_error(x, NULL, "%s %lld != %s %lld x %s %lld x world size %lld = %lld", nt, tbs, nm, m,
                      ng, g, W, m * g * W);
             return -1;
         }
     } else if (kt && (kb || !kg)) { // the micro batch (given, or --batch's default) determines accumulation
         if (tbs % (m * W) != 0) {
-            ds_error(x, "train_batch_size", "%s %lld is not a multiple of %s %lld x world size %lld = %lld, so "
+            ds_error(x, NULL, "%s %lld is not a multiple of %s %lld x world size %lld = %lld, so "
                      "gradient_accumulation_steps cannot be whole", nt, tbs, nm, m, W, m * W);
             return -1;
         }
         g = tbs / (m * W);
         if (g > (1 << 30)) {
-            ds_error(x, "train_batch_size", "%s %lld means %lld accumulation steps (at most 2^30)", nt, tbs, g);
+            ds_error(x, NULL, "%s %lld means %lld accumulation steps (at most 2^30)", nt, tbs, g);
             return -1;
         }
         c->source[CK_GRAD_ACCUM] = CFG_SRC_DERIVED;
     } else if (kt && kg) { // accumulation and the total determine the micro batch
         if (tbs % (g * W) != 0 || tbs / (g * W) > (1 << 20)) {
-            ds_error(x, "train_batch_size", "%s %lld is not a multiple of %s %lld x world size %lld = %lld with a "
+            ds_error(x, NULL, "%s %lld is not a multiple of %s %lld x world size %lld = %lld with a "
                      "quotient in [1, 1048576], so train_micro_batch_size_per_gpu cannot be derived", nt, tbs, ng,
                      g, W, g * W);
             return -1;
@@ -714,7 +714,7 @@ static inline int ds_batch(const DsCtx *x, const cJSON *root) {
         if (!kg) { g = 1; c->source[CK_GRAD_ACCUM] = CFG_SRC_DERIVED; }
         tbs = m * g * W;
         if (tbs * T > (1LL << 40)) {
-            ds_error(x, "train_batch_size", "%s %lld x %s %lld x world size %lld x --seq-len %lld is over 2^40 "
+            ds_error(x, NULL, "%s %lld x %s %lld x world size %lld x --seq-len %lld is over 2^40 "
                      "tokens per step", nm, m, ng, g, W, T);
             return -1;
         }

@@ -1,0 +1,288 @@
+#!/usr/bin/env bash
+# --deepspeed FILE.json (ds_config.h): the DeepSpeed configs users paste from tutorials run as
+# given under mpirun; "auto" takes the command line or the default and the resolved values reach
+# the trainer (its JSON log); a file value that disagrees with an option is an error naming both;
+# train_batch_size = micro x accumulation x world is checked and any two give the third; unknown
+# keys warn (error with --strict); wrong types and bad JSON give one line naming the key path or
+# the position; DeepSpeed's three schedulers match an independent Python rewrite of DeepSpeed's
+# code step by step; fp16/bf16 enabled gives the not-implemented line until mixed precision lands.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+make -s train_gpt_cpu || exit 1
+d=test/out/ds_config; rm -rf $d; mkdir -p $d
+$PYTHON test/zero_check.py shard $d/train.bin 20000 512 1
+tiny=(--layers 2 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16 --seq-len 16
+      --val-every 0 --sample-every 0 --train-data $d/train.bin)
+np2=(env OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe ./train_gpt_cpu)
+np1=(env OMP_NUM_THREADS=1 ./train_gpt_cpu)
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails+1)); }
+# json NAME TEXT: write a config file
+json() { printf '%s\n' "$2" > $d/$1.json; }
+# setting LOG KEY FIELD: a field of one setting in the log's {"event":"config"} line
+setting() {
+  $PYTHON - "$@" <<'PY'
+import json, sys
+log, key, field = sys.argv[1:4]
+for line in open(log):
+    o = json.loads(line)
+    if o.get("event") == "config":
+        print(json.dumps(o["settings"][key].get(field)))
+PY
+}
+# expect_setting LOG KEY VALUE SOURCE: the config event says KEY = VALUE from SOURCE
+expect_setting() {
+  local v s
+  v=$(setting "$1" "$2" value); s=$(setting "$1" "$2" source)
+  if [ "$v" = "$3" ] && [ "$s" = "\"$4\"" ]; then echo "ok   $2 = $v ($4)"
+  else fail "$1: $2 = $v from $s, expected $3 from \"$4\""; fi
+}
+# expect_error NAME PATTERN ARGS...: non-zero exit, exactly one stderr line, matching PATTERN
+expect_error() {
+  local name=$1 pattern=$2; shift 2
+  "$@" > $d/$name.out 2> $d/$name.err; local rc=$?
+  local lines; lines=$(grep -v -e '^-----' -e '^$' -e 'mpirun\|Primary job\|Per user-direction\|Process name\|Exit code\|non-zero exit\|aborted\|terminated' $d/$name.err | grep -c .)
+  if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ] && grep -Eq -- "$pattern" $d/$name.err; then
+    echo "ok   $name: $(head -n 1 $d/$name.err)"
+  else
+    fail "$name: rc=$rc lines=$lines, expected one line matching: $pattern"; cat $d/$name.err
+  fi
+}
+# expect_run NAME ARGS...: exit 0
+expect_run() {
+  local name=$1; shift
+  if "$@" > $d/$name.out 2> $d/$name.err; then echo "ok   $name runs"
+  else fail "$name: exit $?"; tail -n 5 $d/$name.err; return 1; fi
+}
+
+echo "== the shared examples run as given (2 processes)"
+for z in 2 3; do
+  ex=../shared/examples/ds_config_zero$z.json
+  copy=test/ds_configs/example_zero$z.json
+  if [ -f "$ex" ]; then
+    cmp -s "$ex" "$copy" || fail "$copy differs from $ex: copy the new example into test/ds_configs/"
+  else
+    echo "($ex not found: using the copy $copy)"; ex=$copy
+  fi
+  log=$d/zero$z.jsonl
+  expect_run zero$z "${np2[@]}" "${tiny[@]}" --steps 3 --deepspeed "$ex" --log $log || continue
+  n=$($PYTHON -c "import json,sys; print(sum(1 for l in open('$log') if json.loads(l).get('event') == 'memory' and json.loads(l)['zero_stage'] == $z))")
+  [ "$n" = 2 ] && echo "ok   zero_stage $z on both ranks in the memory events" || fail "zero$z: memory events with zero_stage $z: $n"
+  expect_setting $log zero-stage $z file
+  expect_setting $log lr-schedule '"WarmupLR"' file
+  expect_setting $log lr 0.001 default
+  expect_setting $log zero_optimization.offload_optimizer.device '"cpu"' file
+  grep -q "^resolved configuration (--deepspeed $ex, 2 processes)" $d/zero$z.out || fail "zero$z: no resolved configuration on stdout"
+  grep -Eq -- "--zero-stage +$z +ds_config_zero$z.json|--zero-stage +$z +example_zero$z.json" $d/zero$z.out \
+    || fail "zero$z: the resolved configuration does not show the stage from the file"
+  grep -Eq -- '--lr +0.001 +default +scheduler.params.warmup_max_lr = "auto"' $d/zero$z.out \
+    || fail "zero$z: the resolved configuration does not show what \"auto\" became for the lr"
+  # offload: one warning per device (only rank 0 speaks)
+  want=$([ $z = 2 ] && echo 1 || echo 2)
+  n=$(grep -c "offloading is not implemented yet" $d/zero$z.err)
+  [ "$n" = "$want" ] && echo "ok   $n offload warning(s), once" || fail "zero$z: $n offload warnings, expected $want"
+  # "auto" everywhere: WarmupLR from 0 to --lr's default 0.001 over --warmup's default 10, log warmup
+  $PYTHON test/ds_lr_reference.py check $log WarmupLR warmup_min_lr=0 warmup_max_lr=0.001 warmup_num_steps=10 \
+    warmup_type=log || fail "zero$z: lr schedule"
+  expect_error zero${z}_strict "offload_optimizer.device: \"cpu\": offloading is not implemented.*--strict" \
+    "${np2[@]}" "${tiny[@]}" --steps 1 --deepspeed "$ex" --strict
+done
+
+echo "== \"auto\" takes the command line, and the resolved values reach the trainer"
+ex=test/ds_configs/example_zero2.json
+log=$d/auto.jsonl
+expect_run auto "${np2[@]}" "${tiny[@]}" --steps 6 --deepspeed $ex --log $log --lr 0.002 --warmup 4 --batch 2 \
+  --grad-clip 0.5 --beta2 0.99 && {
+  expect_setting $log lr 0.002 "command line"
+  [ "$(setting $log lr file_key)" = '"scheduler.params.warmup_max_lr"' ] && [ "$(setting $log lr auto)" = true ] \
+    && echo "ok   lr: file said \"auto\"" || fail "auto: lr's file_key/auto"
+  expect_setting $log batch 2 "command line"
+  expect_setting $log total-batch 64 derived
+  expect_setting $log grad-accum 1 derived
+  expect_setting $log grad-clip 0.5 "command line"
+  expect_setting $log beta2 0.99 "command line"
+  expect_setting $log beta1 0.9 default
+  expect_setting $log warmup 4 "command line"
+  expect_setting $log print-every 20 file
+  $PYTHON test/ds_lr_reference.py check $log WarmupLR warmup_min_lr=0 warmup_max_lr=0.002 warmup_num_steps=4 \
+    warmup_type=log || fail "auto: lr schedule"
+  # steps_per_print 20: the step line at the first and last step only
+  n=$(grep -c '^step ' $d/auto.out)
+  [ "$n" = 2 ] && echo "ok   steps_per_print 20: 2 step lines in 6 steps" || fail "auto: $n step lines, expected 2"
+}
+json every2 '{"steps_per_print": 2}'
+expect_run every2 "${np1[@]}" "${tiny[@]}" --steps 5 --deepspeed $d/every2.json && {
+  got=$(grep -o '^step *[0-9]*' $d/every2.out | tr -s ' ' | cut -d' ' -f2 | tr '\n' ' ')
+  [ "$got" = "1 2 4 5 " ] && echo "ok   steps_per_print 2: steps $got" || fail "every2: step lines $got"
+}
+
+echo "== a value in the file against a different one on the command line"
+json lr '{"optimizer": {"type": "AdamW", "params": {"lr": 0.001}}}'
+expect_error conflict_lr "optimizer.params.lr: the file says 0.001 but the command line says --lr 0.002" \
+  "${np1[@]}" "${tiny[@]}" --deepspeed $d/lr.json --lr 0.002
+expect_run same_lr "${np1[@]}" "${tiny[@]}" --steps 1 --deepspeed $d/lr.json --lr 1e-3 --log $d/same_lr.jsonl \
+  && expect_setting $d/same_lr.jsonl lr 0.001 file
+json stage '{"zero_optimization": {"stage": 2}}'
+expect_error conflict_stage "zero_optimization.stage: the file says 2 but the command line says --zero-stage 3" \
+  "${np1[@]}" "${tiny[@]}" --deepspeed $d/stage.json --zero-stage 3
+json sched '{"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 10}}}'
+expect_error conflict_sched 'scheduler.type: the file says "WarmupDecayLR" but the command line says --lr-schedule cosine' \
+  "${np1[@]}" "${tiny[@]}" --deepspeed $d/sched.json --lr-schedule cosine
+json tb '{"train_batch_size": 16}'
+expect_error conflict_tb "train_batch_size: the file says 16 sequences .* but the command line says --total-batch 512" \
+  "${np1[@]}" "${tiny[@]}" --deepspeed $d/tb.json --total-batch 512
+
+echo "== train_batch_size = micro x accumulation x world size"
+json all_bad '{"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4}'
+expect_error batch_all_bad "all_bad.json: train_batch_size 64 != train_micro_batch_size_per_gpu 4 x gradient_accumulation_steps 4 x world size 2 = 32" \
+  "${np2[@]}" "${tiny[@]}" --deepspeed $d/all_bad.json
+json not_whole '{"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4}'
+expect_error batch_not_whole "not_whole.json: train_batch_size 30 is not a multiple of train_micro_batch_size_per_gpu 4 x world size 2 = 8" \
+  "${np2[@]}" "${tiny[@]}" --deepspeed $d/not_whole.json
+# name | file | batch | grad-accum | total-batch (tokens) | extra options
+while IFS='|' read -r name text want_b want_g want_t extra; do
+  json $name "$text"
+  log=$d/$name.jsonl
+  # shellcheck disable=SC2086
+  expect_run $name "${np2[@]}" "${tiny[@]}" --steps 1 --deepspeed $d/$name.json --log $log $extra || continue
+  for kv in "batch $want_b" "grad-accum $want_g" "total-batch $want_t"; do
+    set -- $kv
+    v=$(setting $log $1 value)
+    [ "$v" = "$2" ] && echo "ok   $name: $1 = $v" || fail "$name: $1 = $v, expected $2"
+  done
+  # the header's batch line is what the trainer runs with
+  grep -q "B=$want_b T=16 x 2 procs x $want_g accum = $want_t tokens/step" $d/$name.out \
+    || fail "$name: header batch line: $(grep -o 'B=[^|]*' $d/$name.out)"
+done <<'EOF'
+all_ok|{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4}|4|4|512|
+tb_mb|{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4}|4|4|512|
+tb_ga|{"train_batch_size": 32, "gradient_accumulation_steps": 2}|8|2|512|
+mb_ga|{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 3}|2|3|192|
+tb_only|{"train_batch_size": 32, "train_micro_batch_size_per_gpu": "auto"}|8|2|512|
+tb_cli_batch|{"train_batch_size": 32}|2|8|512|--batch 2
+mb_only|{"train_micro_batch_size_per_gpu": 3}|3|1|96|
+ga_cli_tokens|{"gradient_accumulation_steps": 2}|4|2|256|--total-batch 256
+EOF
+
+echo "== unknown keys: a warning naming each; an error with --strict"
+json unknown '{"foo": 1, "zero_optimization": {"stage": 1, "bar": true}, "optimizer": {"type": "adamw", "params": {"lr": "auto", "nesterov": 1}}}'
+expect_run unknown "${np1[@]}" "${tiny[@]}" --steps 1 --deepspeed $d/unknown.json && {
+  for k in "foo" "zero_optimization.bar" "optimizer.params.nesterov"; do
+    grep -q "^warning: $d/unknown.json: $k: unknown key" $d/unknown.err && echo "ok   warns about $k" || fail "no warning for $k"
+  done
+  [ "$(grep -c . $d/unknown.err)" = 3 ] || fail "unknown: expected 3 warning lines"; }
+expect_error unknown_strict "^error: $d/unknown.json: foo: unknown key.*--strict" \
+  "${np1[@]}" "${tiny[@]}" --deepspeed $d/unknown.json --strict
+
+echo "== wrong types and values: one line naming the key path"
+while IFS='|' read -r name text pattern; do
+  json $name "$text"
+  expect_error $name "$d/$name.json: $pattern" "${np1[@]}" "${tiny[@]}" --deepspeed $d/$name.json
+done <<'EOF'
+stage5|{"zero_optimization": {"stage": 5}}|zero_optimization.stage: expected 0, 1, 2 or 3, got 5
+lr_string|{"optimizer": {"params": {"lr": "fast"}}}|optimizer.params.lr: expected a number in \[0, 1000\] or "auto", got "fast"
+betas_one|{"optimizer": {"params": {"betas": [0.9]}}}|optimizer.params.betas: expected \[beta1, beta2\]
+beta_range|{"optimizer": {"params": {"betas": [0.9, 1.5]}}}|optimizer.params.betas\[1\]: expected a number in \[0,
+fp16_yes|{"fp16": {"enabled": "yes"}}|fp16.enabled: expected true, false or "auto", got "yes"
+sched_type|{"scheduler": {"type": "OneCycle"}}|scheduler.type: expected "WarmupLR", "WarmupDecayLR" or "WarmupCosineLR"
+opt_type|{"optimizer": {"type": "Lamb"}}|optimizer.type: expected "AdamW" or "Adam"
+zero_num|{"zero_optimization": 3}|zero_optimization: expected an object, got 3
+tb_half|{"train_batch_size": 2.5}|train_batch_size: expected a whole number in \[1,
+device|{"zero_optimization": {"offload_optimizer": {"device": "gpu"}}}|zero_optimization.offload_optimizer.device: expected "none", "cpu" or "nvme", got "gpu"
+clip_neg|{"gradient_clipping": -1}|gradient_clipping: expected a number in \[0,
+print0|{"steps_per_print": 0}|steps_per_print: expected a whole number in \[1,
+bucket_str|{"zero_optimization": {"reduce_bucket_size": "big"}}|zero_optimization.reduce_bucket_size: expected a whole number
+overlap_int|{"zero_optimization": {"overlap_comm": 1}}|zero_optimization.overlap_comm: expected true, false or "auto", got 1
+cos_param|{"scheduler": {"type": "WarmupCosineLR", "params": {"warmup_max_lr": 0.1}}}|scheduler.params.warmup_max_lr: not a parameter of WarmupCosineLR
+wtype|{"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "exp"}}}|scheduler.params.warmup_type: expected "log" or "linear", got "exp"
+both16|{"fp16": {"enabled": true}, "bf16": {"enabled": true}}|bf16.enabled: fp16.enabled and bf16.enabled are both true
+amsgrad|{"optimizer": {"type": "AdamW", "params": {"amsgrad": true}}}|optimizer.params.amsgrad: true is not implemented
+l2|{"optimizer": {"type": "Adam", "params": {"adam_w_mode": false, "weight_decay": 0.01}}}|optimizer.params.adam_w_mode: false \(Adam with L2
+dup|{"zero_optimization": {"stage": 1, "stage": 2}}|zero_optimization.stage: duplicate key
+top_array|[{"train_batch_size": 8}]|expected a JSON object at the top level, got an array
+resume_sched|{"scheduler": {"type": "WarmupLR", "params": {"last_batch_iteration": 5}}}|scheduler.params.last_batch_iteration: expected -1
+EOF
+
+echo "== the file itself"
+printf '{\n  "train_batch_size": 8,\n  "gradient_clipping" 1.0\n}\n' > $d/malformed.json
+expect_error malformed "malformed.json: not valid JSON at line 3, column 23, near '1.0'" \
+  "${np1[@]}" "${tiny[@]}" --deepspeed $d/malformed.json
+printf '{"fp16": {"enabled": ' > $d/truncated.json
+expect_error truncated "truncated.json: not valid JSON: unexpected end at line 1, column 22" \
+  "${np1[@]}" "${tiny[@]}" --deepspeed $d/truncated.json
+expect_error missing "nope.json: cannot open \(No such file or directory\)" \
+  "${np1[@]}" "${tiny[@]}" --deepspeed $d/nope.json
+expect_error missing_np2 "nope.json: cannot open" "${np2[@]}" "${tiny[@]}" --deepspeed $d/nope.json
+
+echo "== DeepSpeed's schedulers, step by step, against test/ds_lr_reference.py"
+# name steps file-scheduler reference-params
+while IFS='|' read -r name steps sched ref; do
+  json $name "{\"scheduler\": $sched}"
+  log=$d/$name.jsonl
+  # shellcheck disable=SC2086
+  expect_run $name "${np1[@]}" "${tiny[@]}" --steps $steps --deepspeed $d/$name.json --log $log || continue
+  # shellcheck disable=SC2086
+  $PYTHON test/ds_lr_reference.py check $log $ref || fail "$name: lr schedule"
+done <<'EOF'
+warm_log|12|{"type": "WarmupLR", "params": {"warmup_min_lr": 1e-4, "warmup_max_lr": 2e-3, "warmup_num_steps": 5}}|WarmupLR warmup_min_lr=1e-4 warmup_max_lr=2e-3 warmup_num_steps=5 warmup_type=log
+warm_lin|12|{"type": "WarmupLR", "params": {"warmup_min_lr": 1e-4, "warmup_max_lr": 2e-3, "warmup_num_steps": 5, "warmup_type": "linear"}}|WarmupLR warmup_min_lr=1e-4 warmup_max_lr=2e-3 warmup_num_steps=5 warmup_type=linear
+warm_one|6|{"type": "WarmupLR", "params": {"warmup_max_lr": 0.01, "warmup_num_steps": 1}}|WarmupLR warmup_min_lr=0 warmup_max_lr=0.01 warmup_num_steps=1 warmup_type=log
+decay_lin|25|{"type": "WarmupDecayLR", "params": {"warmup_min_lr": 1e-4, "warmup_max_lr": 3e-3, "warmup_num_steps": 6, "warmup_type": "linear", "total_num_steps": 20}}|WarmupDecayLR warmup_min_lr=1e-4 warmup_max_lr=3e-3 warmup_num_steps=6 warmup_type=linear total_num_steps=20
+decay_log|15|{"type": "WarmupDecayLR", "params": {"warmup_num_steps": 4, "total_num_steps": 12}}|WarmupDecayLR warmup_min_lr=0 warmup_max_lr=0.001 warmup_num_steps=4 warmup_type=log total_num_steps=12
+cos_log|32|{"type": "WarmupCosineLR", "params": {"total_num_steps": 25, "warmup_min_ratio": 0.1, "warmup_num_steps": 5, "cos_min_ratio": 0.01}}|WarmupCosineLR lr=0.001 total_num_steps=25 warmup_min_ratio=0.1 warmup_num_steps=5 cos_min_ratio=0.01 warmup_type=log
+cos_lin|20|{"type": "WarmupCosineLR", "params": {"total_num_steps": 20, "warmup_num_steps": 8, "warmup_type": "linear", "cos_min_ratio": "auto"}}|WarmupCosineLR lr=0.001 total_num_steps=20 warmup_min_ratio=0 warmup_num_steps=8 cos_min_ratio=0.1 warmup_type=linear
+cos_short|12|{"type": "WarmupCosineLR", "params": {"total_num_steps": 3, "warmup_num_steps": 6}}|WarmupCosineLR lr=0.001 total_num_steps=3 warmup_min_ratio=0 warmup_num_steps=6 cos_min_ratio=0.1 warmup_type=log
+EOF
+# the checker must see a wrong schedule: a warmup one step longer, a decay ending one step later
+for wrong in "warm_log WarmupLR warmup_min_lr=1e-4 warmup_max_lr=2e-3 warmup_num_steps=6 warmup_type=log" \
+             "decay_lin WarmupDecayLR warmup_min_lr=1e-4 warmup_max_lr=3e-3 warmup_num_steps=6 warmup_type=linear total_num_steps=21" \
+             "cos_log WarmupLR warmup_min_lr=1e-4 warmup_max_lr=1e-3 warmup_num_steps=5 warmup_type=log"; do
+  set -- $wrong
+  name=$1; shift
+  if [ -f $d/$name.jsonl ] && $PYTHON test/ds_lr_reference.py check $d/$name.jsonl "$@" > $d/wrong_$name.txt; then
+    fail "the reference check accepts a wrong schedule for $name: $*"
+  else echo "ok   the reference check refuses $name against $*"; fi
+done
+# the same schedules from the command line alone
+log=$d/cli_cos.jsonl
+expect_run cli_cos "${np1[@]}" "${tiny[@]}" --steps 14 --lr 0.003 --lr-schedule WarmupCosineLR --warmup 3 \
+  --lr-total-steps 10 --warmup-type linear --warmup-min-ratio 0.2 --min-lr-frac 0.05 --log $log \
+  && { $PYTHON test/ds_lr_reference.py check $log WarmupCosineLR lr=0.003 total_num_steps=10 warmup_min_ratio=0.2 \
+       warmup_num_steps=3 cos_min_ratio=0.05 warmup_type=linear || fail "cli_cos: lr schedule"; }
+log=$d/cli_decay.jsonl
+expect_run cli_decay "${np1[@]}" "${tiny[@]}" --steps 9 --lr 0.003 --lr-schedule WarmupDecayLR --warmup 3 \
+  --warmup-min-lr 0.0005 --log $log \
+  && { $PYTHON test/ds_lr_reference.py check $log WarmupDecayLR warmup_min_lr=0.0005 warmup_max_lr=0.003 \
+       total_num_steps=9 warmup_num_steps=3 warmup_type=log || fail "cli_decay: lr schedule"; }
+json cos_equal '{"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 5, "warmup_num_steps": 5}}}'
+expect_error cos_equal "WarmupCosineLR: total_num_steps 5 equals warmup_num_steps 5" \
+  "${np1[@]}" "${tiny[@]}" --deepspeed $d/cos_equal.json
+
+echo "== fp16 / bf16 enabled"
+for p in bf16 fp16; do
+  json $p "{\"$p\": {\"enabled\": true}}"
+  if OMP_NUM_THREADS=1 ./train_gpt_cpu --precision $p --help >/dev/null 2>&1; then
+    echo "(--precision $p is implemented: $p.enabled true must run)"
+    expect_run ${p}_on "${np1[@]}" "${tiny[@]}" --steps 2 --deepspeed $d/$p.json --log $d/$p.jsonl \
+      && expect_setting $d/$p.jsonl precision "\"$p\"" file
+  else
+    expect_error ${p}_on "^error: --precision $p \($p.enabled in $d/$p.json\): not implemented yet in this trainer" \
+      "${np1[@]}" "${tiny[@]}" --deepspeed $d/$p.json
+  fi
+done
+json fp16_off '{"fp16": {"enabled": false}, "bf16": {"enabled": false}}'
+expect_run fp16_off "${np1[@]}" "${tiny[@]}" --steps 1 --deepspeed $d/fp16_off.json --log $d/fp16_off.jsonl \
+  && expect_setting $d/fp16_off.jsonl precision '"fp32"' file
+
+echo "== the header compiles as C++ (nvcc includes it)"
+if command -v g++ >/dev/null; then
+  g++ -x c++ -std=c++17 -Wall -Wextra -Werror -fsyntax-only -I. ds_config.h && echo "ok   g++" || fail "g++ -x c++ ds_config.h"
+fi
+NVCC=/usr/local/cuda/bin/nvcc
+if [ -x $NVCC ]; then
+  $NVCC -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -I. -c test/ds_config_nvcc.cu -o $d/ds_config_nvcc.o \
+    && echo "ok   nvcc" || fail "nvcc test/ds_config_nvcc.cu"
+fi
+
+echo "$fails failures"
+[ $fails -eq 0 ]
