@@ -1,0 +1,721 @@
+/*
+gemm_bf16.h: bf16 x bf16 -> fp32 matrix multiply for the CPU trainer's mixed-precision mode.
+CPU only, stb-style (everything static), C11, OpenMP-parallel when compiled with -fopenmp.
+
+What it computes (row-major, like cblas_sgemm with alpha = 1)
+    C (M,N) = beta * C + op(A) · op(B)        op(A) is (M,K), op(B) is (K,N)
+    transA = 0: A is (M,K), element (m,k) at A[m*lda + k]    transA = 1: A is (K,M), at A[k*lda + m]
+    transB = 0: B is (K,N), element (k,n) at B[k*ldb + n]    transB = 1: B is (N,K), at B[n*ldb + k]
+  A and B are bf16 (bf16_t bit patterns from mixed_precision.h), C is fp32. Products of two bf16
+  are exact in fp32, so the only rounding is the fp32 accumulation (order: see "Determinism").
+  beta = 0 overwrites C without reading it (NaN/garbage there is ignored); beta = 1 accumulates;
+  any other beta scales C first (a separate pass). K = 0 gives C = beta * C.
+  The three products of a linear layer (w is (OC,C) like PyTorch's Linear.weight; N tokens):
+    forward          out  (N,OC) (+)= inp (N,C) · wᵀ     gemm_bf16_forward         (0,1, N, OC, C)
+    backward data    dinp (N,C)  (+)= dout (N,OC) · w    gemm_bf16_backward_data   (0,0, N, C, OC)
+    backward weight  dw   (OC,C) (+)= doutᵀ · inp        gemm_bf16_backward_weight (1,0, OC, C, N)
+
+API
+    int  gemm_bf16(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc)   fastest path, own scratch
+    int  gemm_bf16_ex(path, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc, scratch, bytes)
+    int  gemm_bf16_forward / _backward_data / _backward_weight(const GemmBf16Ctx *ctx or NULL, ...)
+    int  gemm_bf16_path_supported(path)    GemmBf16Path gemm_bf16_best_path(void)
+    const char *gemm_bf16_path_name(path)
+    size_t gemm_bf16_scratch_bytes(M, N, K)
+  All return 0 on success and -1 (touching nothing) on bad arguments (negative sizes or sizes
+  over INT_MAX - 64, leading dimensions too small, NULL pointers, transA/transB not 0 or 1), on a
+  path this machine cannot run, or when the scratch could not be allocated.
+
+Paths, chosen at run time (GEMM_BF16_AUTO = the first supported of AMX, AVX512-BF16, scalar)
+  AMX         TDPBF16PS on 16x16 fp32 tiles: needs CPUID AMX-TILE + AMX-BF16, the OS enabling
+              the tile state in XCR0, AVX512-F/BW/VL (used for packing), and on Linux the
+              arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) permission, which
+              gemm_bf16_path_supported asks for on first use.
+  AVX512BF16  VDPBF16PS on zmm registers: needs AVX512-F/BW/VL + AVX512-BF16 and the OS saving zmm.
+  SCALAR      portable C (bf16 -> fp32, fp32 multiply-add), any compiler, any CPU.
+  The ISA-specific functions carry __attribute__((target(...))), so the header compiles with any
+  -march (no -mamx-* needed) and only calls them after detection. Tile instructions are written as
+  inline asm (binutils >= 2.36), so gcc's AMX intrinsics headers are not needed either.
+  Numerics: VDPBF16PS and TDPBF16PS treat bf16 subnormal inputs (|x| < 2^-126) as zero and flush
+  subnormal results, whatever MXCSR says; the scalar path follows MXCSR. Otherwise all paths
+  compute the same exact products and differ only in fp32 summation order.
+
+Tiling, and why
+  Both SIMD instructions want K in pairs: each 32-bit lane of the "B" operand holds (B[k][n],
+  B[k+1][n]) ("VNNI" layout), while the "A" operand holds 32 consecutive k of one row m. Neither
+  row-major layout of the three transformer products is that, and the ragged edges need zero
+  padding, so both operands are packed into 16-row strips of 1 KB tiles (one strip = 16 rows x
+  all k of a K block, tiles consecutive along k):
+    A side:  tile = 16 rows m x 32 k, row-major (64-byte rows)               = AMX "A" tile
+    B side:  tile = 16 k-pairs x 16 columns n x 2 (64-byte rows)             = AMX "B" tile
+  Rows/columns past M/N and k past K are packed as zeros; the results there are never stored.
+  Packing is a row copy, a 16x16 32-bit transpose, or an interleave of row pairs (+ transpose),
+  in AVX-512 registers with masked loads at the edges, depending on the operand's orientation.
+  One C micro-tile is 32x32 = 2x2 AMX tiles: 4 accumulator tiles + 2 A + 2 B tiles is all 8 tile
+  registers (the best loads-per-TDPBF16PS ratio 8 tiles allow); per 32 k it loads 4 KB and issues
+  4 TDPBF16PS (16x16x32 each). The AVX512-BF16 and scalar micro-kernels read the same packed data
+  (AVX512-BF16: 8 rows x 32 columns in 16 zmm accumulators, the A pair broadcast from memory), so
+  all paths share one driver.
+  Loop nest: the side with the smaller extent (M or N: the tokens side of a transformer's
+  products, 256 at B=4,T=64, or C=768 for the weight gradient) is "resident": it is packed whole
+  (all of K, up to RC rows per pass) by all threads together, then stays in L2 (<= 1.5 MB for
+  GPT-2 124M at B=4,T=64, except the LM head's backward-data product: 26 MB). The other side is
+  "streamed" (the weights, the 50304-row LM head): its chunks of SC rows are the OpenMP work items
+  (dynamic schedule, so a busy or descheduled core simply does fewer), each packed KC of K at a
+  time by the thread that takes it, right before use, from memory into L1/L2. So every element of
+  a big weight is read from DRAM once per call and its packed copy never goes back to DRAM.
+  Within a chunk, C is accumulated in the tiles over a K block, loaded/stored once per K block.
+  No barriers (for rext <= RC): threads claim resident strips with an atomic flag per strip and
+  wait only for strips another thread is in the middle of packing, then take chunks; the join at
+  the end of the parallel region is the only point where everyone waits for everyone. (With 2
+  cores shared with other busy processes, one barrier per call made calls up to 10x slower:
+  whenever one thread was descheduled, the other waited out a scheduler time slice.)
+  When the resident block does not fit in L2 (> GEMM_BF16_RES_L2_BYTES), each work item would
+  re-read it from memory, so chunks are widened to about two per thread.
+
+Determinism
+  Every C element is computed by one thread, summing over K in the same order whatever the thread
+  count, schedule or chunk width: results are bitwise identical across runs and OMP_NUM_THREADS
+  (the order does depend on the path and on GEMM_BF16_KC).
+
+Scratch memory (ownership)
+  Packing needs gemm_bf16_scratch_bytes(M,N,K) bytes: ~2*min(M,N)*K for the resident side plus
+  ~2*SC*KC per thread (it depends on omp_get_max_threads() at the time of the call). For GPT-2
+  124M at B=4,T=64 and 2 threads: 0.6-1.7 MB, and 26 MB for the LM head's backward-data product.
+  Pass a buffer of at least that size to gemm_bf16_ex (or in GemmBf16Ctx) to avoid a malloc/free
+  per call: the caller owns it, it needs no alignment or initialisation, and it must not be used
+  by two calls at once. NULL, or a buffer that is too small, makes the call malloc and free its
+  own (still correct, just a large malloc per call).
+
+Threads
+  Parallel over OpenMP threads (a team of omp_get_max_threads(); one thread below
+  GEMM_BF16_SERIAL_FLOPS). Called from inside a parallel region it runs on the calling thread
+  (nesting off). Each thread configures the AMX tiles at the start of the region and releases
+  them (TILERELEASE) at the end, so no tile state outlives a call.
+
+Hidden state (the only static data; one copy per translation unit, all idempotent)
+  - the CPUID/XGETBV feature bits, computed once;
+  - whether the kernel granted AMX permission. The permission itself is per process and
+    permanent (Linux offers no way to drop it); asking again is harmless. These are written with
+    atomic stores, so concurrent first calls are race-free (they may both ask).
+
+Tunables (#define before including; the first three multiples of 32)
+  GEMM_BF16_KC (K block, 768), GEMM_BF16_RC (resident rows per pass, 768), GEMM_BF16_SC (streamed
+  chunk = work item, 64), GEMM_BF16_RES_L2_BYTES (1 MB, see above), GEMM_BF16_SERIAL_FLOPS
+  (2*M*N*K below which the call stays on one thread, 4e6).
+*/
+#ifndef ZC_GEMM_BF16_H
+#define ZC_GEMM_BF16_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <limits.h>
+#include "mixed_precision.h"
+#ifdef _OPENMP
+#include <omp.h>
+#define ZC_GB_PRAGMA(x) _Pragma(#x)
+#else
+#define ZC_GB_PRAGMA(x)
+#endif
+
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define ZC_GB_X86 1
+#include <immintrin.h>
+#include <cpuid.h>
+#define ZC_GB_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define ZC_GB_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define ZC_GB_TARGET_AMX __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16")))
+#endif
+
+#ifndef GEMM_BF16_KC
+#define GEMM_BF16_KC 768
+#endif
+#ifndef GEMM_BF16_RC
+#define GEMM_BF16_RC 768
+#endif
+#ifndef GEMM_BF16_SC
+#define GEMM_BF16_SC 64
+#endif
+#ifndef GEMM_BF16_RES_L2_BYTES
+#define GEMM_BF16_RES_L2_BYTES (1 << 20)
+#endif
+#ifndef GEMM_BF16_SERIAL_FLOPS
+#define GEMM_BF16_SERIAL_FLOPS 4000000.0
+#endif
+#ifdef __cplusplus
+#define ZC_GB_STATIC_ASSERT static_assert
+#else
+#define ZC_GB_STATIC_ASSERT _Static_assert
+#endif
+ZC_GB_STATIC_ASSERT(GEMM_BF16_KC >= 32 && GEMM_BF16_KC % 32 == 0, "GEMM_BF16_KC: positive multiple of 32");
+ZC_GB_STATIC_ASSERT(GEMM_BF16_RC >= 32 && GEMM_BF16_RC % 32 == 0, "GEMM_BF16_RC: positive multiple of 32");
+ZC_GB_STATIC_ASSERT(GEMM_BF16_SC >= 32 && GEMM_BF16_SC % 32 == 0, "GEMM_BF16_SC: positive multiple of 32");
+
+typedef enum {
+    GEMM_BF16_AUTO = 0,        // the fastest supported path
+    GEMM_BF16_SCALAR = 1,      // portable C
+    GEMM_BF16_AVX512BF16 = 2,  // VDPBF16PS
+    GEMM_BF16_AMX = 3,         // TDPBF16PS
+} GemmBf16Path;
+
+// Options for the three layer wrappers; a NULL pointer means {GEMM_BF16_AUTO, NULL, 0}.
+typedef struct {
+    GemmBf16Path path;
+    void *scratch;          // caller-owned, >= gemm_bf16_scratch_bytes(...) to avoid malloc
+    size_t scratch_bytes;
+} GemmBf16Ctx;
+
+// ----------------------------------------------------------------------------
+// run-time detection
+
+#define ZC_GB_F_AVX512 1u   // AVX512-F/BW/VL usable (CPU + OS)
+#define ZC_GB_F_BF16 2u     // ... and AVX512-BF16
+#define ZC_GB_F_AMX 4u      // AMX-TILE + AMX-BF16 in the CPU and XCR0 (permission not included)
+#define ZC_GB_F_VALID 0x100u
+
+static inline unsigned zc_gb_cpu_features(void) {
+    static unsigned cached;  // 0 = not computed yet
+    unsigned f = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
+    if (f) return f & ~ZC_GB_F_VALID;
+    f = ZC_GB_F_VALID;
+#ifdef ZC_GB_X86
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) >= 7) {
+        __cpuid_count(1, 0, a, b, c, d);
+        if (c & (1u << 27)) {  // OSXSAVE: XGETBV is usable
+            uint32_t lo, hi;
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            uint64_t xcr0 = ((uint64_t)hi << 32) | lo;
+            unsigned max7, b7, d7, a71 = 0, b71, c71, d71;
+            __cpuid_count(7, 0, max7, b7, c, d7);
+            if (max7 >= 1) __cpuid_count(7, 1, a71, b71, c71, d71);  // AVX512-BF16 is in 7.1
+            (void)b71; (void)c71; (void)d71;
+            int avx512 = (b7 >> 16 & 1) && (b7 >> 30 & 1) && (b7 >> 31 & 1)  // F, BW, VL
+                         && (xcr0 & 0xE6u) == 0xE6u;                         // SSE, AVX, opmask, zmm
+            if (avx512) f |= ZC_GB_F_AVX512;
+            if (avx512 && (a71 >> 5 & 1)) f |= ZC_GB_F_BF16;
+            if (avx512 && (d7 >> 24 & 1) && (d7 >> 22 & 1)              // AMX-TILE, AMX-BF16
+                && (xcr0 & 0x60000u) == 0x60000u)                         // XTILECFG, XTILEDATA
+                f |= ZC_GB_F_AMX;
+        }
+    }
+#endif
+    __atomic_store_n(&cached, f, __ATOMIC_RELEASE);
+    return f & ~ZC_GB_F_VALID;
+}
+
+// Linux (>= 5.16) keeps the 8 KB tile data state disabled (XFD) until the process asks for it;
+// the first tile instruction without permission is a SIGILL. Raw syscall so that the header does
+// not depend on _GNU_SOURCE for syscall(2). Other OSes: assume enabled if XCR0 says so.
+static inline int zc_gb_amx_permission(void) {
+    static int state;  // 0 = not asked yet, 1 = granted, -1 = refused
+    int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+    if (s) return s > 0;
+#if defined(ZC_GB_X86) && defined(__linux__)
+    long ret;
+    __asm__ volatile("syscall" : "=a"(ret)
+                     : "a"(158L /* SYS_arch_prctl */), "D"(0x1023L /* ARCH_REQ_XCOMP_PERM */),
+                       "S"(18L /* XFEATURE_XTILEDATA */)
+                     : "rcx", "r11", "memory");
+    s = ret == 0 ? 1 : -1;
+#elif defined(ZC_GB_X86)
+    s = 1;
+#else
+    s = -1;
+#endif
+    __atomic_store_n(&state, s, __ATOMIC_RELEASE);
+    return s > 0;
+}
+
+static inline int gemm_bf16_path_supported(GemmBf16Path p) {
+    switch (p) {
+    case GEMM_BF16_AUTO: case GEMM_BF16_SCALAR: return 1;
+    case GEMM_BF16_AVX512BF16: return (zc_gb_cpu_features() & ZC_GB_F_BF16) != 0;
+    case GEMM_BF16_AMX: return (zc_gb_cpu_features() & ZC_GB_F_AMX) && zc_gb_amx_permission();
+    }
+    return 0;
+}
+
+static inline GemmBf16Path gemm_bf16_best_path(void) {
+    if (gemm_bf16_path_supported(GEMM_BF16_AMX)) return GEMM_BF16_AMX;
+    if (gemm_bf16_path_supported(GEMM_BF16_AVX512BF16)) return GEMM_BF16_AVX512BF16;
+    return GEMM_BF16_SCALAR;
+}
+
+static inline const char *gemm_bf16_path_name(GemmBf16Path p) {
+    switch (p) {
+    case GEMM_BF16_AUTO: return "auto";
+    case GEMM_BF16_SCALAR: return "scalar";
+    case GEMM_BF16_AVX512BF16: return "avx512bf16";
+    case GEMM_BF16_AMX: return "amx";
+    }
+    return "?";
+}
+
+// ----------------------------------------------------------------------------
+// packing. A "strip" is 16 rows r0..r0+15 of a logical (R x K) operand E(r,k) over nkt k-tiles
+// starting at k0, stored as nkt consecutive 512-element tiles:
+//   vnni = 0:  tile[i*32 + j]            = E(r0+i, kt*32+j)       (A side: rows m)
+//   vnni = 1:  tile[p*32 + i*2 + h]      = E(r0+i, kt*32+2p+h)    (B side: columns n)
+// E(r,k) = kcontig ? src[r*ld + k] : src[k*ld + r], zero for r >= R or k >= K.
+
+typedef void (*ZcGbPackFn)(bf16_t *dst, const bf16_t *src, size_t ld, int kcontig, int vnni,
+                           int R, int K, int r0, int k0, int nkt);
+// Micro-kernel: the 32x32 block of C at C[0], valid part mv x nv (either may exceed 32), from two
+// A strips at pa and pa + sa and two B strips at pb and pb + sb (strides in elements), nkt k-tiles;
+// acc = 0: C = product, 1: C += product.
+typedef void (*ZcGbKernelFn)(const bf16_t *pa, size_t sa, const bf16_t *pb, size_t sb, int nkt,
+                             float *C, size_t ldc, int mv, int nv, int acc);
+
+static inline void zc_gb_pack_scalar(bf16_t *dst, const bf16_t *src, size_t ld, int kcontig,
+                                     int vnni, int R, int K, int r0, int k0, int nkt) {
+    for (int kt = 0; kt < nkt; kt++) {
+        bf16_t *d = dst + (size_t)kt * 512;
+        for (int i = 0; i < 16; i++) {
+            int r = r0 + i;
+            for (int j = 0; j < 32; j++) {
+                int k = k0 + kt * 32 + j;
+                bf16_t v = 0;
+                if (r < R && k < K) v = kcontig ? src[(size_t)r * ld + k] : src[(size_t)k * ld + r];
+                d[vnni ? (j >> 1) * 32 + i * 2 + (j & 1) : i * 32 + j] = v;
+            }
+        }
+    }
+}
+
+// Writes the valid (mv x nv, clipped to 16x16) part of a 16x16 fp32 tile into C.
+static inline void zc_gb_tile_out(float *C, size_t ldc, const float *t, int mv, int nv) {
+    mv = mv < 16 ? mv : 16; nv = nv < 16 ? nv : 16;
+    for (int i = 0; i < mv; i++) memcpy(C + (size_t)i * ldc, t + i * 16, (size_t)nv * sizeof(float));
+}
+// The reverse, zero-filling the rest.
+static inline void zc_gb_tile_in(float *t, const float *C, size_t ldc, int mv, int nv) {
+    memset(t, 0, 256 * sizeof(float));
+    mv = mv < 16 ? mv : 16; nv = nv < 16 ? nv : 16;
+    for (int i = 0; i < mv; i++) memcpy(t + i * 16, C + (size_t)i * ldc, (size_t)nv * sizeof(float));
+}
+
+static inline float zc_gb_f32(bf16_t h) {  // widening is exact; NaN quieting is irrelevant here
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// Portable micro-kernel (ZcGbKernelFn): C accumulated in a local 32x32 fp32 block.
+static inline void zc_gb_kernel_scalar(const bf16_t *pa, size_t sa, const bf16_t *pb, size_t sb, int nkt,
+                                       float *C, size_t ldc, int mv, int nv, int acc) {
+    int mr = mv < 32 ? mv : 32, nr = nv < 32 ? nv : 32;
+    float c[32][32];
+    memset(c, 0, sizeof c);
+    for (int kt = 0; kt < nkt; kt++) {
+        for (int m = 0; m < mr; m++) {
+            const bf16_t *a = pa + (size_t)(m >> 4) * sa + (size_t)kt * 512 + (m & 15) * 32;
+            for (int p = 0; p < 16; p++) {
+                float a0 = zc_gb_f32(a[2 * p]), a1 = zc_gb_f32(a[2 * p + 1]);
+                for (int h = 0; h < 2; h++) {
+                    const bf16_t *b = pb + (size_t)h * sb + (size_t)kt * 512 + p * 32;
+                    float *cr = c[m] + 16 * h;
+                    for (int n = 0; n < 16; n++)
+                        cr[n] += a0 * zc_gb_f32(b[2 * n]) + a1 * zc_gb_f32(b[2 * n + 1]);
+                }
+            }
+        }
+    }
+    for (int m = 0; m < mr; m++) {
+        float *cr = C + (size_t)m * ldc;
+        if (acc) for (int n = 0; n < nr; n++) cr[n] += c[m][n];
+        else for (int n = 0; n < nr; n++) cr[n] = c[m][n];
+    }
+}
+
+#ifdef ZC_GB_X86
+// In-register transpose of 16x16 32-bit elements: four rounds of swapping the off-diagonal
+// b x b blocks (b = 1, 2, 4, 8), each pair of rows with two VPERMT2D.
+ZC_GB_TARGET_AVX512 static inline void zc_gb_transpose16_epi32(__m512i v[16]) {
+    static const int32_t idx[4][2][16] = {
+        {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
+         {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}},
+        {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+         {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
+        {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+         {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
+        {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+         {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
+    };
+    for (int s = 0; s < 4; s++) {
+        int b = 1 << s;
+        __m512i lo = _mm512_loadu_si512((const void *)idx[s][0]);
+        __m512i hi = _mm512_loadu_si512((const void *)idx[s][1]);
+        for (int i = 0; i < 16; i++) {
+            if (i & b) continue;
+            __m512i x = v[i], y = v[i + b];
+            v[i] = _mm512_permutex2var_epi32(x, lo, y);
+            v[i + b] = _mm512_permutex2var_epi32(x, hi, y);
+        }
+    }
+}
+
+// Same contract as zc_gb_pack_scalar. Edges use masked loads (masked-out lanes never fault).
+//   vnni=0, kcontig: row copy          vnni=1, !kcontig: interleave rows k, k+1
+//   vnni=1, kcontig: 32-bit transpose  vnni=0, !kcontig: interleave, then 32-bit transpose
+ZC_GB_TARGET_AVX512 static inline void zc_gb_pack_avx512(bf16_t *dst, const bf16_t *src, size_t ld,
+                                                  int kcontig, int vnni, int R, int K, int r0,
+                                                  int k0, int nkt) {
+    int nr = R - r0;
+    nr = nr < 0 ? 0 : nr > 16 ? 16 : nr;
+    const __m512i zero = _mm512_setzero_si512();
+    for (int kt = 0; kt < nkt; kt++) {
+        bf16_t *d = dst + (size_t)kt * 512;
+        int kk = k0 + kt * 32;
+        int nk = K - kk;
+        nk = nk < 0 ? 0 : nk > 32 ? 32 : nk;
+        __m512i v[16];
+        if (nr == 0 || nk == 0) {
+            for (int i = 0; i < 16; i++) v[i] = zero;
+        } else if (kcontig) {
+            __mmask32 km = nk == 32 ? 0xFFFFFFFFu : (1u << nk) - 1u;
+            for (int i = 0; i < 16; i++)
+                v[i] = i < nr ? _mm512_maskz_loadu_epi16(km, src + (size_t)(r0 + i) * ld + kk) : zero;
+            if (vnni) zc_gb_transpose16_epi32(v);
+        } else {
+            __mmask16 rm = nr == 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1u);
+            for (int p = 0; p < 16; p++) {
+                __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+                if (2 * p < nk) lo = _mm256_maskz_loadu_epi16(rm, src + (size_t)(kk + 2 * p) * ld + r0);
+                if (2 * p + 1 < nk) hi = _mm256_maskz_loadu_epi16(rm, src + (size_t)(kk + 2 * p + 1) * ld + r0);
+                v[p] = _mm512_or_si512(_mm512_cvtepu16_epi32(lo),
+                                       _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+            }
+            if (!vnni) zc_gb_transpose16_epi32(v);
+        }
+        for (int i = 0; i < 16; i++) _mm512_storeu_si512((void *)(d + i * 32), v[i]);
+    }
+}
+
+// AVX512-BF16 micro-kernel: four passes of 8 rows x 32 columns (16 zmm accumulators).
+ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_avx512bf16(const bf16_t *pa, size_t sa, const bf16_t *pb,
+                                                             size_t sb, int nkt, float *C, size_t ldc,
+                                                             int mv, int nv, int acc) {
+    int nc = nv < 32 ? nv : 32;
+    __mmask16 mk0 = nc >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nc) - 1u);
+    __mmask16 mk1 = nc >= 32 ? (__mmask16)0xFFFF : nc <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nc - 16)) - 1u);
+    for (int g = 0; g < 4 && 8 * g < mv; g++) {
+        const bf16_t *a = pa + (size_t)(g >> 1) * sa + (g & 1) * 8 * 32;
+        __m512 c0[8], c1[8];
+        for (int i = 0; i < 8; i++) { c0[i] = _mm512_setzero_ps(); c1[i] = _mm512_setzero_ps(); }
+        for (int kt = 0; kt < nkt; kt++) {
+            const bf16_t *ak = a + (size_t)kt * 512;
+            const bf16_t *b0 = pb + (size_t)kt * 512, *b1 = b0 + sb;
+            for (int p = 0; p < 16; p++) {
+                __m512bh x0 = (__m512bh)_mm512_loadu_si512((const void *)(b0 + p * 32));
+                __m512bh x1 = (__m512bh)_mm512_loadu_si512((const void *)(b1 + p * 32));
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) {
+                    int32_t w;
+                    memcpy(&w, ak + i * 32 + 2 * p, 4);
+                    __m512bh y = (__m512bh)_mm512_set1_epi32(w);
+                    c0[i] = _mm512_dpbf16_ps(c0[i], y, x0);
+                    c1[i] = _mm512_dpbf16_ps(c1[i], y, x1);
+                }
+            }
+        }
+        for (int i = 0; i < 8 && 8 * g + i < mv; i++) {
+            float *cr = C + (size_t)(8 * g + i) * ldc;
+            __m512 r0 = c0[i], r1 = c1[i];
+            if (acc) {
+                r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(mk0, cr));
+                if (mk1) r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(mk1, cr + 16));
+            }
+            _mm512_mask_storeu_ps(cr, mk0, r0);
+            if (mk1) _mm512_mask_storeu_ps(cr + 16, mk1, r1);
+        }
+    }
+}
+
+// AMX. Tiles 0-3: C (0,0) (0,1) (1,0) (1,1); 4-5: A rows 0-15, 16-31; 6-7: B columns 0-15, 16-31.
+// Inline asm with "memory" clobbers (the compiler must not move packing stores or C accesses
+// across tile loads/stores, which it cannot see through).
+#define ZC_GB_TLOAD(t, base, stride) \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"((long)(stride)) : "memory")
+#define ZC_GB_TSTORE(t, base, stride) \
+    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"((long)(stride)) : "memory")
+#define ZC_GB_TZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
+#define ZC_GB_TDP(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} ZcGbTileCfg;
+
+ZC_GB_TARGET_AMX static inline void zc_gb_amx_begin(void) {
+    ZcGbTileCfg cfg __attribute__((aligned(64)));
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) { cfg.colsb[t] = 64; cfg.rows[t] = 16; }
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg) : "memory");
+}
+ZC_GB_TARGET_AMX static inline void zc_gb_amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
+
+#define ZC_GB_AMX_CIN(t, r, c) do { \
+        if (!acc) ZC_GB_TZERO(t); \
+        else if (mv >= (r) + 16 && nv >= (c) + 16) ZC_GB_TLOAD(t, C + (size_t)(r) * ldc + (c), ldc * 4); \
+        else { \
+            if (mv > (r) && nv > (c)) zc_gb_tile_in(buf, C + (size_t)(r) * ldc + (c), ldc, mv - (r), nv - (c)); \
+            else memset(buf, 0, sizeof buf); \
+            ZC_GB_TLOAD(t, buf, 64); \
+        } \
+    } while (0)
+#define ZC_GB_AMX_COUT(t, r, c) do { \
+        if (mv >= (r) + 16 && nv >= (c) + 16) ZC_GB_TSTORE(t, C + (size_t)(r) * ldc + (c), ldc * 4); \
+        else if (mv > (r) && nv > (c)) { \
+            ZC_GB_TSTORE(t, buf, 64); \
+            zc_gb_tile_out(C + (size_t)(r) * ldc + (c), ldc, buf, mv - (r), nv - (c)); \
+        } \
+    } while (0)
+
+ZC_GB_TARGET_AMX static inline void zc_gb_kernel_amx(const bf16_t *pa, size_t sa, const bf16_t *pb,
+                                                     size_t sb, int nkt, float *C, size_t ldc, int mv,
+                                                     int nv, int acc) {
+    const bf16_t *a0 = pa, *a1 = pa + sa, *b0 = pb, *b1 = pb + sb;
+    float buf[256] __attribute__((aligned(64)));
+    ZC_GB_AMX_CIN(0, 0, 0);
+    ZC_GB_AMX_CIN(1, 0, 16);
+    ZC_GB_AMX_CIN(2, 16, 0);
+    ZC_GB_AMX_CIN(3, 16, 16);
+    for (int kt = 0; kt < nkt; kt++) {
+        size_t o = (size_t)kt * 512;
+        ZC_GB_TLOAD(4, a0 + o, 64);
+        ZC_GB_TLOAD(6, b0 + o, 64);
+        ZC_GB_TDP(0, 4, 6);
+        ZC_GB_TLOAD(7, b1 + o, 64);
+        ZC_GB_TDP(1, 4, 7);
+        ZC_GB_TLOAD(5, a1 + o, 64);
+        ZC_GB_TDP(2, 5, 6);
+        ZC_GB_TDP(3, 5, 7);
+    }
+    ZC_GB_AMX_COUT(0, 0, 0);
+    ZC_GB_AMX_COUT(1, 0, 16);
+    ZC_GB_AMX_COUT(2, 16, 0);
+    ZC_GB_AMX_COUT(3, 16, 16);
+}
+#endif  // ZC_GB_X86
+
+// ----------------------------------------------------------------------------
+// driver
+
+static inline int zc_gb_round32(int x) { return (x + 31) & ~31; }
+static inline int zc_gb_min(int a, int b) { return a < b ? a : b; }
+
+typedef struct {
+    int nt;          // threads
+    int a_res;       // 1: A is the resident side (M <= N), 0: B is
+    int rc, kc, sc;  // resident rows per pass, K block, streamed chunk (multiples of 32)
+    size_t res_elems, str_elems;  // resident buffer, per-thread streamed buffer (bf16 elements)
+    size_t bytes;    // scratch needed, including 64 bytes of alignment slack
+} ZcGbPlan;
+
+static inline ZcGbPlan zc_gb_plan(int M, int N, int K) {
+    ZcGbPlan p;
+    int nt = 1;
+#ifdef _OPENMP
+    if (2.0 * M * N * K >= GEMM_BF16_SERIAL_FLOPS && !omp_in_parallel()) nt = omp_get_max_threads();
+#endif
+    if (nt < 1) nt = 1;
+    p.nt = nt;
+    p.a_res = M <= N;
+    int rext = p.a_res ? M : N, sext = p.a_res ? N : M;
+    if (rext < 1) rext = 1;
+    if (sext < 1) sext = 1;
+    int kp = zc_gb_round32(K > 0 ? K : 1);
+    p.rc = zc_gb_min(GEMM_BF16_RC, zc_gb_round32(rext));
+    p.kc = zc_gb_min(GEMM_BF16_KC, kp);
+    p.res_elems = (size_t)p.rc * kp;
+    // Each work item re-reads the whole resident block. When that does not fit in L2 (the LM
+    // head's backward-data product: 256 x 50304), use fewer, wider items: about 2 per thread.
+    p.sc = GEMM_BF16_SC;
+    if (p.res_elems * sizeof(bf16_t) > GEMM_BF16_RES_L2_BYTES) {
+        int wide = zc_gb_round32((sext + 2 * nt - 1) / (2 * nt));
+        if (wide > p.sc) p.sc = wide;
+    }
+    p.sc = zc_gb_min(p.sc, zc_gb_round32(sext));
+    p.str_elems = (size_t)p.sc * p.kc;
+    p.bytes = (p.res_elems + (size_t)nt * p.str_elems) * sizeof(bf16_t) + 64;
+    return p;
+}
+
+static inline size_t gemm_bf16_scratch_bytes(int M, int N, int K) {
+    if (M <= 0 || N <= 0 || K <= 0) return 0;
+    return zc_gb_plan(M, N, K).bytes;
+}
+
+static inline void zc_gb_pause(void) {
+#ifdef ZC_GB_X86
+    __builtin_ia32_pause();
+#endif
+}
+
+static inline int zc_gb_thread_num(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M, int N, int K,
+                               const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta,
+                               float *C, int ldc, void *scratch, size_t scratch_bytes) {
+    if (M < 0 || N < 0 || K < 0 || M > INT_MAX - 64 || N > INT_MAX - 64 || K > INT_MAX - 64) return -1;
+    if ((transA != 0 && transA != 1) || (transB != 0 && transB != 1)) return -1;
+    if (lda < (transA ? (M > 1 ? M : 1) : (K > 1 ? K : 1))) return -1;
+    if (ldb < (transB ? (K > 1 ? K : 1) : (N > 1 ? N : 1))) return -1;
+    if (ldc < (N > 1 ? N : 1)) return -1;
+    if (path == GEMM_BF16_AUTO) path = gemm_bf16_best_path();
+    else if (!gemm_bf16_path_supported(path)) return -1;
+    if (M == 0 || N == 0) return 0;
+    if (!C || (K > 0 && (!A || !B))) return -1;
+
+    ZcGbPackFn pack = zc_gb_pack_scalar;
+    ZcGbKernelFn kernel = zc_gb_kernel_scalar;
+#ifdef ZC_GB_X86
+    if (path == GEMM_BF16_AVX512BF16) { pack = zc_gb_pack_avx512; kernel = zc_gb_kernel_avx512bf16; }
+    if (path == GEMM_BF16_AMX) { pack = zc_gb_pack_avx512; kernel = zc_gb_kernel_amx; }
+#endif
+    const int amx = path == GEMM_BF16_AMX;
+
+    const ZcGbPlan pl = zc_gb_plan(M, N, K);
+    void *mem = NULL;
+    if (K > 0 && (!scratch || scratch_bytes < pl.bytes)) {
+        mem = malloc(pl.bytes);
+        if (!mem) return -1;
+        scratch = mem;
+    }
+
+    // beta other than 0 and 1: scale C once, then accumulate
+    if (beta != 0.0f && beta != 1.0f) {
+        ZC_GB_PRAGMA(omp parallel for schedule(static) num_threads(pl.nt) if (pl.nt > 1))
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) C[(size_t)m * ldc + n] *= beta;
+        beta = 1.0f;
+    }
+    if (K == 0) {
+        if (beta == 0.0f)
+            for (int m = 0; m < M; m++) memset(C + (size_t)m * ldc, 0, (size_t)N * sizeof(float));
+        return 0;
+    }
+
+    // A side: rows m, E(m,k) = A(m,k), packed as A tiles. B side: "rows" n, E(n,k) = B(k,n),
+    // packed as VNNI tiles. The resident side is packed whole (all of K, up to RC rows per pass);
+    // the streamed side chunk by chunk, KC at a time, by the thread that computes with it.
+    const int a_res = pl.a_res;
+    const bf16_t *rsrc = a_res ? A : B, *ssrc = a_res ? B : A;
+    const size_t rld = (size_t)(a_res ? lda : ldb), sld = (size_t)(a_res ? ldb : lda);
+    const int rkc = a_res ? !transA : transB, skc = a_res ? transB : !transA;
+    const int rext = a_res ? M : N, sext = a_res ? N : M;
+    const int RC = pl.rc, KC = pl.kc, SC = pl.sc, nt = pl.nt;
+    (void)nt;  // unused without OpenMP
+    const int nKt = zc_gb_round32(K) / 32;
+    const size_t rstrip = (size_t)nKt * 512;  // resident strip stride (elements)
+    const int nchunks = (sext + SC - 1) / SC;
+    const int acc0 = beta != 0.0f;
+    bf16_t *rbuf = (bf16_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    bf16_t *sbuf0 = rbuf + pl.res_elems;
+    const size_t ldcz = (size_t)ldc;
+
+    // Resident strips are packed cooperatively without a barrier: each thread claims unpacked
+    // strips (starting at its own offset), packs them, marks them done, then waits only for
+    // strips another thread is still packing. A thread that the OS has not scheduled yet holds up
+    // nobody (a barrier would make everyone wait for it, which on a busy machine costs whole
+    // scheduler time slices per call). State per strip: 0 free, 1 being packed, 2 packed.
+    int rstate[GEMM_BF16_RC / 16];
+    memset(rstate, 0, sizeof rstate);
+
+    ZC_GB_PRAGMA(omp parallel num_threads(nt) if (nt > 1))
+    {
+        const int tid = zc_gb_thread_num();
+        bf16_t *sbuf = sbuf0 + (size_t)tid * pl.str_elems;
+#ifdef ZC_GB_X86
+        if (amx) zc_gb_amx_begin();
+#endif
+        for (int r0 = 0; r0 < rext; r0 += RC) {
+            const int rc = zc_gb_min(RC, zc_gb_round32(rext - r0)), nstrips = rc / 16;
+            if (r0 > 0) {  // a further pass (rext > RC): everyone is done with the previous block
+                ZC_GB_PRAGMA(omp barrier)
+                ZC_GB_PRAGMA(omp single)
+                memset(rstate, 0, sizeof rstate);
+                // (implicit barrier after single)
+            }
+            const int first = (int)((long)tid * nstrips / nt);
+            for (int i = 0; i < nstrips; i++) {
+                const int t = (first + i) % nstrips;
+                int expect = 0;
+                if (__atomic_compare_exchange_n(&rstate[t], &expect, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+                    pack(rbuf + t * rstrip, rsrc, rld, rkc, !a_res, rext, K, r0 + 16 * t, 0, nKt);
+                    __atomic_store_n(&rstate[t], 2, __ATOMIC_RELEASE);
+                }
+            }
+            for (int t = 0; t < nstrips; t++)
+                while (__atomic_load_n(&rstate[t], __ATOMIC_ACQUIRE) != 2) zc_gb_pause();
+            ZC_GB_PRAGMA(omp for schedule(dynamic, 1) nowait)
+            for (int ch = 0; ch < nchunks; ch++) {
+                const int s0 = ch * SC, sc = zc_gb_min(SC, zc_gb_round32(sext - s0));
+                for (int k0 = 0; k0 < K; k0 += KC) {
+                    const int nkt = zc_gb_min(KC / 32, nKt - k0 / 32);
+                    const size_t sstrip = (size_t)nkt * 512;
+                    for (int t = 0; t < sc / 16; t++)
+                        pack(sbuf + t * sstrip, ssrc, sld, skc, a_res, sext, K, s0 + 16 * t, k0, nkt);
+                    const int acc = acc0 || k0 > 0;
+                    for (int sb = 0; sb < sc; sb += 32) {
+                        const bf16_t *ps = sbuf + (size_t)(sb / 16) * sstrip;
+                        for (int rb = 0; rb < rc; rb += 32) {
+                            const bf16_t *pr = rbuf + (size_t)(rb / 16) * rstrip + (size_t)(k0 / 32) * 512;
+                            const int row0 = a_res ? r0 + rb : s0 + sb, col0 = a_res ? s0 + sb : r0 + rb;
+                            float *c = C + (size_t)row0 * ldcz + col0;
+                            if (a_res) kernel(pr, rstrip, ps, sstrip, nkt, c, ldcz, M - row0, N - col0, acc);
+                            else kernel(ps, sstrip, pr, rstrip, nkt, c, ldcz, M - row0, N - col0, acc);
+                        }
+                    }
+                }
+            }
+        }
+#ifdef ZC_GB_X86
+        if (amx) zc_gb_amx_end();
+#endif
+    }
+    (void)amx;
+    free(mem);
+    return 0;
+}
+
+static inline int gemm_bf16(int transA, int transB, int M, int N, int K, const bf16_t *A, int lda,
+                            const bf16_t *B, int ldb, float beta, float *C, int ldc) {
+    return gemm_bf16_ex(GEMM_BF16_AUTO, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc, NULL, 0);
+}
+
+// out (N,OC) (+)= inp (N,C) · wᵀ, w (OC,C)
+static inline int gemm_bf16_forward(const GemmBf16Ctx *ctx, float *out, const bf16_t *inp,
+                                    const bf16_t *w, int N, int C, int OC, float beta) {
+    GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
+    if (!ctx) ctx = &d;
+    return gemm_bf16_ex(ctx->path, 0, 1, N, OC, C, inp, C, w, C, beta, out, OC, ctx->scratch, ctx->scratch_bytes);
+}
+// dinp (N,C) (+)= dout (N,OC) · w
+static inline int gemm_bf16_backward_data(const GemmBf16Ctx *ctx, float *dinp, const bf16_t *dout,
+                                          const bf16_t *w, int N, int C, int OC, float beta) {
+    GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
+    if (!ctx) ctx = &d;
+    return gemm_bf16_ex(ctx->path, 0, 0, N, C, OC, dout, OC, w, C, beta, dinp, C, ctx->scratch, ctx->scratch_bytes);
+}
+// dw (OC,C) (+)= doutᵀ · inp   (sum over the N tokens; beta = 1 accumulates gradients)
+static inline int gemm_bf16_backward_weight(const GemmBf16Ctx *ctx, float *dw, const bf16_t *dout,
+                                            const bf16_t *inp, int N, int C, int OC, float beta) {
+    GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
+    if (!ctx) ctx = &d;
+    return gemm_bf16_ex(ctx->path, 1, 0, OC, C, N, dout, OC, inp, C, beta, dw, C, ctx->scratch, ctx->scratch_bytes);
+}
+
+#endif  // ZC_GEMM_BF16_H

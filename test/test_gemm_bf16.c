@@ -1,0 +1,470 @@
+// Tests and benchmark for gemm_bf16.h.
+//
+// Every path this machine supports (scalar always; AVX512-BF16 and AMX when detected) is forced
+// through gemm_bf16_ex and compared with a double-precision reference computed from the same
+// bf16 values, so the only error left is fp32 accumulation: |C - ref| <= 1e-5 * sum_k |a||b|
+// (+ |C0| for beta = 1). Shapes include odd sizes on every edge, all four transposition cases,
+// beta 0 / 1 / other, padded leading dimensions whose padding holds NaN (reading it would poison
+// the result) and C padding holding a sentinel (writing it is caught). Exactly-sized allocations
+// let ASan catch any read or write past the end. Also: determinism across thread counts,
+// scratch handling, argument checks, NaN/Inf propagation, the three layer wrappers.
+//
+// usage: test_gemm_bf16 [--quick]                 run the tests (--quick: fewer big shapes)
+//        test_gemm_bf16 --bench [--no-scalar] [--seconds S] [--path NAME] [--shape SUBSTRING]
+//                                                 GFLOP/s of each path and of OpenBLAS
+//                                                 cblas_sgemm (fp32) on the GPT-2 124M shapes
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <time.h>
+#include <strings.h>
+#include <unistd.h>
+#include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include "gemm_bf16.h"
+
+static long n_checks = 0, n_fail = 0;
+#define CHECK(cond, ...) do { \
+        n_checks++; \
+        if (!(cond)) { \
+            if (n_fail++ < 30) { printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } \
+        } \
+    } while (0)
+
+static double now(void) {
+    struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t rng_state = 0x243F6A8885A308D3ull;
+static uint64_t rng_u64(void) {  // splitmix64
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rng_unif(void) { return (double)(rng_u64() >> 11) * 0x1.0p-53; }
+// Random bf16 with varied magnitudes (2^-4 .. 2^3), random signs, some exact zeros.
+static bf16_t rng_bf16(void) {
+    uint64_t r = rng_u64();
+    if ((r & 31) == 0) return 0;
+    double v = ldexp(1.0 + rng_unif(), (int)((r >> 8) % 8) - 4);
+    if (r & 64) v = -v;
+    return f32_to_bf16((float)v);
+}
+static float bf(bf16_t h) { return bf16_to_f32(h); }
+
+static const bf16_t NAN_BF16 = 0x7FC1;   // in leading-dimension padding: must never be read
+static const float C_SENTINEL = -7777.25f;  // in C's padding: must never be written
+
+static const GemmBf16Path PATHS[] = {GEMM_BF16_SCALAR, GEMM_BF16_AVX512BF16, GEMM_BF16_AMX};
+#define NPATHS 3
+
+// A logical (rows x cols) row-major matrix with leading dimension ld, allocated to exactly
+// (rows-1)*ld + cols elements, the padding filled with NaN.
+static bf16_t *alloc_mat(int rows, int cols, int ld) {
+    size_t n = rows > 0 && cols > 0 ? (size_t)(rows - 1) * ld + cols : 1;
+    bf16_t *p = malloc(n * sizeof(bf16_t));
+    for (size_t i = 0; i < n; i++) p[i] = NAN_BF16;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) p[(size_t)r * ld + c] = rng_bf16();
+    return p;
+}
+
+// Runs one case on every supported path and checks each against the reference (computed once).
+// scratch_mode: 0 = NULL, 1 = exactly gemm_bf16_scratch_bytes, 2 = too small (falls back to malloc).
+static long path_fail[NPATHS];
+static void run_case(int tA, int tB, int M, int N, int K, int pad, float beta, int scratch_mode) {
+    int lda = (tA ? M : K) + pad, ldb = (tB ? K : N) + pad, ldc = N + (pad ? pad + 1 : 0);
+    if (lda < 1) lda = 1;
+    if (ldb < 1) ldb = 1;
+    if (ldc < 1) ldc = 1;
+    bf16_t *A = tA ? alloc_mat(K, M, lda) : alloc_mat(M, K, lda);
+    bf16_t *B = tB ? alloc_mat(N, K, ldb) : alloc_mat(K, N, ldb);
+    size_t nc = M > 0 && N > 0 ? (size_t)(M - 1) * ldc + N : 1;
+    float *C = malloc(nc * sizeof(float)), *C0 = malloc(nc * sizeof(float));
+    for (size_t i = 0; i < nc; i++) C0[i] = C_SENTINEL;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++)
+            C0[(size_t)m * ldc + n] = beta == 0.0f ? NAN : (float)(rng_unif() * 4 - 2);
+    size_t mn = (size_t)M * N;
+    double *ref = malloc((mn ? mn : 1) * sizeof(double)), *bound = malloc((mn ? mn : 1) * sizeof(double));
+    for (int m = 0; m < M; m++) {
+        for (int n = 0; n < N; n++) {
+            double s = 0, b = 0;
+            for (int k = 0; k < K; k++) {
+                double x = bf(tA ? A[(size_t)k * lda + m] : A[(size_t)m * lda + k]);
+                double y = bf(tB ? B[(size_t)n * ldb + k] : B[(size_t)k * ldb + n]);
+                s += x * y;
+                b += fabs(x * y);
+            }
+            if (beta != 0.0f) {
+                double c0 = (double)(float)(beta * C0[(size_t)m * ldc + n]);
+                s += c0;
+                b += fabs(c0);
+            }
+            ref[(size_t)m * N + n] = s;
+            bound[(size_t)m * N + n] = b;
+        }
+    }
+    size_t sb = gemm_bf16_scratch_bytes(M, N, K);
+    void *scratch = NULL;
+    size_t scratch_bytes = 0;
+    if (scratch_mode == 1) { scratch = malloc(sb ? sb : 1); scratch_bytes = sb; }
+    if (scratch_mode == 2) { scratch = malloc(64); scratch_bytes = 64; }
+
+    for (int p = 0; p < NPATHS; p++) {
+        GemmBf16Path path = PATHS[p];
+        if (!gemm_bf16_path_supported(path)) continue;
+        long f0 = n_fail;
+        memcpy(C, C0, nc * sizeof(float));
+        int rc = gemm_bf16_ex(path, tA, tB, M, N, K, A, lda, B, ldb, beta, C, ldc, scratch, scratch_bytes);
+        CHECK(rc == 0, "%s rc=%d", gemm_bf16_path_name(path), rc);
+        double worst = 0;
+        long bad = 0;
+        for (int m = 0; m < M; m++) {
+            for (int n = 0; n < N; n++) {
+                double s = ref[(size_t)m * N + n], b = bound[(size_t)m * N + n];
+                double got = C[(size_t)m * ldc + n], err = fabs(got - s);
+                double ratio = b > 0 ? err / b : (err > 0 ? INFINITY : 0);
+                if (!(ratio <= 1e-5)) {  // also catches NaN
+                    if (bad++ < 3)
+                        printf("  %s tA=%d tB=%d M=%d N=%d K=%d pad=%d beta=%g: C[%d][%d]=%.9g ref=%.9g bound=%.3g\n",
+                               gemm_bf16_path_name(path), tA, tB, M, N, K, pad, beta, m, n, got, s, b);
+                }
+                if (ratio > worst) worst = ratio;
+            }
+        }
+        CHECK(bad == 0, "%s tA=%d tB=%d M=%d N=%d K=%d pad=%d beta=%g: %ld elements off (worst %.3g)",
+              gemm_bf16_path_name(path), tA, tB, M, N, K, pad, beta, bad, worst);
+        long touched = 0;
+        for (size_t i = 0; i < nc; i++)
+            if ((int)(i % ldc) >= N && C[i] != C_SENTINEL) touched++;
+        CHECK(touched == 0, "%s M=%d N=%d ldc=%d: %ld padding elements of C written",
+              gemm_bf16_path_name(path), M, N, ldc, touched);
+        path_fail[p] += n_fail - f0;
+    }
+    free(A); free(B); free(C); free(C0); free(ref); free(bound); free(scratch);
+}
+
+typedef struct { int M, N, K; } Shape;
+
+static void test_shapes(int quick) {
+    static const Shape small[] = {
+        {1, 1, 1}, {1, 1, 2}, {1, 3, 31}, {2, 1, 33}, {3, 5, 7}, {7, 3, 64}, {15, 16, 31}, {16, 16, 32},
+        {17, 15, 33}, {16, 17, 16}, {31, 33, 64}, {32, 32, 32}, {33, 31, 65}, {32, 48, 95},
+        {47, 20, 96}, {64, 64, 128}, {20, 47, 100}, {5, 130, 70}, {130, 5, 70}, {1, 200, 40},
+        {200, 1, 40}, {65, 97, 17},
+    };
+    int nsmall = (int)(sizeof small / sizeof small[0]);
+    // every transposition, beta 0 and 1, with and without padding, scratch modes in turn
+    int i = 0;
+    for (int s = 0; s < nsmall; s++)
+        for (int t = 0; t < 4; t++)
+            for (int b = 0; b < 2; b++, i++)
+                run_case(t >> 1, t & 1, small[s].M, small[s].N, small[s].K, (i % 3) * 3,
+                         (float)b, i % 3);
+    // larger: several streamed chunks, K blocks (K > KC = 768), resident blocks (> RC = 512)
+    static const Shape big[] = {
+        {64, 200, 800}, {200, 64, 800}, {40, 530, 50}, {530, 40, 50}, {96, 1100, 33}, {33, 96, 1600},
+        {520, 530, 24}, {256, 160, 768},
+    };
+    int nbig = quick ? 3 : (int)(sizeof big / sizeof big[0]);
+    for (int s = 0; s < nbig; s++) {
+        int t = s % 4;
+        run_case(t >> 1, t & 1, big[s].M, big[s].N, big[s].K, s % 2 ? 5 : 0, (float)(s & 1), s % 3);
+    }
+    // the three GPT-2 layer shapes at small width: forward (0,1), backward data (0,0),
+    // backward weight (1,0), with accumulation
+    run_case(0, 1, 64, 3 * 96, 96, 0, 0.0f, 1);
+    run_case(0, 0, 64, 96, 3 * 96, 0, 0.0f, 1);
+    run_case(1, 0, 3 * 96, 96, 64, 0, 1.0f, 1);
+    // general beta, and degenerate sizes
+    run_case(0, 1, 37, 41, 45, 2, 0.5f, 0);
+    run_case(1, 1, 33, 17, 19, 0, -2.0f, 1);
+    run_case(0, 0, 9, 10, 0, 0, 0.0f, 0);  // K = 0, beta = 0: C = 0
+    run_case(0, 0, 9, 10, 0, 3, 1.0f, 0);  // K = 0, beta = 1: C unchanged
+    run_case(0, 0, 0, 10, 5, 0, 0.0f, 0);
+    run_case(1, 1, 7, 0, 5, 0, 1.0f, 0);
+}
+
+// Bitwise-identical results for 1 and 2 threads and on repetition (every C element has one
+// summation order), forcing the parallel code even on small shapes by using a big one.
+static void test_determinism(GemmBf16Path path) {
+#ifdef _OPENMP
+    int M = 96, N = 160, K = 800, saved = omp_get_max_threads();
+    bf16_t *A = alloc_mat(K, M, M), *B = alloc_mat(K, N, N);
+    float *C1 = malloc((size_t)M * N * 4), *C2 = malloc((size_t)M * N * 4), *C3 = malloc((size_t)M * N * 4);
+    omp_set_num_threads(1);
+    gemm_bf16_ex(path, 1, 0, M, N, K, A, M, B, N, 0.0f, C1, N, NULL, 0);
+    omp_set_num_threads(2);
+    gemm_bf16_ex(path, 1, 0, M, N, K, A, M, B, N, 0.0f, C2, N, NULL, 0);
+    CHECK(memcmp(C1, C2, (size_t)M * N * 4) == 0, "%s: 1 vs 2 threads differ", gemm_bf16_path_name(path));
+    gemm_bf16_ex(path, 1, 0, M, N, K, A, M, B, N, 0.0f, C2, N, NULL, 0);
+    CHECK(memcmp(C1, C2, (size_t)M * N * 4) == 0, "%s: repeated call differs", gemm_bf16_path_name(path));
+    omp_set_num_threads(3);  // more threads than this machine's cores
+    gemm_bf16_ex(path, 1, 0, M, N, K, A, M, B, N, 0.0f, C3, N, NULL, 0);
+    CHECK(memcmp(C1, C3, (size_t)M * N * 4) == 0, "%s: 1 vs 3 threads differ", gemm_bf16_path_name(path));
+    omp_set_num_threads(saved);
+    free(A); free(B); free(C1); free(C2); free(C3);
+#else
+    (void)path;
+#endif
+}
+
+// NaN and Inf in the inputs reach the output (no path may drop them); padding stays harmless.
+static void test_specials(GemmBf16Path path) {
+    int M = 20, N = 35, K = 40;
+    bf16_t *A = alloc_mat(M, K, K), *B = alloc_mat(N, K, K);
+    float *C = malloc((size_t)M * N * 4);
+    A[3 * K + 7] = 0x7FC0;      // NaN in row 3 of A: row 3 of C is NaN
+    B[5 * K + 39] = 0x7F80;     // +Inf at k = 39 (last) of column 5
+    A[9 * K + 39] = 0x3F80;     // a(9,39) = 1: C[9][5] = +Inf
+    A[10 * K + 39] = 0;         // a(10,39) = 0: C[10][5] = 0 * Inf = NaN
+    gemm_bf16_ex(path, 0, 1, M, N, K, A, K, B, K, 0.0f, C, N, NULL, 0);
+    int ok = 1;
+    for (int n = 0; n < N; n++) ok &= isnan(C[3 * N + n]);
+    CHECK(ok, "%s: NaN in A did not reach its row of C", gemm_bf16_path_name(path));
+    CHECK(isinf(C[9 * N + 5]) && C[9 * N + 5] > 0, "%s: Inf lost (%g)", gemm_bf16_path_name(path), C[9 * N + 5]);
+    CHECK(isnan(C[10 * N + 5]), "%s: 0*Inf not NaN (%g)", gemm_bf16_path_name(path), C[10 * N + 5]);
+    CHECK(isfinite(C[0 * N + 0]) && isfinite(C[19 * N + 34]), "%s: finite elements poisoned", gemm_bf16_path_name(path));
+    free(A); free(B); free(C);
+}
+
+static void test_args(void) {
+    bf16_t a[64] = {0}, b[64] = {0};
+    float c[64];
+    for (int i = 0; i < 64; i++) c[i] = 3.0f;
+    CHECK(gemm_bf16_ex(GEMM_BF16_SCALAR, 0, 0, -1, 4, 4, a, 4, b, 4, 0, c, 4, NULL, 0) == -1, "M < 0");
+    CHECK(gemm_bf16_ex(GEMM_BF16_SCALAR, 0, 0, 4, 4, 4, a, 3, b, 4, 0, c, 4, NULL, 0) == -1, "lda < K");
+    CHECK(gemm_bf16_ex(GEMM_BF16_SCALAR, 1, 0, 5, 4, 4, a, 4, b, 4, 0, c, 4, NULL, 0) == -1, "lda < M (transA)");
+    CHECK(gemm_bf16_ex(GEMM_BF16_SCALAR, 0, 0, 4, 5, 4, a, 4, b, 4, 0, c, 5, NULL, 0) == -1, "ldb < N");
+    CHECK(gemm_bf16_ex(GEMM_BF16_SCALAR, 0, 1, 4, 4, 5, a, 5, b, 4, 0, c, 4, NULL, 0) == -1, "ldb < K (transB)");
+    CHECK(gemm_bf16_ex(GEMM_BF16_SCALAR, 0, 0, 4, 4, 4, a, 4, b, 4, 0, c, 3, NULL, 0) == -1, "ldc < N");
+    CHECK(gemm_bf16_ex(GEMM_BF16_SCALAR, 0, 0, 4, 4, 4, NULL, 4, b, 4, 0, c, 4, NULL, 0) == -1, "A NULL");
+    CHECK(gemm_bf16_ex((GemmBf16Path)42, 0, 0, 4, 4, 4, a, 4, b, 4, 0, c, 4, NULL, 0) == -1, "bad path");
+    CHECK(gemm_bf16_ex(GEMM_BF16_SCALAR, 2, 0, 4, 4, 4, a, 4, b, 4, 0, c, 4, NULL, 0) == -1, "transA = 2");
+    CHECK(gemm_bf16_ex(GEMM_BF16_SCALAR, 0, 0, 4, 4, INT_MAX, a, INT_MAX, b, 4, 0, c, 4, NULL, 0) == -1, "K huge");
+    int untouched = 1;
+    for (int i = 0; i < 64; i++) untouched &= c[i] == 3.0f;
+    CHECK(untouched, "a rejected call wrote C");
+    CHECK(gemm_bf16_ex(GEMM_BF16_SCALAR, 0, 0, 4, 4, 0, NULL, 1, NULL, 4, 0, c, 4, NULL, 0) == 0 && c[15] == 0.0f,
+          "K = 0 with NULL A/B");
+    CHECK(gemm_bf16_scratch_bytes(0, 5, 5) == 0, "scratch for empty");
+}
+
+// The layer wrappers with a context (one scratch buffer, the largest of the three products
+// need), against the general call on the same path.
+static void test_wrappers(GemmBf16Path path) {
+    int Nt = 40, C = 96, OC = 144;
+    size_t sb = gemm_bf16_scratch_bytes(Nt, OC, C);
+    if (gemm_bf16_scratch_bytes(Nt, C, OC) > sb) sb = gemm_bf16_scratch_bytes(Nt, C, OC);
+    if (gemm_bf16_scratch_bytes(OC, C, Nt) > sb) sb = gemm_bf16_scratch_bytes(OC, C, Nt);
+    void *scratch = malloc(sb);
+    GemmBf16Ctx ctx = {path, scratch, sb};
+    bf16_t *inp = alloc_mat(Nt, C, C), *w = alloc_mat(OC, C, C), *dout = alloc_mat(Nt, OC, OC);
+    float *x = malloc((size_t)OC * C * 4), *y = malloc((size_t)OC * C * 4);
+    for (int pass = 0; pass < 2; pass++) {  // beta = 0, then 1 on top
+        float beta = (float)pass;
+        if (pass == 0) { memset(x, 0, (size_t)OC * C * 4); memset(y, 0, (size_t)OC * C * 4); }
+        CHECK(gemm_bf16_forward(&ctx, x, inp, w, Nt, C, OC, beta) == 0, "forward rc");
+        gemm_bf16_ex(path, 0, 1, Nt, OC, C, inp, C, w, C, beta, y, OC, NULL, 0);
+        CHECK(memcmp(x, y, (size_t)Nt * OC * 4) == 0, "%s forward wrapper", gemm_bf16_path_name(path));
+        CHECK(gemm_bf16_backward_data(&ctx, x, dout, w, Nt, C, OC, beta) == 0, "bwd data rc");
+        gemm_bf16_ex(path, 0, 0, Nt, C, OC, dout, OC, w, C, beta, y, C, NULL, 0);
+        CHECK(memcmp(x, y, (size_t)Nt * C * 4) == 0, "%s backward-data wrapper", gemm_bf16_path_name(path));
+        CHECK(gemm_bf16_backward_weight(&ctx, x, dout, inp, Nt, C, OC, beta) == 0, "bwd weight rc");
+        gemm_bf16_ex(path, 1, 0, OC, C, Nt, dout, OC, inp, C, beta, y, C, NULL, 0);
+        CHECK(memcmp(x, y, (size_t)OC * C * 4) == 0, "%s backward-weight wrapper", gemm_bf16_path_name(path));
+    }
+    free(inp); free(w); free(dout); free(x); free(y); free(scratch);
+}
+
+// ----------------------------------------------------------------------------
+// benchmark
+
+typedef struct { const char *name; int tA, tB, M, N, K, count; } BenchShape;
+
+// GPT-2 124M at B=4, T=64 (N = 256 tokens, C = 768); count = uses per training step.
+static const BenchShape BENCH[] = {
+    {"fwd qkv", 0, 1, 256, 2304, 768, 12},
+    {"fwd attproj", 0, 1, 256, 768, 768, 12},
+    {"fwd fc", 0, 1, 256, 3072, 768, 12},
+    {"fwd fcproj", 0, 1, 256, 768, 3072, 12},
+    {"fwd lm-head", 0, 1, 256, 50304, 768, 1},
+    {"bwd-data qkv", 0, 0, 256, 768, 2304, 12},
+    {"bwd-data attproj", 0, 0, 256, 768, 768, 12},
+    {"bwd-data fc", 0, 0, 256, 768, 3072, 12},
+    {"bwd-data fcproj", 0, 0, 256, 3072, 768, 12},
+    {"bwd-data lm-head", 0, 0, 256, 768, 50304, 1},
+    {"bwd-w qkv", 1, 0, 2304, 768, 256, 12},
+    {"bwd-w attproj", 1, 0, 768, 768, 256, 12},
+    {"bwd-w fc", 1, 0, 3072, 768, 256, 12},
+    {"bwd-w fcproj", 1, 0, 768, 3072, 256, 12},
+    {"bwd-w lm-head", 1, 0, 50304, 768, 256, 1},
+    {"square 1024", 0, 0, 1024, 1024, 1024, 0},
+};
+#define NBENCH ((int)(sizeof BENCH / sizeof BENCH[0]))
+
+// best time of repeated calls: at least 2, until `seconds` have passed (at most 50)
+#define TIME_BEST(best, seconds, call) do { \
+        call; \
+        double t_start_ = now(); best = INFINITY; \
+        for (int r_ = 0; r_ < 50; r_++) { \
+            double t0_ = now(); call; double dt_ = now() - t0_; \
+            if (dt_ < best) best = dt_; \
+            if (r_ >= 1 && now() - t_start_ > (seconds)) break; \
+        } \
+    } while (0)
+
+// Path-major order (all shapes on one path, then the next, with a pause in between), so that one
+// library's idle threads, which spin for a while after a call (OpenBLAS's and OpenMP's), do not
+// steal a core from the next one's timing.
+static int bench(int no_scalar, double seconds, const char *only_path, const char *only_shape) {
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    // columns: 0 = OpenBLAS sgemm (fp32 data), then the bf16 paths, fastest first
+    const char *names[1 + NPATHS];
+    GemmBf16Path paths[1 + NPATHS];  // GEMM_BF16_AUTO stands for sgemm here
+    int np = 0;
+    if (!only_path || !strcmp(only_path, "sgemm")) { paths[np] = GEMM_BF16_AUTO; names[np++] = "sgemm"; }
+    for (int p = NPATHS - 1; p >= 0; p--) {
+        if (!gemm_bf16_path_supported(PATHS[p])) continue;
+        if (no_scalar && PATHS[p] == GEMM_BF16_SCALAR) continue;
+        if (only_path && strcmp(only_path, gemm_bf16_path_name(PATHS[p]))) continue;
+        paths[np] = PATHS[p];
+        names[np++] = gemm_bf16_path_name(PATHS[p]);
+    }
+    printf("GFLOP/s, best of repeated calls; %d OpenMP threads; OpenBLAS %s (core %s)\n", threads,
+           OPENBLAS_VERSION, openblas_get_corename());
+    double res[NBENCH][1 + NPATHS];
+    for (int p = 0; p < np; p++) {
+        for (int s = 0; s < NBENCH; s++) res[s][p] = NAN;
+        struct timespec pause = {0, 300000000};
+        nanosleep(&pause, NULL);
+        for (int s = 0; s < NBENCH; s++) {
+            const BenchShape *b = &BENCH[s];
+            if (only_shape && !strstr(b->name, only_shape)) continue;
+            int M = b->M, N = b->N, K = b->K;
+            int lda = b->tA ? M : K, ldb = b->tB ? K : N;
+            size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+            float *C = malloc(nc * 4);
+            double t;
+            if (paths[p] == GEMM_BF16_AUTO) {
+                float *A = malloc(na * 4), *B = malloc(nb * 4);
+                for (size_t i = 0; i < na; i++) A[i] = bf(rng_bf16());
+                for (size_t i = 0; i < nb; i++) B[i] = bf(rng_bf16());
+                TIME_BEST(t, seconds, cblas_sgemm(CblasRowMajor, b->tA ? CblasTrans : CblasNoTrans,
+                                                  b->tB ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A,
+                                                  lda, B, ldb, 0.0f, C, N));
+                free(A); free(B);
+            } else {
+                bf16_t *A = malloc(na * 2), *B = malloc(nb * 2);
+                for (size_t i = 0; i < na; i++) A[i] = rng_bf16();
+                for (size_t i = 0; i < nb; i++) B[i] = rng_bf16();
+                size_t sb = gemm_bf16_scratch_bytes(M, N, K);  // the caller's buffer, as in training
+                void *scratch = malloc(sb);
+                TIME_BEST(t, seconds, gemm_bf16_ex(paths[p], b->tA, b->tB, M, N, K, A, lda, B, ldb,
+                                                   0.0f, C, N, scratch, sb));
+                free(A); free(B); free(scratch);
+            }
+            res[s][p] = t;
+            free(C);
+        }
+    }
+    printf("%-18s %-22s", "shape", "M x N x K");
+    for (int p = 0; p < np; p++) printf(" %10s", names[p]);
+    printf("\n");
+    double step[1 + NPATHS] = {0};
+    for (int s = 0; s < NBENCH; s++) {
+        const BenchShape *b = &BENCH[s];
+        if (only_shape && !strstr(b->name, only_shape)) continue;
+        char dims[40];
+        snprintf(dims, sizeof dims, "%dx%dx%d%s%s", b->M, b->N, b->K, b->tA ? " tA" : "", b->tB ? " tB" : "");
+        printf("%-18s %-22s", b->name, dims);
+        for (int p = 0; p < np; p++) {
+            printf(" %10.0f", 2.0 * b->M * b->N * b->K / res[s][p] * 1e-9);
+            step[p] += b->count * res[s][p];
+        }
+        printf("\n");
+    }
+    printf("%-41s", "matmul seconds per GPT-2 step (sum)");
+    for (int p = 0; p < np; p++) printf(" %9.3fs", step[p]);
+    printf("\n");
+    return 0;
+}
+
+// Debian's OpenBLAS 0.3.21 does not know this project's CPUs and falls back to its SSE3
+// "Prescott" kernels; like train_gpt_cpu.c, pick the AVX-512 ones for a fair comparison.
+static void pick_openblas_core(char **argv) {
+    if (getenv("OPENBLAS_CORETYPE") || strcasecmp(openblas_get_corename(), "prescott") != 0) return;
+    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))) return;
+    setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+    execv("/proc/self/exe", argv);
+}
+
+int main(int argc, char **argv) {
+    int quick = 0, do_bench = 0, no_scalar = 0;
+    const char *only_path = NULL, *only_shape = NULL;
+    double seconds = 0.5;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--bench")) do_bench = 1;
+        else if (!strcmp(argv[i], "--no-scalar")) no_scalar = 1;
+        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--path") && i + 1 < argc) only_path = argv[++i];
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = argv[++i];
+        else { fprintf(stderr, "usage: %s [--quick] | --bench [--no-scalar] [--seconds S] [--path NAME] [--shape SUBSTRING]\n", argv[0]); return 2; }
+    }
+#ifdef _OPENMP
+    // Start the OpenMP team before anything asks for AMX permission: the permission is per
+    // process, so threads that already exist must be able to use the tiles too.
+    int team = 0;
+#pragma omp parallel reduction(+ : team)
+    team += 1;
+    printf("openmp threads: %d\n", team);
+#endif
+    printf("paths: best=%s", gemm_bf16_path_name(gemm_bf16_best_path()));
+    for (int p = 0; p < NPATHS; p++)
+        printf(" %s=%s", gemm_bf16_path_name(PATHS[p]), gemm_bf16_path_supported(PATHS[p]) ? "yes" : "no");
+    printf("\n");
+    if (do_bench) pick_openblas_core(argv);
+    if (do_bench) return bench(no_scalar, seconds, only_path, only_shape);
+
+    double t0 = now();
+    test_args();
+    test_shapes(quick);
+    printf("shapes: all paths against the reference (%.2fs)\n", now() - t0);
+    for (int p = 0; p < NPATHS; p++) {
+        GemmBf16Path path = PATHS[p];
+        if (!gemm_bf16_path_supported(path)) {
+            printf("path %s: not supported on this machine, not tested\n", gemm_bf16_path_name(path));
+            continue;
+        }
+        long f0 = n_fail;
+        double t1 = now();
+        test_determinism(path);
+        test_specials(path);
+        test_wrappers(path);
+        printf("path %s: %s (%.2fs more)\n", gemm_bf16_path_name(path),
+               n_fail == f0 && path_fail[p] == 0 ? "ok" : "FAILED", now() - t1);
+    }
+    // the default entry point picks the best path
+    {
+        int M = 45, N = 70, K = 99;
+        bf16_t *A = alloc_mat(M, K, K), *B = alloc_mat(K, N, N);
+        float *x = malloc((size_t)M * N * 4), *y = malloc((size_t)M * N * 4);
+        CHECK(gemm_bf16(0, 0, M, N, K, A, K, B, N, 0.0f, x, N) == 0, "gemm_bf16 rc");
+        gemm_bf16_ex(gemm_bf16_best_path(), 0, 0, M, N, K, A, K, B, N, 0.0f, y, N, NULL, 0);
+        CHECK(memcmp(x, y, (size_t)M * N * 4) == 0, "gemm_bf16 is not the best path");
+        free(A); free(B); free(x); free(y);
+    }
+    printf("%ld checks, %ld failed (%.2fs)\n", n_checks, n_fail, now() - t0);
+    return n_fail ? 1 : 0;
+}
