@@ -21,6 +21,7 @@
 #include <string.h>
 #include <math.h>
 #include <unistd.h>
+#include "mixed_precision.h"
 
 #define GPT2_MAGIC 20240326
 #define GPT2_MAX_LAYERS 256
@@ -299,7 +300,7 @@ static inline void gpt2_init_unit(const ParamLayout *lay, int u, uint64_t seed, 
 
 typedef struct {
     GPT2Config cfg;
-    int version; // 3: fp32 parameters
+    int version; // 3: fp32 parameters, 5: bf16
 } GPT2FileInfo;
 
 // Reads and checks the header. Returns 0, or prints one line naming the file and returns -1.
@@ -313,8 +314,8 @@ static inline int gpt2_read_header(FILE *f, const char *path, GPT2FileInfo *info
         fprintf(stderr, "error: %s: bad magic %d (expected %d, an llm.c model file)\n", path, h[0], GPT2_MAGIC);
         return -1;
     }
-    if (h[1] != 3) {
-        fprintf(stderr, "error: %s: unsupported version %d (expected 3, fp32 parameters)\n", path, h[1]);
+    if (h[1] != 3 && h[1] != 5) {
+        fprintf(stderr, "error: %s: unsupported version %d (expected 3, fp32 parameters, or 5, bf16)\n", path, h[1]);
         return -1;
     }
     info->version = h[1];
@@ -332,39 +333,52 @@ static inline int gpt2_read_header(FILE *f, const char *path, GPT2FileInfo *info
     return 0;
 }
 
-// Bytes a version-3 file with this config must have.
-static inline size_t gpt2_file_bytes(const GPT2Config *c) {
+static inline size_t gpt2_file_elem(int version) { return version == 5 ? 2 : 4; } // bf16 or fp32
+
+// Bytes a file of this version (3: fp32, 5: bf16) with this config must have.
+static inline size_t gpt2_file_bytes(const GPT2Config *c, int version) {
     size_t n = 0;
     for (int t = 0; t < NUM_PARAM_TENSORS; t++)
         n += gpt2_tensor_numel(c, t) * (gpt2_tensor_is_layered(t) ? (size_t)c->num_layers : 1);
-    return 256 * sizeof(int32_t) + n * sizeof(float);
+    return 256 * sizeof(int32_t) + n * gpt2_file_elem(version);
 }
 
-// Byte offset of tensor t of layer l in a version-3 file.
-static inline long gpt2_file_offset(const GPT2Config *c, int t, int l) {
-    size_t off = 256 * sizeof(int32_t);
-    for (int s = 0; s < t; s++) off += gpt2_tensor_numel(c, s) * (gpt2_tensor_is_layered(s) ? (size_t)c->num_layers : 1) * sizeof(float);
-    return (long)(off + (size_t)l * gpt2_tensor_numel(c, t) * sizeof(float));
+// Byte offset of tensor t of layer l in a file of this version.
+static inline long gpt2_file_offset(const GPT2Config *c, int t, int l, int version) {
+    size_t off = 256 * sizeof(int32_t), e = gpt2_file_elem(version);
+    for (int s = 0; s < t; s++) off += gpt2_tensor_numel(c, s) * (gpt2_tensor_is_layered(s) ? (size_t)c->num_layers : 1) * e;
+    return (long)(off + (size_t)l * gpt2_tensor_numel(c, t) * e);
 }
 
-// Moves unit u's tensors between a version-3 file and `unit` (the unit's first element).
-// Unit by unit, so a trainer that never holds the whole model (ZeRO-3) reads and writes it
-// with one unit of memory. Returns 0 or -1 (the caller names the file).
-static inline int gpt2_unit_file_io(FILE *f, const ParamLayout *lay, int u, float *unit, int writing) {
-    int l = u - 1;
-    for (int t = gpt2_unit_first_tensor(lay, u); t < gpt2_unit_end_tensor(lay, u); t++) {
+// Moves unit u's tensors between a file and `unit` (the unit's first element, fp32 in memory;
+// a version-5 file holds bf16, rounded to nearest-even on the way out). Unit by unit, so a
+// trainer that never holds the whole model (ZeRO-3) reads and writes it with one unit of
+// memory. Returns 0 or -1 (the caller names the file).
+static inline int gpt2_unit_file_io(FILE *f, const ParamLayout *lay, int u, float *unit, int writing, int version) {
+    int l = u - 1, bad = 0;
+    bf16_t *tmp = NULL;
+    for (int t = gpt2_unit_first_tensor(lay, u); t < gpt2_unit_end_tensor(lay, u) && !bad; t++) {
         size_t n = gpt2_tensor_numel(&lay->cfg, t);
         float *p = unit + gpt2_offset_in_unit(lay, t);
-        if (fseek(f, gpt2_file_offset(&lay->cfg, t, gpt2_tensor_is_layered(t) ? l : 0), SEEK_SET)) return -1;
-        if ((writing ? fwrite(p, sizeof(float), n, f) : fread(p, sizeof(float), n, f)) != n) return -1;
+        if (fseek(f, gpt2_file_offset(&lay->cfg, t, gpt2_tensor_is_layered(t) ? l : 0, version), SEEK_SET)) { bad = 1; break; }
+        if (version == 3) {
+            bad = (writing ? fwrite(p, sizeof(float), n, f) : fread(p, sizeof(float), n, f)) != n;
+            continue;
+        }
+        bf16_t *grown = (bf16_t *)realloc(tmp, n * sizeof(bf16_t));
+        if (!grown) { bad = 1; break; }
+        tmp = grown;
+        if (writing) { f32_to_bf16_array(tmp, p, n); bad = fwrite(tmp, sizeof(bf16_t), n, f) != n; }
+        else { bad = fread(tmp, sizeof(bf16_t), n, f) != n; if (!bad) bf16_to_f32_array(p, tmp, n); }
     }
-    return 0;
+    free(tmp);
+    return bad ? -1 : 0;
 }
 
 // Writes a full flat buffer's tensors in file order after a header: gradient dumps, tests.
 static inline int gpt2_write_tensors(FILE *f, const ParamLayout *lay, const float *flat) {
     for (int u = 0; u < lay->num_units; u++)
-        if (gpt2_unit_file_io(f, lay, u, (float *)flat + lay->unit_offset[u], 1)) return -1;
+        if (gpt2_unit_file_io(f, lay, u, (float *)flat + lay->unit_offset[u], 1, 3)) return -1;
     return 0;
 }
 
@@ -377,7 +391,7 @@ static inline FILE *gpt2_open_checkpoint(const char *path, GPT2FileInfo *info) {
         return NULL;
     }
     if (gpt2_read_header(f, path, info)) { fclose(f); return NULL; }
-    size_t want = gpt2_file_bytes(&info->cfg);
+    size_t want = gpt2_file_bytes(&info->cfg, info->version);
     fseek(f, 0, SEEK_END);
     long have = ftell(f);
     if (have < 0 || (size_t)have != want) {
@@ -403,13 +417,13 @@ static inline int gpt2_tmp_path(char *tmp, size_t n, const char *path) {
     if (k < 0 || (size_t)k >= n) { fprintf(stderr, "error: %s: path too long\n", path); return -1; }
     return 0;
 }
-static inline FILE *gpt2_begin_checkpoint(const char *path, const GPT2Config *c) {
+static inline FILE *gpt2_begin_checkpoint(const char *path, const GPT2Config *c, int version) {
     char tmp[4200];
     if (gpt2_tmp_path(tmp, sizeof(tmp), path)) return NULL;
     FILE *f = fopen(tmp, "wb");
     if (!f) { fprintf(stderr, "error: %s: cannot create\n", tmp); return NULL; }
     int32_t h[256];
-    gpt2_fill_header(h, c, 3);
+    gpt2_fill_header(h, c, version);
     if (fwrite(h, sizeof(int32_t), 256, f) != 256) { fclose(f); return NULL; }
     return f;
 }

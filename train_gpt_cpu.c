@@ -596,7 +596,7 @@ static void gpt2_update(GPT2 *m, const AdamWStep *step) {
 // Parameters in and out: initialisation, checkpoints, gradient dumps, unit by unit, so that
 // a ZeRO-3 rank never needs the whole model in memory.
 
-static int gpt2_load_or_init(GPT2 *m, FILE *f, const char *path, uint64_t seed) {
+static int gpt2_load_or_init(GPT2 *m, FILE *f, const char *path, int version, uint64_t seed) {
     Zero *z = &m->z;
     float *unit = z->stage == 3 ? xcalloc_floats(gpt2_unit_padded(&z->lay, UNIT_EMBED) > zero_max_layer(z)
                                                  ? gpt2_unit_padded(&z->lay, UNIT_EMBED) : zero_max_layer(z)) : NULL;
@@ -605,7 +605,7 @@ static int gpt2_load_or_init(GPT2 *m, FILE *f, const char *path, uint64_t seed) 
         float *dst = unit ? unit : z->params + z->lay.unit_offset[u];
         if (f) {
             memset(dst, 0, gpt2_unit_padded(&z->lay, u) * sizeof(float));
-            bad = gpt2_unit_file_io(f, &z->lay, u, dst, 0) != 0;
+            bad = gpt2_unit_file_io(f, &z->lay, u, dst, 0, version) != 0;
         } else {
             gpt2_init_unit(&z->lay, u, seed, dst);
         }
@@ -620,12 +620,12 @@ static int gpt2_load_or_init(GPT2 *m, FILE *f, const char *path, uint64_t seed) 
 // Every rank calls it (ZeRO-3 gathers each unit); rank 0 writes.
 static int gpt2_save(GPT2 *m, const char *path) {
     Zero *z = &m->z;
-    FILE *f = z->rank == 0 ? gpt2_begin_checkpoint(path, &m->cfg) : NULL;
+    FILE *f = z->rank == 0 ? gpt2_begin_checkpoint(path, &m->cfg, 3) : NULL;
     int ok = z->rank != 0 || f != NULL;
     zero_begin_forward(z, 0, 1);
     for (int u = 0; u < z->lay.num_units; u++) {
         float *unit = zero_params(z, u, -1);
-        if (f && ok) ok = gpt2_unit_file_io(f, &z->lay, u, unit, 1) == 0;
+        if (f && ok) ok = gpt2_unit_file_io(f, &z->lay, u, unit, 1, 3) == 0;
     }
     if (f) return gpt2_end_checkpoint(f, path, ok);
     return ok ? 0 : -1;
@@ -635,9 +635,9 @@ static int gpt2_save(GPT2 *m, const char *path) {
 // tool that reads models reads it (test/reference_gpt2.py does).
 static int dump_grads(const char *path, GPT2 *m) {
     Zero *z = &m->z;
-    FILE *f = gpt2_begin_checkpoint(path, &m->cfg);
+    FILE *f = gpt2_begin_checkpoint(path, &m->cfg, 3);
     int ok = f != NULL;
-    for (int u = 0; u < z->lay.num_units && ok; u++) ok = gpt2_unit_file_io(f, &z->lay, u, zero_update_grads(z, u), 1) == 0;
+    for (int u = 0; u < z->lay.num_units && ok; u++) ok = gpt2_unit_file_io(f, &z->lay, u, zero_update_grads(z, u), 1, 3) == 0;
     return f ? gpt2_end_checkpoint(f, path, ok) : -1;
 }
 
@@ -766,7 +766,7 @@ static int setup(Run *r, int argc, char **argv) {
     r->sample_rng = c->seed ^ 0x5A3C1E;
     TrainerState st;
     int ok = resume ? ckpt_load(resume, &r->model.z, 1, NULL, NULL) == 0 && ckpt_read_state(resume, &st) == 0
-                    : gpt2_load_or_init(&r->model, init, c->init_path, c->seed) == 0;
+                    : gpt2_load_or_init(&r->model, init, c->init_path, init ? info.version : 3, c->seed) == 0;
     if (init) fclose(init);
     if (!all_ok(ok)) { free(resume); return -1; }
 
@@ -937,19 +937,21 @@ static void save(Run *r, int step) {
 
 // --export CKPT OUT: the model of a sharded checkpoint as one llm.c file, unit by unit, so
 // memory stays bounded by one unit (DeepSpeed's zero_to_fp32). No MPI: one process reads all.
-typedef struct { FILE *f; ParamLayout lay; } ExportCtx;
+typedef struct { FILE *f; ParamLayout lay; int version; } ExportCtx;
 static int export_unit(int u, const float *unit, void *ctx) {
     ExportCtx *e = (ExportCtx *)ctx;
-    return gpt2_unit_file_io(e->f, &e->lay, u, (float *)unit, 1);
+    return gpt2_unit_file_io(e->f, &e->lay, u, (float *)unit, 1, e->version);
 }
 static int export_main(int argc, char **argv) {
-    if (argc != 4) { fprintf(stderr, "error: usage: %s --export CHECKPOINT_DIR OUT.bin\n", argv[0]); return 1; }
+    int bf16 = argc == 5 && !strcmp(argv[4], "--bf16");
+    if (argc != 4 && !bf16) { fprintf(stderr, "error: usage: %s --export CHECKPOINT_DIR OUT.bin [--bf16]\n", argv[0]); return 1; }
     CkptManifest *m = (CkptManifest *)xmalloc(sizeof(CkptManifest));
     int rc = 1;
     if (ckpt_read_manifest(argv[2], m) == 0) {
         ExportCtx e;
         gpt2_layout_init(&e.lay, &m->cfg, 1);
-        e.f = gpt2_begin_checkpoint(argv[3], &m->cfg);
+        e.version = bf16 ? 5 : 3;
+        e.f = gpt2_begin_checkpoint(argv[3], &m->cfg, e.version);
         if (e.f) {
             int ok = ckpt_load(m, NULL, 0, export_unit, &e) == 0;
             if (gpt2_end_checkpoint(e.f, argv[3], ok) == 0 && ok) {

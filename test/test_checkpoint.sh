@@ -44,6 +44,26 @@ cmp $d/exported.bin $d/ck/model_00000008.bin || fail "export differs from model_
 ./train_gpt_cpu --export $d/ck_n1s1/step_00000004 $d/exported4.bin > /dev/null || fail "export of a step dir"
 cmp $d/exported4.bin $d/ck_n1s1/model_00000004.bin || fail "export of step 4 differs"
 echo "exported files are byte-identical"
+./train_gpt_cpu --export $d/ck $d/exported_bf16.bin --bf16 > /dev/null || fail "bf16 export"
+$PYTHON - $d/exported.bin $d/exported_bf16.bin <<'PY' || fail "bf16 export is not the fp32 model rounded to nearest-even"
+import sys, numpy as np
+f32 = np.fromfile(sys.argv[1], dtype="<u4")
+b16 = np.fromfile(sys.argv[2], dtype="<u2")
+h32, h16 = f32[:256].view("<i4"), b16[:512].view("<i4")
+assert h32[0] == h16[0] == 20240326 and h32[1] == 3 and h16[1] == 5 and (h32[2:8] == h16[2:8]).all()
+x = f32[256:].astype(np.uint64)
+want = ((x + 0x7FFF + ((x >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest, ties to even (no NaNs here)
+assert (b16[512:] == want).all(), "bf16 values differ"
+print(f"bf16 export: {want.size} values, each the fp32 value rounded to nearest-even")
+PY
+# the bf16 model file loads (--init) and gives nearly the fp32 model's loss on the same batch
+for f in exported exported_bf16; do
+  ./train_gpt_cpu --init $d/$f.bin --train-data $d/train.bin --seq-len 16 --batch 2 --steps 1 --val-every 0 \
+    --sample-every 0 --no-shuffle --log $d/$f.jsonl > /dev/null || fail "--init $f.bin"
+done
+l32=$(losses $d/exported.jsonl 1); l16=$(losses $d/exported_bf16.jsonl 1)
+echo "loss of the fp32 file $l32, of the bf16 file $l16"
+awk -v a=$l32 -v b=$l16 'BEGIN {d=a-b; if (d<0) d=-d; exit !(d < 0.02 && d > 0)}' || fail "bf16 model loss too far from fp32"
 
 echo "--- crash safety: kill -9 at random moments while saving every step"
 rm -rf $d/crash
