@@ -274,6 +274,23 @@ json fp16_off '{"fp16": {"enabled": false}, "bf16": {"enabled": false}}'
 expect_run fp16_off "${np1[@]}" "${tiny[@]}" --steps 1 --deepspeed $d/fp16_off.json --log $d/fp16_off.jsonl \
   && expect_setting $d/fp16_off.jsonl precision '"fp32"' file
 
+echo "== under AddressSanitizer + UBSan (the trainer on 2 ranks; parsing alone is leak-checked by the fuzz replay)"
+if make -s train_gpt_cpu_asan; then
+  ASAN_OPTIONS=abort_on_error=1:detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe ./train_gpt_cpu_asan "${tiny[@]}" --steps 2 \
+    --deepspeed test/ds_configs/example_zero3.json --log $d/asan.jsonl > $d/asan.out 2>&1 \
+    && echo "ok   example_zero3 under ASan" || { fail "example_zero3 under ASan"; tail -n 20 $d/asan.out; }
+  for f in test/ds_configs/*.json; do
+    ASAN_OPTIONS=abort_on_error=1:detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+      OMP_NUM_THREADS=1 ./train_gpt_cpu_asan "${tiny[@]}" --steps 1 --deepspeed $f > $d/asan1.out 2>&1
+    rc=$?
+    if [ $rc -ge 128 ] || grep -q "runtime error\|AddressSanitizer" $d/asan1.out; then
+      fail "$f under ASan: rc=$rc"; tail -n 20 $d/asan1.out
+    fi
+  done
+  echo "ok   test/ds_configs/*.json single-process under ASan"
+else fail "make train_gpt_cpu_asan"; fi
+
 echo "== the header compiles as C++ (nvcc includes it)"
 if command -v g++ >/dev/null; then
   g++ -x c++ -std=c++17 -Wall -Wextra -Werror -fsyntax-only -I. ds_config.h && echo "ok   g++" || fail "g++ -x c++ ds_config.h"
