@@ -312,7 +312,7 @@ static void crossentropy_softmax_fused(float *logits, float *losses, const int *
 #define MAX_PENDING (GPT2_MAX_UNITS + 8)
 typedef struct {
     MPI_Comm comm;
-    int rank, world, step, num_units;
+    int rank, world, step;
     double timeout;                 // --comm-timeout: seconds before the watchdog aborts
     MPI_Request req[MAX_PENDING];
     int busy[MAX_PENDING];
@@ -320,11 +320,6 @@ typedef struct {
     size_t move_n[MAX_PENDING];                           // leaves the result at the top
 } MpiBackend;
 
-static void unit_name(char *buf, size_t n, int u, int num_units) { // " of unit 3 (layer 2)"
-    if (u == UNIT_EMBED) snprintf(buf, n, " of unit 0 (embeddings)");
-    else if (u == num_units - 1) snprintf(buf, n, " of unit %d (final layernorm)", u);
-    else snprintf(buf, n, " of unit %d (layer %d)", u, u - 1);
-}
 static int mpi_slot(MpiBackend *b) {
     for (int h = 0; h < MAX_PENDING; h++)
         if (!b->busy[h]) { b->busy[h] = 1; b->move_n[h] = 0; return h; }
@@ -361,26 +356,24 @@ static int mpi_all_gather(void *ctx, const float *send, float *recv, size_t n) {
 // Waits by polling, so that a collective that never completes (a peer stuck or gone) ends
 // the job with a message instead of a silent hang. Polling sleeps a little between tests so
 // that ranks sharing cores leave them to those still computing.
-static void mpi_wait_request(MpiBackend *b, MPI_Request *req, const char *what, int unit) {
+static void mpi_wait_request(MpiBackend *b, MPI_Request *req, const char *what) {
     double start = MPI_Wtime();
     for (int spins = 0;; spins++) {
         int done = 0;
         MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (done) return;
         if (MPI_Wtime() - start > b->timeout) {
-            char name[64] = "";
-            if (unit >= 0) unit_name(name, sizeof(name), unit, b->num_units);
-            fprintf(stderr, "error: rank %d: %s%s did not complete within %g s at step %d; "
+            fprintf(stderr, "error: rank %d: %s did not complete within %g s at step %d; "
                             "a peer is stuck or gone (--comm-timeout); aborting the job\n",
-                    b->rank, what, name, b->timeout, b->step);
+                    b->rank, what, b->timeout, b->step);
             MPI_Abort(b->comm, 3);
         }
         if (spins > 100) { struct timespec ts = {0, 50000}; nanosleep(&ts, NULL); }
     }
 }
-static void mpi_wait(void *ctx, int h, const char *what, int unit) {
+static void mpi_wait(void *ctx, int h, const char *what) {
     MpiBackend *b = (MpiBackend *)ctx;
-    mpi_wait_request(b, &b->req[h], what, unit);
+    mpi_wait_request(b, &b->req[h], what);
     if (b->move_n[h] && b->move_to[h] != b->move_from[h])
         memmove(b->move_to[h], b->move_from[h], b->move_n[h] * sizeof(float));
     b->busy[h] = 0;
@@ -396,14 +389,9 @@ static void mpi_sum_doubles(void *ctx, double *x, int n) {
     MpiBackend *b = (MpiBackend *)ctx;
     MPI_Request req;
     MPI_Iallreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, b->comm, &req);
-    mpi_wait_request(b, &req, "all_reduce of the loss or gradient norm", -1);
+    mpi_wait_request(b, &req, "all_reduce of scalars (loss, norm, reports)");
 }
-// Rank 0 collects n doubles from every rank (for the reports), under the watchdog too.
-static void mpi_gather_doubles(MpiBackend *b, const double *mine, double *all, int n) {
-    MPI_Request req;
-    MPI_Igather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0, b->comm, &req);
-    mpi_wait_request(b, &req, "gather of reports", -1);
-}
+static void mpi_set_step(void *ctx, int step) { ((MpiBackend *)ctx)->step = step; }
 static float *host_alloc_floats(void *ctx, size_t n) { (void)ctx; return xcalloc_floats(n); }
 static void host_free_floats(void *ctx, float *p) { (void)ctx; free(p); }
 static void host_zero_floats(void *ctx, float *p, size_t n) { (void)ctx; memset(p, 0, n * sizeof(float)); }
@@ -414,7 +402,7 @@ static void host_add_floats(void *ctx, float *dst, const float *src, size_t n) {
 }
 
 static ZeroBackend mpi_backend(MpiBackend *b) {
-    ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_progress, mpi_sum_doubles,
+    ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_set_step, mpi_progress, mpi_sum_doubles,
                       host_alloc_floats, host_free_floats, host_zero_floats, host_add_floats};
     return be;
 }
@@ -592,6 +580,9 @@ static void gpt2_update(GPT2 *m, const AdamWStep *step) {
     zero_gather_updated_params(z);
 }
 
+// The logits (Vp floats) of position t of row 0, on the host: what the sampler draws from.
+static const float *gpt2_logits_row(GPT2 *m, int t) { return m->acts.logits + (size_t)t * m->cfg.padded_vocab_size; }
+
 // ----------------------------------------------------------------------------------------
 // Parameters in and out: initialisation, checkpoints, gradient dumps, unit by unit, so that
 // a ZeRO-3 rank never needs the whole model in memory.
@@ -642,326 +633,20 @@ static int dump_grads(const char *path, GPT2 *m) {
 }
 
 // ----------------------------------------------------------------------------------------
-// Sampling
+// The run: options, data, the loop, reports, checkpoints (shared with the GPU trainer)
 
-static uint32_t rng_u32(uint64_t *s) { return (uint32_t)(gpt2_splitmix64(s) >> 32); }
-static float rng_f32(uint64_t *s) { return (rng_u32(s) >> 8) / 16777216.0f; }
+struct Run;
+static ZeroBackend trainer_backend(struct Run *r);
+#include "trainer.h"
 
-// Draws from softmax(logits[0..V)) at temperature 1.
-static int sample_token(const float *logits, int V, float coin) {
-    float maxv = -INFINITY, sum = 0.0f;
-    for (int i = 0; i < V; i++) maxv = logits[i] > maxv ? logits[i] : maxv;
-    for (int i = 0; i < V; i++) sum += expf(logits[i] - maxv);
-    float cdf = 0.0f, r = coin * sum;
-    for (int i = 0; i < V; i++) {
-        cdf += expf(logits[i] - maxv);
-        if (r < cdf) return i;
-    }
-    return V - 1;
-}
-
-// Generates len tokens after an end-of-text token; rank 0 prints them (as text when a
-// tokenizer is loaded, as ids otherwise). Every rank runs it: under ZeRO-3 the forward
-// needs everyone's shard, and the same rng keeps the ranks' contexts identical.
-static void gpt2_sample(GPT2 *m, const Tokenizer *tok, int len, uint64_t *rng) {
-    int eot = m->cfg.vocab_size == 50257 ? 50256 : m->cfg.vocab_size - 1, print = m->z.rank == 0;
-    int *ctx = m->inputs, n = 1; // the context: at most m->T tokens, the oldest dropped first
-    ctx[0] = eot;
-    if (print) printf("sample: ");
-    for (int i = 0; i < len; i++) {
-        zero_begin_forward(&m->z, 0, 1);
-        gpt2_forward(m, ctx, NULL, 1, n, 0.0f);
-        const float *last = m->acts.logits + (size_t)(n - 1) * m->cfg.padded_vocab_size;
-        int next = sample_token(last, m->cfg.vocab_size, rng_f32(rng));
-        if (n == m->T) memmove(ctx, ctx + 1, (size_t)(--n) * sizeof(int));
-        ctx[n++] = next;
-        if (!print) continue;
-        if (tok) tokenizer_print(tok, next, stdout);
-        else printf("%d ", next);
-        fflush(stdout);
-    }
-    if (print) printf("\n");
-}
-
-// ----------------------------------------------------------------------------------------
-// A training run: everything main needs, in one place
-
-typedef struct {
-    TrainConfig cfg;
-    int rank, world, accum;
-    MpiBackend mpi;
-    GPT2 model;
-    DataLoader train, val;
-    int have_val, have_tok;
-    int first_step;      // 1, or the step after the checkpoint resumed from
-    uint64_t sample_rng; // the sampler's generator: part of a checkpoint
-    Tokenizer tok;
-    FILE *log;         // rank 0 only
-} Run;
-
-// Setup failures are agreed on by all ranks, so that every rank exits cleanly together;
-// failures once training runs are abrupt: MPI_Abort ends the job.
-static int all_ok(int ok) {
-    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return ok;
-}
-static void die(void) {
-    int world;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    if (world > 1) MPI_Abort(MPI_COMM_WORLD, 1); // ends every rank (OpenMPI says so at length)
-    MPI_Finalize();
-    exit(1);
-}
-
-// Ranks on one machine share its cores, unless the user said otherwise (OMP_NUM_THREADS).
-static void share_cores(int rank) {
-    MPI_Comm local;
-    int nlocal;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-    MPI_Comm_size(local, &nlocal);
-    MPI_Comm_free(&local);
-    if (getenv("OMP_NUM_THREADS")) return;
-    int threads = omp_get_num_procs() / nlocal;
-    if (threads < 1) threads = 1;
-    omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
-}
-
-// Options, model, data, log. Returns 0 to train, 1 to exit successfully (--help), -1 on error.
-static int setup(Run *r, int argc, char **argv) {
-    TrainConfig *c = &r->cfg;
-    config_defaults(c);
-    // Options are the same on every rank: only rank 0 reports what is wrong with them.
-    int saved_stderr = dup(2);
-    if (r->rank != 0 && !freopen("/dev/null", "w", stderr)) return -1;
-    int rc = config_parse(c, argc, argv);
-    if (rc == 0 && c->ds_config_path && ds_config_apply(c, c->ds_config_path, r->world, c->ds_strict)) rc = -1;
-    FILE *init = NULL;
-    GPT2FileInfo info;
-    CkptManifest *resume = c->resume_path ? (CkptManifest *)xmalloc(sizeof(CkptManifest)) : NULL;
-    if (rc == 0 && c->init_path) {
-        if ((init = gpt2_open_checkpoint(c->init_path, &info))) c->model = info.cfg;
-        else rc = -1;
-    }
-    if (rc == 0 && resume) {
-        if (ckpt_read_manifest(c->resume_path, resume) == 0) c->model = resume->cfg;
-        else rc = -1;
-    }
-    if (rc == 0 && config_validate(c, r->world)) rc = -1;
-    fflush(stderr);
-    dup2(saved_stderr, 2);
-    close(saved_stderr);
-    if (r->rank != 0 && rc == 1) rc = 1;
-    if (rc != 0) { if (init) fclose(init); free(resume); return rc; }
-    if (r->rank == 0 && c->ds_config_path) config_print_resolved(stdout, c);
-
-    r->accum = config_accum_steps(c, r->world);
-    r->mpi.comm = MPI_COMM_WORLD;
-    r->mpi.rank = r->rank;
-    r->mpi.world = r->world;
-    r->mpi.timeout = c->comm_timeout;
-    r->mpi.num_units = c->model.num_layers + 2;
-    gpt2_build(&r->model, &c->model, c->batch, c->seq_len, c->zero_stage, r->rank, r->world, mpi_backend(&r->mpi));
-    r->first_step = 1;
-    r->sample_rng = c->seed ^ 0x5A3C1E;
-    TrainerState st;
-    int ok = resume ? ckpt_load(resume, &r->model.z, 1, NULL, NULL) == 0 && ckpt_read_state(resume, &st) == 0
-                    : gpt2_load_or_init(&r->model, init, c->init_path, init ? info.version : 3, c->seed) == 0;
-    if (init) fclose(init);
-    if (!all_ok(ok)) { free(resume); return -1; }
-
-    ok = dataloader_init(&r->train, c->train_data, c->batch, c->seq_len, r->rank, r->world, c->shuffle, c->seed,
-                         c->model.vocab_size) == 0;
-    if (ok && resume) { // continue exactly where the checkpointed run was
-        ok = dataloader_restore(&r->train, &st.train_data) == 0;
-        r->first_step = (int)st.step + 1;
-        r->sample_rng = st.sample_rng;
-        if (r->rank == 0)
-            printf("resuming from %s: step %ld, saved by %d ranks at ZeRO-%d\n", resume->dir, resume->step, resume->world,
-                   resume->stage);
-    }
-    free(resume);
-    if (!all_ok(ok)) return -1;
-    r->have_val = c->val_every > 0 && c->val_steps > 0;
-    ok = !r->have_val || dataloader_init(&r->val, c->val_data, c->batch, c->seq_len, r->rank, r->world, 0, c->seed,
-                                         c->model.vocab_size) == 0;
-    if (!all_ok(ok)) return -1;
-    int sampling = c->sample_len > 0 && c->sample_every > 0;
-    r->have_tok = sampling && tokenizer_init(&r->tok, c->tokenizer_path) == 0;
-    if (r->rank == 0 && sampling && !r->have_tok) printf("(no tokenizer: samples print token ids)\n");
-    if (r->rank == 0 && c->log_path && !(r->log = fopen(c->log_path, "w"))) {
-        fprintf(stderr, "error: %s: cannot open log file\n", c->log_path);
-        ok = 0;
-    }
-    if (r->log) config_log_resolved(r->log, c);
-    return all_ok(ok) ? 0 : -1;
-}
-
-// ----------------------------------------------------------------------------------------
-// Reports: stdout for people, --log JSON lines for programs (rank 0 writes for all ranks)
-
-static void print_header(const Run *r) {
-    const TrainConfig *c = &r->cfg;
-    const GPT2Config *g = &c->model;
-    char shape[96], batch[96], opt[128];
-    snprintf(shape, sizeof(shape), "L=%d C=%d NH=%d maxT=%d V=%d Vp=%d", g->num_layers, g->channels,
-             g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size);
-    snprintf(batch, sizeof(batch), "B=%d T=%d x %d procs x %d accum = %ld tokens/step", c->batch, c->seq_len,
-             r->world, r->accum, c->total_batch);
-    snprintf(opt, sizeof(opt), "lr %g %s warmup %d min %g wd %g clip %g", c->lr, lr_schedule_names[c->lr_schedule],
-             c->warmup, c->min_lr_frac, c->weight_decay, c->grad_clip);
-    const char *model = c->init_path ? c->init_path : (c->model_name ? c->model_name : "from scratch");
-    printf("+--------------------+-------------------------------------------------------+\n");
-    printf("| %-18s | %-53s |\n", "model", model);
-    printf("| %-18s | %-53s |\n", "shape", shape);
-    printf("| %-18s | %-53zu |\n", "parameters", r->model.z.lay.num_params);
-    printf("| %-18s | %-53s |\n", "train data", c->train_data);
-    printf("| %-18s | %-53llu |\n", "train tokens", (unsigned long long)dataloader_num_tokens(&r->train));
-    printf("| %-18s | %-53s |\n", "val data", r->have_val ? c->val_data : "(off)");
-    printf("| %-18s | %-53s |\n", "batch", batch);
-    printf("| %-18s | %-53d |\n", "steps", c->steps);
-    printf("| %-18s | %-53s |\n", "optimizer (AdamW)", opt);
-    printf("| %-18s | %-53d |\n", "zero stage", c->zero_stage);
-    printf("| %-18s | %-53d |\n", "threads per rank", omp_get_max_threads());
-    printf("+--------------------+-------------------------------------------------------+\n");
-}
-
-// What every rank allocated, beside the planner's prediction and the textbook (planner.h).
-static void report_memory(Run *r) {
-    Zero *z = &r->model.z;
-    double mine[MEM_KINDS], *all = (double *)xmalloc(sizeof(double) * MEM_KINDS * r->world);
-    for (int k = 0; k < MEM_KINDS; k++) mine[k] = (double)z->mem[k];
-    mpi_gather_doubles(&r->mpi, mine, all, MEM_KINDS);
-    if (r->rank == 0) {
-        PlanInput in = planner_input_from_train_config(&r->cfg, r->world);
-        MemoryPlan plan;
-        if (planner_plan(&in, &plan) == 0) planner_print_table(stdout, &plan, all, r->world);
-        for (int q = 0; q < r->world && r->log; q++) {
-            fprintf(r->log, "{\"event\":\"memory\",\"rank\":%d,\"world\":%d,\"zero_stage\":%d,\"num_params\":%zu,"
-                            "\"padded_params\":%zu", q, r->world, z->stage, z->lay.num_params, z->lay.num_flat);
-            for (int k = 0; k < MEM_KINDS; k++) fprintf(r->log, ",\"%s\":%.0f", zero_memory_names[k], all[q * MEM_KINDS + k]);
-            fprintf(r->log, "}\n");
-        }
-    }
-    free(all);
-}
-
-// Bytes each rank moved this step, per collective (ring model), beside the textbook figure.
-static void report_comm(Run *r, int step) {
-    Zero *z = &r->model.z;
-    double *all = (double *)xmalloc(sizeof(double) * ZC_NUM_COLLECTIVES * r->world);
-    mpi_gather_doubles(&r->mpi, z->comm, all, ZC_NUM_COLLECTIVES);
-    if (r->rank == 0) {
-        for (int q = 0; q < r->world && r->log; q++) {
-            double *x = all + q * ZC_NUM_COLLECTIVES;
-            fprintf(r->log, "{\"event\":\"comm\",\"step\":%d,\"rank\":%d,\"all_reduce\":%.0f,\"reduce_scatter\":%.0f,"
-                            "\"all_gather\":%.0f}\n", step, q, x[ZC_ALL_REDUCE], x[ZC_REDUCE_SCATTER], x[ZC_ALL_GATHER]);
-        }
-        if (step == 1 && r->world > 1) {
-            double total = all[0] + all[1] + all[2], mib = 1024.0 * 1024.0;
-            printf("communication per rank in step 1, MiB: all_reduce %.2f, reduce_scatter %.2f, all_gather %.2f = %.2f "
-                   "(textbook for one micro-step: %.2f)\n", all[0] / mib, all[1] / mib, all[2] / mib, total / mib,
-                   zero_theory_comm(z->stage, (double)z->lay.num_params, r->world) / mib);
-        }
-    }
-    free(all);
-}
-
-static void format_eta(char *buf, size_t n, double seconds) {
-    long s = (long)(seconds + 0.5);
-    snprintf(buf, n, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
-}
-
-// ----------------------------------------------------------------------------------------
-// Training
-
-// One optimizer step: accumulate gradients over the micro-steps, reduce them as zero.h
-// schedules, clip, update. Returns the loss averaged over the whole global batch.
-static float train_step(Run *r, int step, float *norm, float *lr) {
-    const TrainConfig *c = &r->cfg;
-    GPT2 *m = &r->model;
-    int B = c->batch, T = c->seq_len;
-    zero_begin_step(&m->z, step);
-    r->mpi.step = step;
-    // Each position's loss enters the objective with weight 1/(all positions of all ranks),
-    // so summing the ranks' gradients gives the gradient of the global mean loss.
-    float dloss = 1.0f / ((float)B * T * r->accum * r->world);
-    double loss = 0.0;
-    for (int micro = 0; micro < r->accum; micro++) {
-        if (dataloader_next(&r->train, m->inputs, m->targets)) die();
-        zero_begin_forward(&m->z, micro, r->accum);
-        loss += gpt2_forward(m, m->inputs, m->targets, B, T, dloss);
-        gpt2_backward(m, m->inputs, B, T);
-    }
-    m->z.be.sum_doubles(m->z.be.ctx, &loss, 1);
-    *norm = gpt2_grad_norm(m);
-    if (step == 1 && c->dump_grads_path && r->rank == 0 && dump_grads(c->dump_grads_path, m)) die();
-    *lr = lr_at_step(c, step - 1);
-    AdamWStep upd = adamw_step_begin(c, *lr, step, *norm);
-    gpt2_update(m, &upd);
-    return (float)(loss / ((double)r->accum * r->world));
-}
-
-// Mean loss over val_steps batches from the start of the validation set, spread over the
-// ranks as the dataloader interleaves them: the same batches one process would see.
-static float validate(Run *r) {
-    GPT2 *m = &r->model;
-    int steps = r->cfg.val_steps, per_rank = (steps + r->world - 1) / r->world;
-    dataloader_reset(&r->val);
-    double sum = 0.0;
-    for (int k = 0; k < per_rank; k++) {
-        if (dataloader_next(&r->val, m->inputs, m->targets)) die();
-        zero_begin_forward(&m->z, 0, 1);
-        float l = gpt2_forward(m, m->inputs, m->targets, r->cfg.batch, r->cfg.seq_len, 0.0f);
-        if (k * r->world + r->rank < steps) sum += l; // past the end: ran only for ZeRO-3's gathers
-    }
-    m->z.be.sum_doubles(m->z.be.ctx, &sum, 1);
-    return (float)(sum / steps);
-}
-
-// A sharded checkpoint to resume from (checkpoint.h), and the model in llm.c's format.
-static void save(Run *r, int step) {
-    char path[4096];
-    TrainerState st;
-    memset(&st, 0, sizeof(st));
-    st.magic = CKPT_STATE_MAGIC;
-    st.step = (uint64_t)step;
-    st.adam_t = (uint64_t)step;
-    st.sample_rng = r->sample_rng;
-    st.train_data = dataloader_state(&r->train);
-    if (ckpt_save(r->cfg.out_dir, &r->model.z, &r->cfg.model, &st, "fp32")) die();
-    snprintf(path, sizeof(path), "%s/model_%08d.bin", r->cfg.out_dir, step);
-    if (gpt2_save(&r->model, path)) die();
-    if (r->rank == 0) printf("saved %s/step_%08d and %s\n", r->cfg.out_dir, step, path);
-}
-
-// --export CKPT OUT: the model of a sharded checkpoint as one llm.c file, unit by unit, so
-// memory stays bounded by one unit (DeepSpeed's zero_to_fp32). No MPI: one process reads all.
-typedef struct { FILE *f; ParamLayout lay; int version; } ExportCtx;
-static int export_unit(int u, const float *unit, void *ctx) {
-    ExportCtx *e = (ExportCtx *)ctx;
-    return gpt2_unit_file_io(e->f, &e->lay, u, (float *)unit, 1, e->version);
-}
-static int export_main(int argc, char **argv) {
-    int bf16 = argc == 5 && !strcmp(argv[4], "--bf16");
-    if (argc != 4 && !bf16) { fprintf(stderr, "error: usage: %s --export CHECKPOINT_DIR OUT.bin [--bf16]\n", argv[0]); return 1; }
-    CkptManifest *m = (CkptManifest *)xmalloc(sizeof(CkptManifest));
-    int rc = 1;
-    if (ckpt_read_manifest(argv[2], m) == 0) {
-        ExportCtx e;
-        gpt2_layout_init(&e.lay, &m->cfg, 1);
-        e.version = bf16 ? 5 : 3;
-        e.f = gpt2_begin_checkpoint(argv[3], &m->cfg, e.version);
-        if (e.f) {
-            int ok = ckpt_load(m, NULL, 0, export_unit, &e) == 0;
-            if (gpt2_end_checkpoint(e.f, argv[3], ok) == 0 && ok) {
-                printf("wrote %s from %s (step %ld, %d ranks)\n", argv[3], m->dir, m->step, m->world);
-                rc = 0;
-            }
-        }
-    }
-    free(m);
-    return rc;
+// This rank's collectives: MPI, with the watchdog's timeout from the options.
+static ZeroBackend trainer_backend(Run *r) {
+    MpiBackend *b = (MpiBackend *)r->backend;
+    b->comm = MPI_COMM_WORLD;
+    b->rank = r->rank;
+    b->world = r->world;
+    b->timeout = r->cfg.comm_timeout;
+    return mpi_backend(b);
 }
 
 // Debian's OpenBLAS 0.3.21 predates some CPUs (Sapphire Rapids among them) and falls back to
@@ -978,6 +663,21 @@ static void pick_openblas_core(char **argv) {
     execv("/proc/self/exe", argv); // returns only on failure: then carry on with Prescott
 }
 
+// Ranks on one machine share its cores, unless the user said otherwise (OMP_NUM_THREADS).
+static void share_cores(void) {
+    MPI_Comm local;
+    int rank, nlocal;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+    MPI_Comm_size(local, &nlocal);
+    MPI_Comm_free(&local);
+    if (getenv("OMP_NUM_THREADS")) return;
+    int threads = omp_get_num_procs() / nlocal;
+    if (threads < 1) threads = 1;
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+}
+
 #ifndef TESTING
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
@@ -985,57 +685,12 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--export")) return export_main(argc, argv);
     pick_openblas_core(argv);
     MPI_Init(&argc, &argv);
-    Run run;
-    memset(&run, 0, sizeof(run));
-    MPI_Comm_rank(MPI_COMM_WORLD, &run.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &run.world);
-    share_cores(run.rank);
-    int rc = setup(&run, argc, argv);
-    if (rc != 0) { MPI_Finalize(); return rc > 0 ? 0 : 1; }
-    const TrainConfig *c = &run.cfg;
-    int lead = run.rank == 0;
-    if (lead) print_header(&run);
-    report_memory(&run);
-
-    double flops_per_token = 6.0 * run.model.z.lay.num_params + 12.0 * c->model.num_layers * c->model.channels * c->seq_len;
-    double total_ms = 0.0;
-    for (int step = run.first_step; step <= c->steps; step++) {
-        double t0 = now_seconds();
-        float norm, lr, loss = train_step(&run, step, &norm, &lr);
-        double ms = (now_seconds() - t0) * 1e3, tok_s = c->total_batch / (ms / 1e3);
-        if (step > run.first_step) total_ms += ms; // the first step warms caches and thread pools
-        if (lead) {
-            char eta[32];
-            int timed = step - run.first_step;
-            format_eta(eta, sizeof(eta), (c->steps - step) * (timed > 0 ? total_ms / timed : ms) / 1e3);
-            if (step % c->print_every == 0 || step == 1 || step == c->steps) // --print-every, steps_per_print
-                printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | ETA %s\n",
-                       step, c->steps, loss, lr, norm, ms, tok_s, tok_s * flops_per_token / 1e9, eta);
-            if (run.log) fprintf(run.log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
-                                          "\"tok_s\":%.1f}\n", step, loss, lr, norm, ms, tok_s);
-        }
-        report_comm(&run, step);
-        int last = step == c->steps;
-        if (run.have_val && (step % c->val_every == 0 || last)) {
-            float vl = validate(&run);
-            if (lead) printf("val loss %.6f\n", vl);
-            if (lead && run.log) fprintf(run.log, "{\"step\":%d,\"val_loss\":%.9g}\n", step, vl);
-        }
-        if (c->sample_len > 0 && c->sample_every > 0 && (step % c->sample_every == 0 || last))
-            gpt2_sample(&run.model, run.have_tok ? &run.tok : NULL, c->sample_len, &run.sample_rng);
-        if (c->out_dir && ((c->save_every > 0 && step % c->save_every == 0) || last)) save(&run, step);
-        if (run.log) fflush(run.log);
-    }
-    int timed = c->steps - run.first_step;
-    if (lead && timed > 0)
-        printf("average step (after the first): %.1f ms, %.0f tok/s\n", total_ms / timed,
-               c->total_batch / (total_ms / timed / 1e3));
-    if (run.log) fclose(run.log);
-    if (run.have_tok) tokenizer_free(&run.tok);
-    dataloader_free(&run.train);
-    if (run.have_val) dataloader_free(&run.val);
-    gpt2_free(&run.model);
+    share_cores();
+    static Run run; // large: keep it off the stack
+    static MpiBackend mpi;
+    run.backend = &mpi;
+    int rc = trainer_run(&run, argc, argv);
     MPI_Finalize();
-    return 0;
+    return rc;
 }
 #endif

@@ -66,8 +66,10 @@ typedef struct {
     int (*all_reduce)(void *ctx, float *buf, size_t n);
     int (*reduce_scatter)(void *ctx, float *send, float *recv, size_t n);
     int (*all_gather)(void *ctx, const float *send, float *recv, size_t n);
-    // Wait for a collective to complete. what/unit name it for the watchdog's message.
-    void (*wait)(void *ctx, int handle, const char *what, int unit);
+    // Wait for a collective to complete. `what` names it (collective and unit) for the
+    // watchdog's message; set_step tells the backend the step, for the same message.
+    void (*wait)(void *ctx, int handle, const char *what);
+    void (*set_step)(void *ctx, int step);
     // Let collectives in flight advance (MPI moves non-blocking collectives only inside MPI
     // calls, so the schedule pokes it at every unit boundary); may do nothing.
     void (*progress)(void *ctx);
@@ -184,9 +186,18 @@ static inline void zero_count(Zero *z, int kind, size_t n_full) {
     z->comm[kind] += kind == ZC_ALL_REDUCE ? 2.0 * bytes : bytes;
 }
 
+// "all_gather of unit 3 (layer 2)": what a watchdog says when a collective never completes.
+static inline void zero_describe(const Zero *z, char *buf, size_t n, const char *what, int u) {
+    if (u == UNIT_EMBED) snprintf(buf, n, "%s of unit 0 (embeddings)", what);
+    else if (u == gpt2_final_unit(&z->lay)) snprintf(buf, n, "%s of unit %d (final layernorm)", what, u);
+    else snprintf(buf, n, "%s of unit %d (layer %d)", what, u, u - 1);
+}
+
 static inline void zero_wait(Zero *z, int u, const char *what) {
     if (u < 0 || u >= GPT2_MAX_UNITS || z->pending[u] < 0) return;
-    z->be.wait(z->be.ctx, z->pending[u], what, u);
+    char desc[96];
+    zero_describe(z, desc, sizeof(desc), what, u);
+    z->be.wait(z->be.ctx, z->pending[u], desc);
     z->pending[u] = -1;
 }
 
@@ -309,6 +320,7 @@ static inline void zero_gather_updated_params(Zero *z) {
 // Zero the gradient accumulators at the start of a step; reset the step's counters.
 static inline void zero_begin_step(Zero *z, int step) {
     z->step = step;
+    z->be.set_step(z->be.ctx, step);
     z->be.zero_floats(z->be.ctx, z->grads, z->stage >= 2 ? zero_shard_size(z) : z->lay.num_flat);
     for (int k = 0; k < ZC_NUM_COLLECTIVES; k++) z->comm[k] = 0.0;
 }

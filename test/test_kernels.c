@@ -538,11 +538,12 @@ static int no_collective(void) {
 static int no_all_reduce(void *ctx, float *buf, size_t n) { (void)ctx; (void)buf; (void)n; return no_collective(); }
 static int no_reduce_scatter(void *ctx, float *s, float *r, size_t n) { (void)ctx; (void)s; (void)r; (void)n; return no_collective(); }
 static int no_all_gather(void *ctx, const float *s, float *r, size_t n) { (void)ctx; (void)s; (void)r; (void)n; return no_collective(); }
-static void no_wait(void *ctx, int h, const char *what, int unit) { (void)ctx; (void)h; (void)what; (void)unit; no_collective(); }
+static void no_wait(void *ctx, int h, const char *what) { (void)ctx; (void)h; (void)what; no_collective(); }
+static void no_set_step(void *ctx, int step) { (void)ctx; (void)step; }
 static void no_sum_doubles(void *ctx, double *x, int n) { (void)ctx; (void)x; (void)n; no_collective(); }
 static void no_progress(void *ctx) { (void)ctx; } // nothing in flight to advance
 static ZeroBackend local_backend(void) {
-    ZeroBackend be = {NULL, no_all_reduce, no_reduce_scatter, no_all_gather, no_wait, no_progress, no_sum_doubles,
+    ZeroBackend be = {NULL, no_all_reduce, no_reduce_scatter, no_all_gather, no_wait, no_set_step, no_progress, no_sum_doubles,
                       host_alloc_floats, host_free_floats, host_zero_floats, host_add_floats};
     return be;
 }

@@ -1,0 +1,381 @@
+// trainer.h: one training run (options, model, data, the loop, reports, checkpoints, the
+// sampler), written once for both trainers.
+//
+// Contract. The including file (train_gpt_cpu.c; train_gpt.cu) defines, before including:
+//   GPT2: a struct with at least GPT2Config cfg; Zero z; int B, T; int *inputs, *targets (host
+//     arrays of B*T); size_t bytes_activations
+//   gpt2_build(m, cfg, B, T, stage, rank, world, ZeroBackend), gpt2_free(m)
+//   gpt2_forward(m, inputs, targets, B, T, dloss) -> mean loss; gpt2_backward(m, inputs, B, T)
+//   gpt2_grad_norm(m) -> global norm; gpt2_update(m, const AdamWStep *)
+//   gpt2_logits_row(m, t) -> host pointer to the Vp logits of row 0, position t
+//   gpt2_load_or_init(m, FILE *, path, version, seed); gpt2_save(m, path); dump_grads(path, m)
+//   trainer_backend(Run *) -> ZeroBackend: this rank's collectives (the Run is declared here,
+//     so the including file declares `static ZeroBackend trainer_backend(struct Run *r);` first)
+//   now_seconds(), xmalloc()
+// Processes come from mpirun: MPI is initialised before trainer_run() and is used here only to
+// agree on setup and to end the job; every collective of training goes through the backend.
+#ifndef TRAINER_H
+#define TRAINER_H
+
+// ----------------------------------------------------------------------------------------
+// Sampling
+
+static uint32_t rng_u32(uint64_t *s) { return (uint32_t)(gpt2_splitmix64(s) >> 32); }
+static float rng_f32(uint64_t *s) { return (rng_u32(s) >> 8) / 16777216.0f; }
+
+// Draws from softmax(logits[0..V)) at temperature 1.
+static int sample_token(const float *logits, int V, float coin) {
+    float maxv = -INFINITY, sum = 0.0f;
+    for (int i = 0; i < V; i++) maxv = logits[i] > maxv ? logits[i] : maxv;
+    for (int i = 0; i < V; i++) sum += expf(logits[i] - maxv);
+    float cdf = 0.0f, r = coin * sum;
+    for (int i = 0; i < V; i++) {
+        cdf += expf(logits[i] - maxv);
+        if (r < cdf) return i;
+    }
+    return V - 1;
+}
+
+// Generates len tokens after an end-of-text token; rank 0 prints them (as text when a
+// tokenizer is loaded, as ids otherwise). Every rank runs it: under ZeRO-3 the forward
+// needs everyone's shard, and the same rng keeps the ranks' contexts identical.
+static void gpt2_sample(GPT2 *m, const Tokenizer *tok, int len, uint64_t *rng) {
+    int eot = m->cfg.vocab_size == 50257 ? 50256 : m->cfg.vocab_size - 1, print = m->z.rank == 0;
+    int *ctx = m->inputs, n = 1; // the context: at most m->T tokens, the oldest dropped first
+    ctx[0] = eot;
+    if (print) printf("sample: ");
+    for (int i = 0; i < len; i++) {
+        zero_begin_forward(&m->z, 0, 1);
+        gpt2_forward(m, ctx, NULL, 1, n, 0.0f);
+        const float *last = gpt2_logits_row(m, n - 1);
+        int next = sample_token(last, m->cfg.vocab_size, rng_f32(rng));
+        if (n == m->T) memmove(ctx, ctx + 1, (size_t)(--n) * sizeof(int));
+        ctx[n++] = next;
+        if (!print) continue;
+        if (tok) tokenizer_print(tok, next, stdout);
+        else printf("%d ", next);
+        fflush(stdout);
+    }
+    if (print) printf("\n");
+}
+
+// ----------------------------------------------------------------------------------------
+// A training run: everything main needs, in one place
+
+typedef struct Run {
+    TrainConfig cfg;
+    int rank, world, accum;
+    void *backend;       // the including trainer's communication state (trainer_backend)
+    GPT2 model;
+    DataLoader train, val;
+    int have_val, have_tok;
+    int first_step;      // 1, or the step after the checkpoint resumed from
+    uint64_t sample_rng; // the sampler's generator: part of a checkpoint
+    Tokenizer tok;
+    FILE *log;         // rank 0 only
+} Run;
+
+// Setup failures are agreed on by all ranks, so that every rank exits cleanly together;
+// failures once training runs are abrupt: MPI_Abort ends the job.
+static int all_ok(int ok) {
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return ok;
+}
+static void die(void) {
+    int world;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world > 1) MPI_Abort(MPI_COMM_WORLD, 1); // ends every rank (OpenMPI says so at length)
+    MPI_Finalize();
+    exit(1);
+}
+
+// Options, model, data, log. Returns 0 to train, 1 to exit successfully (--help), -1 on error.
+static int setup(Run *r, int argc, char **argv) {
+    TrainConfig *c = &r->cfg;
+    config_defaults(c);
+    // Options are the same on every rank: only rank 0 reports what is wrong with them.
+    int saved_stderr = dup(2);
+    if (r->rank != 0 && !freopen("/dev/null", "w", stderr)) return -1;
+    int rc = config_parse(c, argc, argv);
+    if (rc == 0 && c->ds_config_path && ds_config_apply(c, c->ds_config_path, r->world, c->ds_strict)) rc = -1;
+    FILE *init = NULL;
+    GPT2FileInfo info;
+    CkptManifest *resume = c->resume_path ? (CkptManifest *)xmalloc(sizeof(CkptManifest)) : NULL;
+    if (rc == 0 && c->init_path) {
+        if ((init = gpt2_open_checkpoint(c->init_path, &info))) c->model = info.cfg;
+        else rc = -1;
+    }
+    if (rc == 0 && resume) {
+        if (ckpt_read_manifest(c->resume_path, resume) == 0) c->model = resume->cfg;
+        else rc = -1;
+    }
+    if (rc == 0 && config_validate(c, r->world)) rc = -1;
+    fflush(stderr);
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+    if (r->rank != 0 && rc == 1) rc = 1;
+    if (rc != 0) { if (init) fclose(init); free(resume); return rc; }
+    if (r->rank == 0 && c->ds_config_path) config_print_resolved(stdout, c);
+
+    r->accum = config_accum_steps(c, r->world);
+    gpt2_build(&r->model, &c->model, c->batch, c->seq_len, c->zero_stage, r->rank, r->world, trainer_backend(r));
+    r->first_step = 1;
+    r->sample_rng = c->seed ^ 0x5A3C1E;
+    TrainerState st;
+    int ok = resume ? ckpt_load(resume, &r->model.z, 1, NULL, NULL) == 0 && ckpt_read_state(resume, &st) == 0
+                    : gpt2_load_or_init(&r->model, init, c->init_path, init ? info.version : 3, c->seed) == 0;
+    if (init) fclose(init);
+    if (!all_ok(ok)) { free(resume); return -1; }
+
+    ok = dataloader_init(&r->train, c->train_data, c->batch, c->seq_len, r->rank, r->world, c->shuffle, c->seed,
+                         c->model.vocab_size) == 0;
+    if (ok && resume) { // continue exactly where the checkpointed run was
+        ok = dataloader_restore(&r->train, &st.train_data) == 0;
+        r->first_step = (int)st.step + 1;
+        r->sample_rng = st.sample_rng;
+        if (r->rank == 0)
+            printf("resuming from %s: step %ld, saved by %d ranks at ZeRO-%d\n", resume->dir, resume->step, resume->world,
+                   resume->stage);
+    }
+    free(resume);
+    if (!all_ok(ok)) return -1;
+    r->have_val = c->val_every > 0 && c->val_steps > 0;
+    ok = !r->have_val || dataloader_init(&r->val, c->val_data, c->batch, c->seq_len, r->rank, r->world, 0, c->seed,
+                                         c->model.vocab_size) == 0;
+    if (!all_ok(ok)) return -1;
+    int sampling = c->sample_len > 0 && c->sample_every > 0;
+    r->have_tok = sampling && tokenizer_init(&r->tok, c->tokenizer_path) == 0;
+    if (r->rank == 0 && sampling && !r->have_tok) printf("(no tokenizer: samples print token ids)\n");
+    if (r->rank == 0 && c->log_path && !(r->log = fopen(c->log_path, "w"))) {
+        fprintf(stderr, "error: %s: cannot open log file\n", c->log_path);
+        ok = 0;
+    }
+    if (r->log) config_log_resolved(r->log, c);
+    return all_ok(ok) ? 0 : -1;
+}
+
+// ----------------------------------------------------------------------------------------
+// Reports: stdout for people, --log JSON lines for programs (rank 0 writes for all ranks)
+
+static void print_header(const Run *r) {
+    const TrainConfig *c = &r->cfg;
+    const GPT2Config *g = &c->model;
+    char shape[96], batch[96], opt[128];
+    snprintf(shape, sizeof(shape), "L=%d C=%d NH=%d maxT=%d V=%d Vp=%d", g->num_layers, g->channels,
+             g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size);
+    snprintf(batch, sizeof(batch), "B=%d T=%d x %d procs x %d accum = %ld tokens/step", c->batch, c->seq_len,
+             r->world, r->accum, c->total_batch);
+    snprintf(opt, sizeof(opt), "lr %g %s warmup %d min %g wd %g clip %g", c->lr, lr_schedule_names[c->lr_schedule],
+             c->warmup, c->min_lr_frac, c->weight_decay, c->grad_clip);
+    const char *model = c->init_path ? c->init_path : (c->model_name ? c->model_name : "from scratch");
+    printf("+--------------------+-------------------------------------------------------+\n");
+    printf("| %-18s | %-53s |\n", "model", model);
+    printf("| %-18s | %-53s |\n", "shape", shape);
+    printf("| %-18s | %-53zu |\n", "parameters", r->model.z.lay.num_params);
+    printf("| %-18s | %-53s |\n", "train data", c->train_data);
+    printf("| %-18s | %-53llu |\n", "train tokens", (unsigned long long)dataloader_num_tokens(&r->train));
+    printf("| %-18s | %-53s |\n", "val data", r->have_val ? c->val_data : "(off)");
+    printf("| %-18s | %-53s |\n", "batch", batch);
+    printf("| %-18s | %-53d |\n", "steps", c->steps);
+    printf("| %-18s | %-53s |\n", "optimizer (AdamW)", opt);
+    printf("| %-18s | %-53d |\n", "zero stage", c->zero_stage);
+    printf("| %-18s | %-53d |\n", "threads per rank", omp_get_max_threads());
+    printf("+--------------------+-------------------------------------------------------+\n");
+}
+
+// Every rank's n numbers, rank-major, on every rank: each fills its own slots of a zeroed
+// vector and one sum over the ranks assembles them (so any backend's all-reduce gathers).
+static double *gather_to_all(Run *r, const double *mine, int n, const size_t *mine_sizes) {
+    double *all = (double *)calloc((size_t)n * r->world, sizeof(double));
+    for (int k = 0; k < n; k++) all[(size_t)r->rank * n + k] = mine ? mine[k] : (double)mine_sizes[k];
+    r->model.z.be.sum_doubles(r->model.z.be.ctx, all, n * r->world);
+    return all;
+}
+
+// What every rank allocated, beside the planner's prediction and the textbook (planner.h).
+static void report_memory(Run *r) {
+    Zero *z = &r->model.z;
+    double *all = gather_to_all(r, NULL, MEM_KINDS, z->mem);
+    if (r->rank == 0) {
+        PlanInput in = planner_input_from_train_config(&r->cfg, r->world);
+        MemoryPlan plan;
+        if (planner_plan(&in, &plan) == 0) planner_print_table(stdout, &plan, all, r->world);
+        for (int q = 0; q < r->world && r->log; q++) {
+            fprintf(r->log, "{\"event\":\"memory\",\"rank\":%d,\"world\":%d,\"zero_stage\":%d,\"num_params\":%zu,"
+                            "\"padded_params\":%zu", q, r->world, z->stage, z->lay.num_params, z->lay.num_flat);
+            for (int k = 0; k < MEM_KINDS; k++) fprintf(r->log, ",\"%s\":%.0f", zero_memory_names[k], all[q * MEM_KINDS + k]);
+            fprintf(r->log, "}\n");
+        }
+    }
+    free(all);
+}
+
+// Bytes each rank moved this step, per collective (ring model), beside the textbook figure.
+static void report_comm(Run *r, int step) {
+    Zero *z = &r->model.z;
+    double *all = gather_to_all(r, z->comm, ZC_NUM_COLLECTIVES, NULL);
+    if (r->rank == 0) {
+        for (int q = 0; q < r->world && r->log; q++) {
+            double *x = all + q * ZC_NUM_COLLECTIVES;
+            fprintf(r->log, "{\"event\":\"comm\",\"step\":%d,\"rank\":%d,\"all_reduce\":%.0f,\"reduce_scatter\":%.0f,"
+                            "\"all_gather\":%.0f}\n", step, q, x[ZC_ALL_REDUCE], x[ZC_REDUCE_SCATTER], x[ZC_ALL_GATHER]);
+        }
+        if (step == 1 && r->world > 1) {
+            double total = all[0] + all[1] + all[2], mib = 1024.0 * 1024.0;
+            printf("communication per rank in step 1, MiB: all_reduce %.2f, reduce_scatter %.2f, all_gather %.2f = %.2f "
+                   "(textbook for one micro-step: %.2f)\n", all[0] / mib, all[1] / mib, all[2] / mib, total / mib,
+                   zero_theory_comm(z->stage, (double)z->lay.num_params, r->world) / mib);
+        }
+    }
+    free(all);
+}
+
+static void format_eta(char *buf, size_t n, double seconds) {
+    long s = (long)(seconds + 0.5);
+    snprintf(buf, n, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+}
+
+// ----------------------------------------------------------------------------------------
+// Training
+
+// One optimizer step: accumulate gradients over the micro-steps, reduce them as zero.h
+// schedules, clip, update. Returns the loss averaged over the whole global batch.
+static float train_step(Run *r, int step, float *norm, float *lr) {
+    const TrainConfig *c = &r->cfg;
+    GPT2 *m = &r->model;
+    int B = c->batch, T = c->seq_len;
+    zero_begin_step(&m->z, step);
+    // Each position's loss enters the objective with weight 1/(all positions of all ranks),
+    // so summing the ranks' gradients gives the gradient of the global mean loss.
+    float dloss = 1.0f / ((float)B * T * r->accum * r->world);
+    double loss = 0.0;
+    for (int micro = 0; micro < r->accum; micro++) {
+        if (dataloader_next(&r->train, m->inputs, m->targets)) die();
+        zero_begin_forward(&m->z, micro, r->accum);
+        loss += gpt2_forward(m, m->inputs, m->targets, B, T, dloss);
+        gpt2_backward(m, m->inputs, B, T);
+    }
+    m->z.be.sum_doubles(m->z.be.ctx, &loss, 1);
+    *norm = gpt2_grad_norm(m);
+    if (step == 1 && c->dump_grads_path && r->rank == 0 && dump_grads(c->dump_grads_path, m)) die();
+    *lr = lr_at_step(c, step - 1);
+    AdamWStep upd = adamw_step_begin(c, *lr, step, *norm);
+    gpt2_update(m, &upd);
+    return (float)(loss / ((double)r->accum * r->world));
+}
+
+// Mean loss over val_steps batches from the start of the validation set, spread over the
+// ranks as the dataloader interleaves them: the same batches one process would see.
+static float validate(Run *r) {
+    GPT2 *m = &r->model;
+    int steps = r->cfg.val_steps, per_rank = (steps + r->world - 1) / r->world;
+    dataloader_reset(&r->val);
+    double sum = 0.0;
+    for (int k = 0; k < per_rank; k++) {
+        if (dataloader_next(&r->val, m->inputs, m->targets)) die();
+        zero_begin_forward(&m->z, 0, 1);
+        float l = gpt2_forward(m, m->inputs, m->targets, r->cfg.batch, r->cfg.seq_len, 0.0f);
+        if (k * r->world + r->rank < steps) sum += l; // past the end: ran only for ZeRO-3's gathers
+    }
+    m->z.be.sum_doubles(m->z.be.ctx, &sum, 1);
+    return (float)(sum / steps);
+}
+
+// A sharded checkpoint to resume from (checkpoint.h), and the model in llm.c's format.
+static void save(Run *r, int step) {
+    char path[4096];
+    TrainerState st;
+    memset(&st, 0, sizeof(st));
+    st.magic = CKPT_STATE_MAGIC;
+    st.step = (uint64_t)step;
+    st.adam_t = (uint64_t)step;
+    st.sample_rng = r->sample_rng;
+    st.train_data = dataloader_state(&r->train);
+    if (ckpt_save(r->cfg.out_dir, &r->model.z, &r->cfg.model, &st, "fp32")) die();
+    snprintf(path, sizeof(path), "%s/model_%08d.bin", r->cfg.out_dir, step);
+    if (gpt2_save(&r->model, path)) die();
+    if (r->rank == 0) printf("saved %s/step_%08d and %s\n", r->cfg.out_dir, step, path);
+}
+
+// --export CKPT OUT: the model of a sharded checkpoint as one llm.c file, unit by unit, so
+// memory stays bounded by one unit (DeepSpeed's zero_to_fp32). No MPI: one process reads all.
+typedef struct { FILE *f; ParamLayout lay; int version; } ExportCtx;
+static int export_unit(int u, const float *unit, void *ctx) {
+    ExportCtx *e = (ExportCtx *)ctx;
+    return gpt2_unit_file_io(e->f, &e->lay, u, (float *)unit, 1, e->version);
+}
+static int export_main(int argc, char **argv) {
+    int bf16 = argc == 5 && !strcmp(argv[4], "--bf16");
+    if (argc != 4 && !bf16) { fprintf(stderr, "error: usage: %s --export CHECKPOINT_DIR OUT.bin [--bf16]\n", argv[0]); return 1; }
+    CkptManifest *m = (CkptManifest *)xmalloc(sizeof(CkptManifest));
+    int rc = 1;
+    if (ckpt_read_manifest(argv[2], m) == 0) {
+        ExportCtx e;
+        gpt2_layout_init(&e.lay, &m->cfg, 1);
+        e.version = bf16 ? 5 : 3;
+        e.f = gpt2_begin_checkpoint(argv[3], &m->cfg, e.version);
+        if (e.f) {
+            int ok = ckpt_load(m, NULL, 0, export_unit, &e) == 0;
+            if (gpt2_end_checkpoint(e.f, argv[3], ok) == 0 && ok) {
+                printf("wrote %s from %s (step %ld, %d ranks)\n", argv[3], m->dir, m->step, m->world);
+                rc = 0;
+            }
+        }
+    }
+    free(m);
+    return rc;
+}
+
+// The whole run on this rank: MPI_Init is done, r->backend set. Returns the exit code.
+static int trainer_run(Run *r, int argc, char **argv) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &r->world);
+    int rc = setup(r, argc, argv);
+    if (rc != 0) return rc > 0 ? 0 : 1;
+    const TrainConfig *c = &r->cfg;
+    int lead = r->rank == 0;
+    if (lead) print_header(r);
+    report_memory(r);
+
+    double flops_per_token = 6.0 * r->model.z.lay.num_params + 12.0 * c->model.num_layers * c->model.channels * c->seq_len;
+    double total_ms = 0.0;
+    for (int step = r->first_step; step <= c->steps; step++) {
+        double t0 = now_seconds();
+        float norm, lr, loss = train_step(r, step, &norm, &lr);
+        double ms = (now_seconds() - t0) * 1e3, tok_s = c->total_batch / (ms / 1e3);
+        if (step > r->first_step) total_ms += ms; // the first step warms caches and thread pools
+        if (lead) {
+            char eta[32];
+            int timed = step - r->first_step;
+            format_eta(eta, sizeof(eta), (c->steps - step) * (timed > 0 ? total_ms / timed : ms) / 1e3);
+            if (step % c->print_every == 0 || step == 1 || step == c->steps) // --print-every, steps_per_print
+                printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | ETA %s\n",
+                       step, c->steps, loss, lr, norm, ms, tok_s, tok_s * flops_per_token / 1e9, eta);
+            if (r->log) fprintf(r->log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
+                                          "\"tok_s\":%.1f}\n", step, loss, lr, norm, ms, tok_s);
+        }
+        report_comm(r, step);
+        int last = step == c->steps;
+        if (r->have_val && (step % c->val_every == 0 || last)) {
+            float vl = validate(r);
+            if (lead) printf("val loss %.6f\n", vl);
+            if (lead && r->log) fprintf(r->log, "{\"step\":%d,\"val_loss\":%.9g}\n", step, vl);
+        }
+        if (c->sample_len > 0 && c->sample_every > 0 && (step % c->sample_every == 0 || last))
+            gpt2_sample(&r->model, r->have_tok ? &r->tok : NULL, c->sample_len, &r->sample_rng);
+        if (c->out_dir && ((c->save_every > 0 && step % c->save_every == 0) || last)) save(r, step);
+        if (r->log) fflush(r->log);
+    }
+    int timed = c->steps - r->first_step;
+    if (lead && timed > 0)
+        printf("average step (after the first): %.1f ms, %.0f tok/s\n", total_ms / timed,
+               c->total_batch / (total_ms / timed / 1e3));
+    if (r->log) fclose(r->log);
+    if (r->have_tok) tokenizer_free(&r->tok);
+    dataloader_free(&r->train);
+    if (r->have_val) dataloader_free(&r->val);
+    gpt2_free(&r->model);
+    return 0;
+}
+
+#endif // TRAINER_H
