@@ -12,7 +12,7 @@ LDLIBS   := $(if $(BLASDIR),-L$(BLASDIR) -Wl$(comma)-rpath$(comma)$(BLASDIR)) -l
 SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 HEADERS  := $(wildcard *.h)
 
-.PHONY: all test bench setup clean data fuzz
+.PHONY: all test bench setup clean data fuzz gpu_check
 all: train_gpt_cpu
 
 setup:
@@ -24,6 +24,24 @@ train_gpt_cpu: train_gpt_cpu.c $(HEADERS)
 # The same trainer under AddressSanitizer + UndefinedBehaviorSanitizer, used by the test suite.
 train_gpt_cpu_asan: train_gpt_cpu.c $(HEADERS)
 	$(CC) $(filter-out -O3,$(CFLAGS)) $(SANFLAGS) $< -o $@ $(LDLIBS)
+
+# The GPU trainer (train_gpt.cu): nvcc for sm_80 (A100) and sm_90 (H100), fp32 for now, no
+# warnings from nvcc or the host compiler. CUDA_HOME and NCCL_HOME (its include/ and lib/) can
+# point elsewhere; here NCCL ships inside the CUDA toolkit. GPU_ARCHS="-gencode ..." overrides.
+CUDA_HOME ?= /usr/local/cuda
+NCCL_HOME ?= $(CUDA_HOME)
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+GPU_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+GPU_LIBDIRS := $(sort $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib $(NCCL_HOME)/lib $(NCCL_HOME)/lib64))
+NVCCFLAGS := -O3 -std=c++17 -D_GNU_SOURCE -Werror all-warnings -Xcompiler -Wall$(comma)-Wextra$(comma)-Werror$(comma)-fopenmp \
+             -I. -I$(NCCL_HOME)/include $(shell mpicc -showme:compile 2>/dev/null)
+GPU_LDLIBS := $(foreach d,$(GPU_LIBDIRS),-L$(d) -Xlinker -rpath=$(d)) -lcublasLt -lcudart -lnccl -lcjson \
+              $(shell mpicc -showme:link 2>/dev/null) -lgomp
+train_gpt: train_gpt.cu $(HEADERS)
+	$(NVCC) $(NVCCFLAGS) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
+# On a machine with GPUs: GPU vs CPU loss and gradients, ZeRO stage equivalence, benchmark.
+gpu_check: train_gpt train_gpt_cpu
+	bash test/gpu/run_gpu_checks.sh
 
 # Unit-test programs: test/foo.c -> test/bin/foo (normal) and test/bin/foo_asan (sanitized).
 test/bin/%: test/%.c $(HEADERS)
@@ -81,4 +99,4 @@ fuzz: test/bin/fuzz_dataloader_libfuzzer test/bin/fuzz_ds_config_libfuzzer
 		$(wildcard ../shared/examples)
 
 clean:
-	rm -rf train_gpt_cpu train_gpt_cpu_asan test/bin test/out
+	rm -rf train_gpt_cpu train_gpt_cpu_asan train_gpt test/bin test/out
