@@ -3,11 +3,15 @@
 # Idempotent: packages already present are skipped, so it is cheap to run again.
 set -euo pipefail
 pkgs=(build-essential openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-pthread libopenblas-openmp-dev
-      libcjson-dev python3-torch python3-numpy clang libclang-rt-14-dev nodejs npm)
+      libcjson-dev python3-torch python3-numpy clang libclang-rt-14-dev bc)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js and npm for the data pipeline: any installation will do (a machine may have
+# NodeSource's nodejs, which bundles npm and conflicts with Debian's npm package).
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   echo "setup: installing ${missing[*]}"
