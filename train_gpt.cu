@@ -667,9 +667,14 @@ static int comm_begin(NcclBackend *b, const char *kind) {
         for (int k = 0; k < MAX_PENDING; k++)
             if (b->state[k] == SLOT_FREE) { h = k; break; }
     }
-    if (h < 0) {
-        fprintf(stderr, "error: rank %d: more than %d collectives in flight\n", b->rank, MAX_PENDING);
-        MPI_Abort(MPI_COMM_WORLD, 1);
+    if (h < 0) { // every slot busy (a very deep model between two host syncs): wait for the oldest
+        for (int k = 0; k < MAX_PENDING; k++)
+            if (b->state[k] == SLOT_WAITED && (h < 0 || b->seq[k] < b->seq[h])) h = k;
+        if (h < 0) {
+            fprintf(stderr, "error: rank %d: more than %d collectives in flight, none waited for\n", b->rank, MAX_PENDING);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        wait_event_watchdog(b, b->done[h], b->what[h]);
     }
     b->state[h] = SLOT_INFLIGHT;
     b->seq[h] = b->next_seq++;
