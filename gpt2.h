@@ -258,6 +258,55 @@ static inline size_t gpt2_activation_floats(const GPT2Config *c, int B, int T) {
     return total;
 }
 
+// The activations as named pointers, in the order of the list above, and their wiring into
+// one allocation (host or device memory: the trainer allocates, this only carves it up).
+typedef struct {
+    float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *residual3;
+    float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+    float *dresidual, *dbtc, *dbt4c, *dqkv;
+} Activations;
+
+static inline void gpt2_activations_wire(Activations *a, float *memory, const GPT2Config *c, int B, int T) {
+    size_t numel[NUM_ACTIVATIONS];
+    gpt2_activation_numels(c, B, T, numel);
+    float **slots[NUM_ACTIVATIONS] = {
+        &a->encoded, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att, &a->residual2,
+        &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch, &a->fch_gelu, &a->residual3, &a->lnf,
+        &a->lnf_mean, &a->lnf_rstd, &a->logits, &a->losses, &a->dresidual, &a->dbtc, &a->dbt4c, &a->dqkv};
+    for (int i = 0; i < NUM_ACTIVATIONS; i++) { *slots[i] = memory; memory += numel[i]; }
+}
+
+// ----------------------------------------------------------------------------------------
+// Elementwise math of the model, written once for the CPU kernels and the GPU kernels.
+
+// e^x in plain arithmetic that compilers vectorise (libm's expf is a scalar call): 2^k * p(r)
+// with r = x - k ln2 in [-ln2/2, ln2/2] and p the degree-6 Taylor polynomial; relative error
+// below 2e-7 for x in [-87, 88] (inputs are clamped there: e^x underflows to ~1e-38, never NaN).
+ZC_HD static inline float gpt2_exp(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x); // compares, not fminf: they vectorise
+    float k = rintf(x * 1.44269504f);
+    float r = x - k * 0.693145752f - k * 1.42860677e-6f; // ln2 in two parts: exact products
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    int32_t bits = ((int32_t)k + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof(scale));
+    return p * scale;
+}
+// tanh(u) = 1 - 2/(e^{2u} + 1): absolute error below 3e-7.
+ZC_HD static inline float gpt2_tanh(float u) { return 1.0f - 2.0f / (gpt2_exp(2.0f * u) + 1.0f); }
+
+// GELU, tanh approximation as in GPT-2: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
+// and its derivative.
+#define GPT2_GELU_SCALE 0.7978845608028654f
+ZC_HD static inline float gpt2_gelu(float x) {
+    return 0.5f * x * (1.0f + gpt2_tanh(GPT2_GELU_SCALE * (x + 0.044715f * x * x * x)));
+}
+ZC_HD static inline float gpt2_gelu_grad(float x) {
+    float th = gpt2_tanh(GPT2_GELU_SCALE * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GPT2_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 // ----------------------------------------------------------------------------------------
 // Initialisation (GPT-2: N(0, 0.02); residual projections N(0, 0.02/sqrt(2L)); LN weight 1)
 

@@ -239,25 +239,16 @@ static __global__ void add_kernel(float *dst, const float *src, size_t n) {
         dst[i] += src[i];
 }
 
-// GELU, tanh approximation, the same expressions as train_gpt_cpu.c's gelu_forward/backward.
-#define GELU_SCALE 0.7978845608028654f
+// GELU elementwise: gpt2_gelu / gpt2_gelu_grad from gpt2.h, the very functions the CPU kernels use.
 static __global__ void gelu_forward_kernel(float *out, const float *inp, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
-    }
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = gpt2_gelu(inp[i]);
 }
 // dinp = gelu'(inp) * dout; dinp may be dout (each element read before it is written, by the
 // same thread).
 static __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        float th = tanhf(u);
-        float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = grad * dout[i];
-    }
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dinp[i] = gpt2_gelu_grad(inp[i]) * dout[i];
 }
 
 // Causal softmax of the scores, in place: att (rows = B*NH*T, each T long), row r is query
@@ -782,12 +773,6 @@ static void h2d(void *dev, const void *host, size_t bytes) {
 // The model. Parameters, gradients and optimizer state live where zero.h put them (device
 // memory, through the backend); the forward and backward ask it unit by unit.
 
-typedef struct {
-    float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *residual3;
-    float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
-    float *dresidual, *dbtc, *dbt4c, *dqkv;
-} Activations;
 
 typedef struct {
     GPT2Config cfg;
@@ -809,20 +794,12 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, 
     size_t free0 = 0, free1 = 0, total_dev = 0;
     CUDA_CHECK(cudaMemGetInfo(&free0, &total_dev));
     zero_init(&m->z, cfg, stage, rank, world, be);
-    size_t numel[NUM_ACTIVATIONS], total = gpt2_activation_floats(cfg, B, T);
-    gpt2_activation_numels(cfg, B, T, numel);
+    size_t total = gpt2_activation_floats(cfg, B, T);
     CUDA_CHECK(cudaMalloc(&m->acts_memory, total * sizeof(float)));
     CUDA_CHECK(cudaMemset(m->acts_memory, 0, total * sizeof(float)));
     m->bytes_activations = total * sizeof(float);
     m->z.mem[MEM_ACTIVATIONS] = m->bytes_activations;
-    float **slots[NUM_ACTIVATIONS] = {
-        &m->acts.encoded, &m->acts.ln1, &m->acts.ln1_mean, &m->acts.ln1_rstd, &m->acts.qkv,
-        &m->acts.atty, &m->acts.att, &m->acts.residual2, &m->acts.ln2, &m->acts.ln2_mean,
-        &m->acts.ln2_rstd, &m->acts.fch, &m->acts.fch_gelu, &m->acts.residual3, &m->acts.lnf,
-        &m->acts.lnf_mean, &m->acts.lnf_rstd, &m->acts.logits, &m->acts.losses,
-        &m->acts.dresidual, &m->acts.dbtc, &m->acts.dbt4c, &m->acts.dqkv};
-    float *p = m->acts_memory;
-    for (int i = 0; i < NUM_ACTIVATIONS; i++) { *slots[i] = p; p += numel[i]; }
+    gpt2_activations_wire(&m->acts, m->acts_memory, cfg, B, T);
     m->B = B;
     m->T = T;
     size_t bt = (size_t)B * T;

@@ -61,23 +61,6 @@ static double now_seconds(void) {
 // Backward kernels ACCUMULATE (+=) into parameter gradients, because gradients accumulate
 // over micro-steps, and OVERWRITE activation gradients unless their comment says otherwise.
 
-// e^x and tanh in plain arithmetic that the compiler vectorises (libm's expf and tanhf are
-// scalar calls; GELU and the softmaxes evaluate them for every element). e^x = 2^k * p(r) with
-// r = x - k ln2 in [-ln2/2, ln2/2] and p the degree-6 Taylor polynomial: relative error below
-// 2e-7 for x in [-87, 88] (inputs are clamped there: e^x underflows to ~1e-38, never to a NaN).
-static inline float exp_fast(float x) {
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x); // compares, not fminf: they vectorise
-    float k = rintf(x * 1.44269504f);
-    float r = x - k * 0.693145752f - k * 1.42860677e-6f; // ln2 in two parts: exact products
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-    int32_t bits = ((int32_t)k + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof(scale));
-    return p * scale;
-}
-// tanh(u) = 1 - 2/(e^{2u} + 1): absolute error below 3e-7.
-static inline float tanh_fast(float u) { return 1.0f - 2.0f / (exp_fast(2.0f * u) + 1.0f); }
-
 // out (B,T,C) = wte[inp[b,t]] + wpe[t]; inp (B,T) token ids; wte (Vp,C); wpe (maxT,C)
 static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C) {
 #pragma omp parallel for collapse(2)
@@ -216,7 +199,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
                     if (a[t2] > maxv) maxv = a[t2];
                 }
                 float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) { a[t2] = exp_fast(a[t2] - maxv); sum += a[t2]; }
+                for (int t2 = 0; t2 <= t; t2++) { a[t2] = gpt2_exp(a[t2] - maxv); sum += a[t2]; }
                 float inv = 1.0f / sum;
                 float *o = out + ((size_t)b * T + t) * C + h * hs;
                 for (int i = 0; i < hs; i++) o[i] = 0.0f;
@@ -275,25 +258,15 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
     }
 }
 
-// GELU, tanh approximation as in GPT-2: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-#define GELU_SCALE 0.7978845608028654f
+// GELU elementwise (gpt2_gelu in gpt2.h, shared with the GPU kernels); (n) -> (n)
 static void gelu_forward(float *out, const float *inp, size_t n) {
 #pragma omp parallel for simd
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanh_fast(GELU_SCALE * (x + 0.044715f * x * x * x)));
-    }
+    for (size_t i = 0; i < n; i++) out[i] = gpt2_gelu(inp[i]);
 }
 // dinp = gelu'(inp) * dout, elementwise; dinp may be the same buffer as dout
 static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
 #pragma omp parallel for simd
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float th = tanh_fast(GELU_SCALE * (x + 0.044715f * x * x * x));
-        float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = grad * dout[i];
-    }
+    for (size_t i = 0; i < n; i++) dinp[i] = gpt2_gelu_grad(inp[i]) * dout[i];
 }
 
 // The LM head's loss, fused: for each of N rows of logits (N,Vp), the softmax over the first V
@@ -309,13 +282,13 @@ static void crossentropy_softmax_fused(float *logits, float *losses, const int *
         for (int i = 0; i < V; i++) maxv = l[i] > maxv ? l[i] : maxv;
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int i = 0; i < V; i++) sum += exp_fast(l[i] - maxv);
+        for (int i = 0; i < V; i++) sum += gpt2_exp(l[i] - maxv);
         int tgt = targets[n];
         losses[n] = logf(sum) + maxv - l[tgt];
         if (dloss != 0.0f) {
             float inv = 1.0f / sum;
 #pragma omp simd
-            for (int i = 0; i < V; i++) l[i] = exp_fast(l[i] - maxv) * inv * dloss;
+            for (int i = 0; i < V; i++) l[i] = gpt2_exp(l[i] - maxv) * inv * dloss;
             l[tgt] -= dloss;
             for (int i = V; i < Vp; i++) l[i] = 0.0f;
         }
@@ -427,12 +400,6 @@ static ZeroBackend mpi_backend(MpiBackend *b) {
 // The model. Where parameters, gradients and optimizer state live is ZeRO's business: the
 // forward and backward ask zero.h for each unit's parameters and gradients as they go.
 
-typedef struct {
-    float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *residual3;
-    float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
-    float *dresidual, *dbtc, *dbt4c, *dqkv;
-} Activations;
 
 typedef struct {
     GPT2Config cfg;
@@ -448,19 +415,11 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, 
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     zero_init(&m->z, cfg, stage, rank, world, be);
-    size_t numel[NUM_ACTIVATIONS], total = gpt2_activation_floats(cfg, B, T);
-    gpt2_activation_numels(cfg, B, T, numel);
+    size_t total = gpt2_activation_floats(cfg, B, T);
     m->acts_memory = xcalloc_floats(total);
     m->bytes_activations = total * sizeof(float);
     m->z.mem[MEM_ACTIVATIONS] = m->bytes_activations;
-    float **slots[NUM_ACTIVATIONS] = {
-        &m->acts.encoded, &m->acts.ln1, &m->acts.ln1_mean, &m->acts.ln1_rstd, &m->acts.qkv,
-        &m->acts.atty, &m->acts.att, &m->acts.residual2, &m->acts.ln2, &m->acts.ln2_mean,
-        &m->acts.ln2_rstd, &m->acts.fch, &m->acts.fch_gelu, &m->acts.residual3, &m->acts.lnf,
-        &m->acts.lnf_mean, &m->acts.lnf_rstd, &m->acts.logits, &m->acts.losses,
-        &m->acts.dresidual, &m->acts.dbtc, &m->acts.dbt4c, &m->acts.dqkv};
-    float *p = m->acts_memory;
-    for (int i = 0; i < NUM_ACTIVATIONS; i++) { *slots[i] = p; p += numel[i]; }
+    gpt2_activations_wire(&m->acts, m->acts_memory, cfg, B, T);
     m->B = B;
     m->T = T;
     m->inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
