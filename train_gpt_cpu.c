@@ -279,6 +279,7 @@ static void crossentropy_softmax_fused(float *logits, float *losses, const int *
     for (int n = 0; n < N; n++) {
         float *l = logits + (size_t)n * Vp;
         float maxv = -INFINITY;
+#pragma omp simd reduction(max : maxv)
         for (int i = 0; i < V; i++) maxv = l[i] > maxv ? l[i] : maxv;
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
