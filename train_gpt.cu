@@ -784,6 +784,7 @@ typedef struct {
     int B, T;
     int *inputs, *targets;         // host (pinned), what the dataloader fills
     int *d_inputs, *d_targets;     // device copies
+    const int *dev_inputs, *dev_targets; // what model.h's kernels read: the device copies
     float *h_losses, *h_row;       // pinned: losses (B*T), one logits row (Vp)
     double *d_partials, *d_sumsq, *h_sumsq;
 } GPT2;
@@ -837,100 +838,42 @@ static void gpt2_free(GPT2 *m) {
     CUDA_CHECK(cudaFreeHost(m->h_losses)); CUDA_CHECK(cudaFreeHost(m->h_row)); CUDA_CHECK(cudaFreeHost(m->h_sumsq));
 }
 
-// Forward pass over inputs (B,T) (host) with B <= m->B, T <= m->T: as train_gpt_cpu.c's. With
-// targets the losses; with dloss != 0 also the logits' gradient in place. Returns the mean loss
-// (the host waits for it), 0 without targets. Every rank must call it (ZeRO-3 gathers).
-static float gpt2_forward(GPT2 *m, const int *inputs, const int *targets, int B, int T, float dloss) {
-    const GPT2Config *c = &m->cfg;
-    Zero *z = &m->z;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, F = gpt2_final_unit(&z->lay);
-    size_t btc = (size_t)N * C;
-    Activations *a = &m->acts;
+// --- what model.h needs beyond the kernel wrappers above -------------------------------
+
+static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C) {
+    size_t n = (size_t)B * T * C;
+    encoder_forward_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(out, inp, wte, wpe, B * T, T, C);
+    LAUNCH_CHECK();
+}
+static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C) {
+    encoder_backward_wte_kernel<<<grid_for((size_t)B * T * C, 256), 256, 0, gpu.compute>>>(dwte, dout, inp, B * T, C);
+    LAUNCH_CHECK();
+    encoder_backward_wpe_kernel<<<grid_for((size_t)T * C, 256), 256, 0, gpu.compute>>>(dwpe, dout, B, T, C);
+    LAUNCH_CHECK();
+}
+static void zero_fill(float *p, size_t n) { CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), gpu.compute)); }
+// The batch goes to the device on the compute stream, ahead of the kernels that read it.
+static void upload_batch(GPT2 *m, const int *inputs, const int *targets, int N) {
     CUDA_CHECK(cudaMemcpyAsync(m->d_inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, gpu.compute));
     if (targets)
         CUDA_CHECK(cudaMemcpyAsync(m->d_targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, gpu.compute));
-    EmbedTensors emb = gpt2_embed_tensors(c, zero_params(z, UNIT_EMBED, gpt2_unit_of_layer(0)));
-    encoder_forward_kernel<<<grid_for(btc, 256), 256, 0, gpu.compute>>>(a->encoded, m->d_inputs, emb.wte, emb.wpe, N, T, C);
+    m->dev_inputs = m->d_inputs;
+    m->dev_targets = m->d_targets;
+}
+// The fused classifier over the logits, and the mean loss summed on the host in order, as the
+// CPU trainer does.
+static float classifier_loss(GPT2 *m, int N, float dloss) {
+    const GPT2Config *c = &m->cfg;
+    crossentropy_softmax_kernel<<<N, CLS_THREADS, 0, gpu.compute>>>(m->acts.logits, m->acts.losses, m->d_targets,
+                                                                    c->vocab_size, c->padded_vocab_size, dloss);
     LAUNCH_CHECK();
-    for (int l = 0; l < L; l++) {
-        int u = gpt2_unit_of_layer(l);
-        LayerTensors w = gpt2_layer_tensors(c, zero_params(z, u, u + 1));
-        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * btc;
-        float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * 3 * btc, *atty = a->atty + l * btc;
-        float *att = a->att + (size_t)l * B * NH * T * T, *residual2 = a->residual2 + l * btc;
-        float *ln2 = a->ln2 + l * btc, *fch = a->fch + l * 4 * btc, *fch_gelu = a->fch_gelu + l * 4 * btc;
-        float *residual3 = a->residual3 + l * btc;
-        layernorm_forward(ln1, a->ln1_mean + l * N, a->ln1_rstd + l * N, residual, w.ln1w, w.ln1b, N, C);
-        matmul_forward(qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C);
-        attention_forward(atty, att, qkv, B, T, C, NH);
-        // the projections land in dbtc (free during the forward), then the residual adds
-        matmul_forward(a->dbtc, atty, w.attprojw, w.attprojb, N, C, C);
-        residual_forward(residual2, residual, a->dbtc, btc);
-        layernorm_forward(ln2, a->ln2_mean + l * N, a->ln2_rstd + l * N, residual2, w.ln2w, w.ln2b, N, C);
-        matmul_forward(fch, ln2, w.fcw, w.fcb, N, C, 4 * C);
-        gelu_forward(fch_gelu, fch, 4 * btc);
-        matmul_forward(a->dbtc, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
-        residual_forward(residual3, residual2, a->dbtc, btc);
-    }
-    FinalTensors fin = gpt2_final_tensors(c, zero_params(z, F, -1));
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3 + (L - 1) * btc, fin.lnfw, fin.lnfb, N, C);
-    matmul_forward(a->logits, a->lnf, emb.wte, NULL, N, C, c->padded_vocab_size); // tied LM head
-    if (!targets) return 0.0f;
-    crossentropy_softmax_kernel<<<N, CLS_THREADS, 0, gpu.compute>>>(a->logits, a->losses, m->d_targets, c->vocab_size,
-                                                                    c->padded_vocab_size, dloss);
-    LAUNCH_CHECK();
-    d2h(m->h_losses, a->losses, (size_t)N * sizeof(float), "the forward pass (loss)");
-    double sum = 0.0; // summed on the host in order, as the CPU trainer does
+    d2h(m->h_losses, m->acts.losses, (size_t)N * sizeof(float), "the forward pass (loss)");
+    double sum = 0.0;
     for (int i = 0; i < N; i++) sum += m->h_losses[i];
     return (float)(sum / N);
 }
 
-// Backward pass after gpt2_forward(..., dloss != 0): the CPU trainer's, kernel for kernel.
-// Each unit's gradient is handed to zero.h as soon as its kernels are enqueued; the
-// collective starts on the comm stream once they have run, overlapping the rest.
-static void gpt2_backward(GPT2 *m, const int *inputs, int B, int T) {
-    (void)inputs; // the forward copied them to m->d_inputs
-    const GPT2Config *c = &m->cfg;
-    Zero *z = &m->z;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, F = gpt2_final_unit(&z->lay);
-    size_t btc = (size_t)N * C;
-    Activations *a = &m->acts;
-    EmbedTensors emb = gpt2_embed_tensors(c, zero_params(z, UNIT_EMBED, -1));
-    EmbedTensors demb = gpt2_embed_tensors(c, zero_grads(z, UNIT_EMBED));
-    FinalTensors fin = gpt2_final_tensors(c, zero_params(z, F, gpt2_unit_of_layer(L - 1)));
-    FinalTensors dfin = gpt2_final_tensors(c, zero_grads(z, F));
-    matmul_backward(a->dbtc, demb.wte, NULL, a->logits, a->lnf, emb.wte, N, C, c->padded_vocab_size);
-    CUDA_CHECK(cudaMemsetAsync(a->dresidual, 0, btc * sizeof(float), gpu.compute));
-    layernorm_backward(a->dresidual, dfin.lnfw, dfin.lnfb, a->dbtc, a->residual3 + (L - 1) * btc, fin.lnfw,
-                       a->lnf_mean, a->lnf_rstd, N, C);
-    zero_grads_done(z, F);
-    for (int l = L - 1; l >= 0; l--) {
-        int u = gpt2_unit_of_layer(l);
-        LayerTensors w = gpt2_layer_tensors(c, zero_params(z, u, l > 0 ? u - 1 : -1));
-        LayerTensors g = gpt2_layer_tensors(c, zero_grads(z, u));
-        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * btc;
-        float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * 3 * btc, *atty = a->atty + l * btc;
-        float *att = a->att + (size_t)l * B * NH * T * T, *residual2 = a->residual2 + l * btc;
-        float *ln2 = a->ln2 + l * btc, *fch = a->fch + l * 4 * btc, *fch_gelu = a->fch_gelu + l * 4 * btc;
-        matmul_backward(a->dbt4c, g.fcprojw, g.fcprojb, a->dresidual, fch_gelu, w.fcprojw, N, 4 * C, C);
-        gelu_backward(a->dbt4c, fch, a->dbt4c, 4 * btc);
-        matmul_backward(a->dbtc, g.fcw, g.fcb, a->dbt4c, ln2, w.fcw, N, C, 4 * C);
-        layernorm_backward(a->dresidual, g.ln2w, g.ln2b, a->dbtc, residual2, w.ln2w, a->ln2_mean + l * N,
-                           a->ln2_rstd + l * N, N, C);
-        matmul_backward(a->dbtc, g.attprojw, g.attprojb, a->dresidual, atty, w.attprojw, N, C, C);
-        attention_backward(a->dqkv, att, a->dbtc, qkv, atty, B, T, C, NH);
-        matmul_backward(a->dbtc, g.qkvw, g.qkvb, a->dqkv, ln1, w.qkvw, N, C, 3 * C);
-        layernorm_backward(a->dresidual, g.ln1w, g.ln1b, a->dbtc, residual, w.ln1w, a->ln1_mean + l * N,
-                           a->ln1_rstd + l * N, N, C);
-        zero_grads_done(z, u);
-    }
-    encoder_backward_wte_kernel<<<grid_for(btc, 256), 256, 0, gpu.compute>>>(demb.wte, a->dresidual, m->d_inputs, N, C);
-    LAUNCH_CHECK();
-    encoder_backward_wpe_kernel<<<grid_for((size_t)T * C, 256), 256, 0, gpu.compute>>>(demb.wpe, a->dresidual, B, T, C);
-    LAUNCH_CHECK();
-    zero_grads_done(z, UNIT_EMBED);
-    zero_end_backward(z);
-}
+#include "model.h" // gpt2_forward, gpt2_backward: the same passes as the CPU trainer's
 
 // The global L2 norm: each unit's sum of squares in fixed-size partials, one fixed-order sum,
 // one copy to the host, then zero.h's sum over ranks.

@@ -145,19 +145,12 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
 }
 
 // out (N,OC) = inp (N,C) . w^T + bias, w (OC,C) as in PyTorch's Linear; bias (OC) or NULL.
-// accumulate: add to what out already holds (a residual connection) instead of overwriting.
-static void matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-                           int N, int C, int OC, int accumulate) {
-    if (bias || accumulate) {
+static void matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC) {
+    if (bias) { // start from the bias, and let sgemm add the product to it
 #pragma omp parallel for
-        for (int n = 0; n < N; n++) {
-            float *o = out + (size_t)n * OC;
-            if (!accumulate) for (int j = 0; j < OC; j++) o[j] = bias[j];
-            else if (bias) for (int j = 0; j < OC; j++) o[j] += bias[j];
-        }
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C,
-                (bias || accumulate) ? 1.0f : 0.0f, out, OC);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, bias ? 1.0f : 0.0f, out, OC);
 }
 
 // dinp (N,C) = dout (N,OC) . w;  dw (OC,C) += dout^T . inp;  dbias (OC) += column sums of dout
@@ -211,11 +204,13 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
             }
 }
 
-// dqkv (B,T,3C) from dout (B,T,C), the saved qkv and att. Parallel over (b, h): each task
-// writes only its own head's columns, so the scatter into dk and dv never races.
-// scratch: T floats per thread.
-static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+// dqkv (B,T,3C) from dout (B,T,C), the saved qkv and att (left as it is; the GPU version
+// reuses it as scratch, hence not const; out, the forward's output, is the GPU's too). Parallel
+// over (b, h): each task writes only its own head's columns, so the scatter into dk and dv
+// never races. scratch: T floats per thread.
+static void attention_backward(float *dqkv, float *att, const float *dout, const float *qkv, const float *out,
                                int B, int T, int C, int NH) {
+    (void)out;
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel
@@ -268,6 +263,13 @@ static void gelu_backward(float *dinp, const float *inp, const float *dout, size
 #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) dinp[i] = gpt2_gelu_grad(inp[i]) * dout[i];
 }
+
+// out = a + b, elementwise (n): the residual connections
+static void residual_forward(float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for simd
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+static void zero_fill(float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
 
 // The LM head's loss, fused: for each of N rows of logits (N,Vp), the softmax over the first V
 // columns (padded columns never enter it), the cross-entropy against targets (N) into losses (N),
@@ -410,6 +412,7 @@ typedef struct {
     size_t bytes_activations;
     int B, T;                      // the largest batch the activations hold
     int *inputs, *targets;         // (B,T)
+    const int *dev_inputs, *dev_targets; // where the kernels read the batch: here, the same arrays
 } GPT2;
 
 static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, int rank, int world, ZeroBackend be) {
@@ -432,93 +435,22 @@ static void gpt2_free(GPT2 *m) {
     free(m->acts_memory); free(m->inputs); free(m->targets);
 }
 
-// Forward pass over inputs (B,T) with B <= m->B, T <= m->T. With targets it computes the loss
-// per position into acts.losses, and with dloss != 0 also the logits' gradient (in place),
-// ready for gpt2_backward. dloss is d(objective)/d(loss at one position). Returns the mean
-// loss over the B*T positions (0 without targets). Every rank must call it (ZeRO-3 gathers).
-static float gpt2_forward(GPT2 *m, const int *inputs, const int *targets, int B, int T, float dloss) {
+// The batch is already where the kernels read it.
+static void upload_batch(GPT2 *m, const int *inputs, const int *targets, int N) {
+    (void)N;
+    m->dev_inputs = inputs;
+    m->dev_targets = targets;
+}
+// The fused softmax + cross-entropy (+ gradient) over the logits; the mean loss.
+static float classifier_loss(GPT2 *m, int N, float dloss) {
     const GPT2Config *c = &m->cfg;
-    Zero *z = &m->z;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, F = gpt2_final_unit(&z->lay);
-    size_t btc = (size_t)N * C;
-    Activations *a = &m->acts;
-    EmbedTensors emb = gpt2_embed_tensors(c, zero_params(z, UNIT_EMBED, gpt2_unit_of_layer(0)));
-    encoder_forward(a->encoded, inputs, emb.wte, emb.wpe, B, T, C);
-    for (int l = 0; l < L; l++) {
-        int u = gpt2_unit_of_layer(l);
-        LayerTensors w = gpt2_layer_tensors(c, zero_params(z, u, u + 1)); // u + 1: next layer, or F
-        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * btc;
-        float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * 3 * btc, *atty = a->atty + l * btc;
-        float *att = a->att + (size_t)l * B * NH * T * T, *residual2 = a->residual2 + l * btc;
-        float *ln2 = a->ln2 + l * btc, *fch = a->fch + l * 4 * btc, *fch_gelu = a->fch_gelu + l * 4 * btc;
-        float *residual3 = a->residual3 + l * btc;
-        layernorm_forward(ln1, a->ln1_mean + l * N, a->ln1_rstd + l * N, residual, w.ln1w, w.ln1b, N, C);
-        matmul_forward(qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C, 0);
-        attention_forward(atty, att, qkv, B, T, C, NH);
-        memcpy(residual2, residual, btc * sizeof(float));
-        matmul_forward(residual2, atty, w.attprojw, w.attprojb, N, C, C, 1);
-        layernorm_forward(ln2, a->ln2_mean + l * N, a->ln2_rstd + l * N, residual2, w.ln2w, w.ln2b, N, C);
-        matmul_forward(fch, ln2, w.fcw, w.fcb, N, C, 4 * C, 0);
-        gelu_forward(fch_gelu, fch, 4 * btc);
-        memcpy(residual3, residual2, btc * sizeof(float));
-        matmul_forward(residual3, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C, 1);
-    }
-    FinalTensors fin = gpt2_final_tensors(c, zero_params(z, F, -1));
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3 + (L - 1) * btc, fin.lnfw, fin.lnfb, N, C);
-    matmul_forward(a->logits, a->lnf, emb.wte, NULL, N, C, c->padded_vocab_size, 0); // tied LM head
-    if (!targets) return 0.0f;
-    crossentropy_softmax_fused(a->logits, a->losses, targets, N, c->vocab_size, c->padded_vocab_size, dloss);
+    crossentropy_softmax_fused(m->acts.logits, m->acts.losses, m->dev_targets, N, c->vocab_size, c->padded_vocab_size, dloss);
     double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += a->losses[i];
+    for (int i = 0; i < N; i++) sum += m->acts.losses[i];
     return (float)(sum / N);
 }
 
-// Backward pass after gpt2_forward(..., dloss != 0) on the same inputs. Each unit's gradient
-// is handed to zero.h as soon as it is complete, so its reduction overlaps the rest.
-static void gpt2_backward(GPT2 *m, const int *inputs, int B, int T) {
-    const GPT2Config *c = &m->cfg;
-    Zero *z = &m->z;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, F = gpt2_final_unit(&z->lay);
-    size_t btc = (size_t)N * C;
-    Activations *a = &m->acts;
-    // The embeddings are used first and last: their gradient collects the LM head's share now
-    // and the token lookup's at the end, and is reduced once, after both.
-    EmbedTensors emb = gpt2_embed_tensors(c, zero_params(z, UNIT_EMBED, -1));
-    EmbedTensors demb = gpt2_embed_tensors(c, zero_grads(z, UNIT_EMBED));
-    FinalTensors fin = gpt2_final_tensors(c, zero_params(z, F, gpt2_unit_of_layer(L - 1)));
-    FinalTensors dfin = gpt2_final_tensors(c, zero_grads(z, F));
-    matmul_backward(a->dbtc, demb.wte, NULL, a->logits, a->lnf, emb.wte, N, C, c->padded_vocab_size);
-    memset(a->dresidual, 0, btc * sizeof(float));
-    layernorm_backward(a->dresidual, dfin.lnfw, dfin.lnfb, a->dbtc, a->residual3 + (L - 1) * btc,
-                       fin.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
-    zero_grads_done(z, F);
-    // dresidual is the gradient of the residual stream; each block adds its branches to it.
-    for (int l = L - 1; l >= 0; l--) {
-        int u = gpt2_unit_of_layer(l);
-        LayerTensors w = gpt2_layer_tensors(c, zero_params(z, u, l > 0 ? u - 1 : -1));
-        LayerTensors g = gpt2_layer_tensors(c, zero_grads(z, u));
-        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * btc;
-        float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * 3 * btc, *atty = a->atty + l * btc;
-        float *att = a->att + (size_t)l * B * NH * T * T, *residual2 = a->residual2 + l * btc;
-        float *ln2 = a->ln2 + l * btc, *fch = a->fch + l * 4 * btc, *fch_gelu = a->fch_gelu + l * 4 * btc;
-        // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        matmul_backward(a->dbt4c, g.fcprojw, g.fcprojb, a->dresidual, fch_gelu, w.fcprojw, N, 4 * C, C);
-        gelu_backward(a->dbt4c, fch, a->dbt4c, 4 * btc);
-        matmul_backward(a->dbtc, g.fcw, g.fcb, a->dbt4c, ln2, w.fcw, N, C, 4 * C);
-        layernorm_backward(a->dresidual, g.ln2w, g.ln2b, a->dbtc, residual2, w.ln2w,
-                           a->ln2_mean + l * N, a->ln2_rstd + l * N, N, C);
-        // attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-        matmul_backward(a->dbtc, g.attprojw, g.attprojb, a->dresidual, atty, w.attprojw, N, C, C);
-        attention_backward(a->dqkv, a->dbtc, qkv, att, B, T, C, NH);
-        matmul_backward(a->dbtc, g.qkvw, g.qkvb, a->dqkv, ln1, w.qkvw, N, C, 3 * C);
-        layernorm_backward(a->dresidual, g.ln1w, g.ln1b, a->dbtc, residual, w.ln1w,
-                           a->ln1_mean + l * N, a->ln1_rstd + l * N, N, C);
-        zero_grads_done(z, u);
-    }
-    encoder_backward(demb.wte, demb.wpe, a->dresidual, inputs, B, T, C);
-    zero_grads_done(z, UNIT_EMBED);
-    zero_end_backward(z);
-}
+#include "model.h" // gpt2_forward, gpt2_backward: the same passes as the GPU trainer's
 
 // The global L2 norm of the gradient (padding and padded vocabulary rows hold zeros).
 static float gpt2_grad_norm(GPT2 *m) {

@@ -5,7 +5,8 @@
 //   GPT2: a struct with at least GPT2Config cfg; Zero z; int B, T; int *inputs, *targets (host
 //     arrays of B*T); size_t bytes_activations
 //   gpt2_build(m, cfg, B, T, stage, rank, world, ZeroBackend), gpt2_free(m)
-//   gpt2_forward(m, inputs, targets, B, T, dloss) -> mean loss; gpt2_backward(m, inputs, B, T)
+//   gpt2_forward(m, inputs, targets, B, T, dloss) -> mean loss; gpt2_backward(m, B, T)
+//     (both from model.h, over the trainer's kernels)
 //   gpt2_grad_norm(m) -> global norm; gpt2_update(m, const AdamWStep *)
 //   gpt2_logits_row(m, t) -> host pointer to the Vp logits of row 0, position t
 //   gpt2_load_or_init(m, FILE *, path, version, seed); gpt2_save(m, path); dump_grads(path, m)
@@ -253,7 +254,7 @@ static float train_step(Run *r, int step, float *norm, float *lr) {
         if (dataloader_next(&r->train, m->inputs, m->targets)) die();
         zero_begin_forward(&m->z, micro, r->accum);
         loss += gpt2_forward(m, m->inputs, m->targets, B, T, dloss);
-        gpt2_backward(m, m->inputs, B, T);
+        gpt2_backward(m, B, T);
     }
     m->z.be.sum_doubles(m->z.be.ctx, &loss, 1);
     *norm = gpt2_grad_norm(m);

@@ -310,14 +310,21 @@ static void test_layernorm(int N, int C) {
 }
 
 // ----------------------------------------------------------------------------------------
-// matmul: out (N,OC) [+]= inp (N,C) . w^T + bias
+// matmul: out (N,OC) = inp (N,C) . w^T + bias; "accumulate" adds it to a residual stream the
+// way the model does, through residual_forward (so that kernel is covered too)
 
 typedef struct { int N, C, OC, accumulate; float *inp, *w, *bias, *out; const float *prev, *r; } MmCtx;
 static double mm_J(void *p) {
     MmCtx *c = (MmCtx *)p;
     size_t n = (size_t)c->N * c->OC;
-    if (c->accumulate) memcpy(c->out, c->prev, n * sizeof(float)); // what the residual held
-    matmul_forward(c->out, c->inp, c->w, c->bias, c->N, c->C, c->OC, c->accumulate);
+    if (c->accumulate) { // out = prev (what the residual held) + the product
+        float *tmp = floats(n);
+        matmul_forward(tmp, c->inp, c->w, c->bias, c->N, c->C, c->OC);
+        residual_forward(c->out, c->prev, tmp, n);
+        free(tmp);
+    } else {
+        matmul_forward(c->out, c->inp, c->w, c->bias, c->N, c->C, c->OC);
+    }
     return weighted_sum(c->r, c->out, n);
 }
 
@@ -414,7 +421,7 @@ static void test_attention(int B, int T, int C, int NH) {
     check_close("out", out, ref, no, 1e-5);
 
     float *dqkv = floats(nq);
-    attention_backward(dqkv, r, qkv, att, B, T, C, NH);
+    attention_backward(dqkv, att, r, qkv, out, B, T, C, NH);
     double *fd = doubles(nq);
     fd_grad(att_J, &ctx, qkv, nq, FD_H, fd);
     check_grad("qkv", fd, dqkv, nq, 0);
@@ -422,7 +429,7 @@ static void test_attention(int B, int T, int C, int NH) {
     att_J(&ctx); // the cache again for the unperturbed qkv
     float *a = floats(nq);
     fill_nan(a, nq);
-    attention_backward(a, r, qkv, att, B, T, C, NH);
+    attention_backward(a, att, r, qkv, out, B, T, C, NH);
     check_overwritten("dqkv", a, dqkv, nq);
     free(qkv); free(out); free(att); free(r); free(ref); free(p); free(dqkv); free(fd); free(a);
 }
@@ -601,7 +608,7 @@ static void test_model(void) {
     zero_begin_step(&m.z, 1); // zeroes the gradients
     zero_begin_forward(&m.z, 0, 1);
     float loss = gpt2_forward(&m, inp, tgt, MB, MT, 1.0f / (MB * MT));
-    gpt2_backward(&m, inp, MB, MT);
+    gpt2_backward(&m, MB, MT);
     float *g = copy_of(grads, lay->num_flat);
     if (fabs(loss - model_J(&ctx)) > 1e-6 * fabs(loss))
         FAIL("model: gpt2_forward returned %.9g, not the mean of its per-position losses %.9g", loss, model_J(&ctx));
@@ -614,7 +621,7 @@ static void test_model(void) {
     // Gradient accumulation over micro-steps: a second pass must add the same gradient again.
     zero_begin_forward(&m.z, 0, 1);
     gpt2_forward(&m, inp, tgt, MB, MT, 1.0f / (MB * MT));
-    gpt2_backward(&m, inp, MB, MT);
+    gpt2_backward(&m, MB, MT);
     double worst = 0.0, gscale = max_abs(g, lay->num_flat);
     for (size_t i = 0; i < lay->num_flat; i++) worst = fmax(worst, fabs(grads[i] - 2.0 * g[i]));
     if (!(worst <= 1e-5 * gscale))
