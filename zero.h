@@ -25,17 +25,19 @@
 //              into the owner's shard accumulator, and the bucket reused.
 //     stage 3: as stage 2, and before each unit's forward and backward its parameters are
 //              all-gathered into a gather buffer; the next unit's gather is started (prefetch)
-//              before the current unit computes. The embeddings are gathered once per
-//              micro-step and kept until the encoder's backward (they are used first and last,
-//              and their buffer is needed at the LM head anyway); the final LayerNorm likewise
-//              from its forward to its backward. Layers are gathered twice per micro-step.
+//              before the current unit computes. A gathered unit is kept while no other unit
+//              needs its buffer: the embeddings (used by the token lookup and again by the tied
+//              LM head, forward and backward; the lookup's backward needs no weights) and the
+//              final LayerNorm are gathered once per micro-step, and the last two layers are
+//              still in the two layer buffers when the backward begins. Every other layer is
+//              gathered twice per micro-step.
 //   Accounting. Every collective's bytes are counted in the ring model (all-gather or
 //   reduce-scatter of M bytes over N ranks: M(N-1)/N; all-reduce: twice that), and every
 //   buffer this header asks the backend to allocate is counted by kind.
 //
 //   The backend (ZeroBackend) performs what it is handed: non-blocking collectives identified
-//   by a small integer, a wait, a blocking sum of a few doubles, and allocation. It never
-//   decides what to communicate.
+//   by a small integer, a wait and a progress poke, a blocking sum of a few doubles, and
+//   memory (allocate, zero, add). It never decides what to communicate.
 // No global state; compiles as C11 and as CUDA C++.
 #ifndef ZERO_H
 #define ZERO_H
@@ -327,15 +329,6 @@ static inline void zero_begin_step(Zero *z, int step) {
 
 // --- theory, for the reports beside the measurements -------------------------------------
 
-// Model-state bytes per rank by the textbook formula (fp32 + Adam): 16P, 8P + 8P/N, 4P + 12P/N, 16P/N.
-static inline double zero_theory_model_states(int stage, double P, int N) {
-    switch (stage) {
-    case 0: return 16.0 * P;
-    case 1: return 8.0 * P + 8.0 * P / N;
-    case 2: return 4.0 * P + 12.0 * P / N;
-    default: return 16.0 * P / N;
-    }
-}
 // Bytes communicated per rank per step (one micro-step), textbook: 2P(N-1)/N elements for
 // stages 0-2, 3P(N-1)/N for stage 3; here in fp32 bytes.
 static inline double zero_theory_comm(int stage, double P, int N) {

@@ -6,6 +6,17 @@
 //                                      shell test until `train_gpt_cpu --plan` exists
 #include "planner.h"
 
+// The textbook model-state bytes per rank in fp32 + Adam (parameters are their own master):
+// 16P, 8P + 8P/N, 4P + 12P/N, 16P/N. Written here, apart from the planner, as its oracle.
+static double zero_theory_model_states(int stage, double P, int N) {
+    switch (stage) {
+    case 0: return 16.0 * P;
+    case 1: return 8.0 * P + 8.0 * P / N;
+    case 2: return 4.0 * P + 12.0 * P / N;
+    default: return 16.0 * P / N;
+    }
+}
+
 static int failures = 0, checks = 0;
 #define CHECK(cond, ...) do { checks++; if (!(cond)) { failures++; printf("FAIL %s:%d: ", __FILE__, __LINE__); \
     printf(__VA_ARGS__); printf("\n"); } } while (0)
