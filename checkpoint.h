@@ -327,6 +327,13 @@ static inline int ckpt_open_rank_files(const CkptManifest *m, const char *kind, 
             fprintf(stderr, "error: %s: not rank %d of %d of this checkpoint\n", path, q, m->world);
             return -1;
         }
+        const GPT2Config *c = &m->cfg;
+        if (h[2] != c->max_seq_len || h[3] != c->vocab_size || h[4] != c->num_layers || h[5] != c->num_heads ||
+            h[6] != c->channels || h[7] != c->padded_vocab_size) {
+            fprintf(stderr, "error: %s: holds a model of another shape (L=%d C=%d NH=%d) than the manifest's (L=%d C=%d NH=%d)\n",
+                    path, h[4], h[6], h[5], c->num_layers, c->channels, c->num_heads);
+            return -1;
+        }
     }
     return 0;
 }

@@ -95,7 +95,9 @@ cp -r $c $d/bad_trunc; truncate -s -100 $d/bad_trunc/optim_rank00001.bin
 cp -r $c $d/bad_missing; rm $d/bad_missing/model_rank00000.bin
 cp -r $c $d/bad_flip; printf '\x55' | dd of=$d/bad_flip/model_rank00001.bin bs=1 seek=2000 conv=notrunc 2>/dev/null
 cp -r $c $d/bad_state; printf '\x01' | dd of=$d/bad_state/state.bin bs=1 seek=20 conv=notrunc 2>/dev/null
+cp -r $c $d/bad_shape; printf '\x40' | dd of=$d/bad_shape/model_rank00001.bin bs=1 seek=24 conv=notrunc 2>/dev/null
 expect truncated "optim_rank00001.bin: .* bytes, the manifest says"  --resume $d/bad_trunc
+expect shape_file "model_rank00001.bin: holds a model of another shape" --resume $d/bad_shape
 expect missing   "model_rank00000.bin: missing"                     --resume $d/bad_missing
 expect flipped   "model_rank00001.bin: checksum mismatch"           --resume $d/bad_flip
 expect state     "state.bin: missing, truncated or damaged"         --resume $d/bad_state
