@@ -166,8 +166,12 @@ static void print_header(const Run *r) {
              g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size);
     snprintf(batch, sizeof(batch), "B=%d T=%d x %d procs x %d accum = %ld tokens/step", c->batch, c->seq_len,
              r->world, r->accum, c->total_batch);
-    snprintf(opt, sizeof(opt), "lr %g %s warmup %d min %g wd %g clip %g", c->lr, lr_schedule_names[c->lr_schedule],
-             c->warmup, c->min_lr_frac, c->weight_decay, c->grad_clip);
+    if (c->lr_schedule < LR_DS_WARMUP) // ours: warmup, then down to min_lr_frac of the peak
+        snprintf(opt, sizeof(opt), "lr %g %s warmup %d min %g wd %g clip %g", c->lr, lr_schedule_names[c->lr_schedule],
+                 c->warmup, c->min_lr_frac, c->weight_decay, c->grad_clip);
+    else // DeepSpeed's: their own parameters (the resolved configuration lists them all)
+        snprintf(opt, sizeof(opt), "lr %g %s warmup %d (%s) wd %g clip %g", c->lr, lr_schedule_names[c->lr_schedule],
+                 c->warmup, c->warmup_type == LR_WARMUP_LOG ? "log" : "linear", c->weight_decay, c->grad_clip);
     const char *model = c->init_path ? c->init_path : (c->model_name ? c->model_name : "from scratch");
     printf("+--------------------+-------------------------------------------------------+\n");
     printf("| %-18s | %-53s |\n", "model", model);
