@@ -1,10 +1,10 @@
 // train_gpt_cpu.c: GPT-2 training on the CPU, in one file you can read top to bottom.
 //
-// Sections: kernels (forward and backward of every op, OpenMP + OpenBLAS), the model
-// (parameters, activations, forward, backward, AdamW), sampling, logging, and main (the
-// training loop). The model description (flat parameter layout, checkpoints, activation list),
-// the options, the optimizer math and the dataloader live in shared headers that the GPU
-// trainer includes too; this file holds only what is CPU-specific.
+// Sections: kernels (forward and backward of every op, OpenMP + OpenBLAS), the MPI backend
+// that performs zero.h's collectives, the model's storage (activations, gradient norm, AdamW
+// over this rank's partition, parameters in and out), and main. What is not CPU-specific is
+// shared with the GPU trainer: the passes over the kernels (model.h), the run with its loop
+// (trainer.h), ZeRO (zero.h), the model description (gpt2.h), options, data, checkpoints.
 //
 // It is also the oracle: test/reference_gpt2.py checks its loss and every gradient against an
 // independent PyTorch implementation, and every kernel's backward is checked against finite
