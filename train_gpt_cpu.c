@@ -584,11 +584,11 @@ static void share_cores(void) {
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
     MPI_Comm_size(local, &nlocal);
     MPI_Comm_free(&local);
-    if (getenv("OMP_NUM_THREADS")) return;
     int threads = omp_get_num_procs() / nlocal;
     if (threads < 1) threads = 1;
+    if (getenv("OMP_NUM_THREADS")) threads = omp_get_max_threads(); // the user's choice
     omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
+    openblas_set_num_threads(threads); // OpenBLAS keeps its own count: tell it the same
 }
 
 #ifndef TESTING
