@@ -124,8 +124,8 @@ static inline void ckpt_shard_header(int32_t h[256], const GPT2Config *c, int ki
 
 // --- saving -------------------------------------------------------------------------------
 
-// Every rank calls it. Host memory: the backend's buffers are this process's (the GPU trainer
-// stages each slice through a host copy before calling the same writer).
+// Every rank calls it. The model states are read through the backend's to_host, one slice at
+// a time, so they may live on a GPU.
 static inline int ckpt_save(const char *dir, Zero *z, const GPT2Config *cfg, const TrainerState *st,
                             const char *precision) {
     char step_dir[CKPT_PATH], path[CKPT_PATH];
@@ -153,13 +153,19 @@ static inline int ckpt_save(const char *dir, Zero *z, const GPT2Config *cfg, con
         ckpt_out_write(&model, h, sizeof(h));
         ckpt_shard_header(h, cfg, 1, z->rank, z->world);
         ckpt_out_write(&optim, h, sizeof(h));
-        for (int u = 0; u < z->lay.num_units; u++) {
-            size_t n = zero_slice(z, u), full = z->stage == 0 ? zero_slice_begin(z, u) : zero_shard_offset(z, u);
+        float *host = (float *)malloc(zero_max_unit(z) / z->world * sizeof(float)); // the largest slice
+        for (int u = 0; u < z->lay.num_units && host; u++) { // through the host, one slice at a time
+            size_t n = zero_slice(z, u), mv = z->stage == 0 ? zero_slice_begin(z, u) : zero_shard_offset(z, u);
             const float *p = z->stage == 3 ? z->params + zero_shard_offset(z, u) : z->params + zero_slice_begin(z, u);
-            ckpt_out_write(&model, p, n * sizeof(float));
-            ckpt_out_write(&optim, z->adam_m + full, n * sizeof(float));
-            ckpt_out_write(&optim, z->adam_v + full, n * sizeof(float));
+            z->be.to_host(z->be.ctx, host, p, n);
+            ckpt_out_write(&model, host, n * sizeof(float));
+            z->be.to_host(z->be.ctx, host, z->adam_m + mv, n);
+            ckpt_out_write(&optim, host, n * sizeof(float));
+            z->be.to_host(z->be.ctx, host, z->adam_v + mv, n);
+            ckpt_out_write(&optim, host, n * sizeof(float));
         }
+        if (!host) model.ok = 0;
+        free(host);
     }
     bad |= ckpt_out_close(&model) | ckpt_out_close(&optim);
 
@@ -380,16 +386,17 @@ static inline int ckpt_load(const CkptManifest *m, Zero *z, int with_optimizer,
             memset(unit + k * maxu + real, 0, (maxu - real) * sizeof(float));
         if (bad) { fprintf(stderr, "error: %s: read failed in unit %d\n", m->dir, u); break; }
         if (unit_cb) { bad = unit_cb(u, unit, cb_ctx); continue; }
-        // keep what this rank keeps under its own stage and world size
-        size_t n = zero_slice(z, u), begin = (size_t)z->rank * n;
-        if (z->stage == 3) memcpy(z->params + zero_shard_offset(z, u), unit + begin, n * sizeof(float));
-        else memcpy(z->params + z->lay.unit_offset[u], unit, gpt2_unit_padded(lay, u) * sizeof(float));
+        // keep what this rank keeps under its own stage and world size (through the backend:
+        // its memory may be a GPU's)
+        size_t n = zero_slice(z, u), begin = (size_t)z->rank * n, padded = gpt2_unit_padded(lay, u);
+        if (z->stage == 3) z->be.from_host(z->be.ctx, z->params + zero_shard_offset(z, u), unit + begin, n);
+        else z->be.from_host(z->be.ctx, z->params + z->lay.unit_offset[u], unit, padded);
         if (with_optimizer && z->stage == 0) { // stage 0 keeps every element's moments
-            memcpy(z->adam_m + z->lay.unit_offset[u], unit + maxu, gpt2_unit_padded(lay, u) * sizeof(float));
-            memcpy(z->adam_v + z->lay.unit_offset[u], unit + 2 * maxu, gpt2_unit_padded(lay, u) * sizeof(float));
+            z->be.from_host(z->be.ctx, z->adam_m + z->lay.unit_offset[u], unit + maxu, padded);
+            z->be.from_host(z->be.ctx, z->adam_v + z->lay.unit_offset[u], unit + 2 * maxu, padded);
         } else if (with_optimizer) {
-            memcpy(z->adam_m + zero_shard_offset(z, u), unit + maxu + begin, n * sizeof(float));
-            memcpy(z->adam_v + zero_shard_offset(z, u), unit + 2 * maxu + begin, n * sizeof(float));
+            z->be.from_host(z->be.ctx, z->adam_m + zero_shard_offset(z, u), unit + maxu + begin, n);
+            z->be.from_host(z->be.ctx, z->adam_v + zero_shard_offset(z, u), unit + 2 * maxu + begin, n);
         }
     }
     for (int q = 0; q < W && !bad; q++) {

@@ -323,6 +323,12 @@ static inline float gpt2_randn(uint64_t *s) { // Box-Muller on two uniforms in (
 }
 
 // Writes unit u's parameters (unit_numel elements, padding zeroed) into dst.
+#define GPT2_INIT_CHUNK 65536 // elements drawn from one generator stream
+#ifdef _OPENMP
+#define GPT2_OMP_FOR _Pragma("omp parallel for schedule(static)")
+#else
+#define GPT2_OMP_FOR
+#endif
 static inline void gpt2_init_unit(const ParamLayout *lay, int u, uint64_t seed, float *dst) {
     const GPT2Config *c = &lay->cfg;
     memset(dst, 0, gpt2_unit_padded(lay, u) * sizeof(float));
@@ -330,15 +336,22 @@ static inline void gpt2_init_unit(const ParamLayout *lay, int u, uint64_t seed, 
     float *p = dst;
     for (int t = gpt2_unit_first_tensor(lay, u); t < gpt2_unit_end_tensor(lay, u); t++) {
         size_t n = gpt2_tensor_numel(c, t);
-        uint64_t s = seed ^ ((uint64_t)t << 40) ^ ((uint64_t)(l + 1) << 20);
-        s = gpt2_splitmix64(&s); // decorrelate neighbouring (tensor, layer) streams
         if (t == P_LN1W || t == P_LN2W || t == P_LNFW) {
             for (size_t i = 0; i < n; i++) p[i] = 1.0f;
         } else if (gpt2_tensor_decays(t)) {
             float std = 0.02f;
             if (t == P_ATTPROJW || t == P_FCPROJW) std = 0.02f / sqrtf(2.0f * c->num_layers);
             size_t real = t == P_WTE ? (size_t)c->vocab_size * c->channels : n; // padded rows stay 0
-            for (size_t i = 0; i < real; i++) p[i] = std * gpt2_randn(&s);
+            // One generator per chunk of the tensor: chunks fill in parallel, and the values
+            // depend only on (seed, tensor, layer, chunk), never on threads or ranks.
+            long chunks = (long)((real + GPT2_INIT_CHUNK - 1) / GPT2_INIT_CHUNK);
+            GPT2_OMP_FOR
+            for (long k = 0; k < chunks; k++) {
+                uint64_t s = seed ^ ((uint64_t)t << 40) ^ ((uint64_t)(l + 1) << 20) ^ ((uint64_t)k << 48) ^ (uint64_t)k;
+                s = gpt2_splitmix64(&s); // decorrelate neighbouring streams
+                size_t end = (size_t)(k + 1) * GPT2_INIT_CHUNK < real ? (size_t)(k + 1) * GPT2_INIT_CHUNK : real;
+                for (size_t i = (size_t)k * GPT2_INIT_CHUNK; i < end; i++) p[i] = std * gpt2_randn(&s);
+            }
         } // biases stay 0
         p += n;
     }

@@ -753,11 +753,6 @@ static void dev_add_floats(void *ctx, float *dst, const float *src, size_t n) {
     LAUNCH_CHECK();
 }
 
-static ZeroBackend nccl_backend(NcclBackend *b) {
-    ZeroBackend be = {b, nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_wait, nccl_set_step, nccl_progress,
-                      nccl_sum_doubles, dev_alloc_floats, dev_free_floats, dev_zero_floats, dev_add_floats};
-    return be;
-}
 
 // Host <-> device copies on the compute stream, complete when they return.
 static void d2h(void *host, const void *dev, size_t bytes, const char *what) {
@@ -767,6 +762,21 @@ static void d2h(void *host, const void *dev, size_t bytes, const char *what) {
 static void h2d(void *dev, const void *host, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, gpu.compute));
     gpu_sync(&nccl, "a host-to-device copy");
+}
+static void dev_to_host(void *ctx, float *host, const float *src, size_t n) {
+    (void)ctx;
+    d2h(host, src, n * sizeof(float), "a device-to-host copy");
+}
+static void dev_from_host(void *ctx, float *dst, const float *host, size_t n) {
+    (void)ctx;
+    h2d(dst, host, n * sizeof(float));
+}
+
+static ZeroBackend nccl_backend(NcclBackend *b) {
+    ZeroBackend be = {b, nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_wait, nccl_set_step, nccl_progress,
+                      nccl_sum_doubles, dev_alloc_floats, dev_free_floats, dev_zero_floats, dev_add_floats,
+                      dev_to_host, dev_from_host};
+    return be;
 }
 
 // ----------------------------------------------------------------------------------------
@@ -920,123 +930,6 @@ static const float *gpt2_logits_row(GPT2 *m, int t) {
     return m->h_row;
 }
 
-// ----------------------------------------------------------------------------------------
-// Parameters in and out, through host staging of one unit at a time.
-
-static size_t largest_unit(const Zero *z) {
-    size_t e = gpt2_unit_padded(&z->lay, UNIT_EMBED), l = zero_max_layer(z);
-    return e > l ? e : l;
-}
-
-static int gpt2_load_or_init(GPT2 *m, FILE *f, const char *path, int version, uint64_t seed) {
-    Zero *z = &m->z;
-    float *unit = (float *)xmalloc(largest_unit(z) * sizeof(float));
-    int bad = 0;
-    for (int u = 0; u < z->lay.num_units && !bad; u++) {
-        size_t padded = gpt2_unit_padded(&z->lay, u);
-        if (f) {
-            memset(unit, 0, padded * sizeof(float));
-            bad = gpt2_unit_file_io(f, &z->lay, u, unit, 0, version) != 0;
-        } else {
-            gpt2_init_unit(&z->lay, u, seed, unit);
-        }
-        if (z->stage == 3)
-            h2d(z->params + zero_shard_offset(z, u), unit + (size_t)z->rank * zero_slice(z, u), zero_slice(z, u) * sizeof(float));
-        else
-            h2d(z->params + z->lay.unit_offset[u], unit, padded * sizeof(float));
-    }
-    free(unit);
-    if (bad) fprintf(stderr, "error: %s: read failed\n", path);
-    return bad ? -1 : 0;
-}
-
-// Every rank calls it (ZeRO-3 gathers each unit); rank 0 writes.
-static int gpt2_save(GPT2 *m, const char *path) {
-    Zero *z = &m->z;
-    FILE *f = z->rank == 0 ? gpt2_begin_checkpoint(path, &m->cfg, 3) : NULL;
-    int ok = z->rank != 0 || f != NULL;
-    float *unit = (float *)xmalloc(largest_unit(z) * sizeof(float));
-    zero_begin_forward(z, 0, 1);
-    for (int u = 0; u < z->lay.num_units; u++) {
-        float *dev = zero_params(z, u, -1);
-        if (!f || !ok) continue;
-        d2h(unit, dev, gpt2_unit_padded(&z->lay, u) * sizeof(float), "saving the model");
-        ok = gpt2_unit_file_io(f, &z->lay, u, unit, 1, 3) == 0;
-    }
-    gpu_sync(&nccl, "saving the model");
-    free(unit);
-    if (f) return gpt2_end_checkpoint(f, path, ok);
-    return ok ? 0 : -1;
-}
-
-// The gradient in checkpoint format, as the CPU trainer writes it (the same units from the
-// same places: under ZeRO >= 1 on several ranks that is this rank's view, as there).
-static int dump_grads(const char *path, GPT2 *m) {
-    Zero *z = &m->z;
-    FILE *f = gpt2_begin_checkpoint(path, &m->cfg, 3);
-    int ok = f != NULL;
-    size_t cap = z->stage >= 2 ? zero_shard_size(z) : z->lay.num_flat; // the gradient buffer's length
-    float *unit = (float *)xmalloc(largest_unit(z) * sizeof(float));
-    for (int u = 0; u < z->lay.num_units && ok; u++) {
-        const float *g = zero_update_grads(z, u);
-        size_t at = (size_t)(g - z->grads), n = gpt2_unit_padded(&z->lay, u);
-        if (at + n > cap) n = cap - at; // never read past the allocation
-        memset(unit, 0, gpt2_unit_padded(&z->lay, u) * sizeof(float));
-        d2h(unit, g, n * sizeof(float), "dumping the gradient");
-        ok = gpt2_unit_file_io(f, &z->lay, u, unit, 1, 3) == 0;
-    }
-    free(unit);
-    return f ? gpt2_end_checkpoint(f, path, ok) : -1;
-}
-
-// Sharded checkpoints: checkpoint.h reads and writes a Zero's model states as host memory, so
-// the GPU trainer hands it a host mirror of this rank's params and moments (the same sizes as
-// on the device: a shard under ZeRO-3), copied out before a save and in after a load. The
-// shared run (trainer.h) calls ckpt_save / ckpt_load; the macros below route those calls here.
-typedef struct { Zero h; size_t np, ng, nm; } HostMirror;
-static void mirror_open(HostMirror *hm, const Zero *z) {
-    hm->h = *z;
-    hm->np = z->stage == 3 ? zero_shard_size(z) : z->lay.num_flat;
-    hm->nm = z->stage == 0 ? z->lay.num_flat : zero_shard_size(z);
-    hm->h.params = (float *)calloc(hm->np, sizeof(float));
-    hm->h.adam_m = (float *)calloc(hm->nm, sizeof(float));
-    hm->h.adam_v = (float *)calloc(hm->nm, sizeof(float));
-    hm->h.grads = NULL;
-    if (!hm->h.params || !hm->h.adam_m || !hm->h.adam_v) {
-        fprintf(stderr, "error: out of host memory staging a checkpoint\n");
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-}
-static void mirror_close(HostMirror *hm) { free(hm->h.params); free(hm->h.adam_m); free(hm->h.adam_v); }
-
-static int gpu_ckpt_save(const char *dir, Zero *z, const GPT2Config *cfg, const TrainerState *st, const char *precision) {
-    HostMirror hm;
-    mirror_open(&hm, z);
-    d2h(hm.h.params, z->params, hm.np * sizeof(float), "staging a checkpoint");
-    d2h(hm.h.adam_m, z->adam_m, hm.nm * sizeof(float), "staging a checkpoint");
-    d2h(hm.h.adam_v, z->adam_v, hm.nm * sizeof(float), "staging a checkpoint");
-    int rc = ckpt_save(dir, &hm.h, cfg, st, precision);
-    mirror_close(&hm);
-    return rc;
-}
-static int gpu_ckpt_load(const CkptManifest *mf, Zero *z, int with_optimizer,
-                         int (*unit_cb)(int u, const float *unit, void *ctx), void *cb_ctx) {
-    if (!z) return ckpt_load(mf, z, with_optimizer, unit_cb, cb_ctx); // the exporter: host only
-    HostMirror hm;
-    mirror_open(&hm, z);
-    int rc = ckpt_load(mf, &hm.h, with_optimizer, unit_cb, cb_ctx);
-    if (rc == 0) {
-        h2d(z->params, hm.h.params, hm.np * sizeof(float));
-        if (with_optimizer) {
-            h2d(z->adam_m, hm.h.adam_m, hm.nm * sizeof(float));
-            h2d(z->adam_v, hm.h.adam_v, hm.nm * sizeof(float));
-        }
-    }
-    mirror_close(&hm);
-    return rc;
-}
-#define ckpt_save gpu_ckpt_save
-#define ckpt_load gpu_ckpt_load
 
 // ----------------------------------------------------------------------------------------
 // The run: options, data, the loop, reports, checkpoints (shared with the CPU trainer)

@@ -393,9 +393,11 @@ static void host_add_floats(void *ctx, float *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
+static void host_copy(void *ctx, float *dst, const float *src, size_t n) { (void)ctx; memcpy(dst, src, n * sizeof(float)); }
+
 static ZeroBackend mpi_backend(MpiBackend *b) {
     ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_set_step, mpi_progress, mpi_sum_doubles,
-                      host_alloc_floats, host_free_floats, host_zero_floats, host_add_floats};
+                      host_alloc_floats, host_free_floats, host_zero_floats, host_add_floats, host_copy, host_copy};
     return be;
 }
 
@@ -490,60 +492,6 @@ static void gpt2_update(GPT2 *m, const AdamWStep *step) {
 
 // The logits (Vp floats) of position t of row 0, on the host: what the sampler draws from.
 static const float *gpt2_logits_row(GPT2 *m, int t) { return m->acts.logits + (size_t)t * m->cfg.padded_vocab_size; }
-
-// ----------------------------------------------------------------------------------------
-// Parameters in and out: initialisation, checkpoints, gradient dumps, unit by unit, so that
-// a ZeRO-3 rank never needs the whole model in memory.
-
-static int gpt2_load_or_init(GPT2 *m, FILE *f, const char *path, int version, uint64_t seed) {
-    Zero *z = &m->z;
-    if (!f && z->stage < 3) { // units are independent: initialise them in parallel
-#pragma omp parallel for schedule(dynamic)
-        for (int u = 0; u < z->lay.num_units; u++) gpt2_init_unit(&z->lay, u, seed, z->params + z->lay.unit_offset[u]);
-        return 0;
-    }
-    float *unit = z->stage == 3 ? xcalloc_floats(gpt2_unit_padded(&z->lay, UNIT_EMBED) > zero_max_layer(z)
-                                                 ? gpt2_unit_padded(&z->lay, UNIT_EMBED) : zero_max_layer(z)) : NULL;
-    int bad = 0;
-    for (int u = 0; u < z->lay.num_units && !bad; u++) {
-        float *dst = unit ? unit : z->params + z->lay.unit_offset[u];
-        if (f) {
-            memset(dst, 0, gpt2_unit_padded(&z->lay, u) * sizeof(float));
-            bad = gpt2_unit_file_io(f, &z->lay, u, dst, 0, version) != 0;
-        } else {
-            gpt2_init_unit(&z->lay, u, seed, dst);
-        }
-        if (unit) memcpy(z->params + zero_shard_offset(z, u), unit + (size_t)z->rank * zero_slice(z, u),
-                         zero_slice(z, u) * sizeof(float));
-    }
-    free(unit);
-    if (bad) fprintf(stderr, "error: %s: read failed\n", path);
-    return bad ? -1 : 0;
-}
-
-// Every rank calls it (ZeRO-3 gathers each unit); rank 0 writes.
-static int gpt2_save(GPT2 *m, const char *path) {
-    Zero *z = &m->z;
-    FILE *f = z->rank == 0 ? gpt2_begin_checkpoint(path, &m->cfg, 3) : NULL;
-    int ok = z->rank != 0 || f != NULL;
-    zero_begin_forward(z, 0, 1);
-    for (int u = 0; u < z->lay.num_units; u++) {
-        float *unit = zero_params(z, u, -1);
-        if (f && ok) ok = gpt2_unit_file_io(f, &z->lay, u, unit, 1, 3) == 0;
-    }
-    if (f) return gpt2_end_checkpoint(f, path, ok);
-    return ok ? 0 : -1;
-}
-
-// The gradient in checkpoint format: the same header and tensor order as a model file, so any
-// tool that reads models reads it (test/reference_gpt2.py does).
-static int dump_grads(const char *path, GPT2 *m) {
-    Zero *z = &m->z;
-    FILE *f = gpt2_begin_checkpoint(path, &m->cfg, 3);
-    int ok = f != NULL;
-    for (int u = 0; u < z->lay.num_units && ok; u++) ok = gpt2_unit_file_io(f, &z->lay, u, zero_update_grads(z, u), 1, 3) == 0;
-    return f ? gpt2_end_checkpoint(f, path, ok) : -1;
-}
 
 // ----------------------------------------------------------------------------------------
 // The run: options, data, the loop, reports, checkpoints (shared with the GPU trainer)

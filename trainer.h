@@ -9,7 +9,6 @@
 //     (both from model.h, over the trainer's kernels)
 //   gpt2_grad_norm(m) -> global norm; gpt2_update(m, const AdamWStep *)
 //   gpt2_logits_row(m, t) -> host pointer to the Vp logits of row 0, position t
-//   gpt2_load_or_init(m, FILE *, path, version, seed); gpt2_save(m, path); dump_grads(path, m)
 //   trainer_backend(Run *) -> ZeroBackend: this rank's collectives (the Run is declared here,
 //     so the including file declares `static ZeroBackend trainer_backend(struct Run *r);` first)
 //   now_seconds(), xmalloc()
@@ -17,6 +16,65 @@
 // agree on setup and to end the job; every collective of training goes through the backend.
 #ifndef TRAINER_H
 #define TRAINER_H
+
+// ----------------------------------------------------------------------------------------
+// Parameters in and out: initialisation, model files, gradient dumps. Unit by unit through
+// one host buffer (the backend copies), so a ZeRO-3 rank never holds the whole model and the
+// parameters may live on a GPU.
+
+static int gpt2_load_or_init(GPT2 *m, FILE *f, const char *path, int version, uint64_t seed) {
+    Zero *z = &m->z;
+    float *unit = (float *)xmalloc(zero_max_unit(z) * sizeof(float));
+    int bad = 0;
+    for (int u = 0; u < z->lay.num_units && !bad; u++) {
+        size_t padded = gpt2_unit_padded(&z->lay, u), slice = zero_slice(z, u);
+        if (f) {
+            memset(unit, 0, padded * sizeof(float));
+            bad = gpt2_unit_file_io(f, &z->lay, u, unit, 0, version) != 0;
+        } else {
+            gpt2_init_unit(&z->lay, u, seed, unit);
+        }
+        if (z->stage == 3) z->be.from_host(z->be.ctx, z->params + zero_shard_offset(z, u), unit + (size_t)z->rank * slice, slice);
+        else z->be.from_host(z->be.ctx, z->params + z->lay.unit_offset[u], unit, padded);
+    }
+    free(unit);
+    if (bad) fprintf(stderr, "error: %s: read failed\n", path);
+    return bad ? -1 : 0;
+}
+
+// The model as an llm.c file. Every rank calls it (ZeRO-3 gathers each unit); rank 0 writes.
+static int gpt2_save(GPT2 *m, const char *path) {
+    Zero *z = &m->z;
+    FILE *f = z->rank == 0 ? gpt2_begin_checkpoint(path, &m->cfg, 3) : NULL;
+    int ok = z->rank != 0 || f != NULL;
+    float *unit = (float *)xmalloc(zero_max_unit(z) * sizeof(float));
+    zero_begin_forward(z, 0, 1);
+    for (int u = 0; u < z->lay.num_units; u++) {
+        const float *p = zero_params(z, u, -1);
+        if (!f || !ok) continue;
+        z->be.to_host(z->be.ctx, unit, p, gpt2_unit_padded(&z->lay, u));
+        ok = gpt2_unit_file_io(f, &z->lay, u, unit, 1, 3) == 0;
+    }
+    free(unit);
+    if (f) return gpt2_end_checkpoint(f, path, ok);
+    return ok ? 0 : -1;
+}
+
+// The first step's gradient in checkpoint format: the same header and tensor order as a model
+// file, so any tool that reads models reads it (test/reference_gpt2.py does). Needs the whole
+// gradient on this rank: one process, or ZeRO-0 (config_validate says so).
+static int dump_grads(const char *path, GPT2 *m) {
+    Zero *z = &m->z;
+    FILE *f = gpt2_begin_checkpoint(path, &m->cfg, 3);
+    int ok = f != NULL;
+    float *unit = (float *)xmalloc(zero_max_unit(z) * sizeof(float));
+    for (int u = 0; u < z->lay.num_units && ok; u++) {
+        z->be.to_host(z->be.ctx, unit, zero_update_grads(z, u), zero_update_count(z, u));
+        ok = gpt2_unit_file_io(f, &z->lay, u, unit, 1, 3) == 0;
+    }
+    free(unit);
+    return f ? gpt2_end_checkpoint(f, path, ok) : -1;
+}
 
 // ----------------------------------------------------------------------------------------
 // Sampling

@@ -82,6 +82,10 @@ typedef struct {
     void (*free_floats)(void *ctx, float *p);
     void (*zero_floats)(void *ctx, float *p, size_t n);
     void (*add_floats)(void *ctx, float *dst, const float *src, size_t n); // dst += src
+    // Copies between that memory and the host, complete when they return: initialisation,
+    // model files and checkpoints stage one unit (or slice) at a time through the host.
+    void (*to_host)(void *ctx, float *host, const float *src, size_t n);
+    void (*from_host)(void *ctx, float *dst, const float *host, size_t n);
 } ZeroBackend;
 
 typedef struct {
@@ -115,6 +119,10 @@ static inline size_t zero_slice_begin(const Zero *z, int u) { return z->lay.unit
 static inline size_t zero_shard_offset(const Zero *z, int u) { return z->lay.unit_offset[u] / z->world; }
 static inline size_t zero_shard_size(const Zero *z) { return z->lay.num_flat / z->world; }
 static inline size_t zero_max_layer(const Zero *z) { return gpt2_unit_padded(&z->lay, 1); }
+static inline size_t zero_max_unit(const Zero *z) {
+    size_t e = gpt2_unit_padded(&z->lay, UNIT_EMBED), l = zero_max_layer(z);
+    return e > l ? e : l;
+}
 static inline int zero_is_layer(const Zero *z, int u) { return u >= 1 && u < gpt2_final_unit(&z->lay); }
 
 static inline float *zero_alloc(Zero *z, int kind, size_t n) {
