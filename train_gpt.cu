@@ -4,9 +4,8 @@
 //
 // Sections: utilities; kernels (each with its shapes, launch geometry and a review note on
 // bounds, occupancy and synchronisation, because the machine this was written on has no GPU);
-// cuBLASLt matmuls; the NCCL backend that zero.h drives; the model (gpt2_forward/backward ask
-// zero.h for each unit's parameters and gradients exactly as the CPU trainer does); parameter
-// the shared run (trainer.h, which stages parameters through the host with to_host/from_host); main.
+// cuBLASLt matmuls; the NCCL backend that zero.h drives (host copies included); the model's
+// storage and what model.h's shared passes need; the shared run (trainer.h); main.
 //
 // What is shared, not copied: options and DeepSpeed config (config.h, ds_config.h), the
 // dataloader, checkpoints (checkpoint.h), the ZeRO partitioning, schedule and accounting
