@@ -33,7 +33,8 @@ def read_log(path):
     steps, mem, comm = {}, {}, {}
     for line in open(path):
         o = json.loads(line)
-        if o.get("event") == "memory": mem[o["rank"]] = o
+        if o.get("event") == "config": steps["accum"] = o["settings"]["grad-accum"]["value"]
+        elif o.get("event") == "memory": mem[o["rank"]] = o
         elif o.get("event") == "comm": comm[(o["step"], o["rank"])] = o
         elif "loss" in o: steps[o["step"]] = o
     return steps, mem, comm
@@ -49,6 +50,7 @@ def check(d, L, C, NH, V, maxT, T, B, total):
         name = os.path.basename(path)[:-6]
         N, S = int(name.split("_")[0][1:]), int(name.split("_")[1][1:])
         runs[(N, S)] = read_log(path)
+    accum = {key: run[0].pop("accum") for key, run in runs.items()}
     base = [runs[(1, 0)][0][k]["loss"] for k in sorted(runs[(1, 0)][0])]
     print(f"reference N=1 S=0: {len(base)} steps, loss {base[0]:.6f} -> {base[-1]:.6f}")
     expect(base[-1] < base[0] - 0.05, "the reference run did not learn")
@@ -75,7 +77,7 @@ def check(d, L, C, NH, V, maxT, T, B, total):
             expect(m["grads"] == 4 * (padded if S < 2 else padded // N), f"N={N} S={S}: grads {m['grads']}")
             expect(m["params"] == 4 * (padded if S < 3 else padded // N), f"N={N} S={S}: params {m['params']}")
         # communication: bytes per rank per step, ring model, from the schedule in zero.h
-        A = total // (B * T * N)
+        A = accum[(N, S)]  # micro-steps per optimizer step, as the run resolved it
         pu = [(u + N * 16 - 1) // (N * 16) * (N * 16) * 4 for u in units]  # bytes per padded unit
         f = (N - 1) / N
         if S == 0: want = (2 * sum(pu) * f, 0, 0)
