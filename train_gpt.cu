@@ -766,6 +766,11 @@ static void dev_to_host(void *ctx, float *host, const float *src, size_t n) {
     (void)ctx;
     d2h(host, src, n * sizeof(float), "a device-to-host copy");
 }
+static void dev_adamw(void *ctx, float *p, float *m, float *v, const float *g, size_t n, const AdamWStep *step, int decay) {
+    (void)ctx;
+    adamw_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(p, m, v, g, n, *step, decay);
+    LAUNCH_CHECK();
+}
 static void dev_from_host(void *ctx, float *dst, const float *host, size_t n) {
     (void)ctx;
     h2d(dst, host, n * sizeof(float));
@@ -774,7 +779,7 @@ static void dev_from_host(void *ctx, float *dst, const float *host, size_t n) {
 static ZeroBackend nccl_backend(NcclBackend *b) {
     ZeroBackend be = {b, nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_wait, nccl_set_step, nccl_progress,
                       nccl_sum_doubles, dev_alloc_floats, dev_free_floats, dev_zero_floats, dev_add_floats,
-                      dev_to_host, dev_from_host};
+                      dev_to_host, dev_from_host, dev_adamw};
     return be;
 }
 
@@ -902,24 +907,8 @@ static float gpt2_grad_norm(GPT2 *m) {
 // AdamW over the elements this rank owns, one launch per run of one kind (a partition
 // boundary can cut through any tensor; frozen runs, padding and unused vocabulary rows, are
 // never touched and stay zero).
-typedef struct { size_t base; float *p, *g, *m, *v; const AdamWStep *step; } UpdateRange;
-static void adamw_segment(const ParamSegment *seg, void *ctx) {
-    UpdateRange *r = (UpdateRange *)ctx;
-    if (seg->kind == SEG_FROZEN) return;
-    size_t lo = seg->begin - r->base, n = seg->end - seg->begin;
-    adamw_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(r->p + lo, r->m + lo, r->v + lo, r->g + lo, n, *r->step,
-                                                            seg->kind == SEG_DECAY);
-    LAUNCH_CHECK();
-}
 static void gpt2_update(GPT2 *m, const AdamWStep *step) {
-    Zero *z = &m->z;
-    for (int u = 0; u < z->lay.num_units; u++) {
-        size_t begin = zero_update_begin(z, u);
-        UpdateRange r = {begin, zero_update_params(z, u), zero_update_grads(z, u),
-                         zero_update_moment(z, z->adam_m, u), zero_update_moment(z, z->adam_v, u), step};
-        gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u), adamw_segment, &r);
-    }
-    zero_gather_updated_params(z);
+    zero_update(&m->z, step);
     gpu_sync(&nccl, "the update"); // the step ends here: its time is the device's, not the launches'
 }
 

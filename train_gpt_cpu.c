@@ -394,10 +394,17 @@ static void host_add_floats(void *ctx, float *dst, const float *src, size_t n) {
 }
 
 static void host_copy(void *ctx, float *dst, const float *src, size_t n) { (void)ctx; memcpy(dst, src, n * sizeof(float)); }
+// AdamW over one run of elements of one kind (zero.h walks the runs this rank owns)
+static void host_adamw(void *ctx, float *p, float *m, float *v, const float *g, size_t n, const AdamWStep *step, int decay) {
+    (void)ctx;
+#pragma omp parallel for simd
+    for (size_t i = 0; i < n; i++) adamw_element(&p[i], &m[i], &v[i], g[i], step, decay);
+}
 
 static ZeroBackend mpi_backend(MpiBackend *b) {
     ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_set_step, mpi_progress, mpi_sum_doubles,
-                      host_alloc_floats, host_free_floats, host_zero_floats, host_add_floats, host_copy, host_copy};
+                      host_alloc_floats, host_free_floats, host_zero_floats, host_add_floats, host_copy, host_copy,
+                      host_adamw};
     return be;
 }
 
@@ -467,28 +474,7 @@ static float gpt2_grad_norm(GPT2 *m) {
     return zero_global_grad_norm(z, sum);
 }
 
-// AdamW over the elements this rank owns, walked as runs of one kind (decayed, not decayed,
-// frozen) because a partition boundary can cut through any tensor.
-typedef struct { size_t base; float *p, *g, *m, *v; const AdamWStep *step; } UpdateRange;
-static void adamw_segment(const ParamSegment *seg, void *ctx) {
-    UpdateRange *r = (UpdateRange *)ctx;
-    if (seg->kind == SEG_FROZEN) return; // padding and unused vocabulary rows stay zero
-    int decay = seg->kind == SEG_DECAY;
-    size_t lo = seg->begin - r->base, hi = seg->end - r->base;
-#pragma omp parallel for simd
-    for (size_t i = lo; i < hi; i++) adamw_element(&r->p[i], &r->m[i], &r->v[i], r->g[i], r->step, decay);
-}
-
-static void gpt2_update(GPT2 *m, const AdamWStep *step) {
-    Zero *z = &m->z;
-    for (int u = 0; u < z->lay.num_units; u++) {
-        size_t begin = zero_update_begin(z, u);
-        UpdateRange r = {begin, zero_update_params(z, u), zero_update_grads(z, u),
-                         zero_update_moment(z, z->adam_m, u), zero_update_moment(z, z->adam_v, u), step};
-        gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u), adamw_segment, &r);
-    }
-    zero_gather_updated_params(z);
-}
+static void gpt2_update(GPT2 *m, const AdamWStep *step) { zero_update(&m->z, step); }
 
 // The logits (Vp floats) of position t of row 0, on the host: what the sampler draws from.
 static const float *gpt2_logits_row(GPT2 *m, int t) { return m->acts.logits + (size_t)t * m->cfg.padded_vocab_size; }

@@ -48,6 +48,7 @@
 #include <string.h>
 #include <math.h>
 #include "gpt2.h"
+#include "optimizer.h"
 
 #define ZERO_ALIGN 16 // elements: every slice starts on a 64-byte boundary in fp32
 
@@ -86,6 +87,8 @@ typedef struct {
     // model files and checkpoints stage one unit (or slice) at a time through the host.
     void (*to_host)(void *ctx, float *host, const float *src, size_t n);
     void (*from_host)(void *ctx, float *dst, const float *host, size_t n);
+    // AdamW (optimizer.h's adamw_element) over n elements of one kind: decay 1 or 0.
+    void (*adamw)(void *ctx, float *p, float *m, float *v, const float *g, size_t n, const AdamWStep *step, int decay);
 } ZeroBackend;
 
 typedef struct {
@@ -325,6 +328,27 @@ static inline void zero_gather_updated_params(Zero *z) {
         zero_count(z, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u));
     }
     for (int u = 0; u < z->lay.num_units; u++) zero_wait(z, u, "all_gather (updated parameters)");
+}
+
+// The update: AdamW over the elements this rank owns, walked as runs of one kind (decayed,
+// not decayed, frozen: padding and unused vocabulary rows stay zero), because a partition
+// boundary can cut through any tensor; then the gather of the updated parameters.
+typedef struct { Zero *z; size_t base; float *p, *g, *m, *v; const AdamWStep *step; } ZeroUpdateRun;
+static inline void zero_update_segment(const ParamSegment *seg, void *ctx) {
+    ZeroUpdateRun *r = (ZeroUpdateRun *)ctx;
+    if (seg->kind == SEG_FROZEN) return;
+    size_t lo = seg->begin - r->base;
+    r->z->be.adamw(r->z->be.ctx, r->p + lo, r->m + lo, r->v + lo, r->g + lo, seg->end - seg->begin, r->step,
+                   seg->kind == SEG_DECAY);
+}
+static inline void zero_update(Zero *z, const AdamWStep *step) {
+    for (int u = 0; u < z->lay.num_units; u++) {
+        size_t begin = zero_update_begin(z, u);
+        ZeroUpdateRun r = {z, begin, zero_update_params(z, u), zero_update_grads(z, u),
+                           zero_update_moment(z, z->adam_m, u), zero_update_moment(z, z->adam_v, u), step};
+        gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u), zero_update_segment, &r);
+    }
+    zero_gather_updated_params(z);
 }
 
 // Zero the gradient accumulators at the start of a step; reset the step's counters.

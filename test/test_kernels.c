@@ -551,7 +551,8 @@ static void no_sum_doubles(void *ctx, double *x, int n) { (void)ctx; (void)x; (v
 static void no_progress(void *ctx) { (void)ctx; } // nothing in flight to advance
 static ZeroBackend local_backend(void) {
     ZeroBackend be = {NULL, no_all_reduce, no_reduce_scatter, no_all_gather, no_wait, no_set_step, no_progress, no_sum_doubles,
-                      host_alloc_floats, host_free_floats, host_zero_floats, host_add_floats, host_copy, host_copy};
+                      host_alloc_floats, host_free_floats, host_zero_floats, host_add_floats, host_copy, host_copy,
+                      host_adamw};
     return be;
 }
 
