@@ -21,6 +21,7 @@
 #include <string.h>
 #include <math.h>
 #include <unistd.h>
+#include <time.h>
 #include "mixed_precision.h"
 
 #define GPT2_MAGIC 20240326
@@ -75,6 +76,26 @@ static const char *gpt2_config_problem(const GPT2Config *c) {
     if (c->vocab_size < 1 || c->vocab_size > 65536) return "vocab_size must be between 1 and 65536 (tokens are uint16)";
     if (c->padded_vocab_size < c->vocab_size) return "padded_vocab_size is smaller than vocab_size";
     return NULL;
+}
+
+// ----------------------------------------------------------------------------------------
+// Host utilities both trainers use
+
+// Allocation that ends the program with one line when memory runs out. 64-byte alignment:
+// whole cache lines, and full AVX-512 vectors for the compiler.
+static inline void *xmalloc(size_t bytes) {
+    void *p = NULL;
+    if (bytes == 0) bytes = 1;
+    if (posix_memalign(&p, 64, (bytes + 63) / 64 * 64) != 0) {
+        fprintf(stderr, "error: out of memory allocating %zu bytes\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+static inline double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 // ----------------------------------------------------------------------------------------

@@ -48,21 +48,6 @@
 // ----------------------------------------------------------------------------------------
 // Utilities
 
-static void *xmalloc(size_t bytes) {
-    void *p = NULL;
-    if (bytes == 0) bytes = 1;
-    if (posix_memalign(&p, 64, (bytes + 63) / 64 * 64) != 0) {
-        fprintf(stderr, "error: out of memory allocating %zu bytes\n", bytes);
-        exit(1);
-    }
-    return p;
-}
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void gpu_fatal(const char *what, const char *detail, const char *file, int line) {
     int rank = 0, init = 0;
     MPI_Initialized(&init);

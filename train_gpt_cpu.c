@@ -35,25 +35,10 @@
 // ----------------------------------------------------------------------------------------
 // Utilities
 
-static void *xmalloc(size_t bytes) {
-    void *p = NULL;
-    if (bytes == 0) bytes = 1;
-    // 64-byte alignment: whole cache lines, and full AVX-512 vectors for the compiler
-    if (posix_memalign(&p, 64, (bytes + 63) / 64 * 64) != 0) {
-        fprintf(stderr, "error: out of memory allocating %zu bytes\n", bytes);
-        exit(1);
-    }
-    return p;
-}
 static float *xcalloc_floats(size_t n) {
     float *p = (float *)xmalloc(n * sizeof(float));
     memset(p, 0, n * sizeof(float));
     return p;
-}
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 // ----------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@
 //   gpt2_logits_row(m, t) -> host pointer to the Vp logits of row 0, position t
 //   trainer_backend(Run *) -> ZeroBackend: this rank's collectives (the Run is declared here,
 //     so the including file declares `static ZeroBackend trainer_backend(struct Run *r);` first)
-//   now_seconds(), xmalloc()
 // Processes come from mpirun: MPI is initialised before trainer_run() and is used here only to
 // agree on setup and to end the job; every collective of training goes through the backend.
 #ifndef TRAINER_H
