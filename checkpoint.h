@@ -4,7 +4,8 @@
 //   A checkpoint is a directory DIR/step_NNNNNNNN/ holding
 //     model_rankRRRRR.bin  each rank's slice of every unit's parameters (fp32 master weights)
 //     optim_rankRRRRR.bin  each rank's slice of Adam m and v, unit by unit (m then v)
-//     state.bin            the step, Adam's update count, the sampling rng, the dataloader position
+//     state.bin            the step, Adam's update count, the sampling rng, the dataloader
+//                          position, the fp16 loss scaler
 //     manifest.json        model shape, world size, stage, precision, and every file's size and
 //                          checksum (FNV-1a over 64-bit words)
 //   and DIR/latest names the newest complete one. A rank's slice of unit u is the r-th of N
@@ -39,14 +40,15 @@
 #include "dataloader.h"
 
 #define CKPT_SHARD_MAGIC 20241122
-#define CKPT_STATE_MAGIC 0x31305453434F525AULL // "ZROCST01"
+#define CKPT_STATE_MAGIC 0x32305453434F525AULL // "ZROCST02": with the loss scaler
 #define CKPT_PATH 4096
 
 // What besides the model states a resumed run needs to continue bit for bit.
 typedef struct {
     uint64_t magic;
     uint64_t step;        // optimizer steps completed
-    uint64_t adam_t;      // updates Adam has applied (bias correction)
+    uint64_t adam_t;      // updates Adam has applied (bias correction, LR schedule): fp16 skips some
+    LossScaler scaler;    // fp16's dynamic loss scale and its counters (unused otherwise)
     uint64_t sample_rng;  // the sampler's generator
     DataLoaderState train_data;
 } TrainerState;
@@ -156,12 +158,11 @@ static inline int ckpt_save(const char *dir, Zero *z, const GPT2Config *cfg, con
         float *host = (float *)malloc(zero_max_unit(z) / z->world * sizeof(float)); // the largest slice
         for (int u = 0; u < z->lay.num_units && host; u++) { // through the host, one slice at a time
             size_t n = zero_slice(z, u), mv = z->stage == 0 ? zero_slice_begin(z, u) : zero_shard_offset(z, u);
-            const float *p = z->stage == 3 ? z->params + zero_shard_offset(z, u) : z->params + zero_slice_begin(z, u);
-            z->be.to_host(z->be.ctx, host, p, n);
+            zero_get_slice(z, u, host); // fp32: the master weights in mixed precision
             ckpt_out_write(&model, host, n * sizeof(float));
-            z->be.to_host(z->be.ctx, host, z->adam_m + mv, n);
+            z->be.to_host(z->be.ctx, host, z->adam_m + mv, n, ZC_F32);
             ckpt_out_write(&optim, host, n * sizeof(float));
-            z->be.to_host(z->be.ctx, host, z->adam_v + mv, n);
+            z->be.to_host(z->be.ctx, host, z->adam_v + mv, n, ZC_F32);
             ckpt_out_write(&optim, host, n * sizeof(float));
         }
         if (!host) model.ok = 0;
@@ -389,14 +390,13 @@ static inline int ckpt_load(const CkptManifest *m, Zero *z, int with_optimizer,
         // keep what this rank keeps under its own stage and world size (through the backend:
         // its memory may be a GPU's)
         size_t n = zero_slice(z, u), begin = (size_t)z->rank * n, padded = gpt2_unit_padded(lay, u);
-        if (z->stage == 3) z->be.from_host(z->be.ctx, z->params + zero_shard_offset(z, u), unit + begin, n);
-        else z->be.from_host(z->be.ctx, z->params + z->lay.unit_offset[u], unit, padded);
+        zero_set_unit(z, u, unit); // parameters (rounded in mixed precision) and master weights
         if (with_optimizer && z->stage == 0) { // stage 0 keeps every element's moments
-            z->be.from_host(z->be.ctx, z->adam_m + z->lay.unit_offset[u], unit + maxu, padded);
-            z->be.from_host(z->be.ctx, z->adam_v + z->lay.unit_offset[u], unit + 2 * maxu, padded);
+            z->be.from_host(z->be.ctx, z->adam_m + z->lay.unit_offset[u], unit + maxu, padded, ZC_F32);
+            z->be.from_host(z->be.ctx, z->adam_v + z->lay.unit_offset[u], unit + 2 * maxu, padded, ZC_F32);
         } else if (with_optimizer) {
-            z->be.from_host(z->be.ctx, z->adam_m + zero_shard_offset(z, u), unit + maxu + begin, n);
-            z->be.from_host(z->be.ctx, z->adam_v + zero_shard_offset(z, u), unit + 2 * maxu + begin, n);
+            z->be.from_host(z->be.ctx, z->adam_m + zero_shard_offset(z, u), unit + maxu + begin, n, ZC_F32);
+            z->be.from_host(z->be.ctx, z->adam_v + zero_shard_offset(z, u), unit + 2 * maxu + begin, n, ZC_F32);
         }
     }
     for (int q = 0; q < W && !bad; q++) {

@@ -158,6 +158,17 @@ static const char *const lr_schedule_names[LR_NUM_SCHEDULES] = {"constant", "lin
 static const char *const lr_warmup_type_names[2] = {"log", "linear"};
 static const char *const precision_names[PRECISION_NUM] = {"fp32", "bf16", "fp16"};
 
+// The precisions this trainer runs: all three on the CPU; the GPU trainer's kernels are fp32
+// so far (config_parse refuses the others at once, config_validate those a --deepspeed file
+// asked for).
+#ifdef __CUDACC__
+static inline int config_precision_implemented(int precision) { return precision == PRECISION_FP32; }
+#define CONFIG_PRECISIONS "fp32 (bf16 and fp16 are CPU-only so far)"
+#else
+static inline int config_precision_implemented(int precision) { (void)precision; return 1; }
+#define CONFIG_PRECISIONS "fp32 | bf16 | fp16"
+#endif
+
 static inline void config_help(const char *prog) {
     TrainConfig d;
     config_defaults(&d);
@@ -203,7 +214,8 @@ static inline void config_help(const char *prog) {
            d.lr, lr_schedule_names[d.lr_schedule], d.warmup, d.min_lr_frac, d.warmup_min_lr, d.warmup_min_ratio,
            lr_warmup_type_names[d.warmup_type], d.weight_decay, d.beta1, d.beta2, d.eps, d.grad_clip);
     printf("precision (DeepSpeed's fp16/bf16 settings):\n"
-           "  --precision P         fp32 | bf16 | fp16 (default %s; only fp32 is implemented yet)\n"
+           "  --precision P         " CONFIG_PRECISIONS " (default %s): bf16/fp16 keep parameters,\n"
+           "                        gradients, activations in 16 bits, fp32 master weights and Adam state\n"
            "  --loss-scale X        fp16: a static loss scale; 0 = dynamic (default %g)\n"
            "  --initial-scale-power N  fp16 dynamic scale starts at 2^N (default %d)\n"
            "  --loss-scale-window N fp16: double the scale after N steps without overflow (default %d)\n"
@@ -270,9 +282,6 @@ static inline int config_float(const char *opt, const char *s, double lo, double
     return 0;
 }
 
-// The precisions the trainer runs today; the mixed-precision change extends this (config_parse
-// refuses the others at once, config_validate those a --deepspeed file asked for).
-static inline int config_precision_implemented(int precision) { return precision == PRECISION_FP32; }
 
 static inline int config_choice(const char *s, const char *const *names, int n) {
     for (int i = 0; i < n; i++) if (!strcmp(s, names[i])) return i;

@@ -214,6 +214,10 @@ typedef struct {                                                    // units 1..
 } LayerTensors;
 typedef struct { float *lnfw, *lnfb; } FinalTensors;                // unit L+1
 
+// A unit's parameters as the kernels read them: fp32 (f32), and where the trainer has them
+// in 16 bits, that copy too (x16, the same layout; NULL otherwise) for kernels that take it.
+typedef struct { float *f32; const void *x16; } UnitParams;
+
 // `unit` points at the first element of the unit (wherever that unit currently lives: the
 // flat buffer, or a ZeRO-3 gather buffer).
 static inline EmbedTensors gpt2_embed_tensors(const GPT2Config *c, float *unit) {
@@ -272,11 +276,52 @@ static inline void gpt2_activation_numels(const GPT2Config *c, int B, int T, siz
         BT * C, BT * C, BT * 4 * C, BT * 3 * C};
     memcpy(n, v, sizeof(v));
 }
-static inline size_t gpt2_activation_floats(const GPT2Config *c, int B, int T) {
+
+// The per-layer tensors a 16-bit run stores in 16 bits (everything (L,...) but the fp32
+// LayerNorm statistics). Such a run computes each layer in fp32 in one of two layer-sized
+// slots (the layer, and its input: the previous layer's output), and keeps all L layers in
+// 16 bits; every other activation stays fp32 (the statistics, the logits and the loss are fp32
+// by the semantics, the rest is one (B,T,...) each).
+static inline int gpt2_activation_is_layer16(int i) {
+    return i == A_LN1 || i == A_QKV || i == A_ATTY || i == A_ATT || i == A_RESIDUAL2 || i == A_LN2 || i == A_FCH ||
+           i == A_FCH_GELU || i == A_RESIDUAL3;
+}
+// fp32 elements of the activation block: with slots = L every layer in fp32, with slots = 2
+// the 16-bit layout's two fp32 layer slots.
+static inline size_t gpt2_activation_floats(const GPT2Config *c, int B, int T, int slots) {
     size_t n[NUM_ACTIVATIONS], total = 0;
     gpt2_activation_numels(c, B, T, n);
-    for (int i = 0; i < NUM_ACTIVATIONS; i++) total += n[i];
+    for (int i = 0; i < NUM_ACTIVATIONS; i++)
+        total += gpt2_activation_is_layer16(i) ? n[i] / c->num_layers * slots : n[i];
     return total;
+}
+// 16-bit elements one layer stores (the sum of its gpt2_activation_is_layer16 tensors)
+static inline size_t gpt2_layer16_numel(const GPT2Config *c, int B, int T) {
+    size_t n[NUM_ACTIVATIONS], total = 0;
+    gpt2_activation_numels(c, B, T, n);
+    for (int i = 0; i < NUM_ACTIVATIONS; i++) if (gpt2_activation_is_layer16(i)) total += n[i] / c->num_layers;
+    return total;
+}
+// Bytes of all activations as the trainers allocate them (fp32, or mixed precision).
+static inline size_t gpt2_activation_bytes(const GPT2Config *c, int B, int T, int mixed) {
+    if (!mixed) return gpt2_activation_floats(c, B, T, c->num_layers) * sizeof(float);
+    return gpt2_activation_floats(c, B, T, 2) * sizeof(float) + (size_t)c->num_layers * gpt2_layer16_numel(c, B, T) * 2;
+}
+
+// The CPU trainer's kernels compute in fp32. In a 16-bit run it therefore widens each unit's
+// parameters into fp32 views (the embeddings, the final LayerNorm, two layers: the one
+// computing and the one prefetched), accumulates each unit's gradient in fp32 (the embeddings,
+// the final LayerNorm, one layer) before rounding it into 16-bit storage, and in bf16 rounds
+// the operands of its bf16 matmuls into one staging area ((B,T) rows of the widest pair of
+// a matmul's output gradient and input: the LM head's, or the MLP's). Bytes; 0 in fp32.
+static inline size_t gpt2_workspace_bytes(const ParamLayout *lay, const GPT2Config *c, int B, int T, int dtype_bf16,
+                                          int mixed) {
+    if (!mixed) return 0;
+    size_t embed = gpt2_unit_padded(lay, 0), fin = gpt2_unit_padded(lay, c->num_layers + 1), layer = gpt2_unit_padded(lay, 1);
+    size_t floats = (embed + fin + 2 * layer) + (embed + fin + layer);
+    size_t C = c->channels, widest = c->padded_vocab_size + C > 5 * C ? c->padded_vocab_size + C : 5 * C;
+    size_t staging = dtype_bf16 ? (size_t)B * T * widest : 0;
+    return floats * sizeof(float) + staging * 2;
 }
 
 // The activations as named pointers, in the order of the list above, and their wiring into
@@ -288,14 +333,49 @@ typedef struct {
     float *dresidual, *dbtc, *dbt4c, *dqkv;
 } Activations;
 
-static inline void gpt2_activations_wire(Activations *a, float *memory, const GPT2Config *c, int B, int T) {
+// layer_slots: layers the per-layer tensors hold (L, or 2 for the 16-bit layout's fp32 slots)
+static inline void gpt2_activations_wire(Activations *a, float *memory, const GPT2Config *c, int B, int T,
+                                         int layer_slots) {
     size_t numel[NUM_ACTIVATIONS];
     gpt2_activation_numels(c, B, T, numel);
+    for (int i = 0; i < NUM_ACTIVATIONS; i++)
+        if (gpt2_activation_is_layer16(i)) numel[i] = numel[i] / c->num_layers * layer_slots;
     float **slots[NUM_ACTIVATIONS] = {
         &a->encoded, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att, &a->residual2,
         &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch, &a->fch_gelu, &a->residual3, &a->lnf,
         &a->lnf_mean, &a->lnf_rstd, &a->logits, &a->losses, &a->dresidual, &a->dbtc, &a->dbt4c, &a->dqkv};
     for (int i = 0; i < NUM_ACTIVATIONS; i++) { *slots[i] = memory; memory += numel[i]; }
+}
+
+// One layer's activations, for a batch of (B,T) (packed at that size). residual is the
+// layer's input: the embeddings, or the previous layer's output.
+typedef struct {
+    float *residual, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *residual3;
+} LayerActs;
+// Layer l lives in slot l % slots of the per-layer tensors; its statistics always at l.
+static inline LayerActs gpt2_layer_acts(const Activations *a, const GPT2Config *c, int l, int slots, int B, int T) {
+    size_t N = (size_t)B * T, btc = N * c->channels, s = (size_t)(l % slots), p = (size_t)((l + slots - 1) % slots);
+    LayerActs x;
+    x.residual = l == 0 ? a->encoded : a->residual3 + p * btc;
+    x.ln1 = a->ln1 + s * btc;           x.ln1_mean = a->ln1_mean + l * N;  x.ln1_rstd = a->ln1_rstd + l * N;
+    x.qkv = a->qkv + s * 3 * btc;       x.atty = a->atty + s * btc;
+    x.att = a->att + s * B * c->num_heads * (size_t)T * T;
+    x.residual2 = a->residual2 + s * btc;
+    x.ln2 = a->ln2 + s * btc;           x.ln2_mean = a->ln2_mean + l * N;  x.ln2_rstd = a->ln2_rstd + l * N;
+    x.fch = a->fch + s * 4 * btc;       x.fch_gelu = a->fch_gelu + s * 4 * btc;
+    x.residual3 = a->residual3 + s * btc;
+    return x;
+}
+// The 16-bit-stored tensors of a layer view, in gpt2_activation_is_layer16's order, with their
+// element counts at (B,T): what a 16-bit run converts when it stores or loads a layer.
+static inline int gpt2_layer16_tensors(const LayerActs *x, const GPT2Config *c, int B, int T, float *t[9], size_t n[9]) {
+    size_t btc = (size_t)B * T * c->channels;
+    float *p[9] = {x->ln1, x->qkv, x->atty, x->att, x->residual2, x->ln2, x->fch, x->fch_gelu, x->residual3};
+    size_t k[9] = {btc, 3 * btc, btc, (size_t)B * c->num_heads * T * T, btc, btc, 4 * btc, 4 * btc, btc};
+    memcpy(t, p, sizeof(p));
+    memcpy(n, k, sizeof(k));
+    return 9;
 }
 
 // ----------------------------------------------------------------------------------------

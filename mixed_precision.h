@@ -305,6 +305,38 @@ static inline int has_inf_or_nan_fp16(const fp16_t *x, size_t n) {
 }
 
 // ----------------------------------------------------------------------------
+// Element types of the model states, for code that handles all three (zero.h's buffers, the
+// backends' collectives). The order is the trainer's --precision order: fp32, bf16, fp16.
+
+enum { ZC_F32, ZC_BF16, ZC_FP16 };
+ZC_HD static inline size_t zc_dtype_size(int t) { return t == ZC_F32 ? 4 : 2; }
+// Element i of an array of type t, as a float; and stored, rounded to nearest even.
+ZC_HD static inline float zc_load(const void *p, size_t i, int t) {
+    if (t == ZC_F32) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    return t == ZC_BF16 ? bf16_to_f32(h) : fp16_to_f32(h);
+}
+ZC_HD static inline void zc_store(void *p, size_t i, float x, int t) {
+    if (t == ZC_F32) ((float *)p)[i] = x;
+    else ((uint16_t *)p)[i] = t == ZC_BF16 ? f32_to_bf16(x) : f32_to_fp16(x);
+}
+// Whole arrays (host): widen to fp32, narrow from fp32 (a plain copy for fp32).
+static inline void zc_widen(float *dst, const void *src, size_t n, int t) {
+    if (t == ZC_F32) memcpy(dst, src, n * sizeof(float));
+    else if (t == ZC_BF16) bf16_to_f32_array(dst, (const bf16_t *)src, n);
+    else fp16_to_f32_array(dst, (const fp16_t *)src, n);
+}
+static inline void zc_narrow(void *dst, const float *src, size_t n, int t) {
+    if (t == ZC_F32) memcpy(dst, src, n * sizeof(float));
+    else if (t == ZC_BF16) f32_to_bf16_array((bf16_t *)dst, src, n);
+    else f32_to_fp16_array((fp16_t *)dst, src, n);
+}
+static inline int zc_has_inf_or_nan(const void *x, size_t n, int t) {
+    return t == ZC_F32 ? has_inf_or_nan_f32((const float *)x, n)
+         : t == ZC_BF16 ? has_inf_or_nan_bf16((const bf16_t *)x, n) : has_inf_or_nan_fp16((const fp16_t *)x, n);
+}
+
+// ----------------------------------------------------------------------------
 // fp16 loss scaler (DeepSpeed's DynamicLossScaler, and its static LossScaler)
 
 enum { ZC_STEP_ABORT = -1, ZC_STEP_APPLY = 0, ZC_STEP_SKIP = 1 };

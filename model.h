@@ -6,16 +6,31 @@
 // train_gpt_cpu.c give (the CPU runs them with OpenMP and OpenBLAS, the GPU launches them):
 //   encoder_forward(out, inp, wte, wpe, B, T, C)          encoder_backward(dwte, dwpe, dout, inp, B, T, C)
 //   layernorm_forward(out, mean, rstd, inp, w, b, N, C)   layernorm_backward(dinp+=, dw+=, db+=, dout, inp, w, mean, rstd, N, C)
-//   matmul_forward(out, inp, w, bias, N, C, OC)           matmul_backward(dinp, dw+=, dbias+=, dout, inp, w, N, C, OC)
+//   matmul_forward(out, inp, w, w16, bias, N, C, OC)      matmul_backward(dinp, dw+=, dbias+=, dout, inp, w, w16, N, C, OC)
 //   attention_forward(out, att, qkv, B, T, C, NH)         attention_backward(dqkv, att, dout, qkv, out, B, T, C, NH)
 //   gelu_forward(out, inp, n)                             gelu_backward(dinp, inp, dout, n)
 //   residual_forward(out, a, b, n)                        zero_fill(p, n)
 //   upload_batch(m, inputs, targets, N): sets m->dev_inputs / dev_targets (the GPU copies)
 //   classifier_loss(m, N, dloss) -> mean loss: the fused softmax + cross-entropy (+ gradient)
-// Where parameters and gradients live is ZeRO's business: each unit's are asked of zero.h as
-// the passes reach it, which is where its gathers, prefetches and reductions happen.
+// (w16: the weight's 16-bit copy from UnitParams.x16, or NULL) and the storage hooks, which
+// say where the kernels find a unit's parameters and gradients and a layer's activations:
+//   gpt2_unit_params(m, u, next) -> UnitParams      (next: the unit needed after this one)
+//   gpt2_unit_grads(m, u) -> float *                where the backward accumulates unit u's gradient
+//   gpt2_unit_grads_done(m, u)                      the backward is done with it
+//   gpt2_layer_acts_forward(m, l, B, T) -> LayerActs, gpt2_layer_store(m, l, B, T): layer l's
+//     activations to compute the forward into, and the forward is done with them
+//   gpt2_layer_acts_backward(m, l, B, T) -> LayerActs: layer l's activations for its backward
+// Where parameters and gradients live is ZeRO's business: the hooks ask zero.h for each unit's
+// as the passes reach it, which is where its gathers, prefetches and reductions happen. A
+// trainer whose kernels compute in the storage type passes zero.h's pointers through; the CPU
+// trainer, whose kernels compute in fp32, converts 16-bit storage there.
 #ifndef MODEL_H
 #define MODEL_H
+
+// The 16-bit copy of tensor t of unit p, or NULL when the unit has none.
+static inline const void *gpt2_x16(UnitParams p, const float *t) {
+    return p.x16 ? (const uint16_t *)p.x16 + (t - p.f32) : NULL;
+}
 
 // Forward pass over inputs (B,T) (host arrays) with B <= m->B, T <= m->T. With targets it
 // computes the loss per position into acts.losses, and with dloss != 0 also the logits'
@@ -24,42 +39,43 @@
 // (ZeRO-3 gathers).
 static float gpt2_forward(GPT2 *m, const int *inputs, const int *targets, int B, int T, float dloss) {
     const GPT2Config *c = &m->cfg;
-    Zero *z = &m->z;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, F = gpt2_final_unit(&z->lay);
+    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, F = gpt2_final_unit(&m->z.lay);
     size_t btc = (size_t)N * C;
     Activations *a = &m->acts;
     upload_batch(m, inputs, targets, N);
-    EmbedTensors emb = gpt2_embed_tensors(c, zero_params(z, UNIT_EMBED, gpt2_unit_of_layer(0)));
+    UnitParams ep = gpt2_unit_params(m, UNIT_EMBED, gpt2_unit_of_layer(0));
+    EmbedTensors emb = gpt2_embed_tensors(c, ep.f32);
     encoder_forward(a->encoded, m->dev_inputs, emb.wte, emb.wpe, B, T, C);
     for (int l = 0; l < L; l++) {
         int u = gpt2_unit_of_layer(l);
-        LayerTensors w = gpt2_layer_tensors(c, zero_params(z, u, u + 1)); // u + 1: next layer, or F
-        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * btc;
-        float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * 3 * btc, *atty = a->atty + l * btc;
-        float *att = a->att + (size_t)l * B * NH * T * T, *residual2 = a->residual2 + l * btc;
-        float *ln2 = a->ln2 + l * btc, *fch = a->fch + l * 4 * btc, *fch_gelu = a->fch_gelu + l * 4 * btc;
-        float *residual3 = a->residual3 + l * btc;
-        layernorm_forward(ln1, a->ln1_mean + l * N, a->ln1_rstd + l * N, residual, w.ln1w, w.ln1b, N, C);
-        matmul_forward(qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C);
-        attention_forward(atty, att, qkv, B, T, C, NH);
+        UnitParams up = gpt2_unit_params(m, u, u + 1); // u + 1: the next layer, or F
+        LayerTensors w = gpt2_layer_tensors(c, up.f32);
+        LayerActs x = gpt2_layer_acts_forward(m, l, B, T);
+        layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, w.ln1w, w.ln1b, N, C);
+        matmul_forward(x.qkv, x.ln1, w.qkvw, gpt2_x16(up, w.qkvw), w.qkvb, N, C, 3 * C);
+        attention_forward(x.atty, x.att, x.qkv, B, T, C, NH);
         // the projections land in dbtc (free during the forward), then the residual adds
-        matmul_forward(a->dbtc, atty, w.attprojw, w.attprojb, N, C, C);
-        residual_forward(residual2, residual, a->dbtc, btc);
-        layernorm_forward(ln2, a->ln2_mean + l * N, a->ln2_rstd + l * N, residual2, w.ln2w, w.ln2b, N, C);
-        matmul_forward(fch, ln2, w.fcw, w.fcb, N, C, 4 * C);
-        gelu_forward(fch_gelu, fch, 4 * btc);
-        matmul_forward(a->dbtc, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
-        residual_forward(residual3, residual2, a->dbtc, btc);
+        matmul_forward(a->dbtc, x.atty, w.attprojw, gpt2_x16(up, w.attprojw), w.attprojb, N, C, C);
+        residual_forward(x.residual2, x.residual, a->dbtc, btc);
+        layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
+        matmul_forward(x.fch, x.ln2, w.fcw, gpt2_x16(up, w.fcw), w.fcb, N, C, 4 * C);
+        gelu_forward(x.fch_gelu, x.fch, 4 * btc);
+        matmul_forward(a->dbtc, x.fch_gelu, w.fcprojw, gpt2_x16(up, w.fcprojw), w.fcprojb, N, 4 * C, C);
+        residual_forward(x.residual3, x.residual2, a->dbtc, btc);
+        gpt2_layer_store(m, l, B, T);
     }
-    FinalTensors fin = gpt2_final_tensors(c, zero_params(z, F, -1));
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3 + (L - 1) * btc, fin.lnfw, fin.lnfb, N, C);
-    matmul_forward(a->logits, a->lnf, emb.wte, NULL, N, C, c->padded_vocab_size); // tied LM head
+    FinalTensors fin = gpt2_final_tensors(c, gpt2_unit_params(m, F, -1).f32);
+    LayerActs top = gpt2_layer_acts_forward(m, L - 1, B, T); // (already computed: its output)
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, top.residual3, fin.lnfw, fin.lnfb, N, C);
+    ep = gpt2_unit_params(m, UNIT_EMBED, -1); // (ZeRO-3 has kept it gathered)
+    emb = gpt2_embed_tensors(c, ep.f32);
+    matmul_forward(a->logits, a->lnf, emb.wte, gpt2_x16(ep, emb.wte), NULL, N, C, c->padded_vocab_size); // tied LM head
     if (!targets) return 0.0f;
     return classifier_loss(m, N, dloss);
 }
 
 // Backward pass after gpt2_forward(..., dloss != 0) on the same inputs. Each unit's gradient
-// is handed to zero.h as soon as it is complete, so its reduction overlaps the rest.
+// is handed on as soon as it is complete, so its reduction overlaps the rest.
 static void gpt2_backward(GPT2 *m, int B, int T) {
     const GPT2Config *c = &m->cfg;
     Zero *z = &m->z;
@@ -68,40 +84,37 @@ static void gpt2_backward(GPT2 *m, int B, int T) {
     Activations *a = &m->acts;
     // The embeddings are used first and last: their gradient collects the LM head's share now
     // and the token lookup's at the end, and is reduced once, after both.
-    EmbedTensors emb = gpt2_embed_tensors(c, zero_params(z, UNIT_EMBED, -1));
-    EmbedTensors demb = gpt2_embed_tensors(c, zero_grads(z, UNIT_EMBED));
-    FinalTensors fin = gpt2_final_tensors(c, zero_params(z, F, gpt2_unit_of_layer(L - 1)));
-    FinalTensors dfin = gpt2_final_tensors(c, zero_grads(z, F));
-    matmul_backward(a->dbtc, demb.wte, NULL, a->logits, a->lnf, emb.wte, N, C, c->padded_vocab_size);
+    UnitParams ep = gpt2_unit_params(m, UNIT_EMBED, -1);
+    EmbedTensors emb = gpt2_embed_tensors(c, ep.f32);
+    EmbedTensors demb = gpt2_embed_tensors(c, gpt2_unit_grads(m, UNIT_EMBED));
+    FinalTensors fin = gpt2_final_tensors(c, gpt2_unit_params(m, F, gpt2_unit_of_layer(L - 1)).f32);
+    FinalTensors dfin = gpt2_final_tensors(c, gpt2_unit_grads(m, F));
+    LayerActs top = gpt2_layer_acts_backward(m, L - 1, B, T);
+    matmul_backward(a->dbtc, demb.wte, NULL, a->logits, a->lnf, emb.wte, gpt2_x16(ep, emb.wte), N, C, c->padded_vocab_size);
     zero_fill(a->dresidual, btc);
-    layernorm_backward(a->dresidual, dfin.lnfw, dfin.lnfb, a->dbtc, a->residual3 + (L - 1) * btc, fin.lnfw,
-                       a->lnf_mean, a->lnf_rstd, N, C);
-    zero_grads_done(z, F);
+    layernorm_backward(a->dresidual, dfin.lnfw, dfin.lnfb, a->dbtc, top.residual3, fin.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+    gpt2_unit_grads_done(m, F);
     // dresidual is the gradient of the residual stream; each block adds its branches to it.
     for (int l = L - 1; l >= 0; l--) {
         int u = gpt2_unit_of_layer(l);
-        LayerTensors w = gpt2_layer_tensors(c, zero_params(z, u, l > 0 ? u - 1 : -1));
-        LayerTensors g = gpt2_layer_tensors(c, zero_grads(z, u));
-        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * btc;
-        float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * 3 * btc, *atty = a->atty + l * btc;
-        float *att = a->att + (size_t)l * B * NH * T * T, *residual2 = a->residual2 + l * btc;
-        float *ln2 = a->ln2 + l * btc, *fch = a->fch + l * 4 * btc, *fch_gelu = a->fch_gelu + l * 4 * btc;
+        UnitParams up = gpt2_unit_params(m, u, l > 0 ? u - 1 : -1);
+        LayerTensors w = gpt2_layer_tensors(c, up.f32);
+        LayerTensors g = gpt2_layer_tensors(c, gpt2_unit_grads(m, u));
+        LayerActs x = gpt2_layer_acts_backward(m, l, B, T);
         // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        matmul_backward(a->dbt4c, g.fcprojw, g.fcprojb, a->dresidual, fch_gelu, w.fcprojw, N, 4 * C, C);
-        gelu_backward(a->dbt4c, fch, a->dbt4c, 4 * btc);
-        matmul_backward(a->dbtc, g.fcw, g.fcb, a->dbt4c, ln2, w.fcw, N, C, 4 * C);
-        layernorm_backward(a->dresidual, g.ln2w, g.ln2b, a->dbtc, residual2, w.ln2w, a->ln2_mean + l * N,
-                           a->ln2_rstd + l * N, N, C);
+        matmul_backward(a->dbt4c, g.fcprojw, g.fcprojb, a->dresidual, x.fch_gelu, w.fcprojw, gpt2_x16(up, w.fcprojw), N, 4 * C, C);
+        gelu_backward(a->dbt4c, x.fch, a->dbt4c, 4 * btc);
+        matmul_backward(a->dbtc, g.fcw, g.fcb, a->dbt4c, x.ln2, w.fcw, gpt2_x16(up, w.fcw), N, C, 4 * C);
+        layernorm_backward(a->dresidual, g.ln2w, g.ln2b, a->dbtc, x.residual2, w.ln2w, x.ln2_mean, x.ln2_rstd, N, C);
         // attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-        matmul_backward(a->dbtc, g.attprojw, g.attprojb, a->dresidual, atty, w.attprojw, N, C, C);
-        attention_backward(a->dqkv, att, a->dbtc, qkv, atty, B, T, C, NH);
-        matmul_backward(a->dbtc, g.qkvw, g.qkvb, a->dqkv, ln1, w.qkvw, N, C, 3 * C);
-        layernorm_backward(a->dresidual, g.ln1w, g.ln1b, a->dbtc, residual, w.ln1w, a->ln1_mean + l * N,
-                           a->ln1_rstd + l * N, N, C);
-        zero_grads_done(z, u);
+        matmul_backward(a->dbtc, g.attprojw, g.attprojb, a->dresidual, x.atty, w.attprojw, gpt2_x16(up, w.attprojw), N, C, C);
+        attention_backward(a->dqkv, x.att, a->dbtc, x.qkv, x.atty, B, T, C, NH);
+        matmul_backward(a->dbtc, g.qkvw, g.qkvb, a->dqkv, x.ln1, w.qkvw, gpt2_x16(up, w.qkvw), N, C, 3 * C);
+        layernorm_backward(a->dresidual, g.ln1w, g.ln1b, a->dbtc, x.residual, w.ln1w, x.ln1_mean, x.ln1_rstd, N, C);
+        gpt2_unit_grads_done(m, u);
     }
     encoder_backward(demb.wte, demb.wpe, a->dresidual, m->dev_inputs, B, T, C);
-    zero_grads_done(z, UNIT_EMBED);
+    gpt2_unit_grads_done(m, UNIT_EMBED);
     zero_end_backward(z);
 }
 

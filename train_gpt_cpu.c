@@ -31,6 +31,8 @@
 #include "tokenizer.h"
 #include "ds_config.h"
 #include "checkpoint.h"
+#include "mixed_precision.h"
+#include "gemm_bf16.h"
 
 // ----------------------------------------------------------------------------------------
 // Utilities
@@ -129,20 +131,45 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
     }
 }
 
-// out (N,OC) = inp (N,C) . w^T + bias, w (OC,C) as in PyTorch's Linear; bias (OC) or NULL.
-static void matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC) {
-    if (bias) { // start from the bias, and let sgemm add the product to it
+// Matmuls. fp32 and fp16 runs multiply in fp32 (OpenBLAS sgemm; fp16 values widen exactly).
+// bf16 runs pass w16, the weight's bf16 copy, and multiply bf16 x bf16 -> fp32 (gemm_bf16.h:
+// AMX or AVX512-BF16 where the CPU has them): the activation operands are rounded to bf16 into
+// bf16_staging on the way (the activations' 16-bit storage holds the same values), the
+// products are exact and accumulate in fp32. The staging area is the trainer's (gpt2_build
+// sizes it: gpt2_workspace_bytes), set here because kernels take no context.
+static bf16_t *bf16_staging;
+
+static void die_gemm(void) { fprintf(stderr, "error: gemm_bf16 refused its arguments\n"); exit(1); }
+
+// out (N,OC) = inp (N,C) . w^T + bias, w (OC,C) as in PyTorch's Linear; bias (OC) or NULL;
+// w16: w in bf16, or NULL.
+static void matmul_forward(float *out, const float *inp, const float *w, const void *w16, const float *bias,
+                           int N, int C, int OC) {
+    if (bias) { // start from the bias, and let the product add to it
 #pragma omp parallel for
         for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+    }
+    if (w16) {
+        f32_to_bf16_array(bf16_staging, inp, (size_t)N * C);
+        if (gemm_bf16_forward(NULL, out, bf16_staging, (const bf16_t *)w16, N, C, OC, bias ? 1.0f : 0.0f)) die_gemm();
+        return;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, bias ? 1.0f : 0.0f, out, OC);
 }
 
 // dinp (N,C) = dout (N,OC) . w;  dw (OC,C) += dout^T . inp;  dbias (OC) += column sums of dout
 static void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                            const float *w, int N, int C, int OC) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+                            const float *w, const void *w16, int N, int C, int OC) {
+    if (w16) {
+        bf16_t *dout16 = bf16_staging, *inp16 = bf16_staging + (size_t)N * OC;
+        f32_to_bf16_array(dout16, dout, (size_t)N * OC);
+        f32_to_bf16_array(inp16, inp, (size_t)N * C);
+        if (gemm_bf16_backward_data(NULL, dinp, dout16, (const bf16_t *)w16, N, C, OC, 0.0f)) die_gemm();
+        if (gemm_bf16_backward_weight(NULL, dw, dout16, inp16, N, C, OC, 1.0f)) die_gemm();
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+    }
     if (dbias) {
 #pragma omp parallel for
         for (int o0 = 0; o0 < OC; o0 += 64) {
@@ -293,41 +320,61 @@ typedef struct {
     double timeout;                 // --comm-timeout: seconds before the watchdog aborts
     MPI_Request req[MAX_PENDING];
     int busy[MAX_PENDING];
-    float *move_from[MAX_PENDING], *move_to[MAX_PENDING]; // MPI's in-place reduce-scatter
-    size_t move_n[MAX_PENDING];                           // leaves the result at the top
+    char *move_from[MAX_PENDING], *move_to[MAX_PENDING]; // MPI's in-place reduce-scatter
+    size_t move_bytes[MAX_PENDING];                      // leaves the result at the top
+    MPI_Op sum16[3];                                     // sums of bf16 / fp16 elements
 } MpiBackend;
+
+// MPI has no 16-bit float types: 16-bit elements travel as MPI_UINT16_T and are summed by
+// these operations, in fp32 and rounded back, one pair of elements at a time (the reduction
+// order is MPI's, as the ring's is NCCL's).
+static void mpi_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const bf16_t *a = (const bf16_t *)in;
+    bf16_t *b = (bf16_t *)inout;
+    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+static void mpi_sum_fp16(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const fp16_t *a = (const fp16_t *)in;
+    fp16_t *b = (fp16_t *)inout;
+    for (int i = 0; i < *len; i++) b[i] = f32_to_fp16(fp16_to_f32(a[i]) + fp16_to_f32(b[i]));
+}
+static MPI_Datatype mpi_type(int dtype) { return dtype == ZC_F32 ? MPI_FLOAT : MPI_UINT16_T; }
+static MPI_Op mpi_sum(MpiBackend *b, int dtype) { return dtype == ZC_F32 ? MPI_SUM : b->sum16[dtype]; }
 
 static int mpi_slot(MpiBackend *b) {
     for (int h = 0; h < MAX_PENDING; h++)
-        if (!b->busy[h]) { b->busy[h] = 1; b->move_n[h] = 0; return h; }
+        if (!b->busy[h]) { b->busy[h] = 1; b->move_bytes[h] = 0; return h; }
     fprintf(stderr, "error: rank %d: more than %d collectives in flight\n", b->rank, MAX_PENDING);
     MPI_Abort(b->comm, 1);
     return -1;
 }
-static int mpi_all_reduce(void *ctx, float *buf, size_t n) {
+static int mpi_all_reduce(void *ctx, void *buf, size_t n, int dtype) {
     MpiBackend *b = (MpiBackend *)ctx;
     int h = mpi_slot(b);
-    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, b->comm, &b->req[h]);
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dtype), mpi_sum(b, dtype), b->comm, &b->req[h]);
     return h;
 }
-static int mpi_reduce_scatter(void *ctx, float *send, float *recv, size_t n) {
+static int mpi_reduce_scatter(void *ctx, void *send, void *recv, size_t n, int dtype) {
     MpiBackend *b = (MpiBackend *)ctx;
     int h = mpi_slot(b);
-    if (recv == send + (size_t)b->rank * n) {
-        MPI_Ireduce_scatter_block(MPI_IN_PLACE, send, (int)n, MPI_FLOAT, MPI_SUM, b->comm, &b->req[h]);
-        b->move_from[h] = send; b->move_to[h] = recv; b->move_n[h] = n;
+    size_t bytes = n * zc_dtype_size(dtype);
+    if ((char *)recv == (char *)send + (size_t)b->rank * bytes) {
+        MPI_Ireduce_scatter_block(MPI_IN_PLACE, send, (int)n, mpi_type(dtype), mpi_sum(b, dtype), b->comm, &b->req[h]);
+        b->move_from[h] = (char *)send; b->move_to[h] = (char *)recv; b->move_bytes[h] = bytes;
     } else {
-        MPI_Ireduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, b->comm, &b->req[h]);
+        MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_type(dtype), mpi_sum(b, dtype), b->comm, &b->req[h]);
     }
     return h;
 }
-static int mpi_all_gather(void *ctx, const float *send, float *recv, size_t n) {
+static int mpi_all_gather(void *ctx, const void *send, void *recv, size_t n, int dtype) {
     MpiBackend *b = (MpiBackend *)ctx;
     int h = mpi_slot(b);
-    if (send == recv + (size_t)b->rank * n)
-        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)n, MPI_FLOAT, b->comm, &b->req[h]);
+    if ((const char *)send == (char *)recv + (size_t)b->rank * n * zc_dtype_size(dtype))
+        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)n, mpi_type(dtype), b->comm, &b->req[h]);
     else
-        MPI_Iallgather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, b->comm, &b->req[h]);
+        MPI_Iallgather(send, (int)n, mpi_type(dtype), recv, (int)n, mpi_type(dtype), b->comm, &b->req[h]);
     return h;
 }
 // Waits by polling, so that a collective that never completes (a peer stuck or gone) ends
@@ -351,8 +398,8 @@ static void mpi_wait_request(MpiBackend *b, MPI_Request *req, const char *what) 
 static void mpi_wait(void *ctx, int h, const char *what) {
     MpiBackend *b = (MpiBackend *)ctx;
     mpi_wait_request(b, &b->req[h], what);
-    if (b->move_n[h] && b->move_to[h] != b->move_from[h])
-        memmove(b->move_to[h], b->move_from[h], b->move_n[h] * sizeof(float));
+    if (b->move_bytes[h] && b->move_to[h] != b->move_from[h])
+        memmove(b->move_to[h], b->move_from[h], b->move_bytes[h]);
     b->busy[h] = 0;
 }
 static void mpi_progress(void *ctx) {
@@ -369,55 +416,141 @@ static void mpi_sum_doubles(void *ctx, double *x, int n) {
     mpi_wait_request(b, &req, "all_reduce of scalars (loss, norm, reports)");
 }
 static void mpi_set_step(void *ctx, int step) { ((MpiBackend *)ctx)->step = step; }
-static float *host_alloc_floats(void *ctx, size_t n) { (void)ctx; return xcalloc_floats(n); }
-static void host_free_floats(void *ctx, float *p) { (void)ctx; free(p); }
-static void host_zero_floats(void *ctx, float *p, size_t n) { (void)ctx; memset(p, 0, n * sizeof(float)); }
-static void host_add_floats(void *ctx, float *dst, const float *src, size_t n) {
+static void *host_alloc(void *ctx, size_t bytes) {
     (void)ctx;
-#pragma omp parallel for simd
-    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+    void *p = xmalloc(bytes ? bytes : 1);
+    memset(p, 0, bytes);
+    return p;
 }
+static void host_free(void *ctx, void *p) { (void)ctx; free(p); }
+static void host_zero(void *ctx, void *p, size_t bytes) { (void)ctx; memset(p, 0, bytes); }
 
-static void host_copy(void *ctx, float *dst, const float *src, size_t n) { (void)ctx; memcpy(dst, src, n * sizeof(float)); }
-// AdamW over one run of elements of one kind (zero.h walks the runs this rank owns)
-static void host_adamw(void *ctx, float *p, float *m, float *v, const float *g, size_t n, const AdamWStep *step, int decay) {
-    (void)ctx;
+// dst (of type dtype) += src (fp32), rounded to dtype: gradients accumulate so. (One loop per
+// type, so that each vectorises.)
+static void add_to(void *dst, const float *src, size_t n, int dtype) {
+    if (dtype == ZC_F32) {
+        float *d = (float *)dst;
 #pragma omp parallel for simd
-    for (size_t i = 0; i < n; i++) adamw_element(&p[i], &m[i], &v[i], g[i], step, decay);
+        for (size_t i = 0; i < n; i++) d[i] += src[i];
+    } else if (dtype == ZC_BF16) {
+        bf16_t *d = (bf16_t *)dst;
+#pragma omp parallel for simd
+        for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(bf16_to_f32(d[i]) + src[i]);
+    } else {
+        fp16_t *d = (fp16_t *)dst;
+#pragma omp parallel for
+        for (size_t i = 0; i < n; i++) d[i] = f32_to_fp16(fp16_to_f32(d[i]) + src[i]);
+    }
+}
+static void host_add(void *ctx, void *dst, const void *src, size_t n, int dtype) {
+    (void)ctx;
+    if (dtype == ZC_F32) { add_to(dst, (const float *)src, n, dtype); return; }
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) zc_store(dst, i, zc_load(dst, i, dtype) + zc_load(src, i, dtype), dtype);
+}
+static void host_to_host(void *ctx, float *host, const void *src, size_t n, int dtype) { (void)ctx; zc_widen(host, src, n, dtype); }
+static void host_from_host(void *ctx, void *dst, const float *host, size_t n, int dtype) { (void)ctx; zc_narrow(dst, host, n, dtype); }
+
+// AdamW over one run of elements of one kind (zero.h walks the runs this rank owns): in
+// mixed precision p is the master weight, g is 16-bit, and the result is rounded into p16.
+static void host_adamw(void *ctx, float *p, float *m, float *v, const void *g, void *p16, size_t n, int dtype,
+                       const AdamWStep *step, int decay) {
+    (void)ctx;
+    if (!p16) {
+        const float *gf = (const float *)g;
+#pragma omp parallel for simd
+        for (size_t i = 0; i < n; i++) adamw_element(&p[i], &m[i], &v[i], gf[i], step, decay);
+    } else if (dtype == ZC_BF16) {
+        const bf16_t *gh = (const bf16_t *)g;
+        bf16_t *ph = (bf16_t *)p16;
+#pragma omp parallel for simd
+        for (size_t i = 0; i < n; i++) {
+            adamw_element(&p[i], &m[i], &v[i], bf16_to_f32(gh[i]), step, decay);
+            ph[i] = f32_to_bf16(p[i]);
+        }
+    } else {
+        const fp16_t *gh = (const fp16_t *)g;
+        fp16_t *ph = (fp16_t *)p16;
+#pragma omp parallel for
+        for (size_t i = 0; i < n; i++) {
+            adamw_element(&p[i], &m[i], &v[i], fp16_to_f32(gh[i]), step, decay);
+            ph[i] = f32_to_fp16(p[i]);
+        }
+    }
 }
 
 static ZeroBackend mpi_backend(MpiBackend *b) {
     ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_set_step, mpi_progress, mpi_sum_doubles,
-                      host_alloc_floats, host_free_floats, host_zero_floats, host_add_floats, host_copy, host_copy,
-                      host_adamw};
+                      host_alloc, host_free, host_zero, host_add, host_to_host, host_from_host, host_adamw};
     return be;
 }
 
 // ----------------------------------------------------------------------------------------
 // The model. Where parameters, gradients and optimizer state live is ZeRO's business: the
-// forward and backward ask zero.h for each unit's parameters and gradients as they go.
+// forward and backward ask for each unit's parameters and gradients as they go (model.h).
+//
+// The kernels above compute in fp32. In a 16-bit run (bf16, fp16) ZeRO keeps parameters,
+// gradients and buffers in 16 bits and the activations of every layer are stored in 16 bits,
+// so the storage hooks below convert at the edges: a unit's parameters are widened into an
+// fp32 view when the passes reach it (bf16 matmuls read the 16-bit weights themselves), its
+// gradient accumulates in fp32 and is rounded into ZeRO's 16-bit buffer when the backward is
+// done with it, and each layer computes in an fp32 slot, stored in 16 bits when its forward is
+// done and widened again for its backward. (The GPU trainer's kernels read and write 16 bits
+// directly; there these hooks pass ZeRO's pointers through.) In fp32 they pass through here too.
 
+enum { VIEW_EMBED, VIEW_FINAL, VIEW_LAYER0, VIEW_LAYER1, NUM_VIEWS };
 
 typedef struct {
     GPT2Config cfg;
-    Zero z;                        // parameters, gradients, Adam moments, ZeRO buffers
-    Activations acts;
+    Zero z;                        // parameters, gradients, optimizer state, ZeRO buffers
+    int dtype, mixed;              // ZC_F32 / ZC_BF16 / ZC_FP16; mixed = dtype != ZC_F32
+    Activations acts;              // fp32; in 16-bit runs the per-layer tensors hold 2 layers
     float *acts_memory;
+    uint16_t *acts16;              // 16-bit runs: every layer's gpt2_activation_is_layer16 tensors
+    int slot_layer[2];             // the layer whose activations the fp32 slot holds (-1: none)
+    int act_slots;                 // layers the fp32 per-layer tensors hold: L, or 2
+    float *view[NUM_VIEWS];        // 16-bit runs: fp32 views of units' parameters
+    int view_unit[NUM_VIEWS];
+    unsigned long view_forward[NUM_VIEWS]; // ...valid while zero.h's forward count is unchanged
+    float *gacc_embed, *gacc_final, *gacc_layer; // 16-bit runs: fp32 gradient accumulators
+    void *grad_target[GPT2_MAX_UNITS];           // where a unit's fp32 gradient is rounded into
+    bf16_t *staging;               // bf16 runs: the matmuls' rounded operands
     size_t bytes_activations;
     int B, T;                      // the largest batch the activations hold
     int *inputs, *targets;         // (B,T)
     const int *dev_inputs, *dev_targets; // where the kernels read the batch: here, the same arrays
 } GPT2;
 
-static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, int rank, int world, ZeroBackend be) {
+static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, int rank, int world, int dtype,
+                       ZeroBackend be) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
-    zero_init(&m->z, cfg, stage, rank, world, be);
-    size_t total = gpt2_activation_floats(cfg, B, T);
-    m->acts_memory = xcalloc_floats(total);
-    m->bytes_activations = total * sizeof(float);
+    m->dtype = dtype;
+    m->mixed = dtype != ZC_F32;
+    zero_init(&m->z, cfg, stage, rank, world, dtype, be);
+    m->act_slots = m->mixed ? 2 : cfg->num_layers;
+    m->acts_memory = xcalloc_floats(gpt2_activation_floats(cfg, B, T, m->act_slots));
+    gpt2_activations_wire(&m->acts, m->acts_memory, cfg, B, T, m->act_slots);
+    m->bytes_activations = gpt2_activation_bytes(cfg, B, T, m->mixed);
     m->z.mem[MEM_ACTIVATIONS] = m->bytes_activations;
-    gpt2_activations_wire(&m->acts, m->acts_memory, cfg, B, T);
+    m->slot_layer[0] = m->slot_layer[1] = -1;
+    if (m->mixed) {
+        size_t n16 = (size_t)cfg->num_layers * gpt2_layer16_numel(cfg, B, T);
+        m->acts16 = (uint16_t *)xmalloc(n16 * sizeof(uint16_t));
+        memset(m->acts16, 0, n16 * sizeof(uint16_t));
+        const ParamLayout *lay = &m->z.lay;
+        size_t embed = gpt2_unit_padded(lay, UNIT_EMBED), fin = gpt2_unit_padded(lay, gpt2_final_unit(lay));
+        size_t layer = gpt2_unit_padded(lay, 1);
+        size_t view_n[NUM_VIEWS] = {embed, fin, layer, layer};
+        for (int k = 0; k < NUM_VIEWS; k++) { m->view[k] = xcalloc_floats(view_n[k]); m->view_unit[k] = -1; }
+        m->gacc_embed = xcalloc_floats(embed);
+        m->gacc_final = xcalloc_floats(fin);
+        m->gacc_layer = xcalloc_floats(layer);
+        size_t C = cfg->channels, Vp = cfg->padded_vocab_size, widest = Vp + C > 5 * C ? Vp + C : 5 * C;
+        if (dtype == ZC_BF16) m->staging = (bf16_t *)xmalloc((size_t)B * T * widest * sizeof(bf16_t));
+        bf16_staging = m->staging;
+        m->z.mem[MEM_WORKSPACE] = gpt2_workspace_bytes(lay, cfg, B, T, dtype == ZC_BF16, 1);
+    }
     m->B = B;
     m->T = T;
     m->inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
@@ -426,7 +559,98 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, 
 
 static void gpt2_free(GPT2 *m) {
     zero_free(&m->z);
+    for (int k = 0; k < NUM_VIEWS; k++) free(m->view[k]);
+    free(m->gacc_embed); free(m->gacc_final); free(m->gacc_layer); free(m->staging); free(m->acts16);
     free(m->acts_memory); free(m->inputs); free(m->targets);
+}
+
+// --- the storage hooks model.h calls ---
+
+static int view_of(const GPT2 *m, int u) {
+    return u == UNIT_EMBED ? VIEW_EMBED : u == gpt2_final_unit(&m->z.lay) ? VIEW_FINAL : VIEW_LAYER0 + u % 2;
+}
+// Widen one run of a unit's 16-bit parameters into its fp32 view. A bf16 run's matmuls read the
+// 16-bit weights, so only what other kernels read is widened: everything but the layers'
+// weight matrices (the embeddings are read by the token lookup).
+typedef struct { float *dst; const void *src; size_t base; int dtype, skip_matrices; } WidenRun;
+static void widen_segment(const ParamSegment *seg, void *ctx) {
+    WidenRun *w = (WidenRun *)ctx;
+    if (w->skip_matrices && seg->kind == SEG_DECAY) return;
+    size_t lo = seg->begin - w->base;
+    zc_widen(w->dst + lo, (const uint16_t *)w->src + lo, seg->end - seg->begin, w->dtype);
+}
+static UnitParams gpt2_unit_params(GPT2 *m, int u, int next) {
+    Zero *z = &m->z;
+    void *p = zero_params(z, u, next);
+    UnitParams up = {(float *)p, NULL};
+    if (!m->mixed) return up;
+    int k = view_of(m, u);
+    if (m->view_unit[k] != u || m->view_forward[k] != z->forwards) {
+        size_t begin = z->lay.unit_offset[u];
+        WidenRun w = {m->view[k], p, begin, m->dtype, m->dtype == ZC_BF16 && zero_is_layer(z, u)};
+        gpt2_for_each_segment(&z->lay, begin, begin + gpt2_unit_padded(&z->lay, u), widen_segment, &w);
+        m->view_unit[k] = u;
+        m->view_forward[k] = z->forwards;
+    }
+    up.f32 = m->view[k];
+    up.x16 = m->dtype == ZC_BF16 ? p : NULL;
+    return up;
+}
+
+static float *gpt2_unit_grads(GPT2 *m, int u) {
+    void *g = zero_grads(&m->z, u);
+    if (!m->mixed) return (float *)g;
+    m->grad_target[u] = g;
+    float *acc = u == UNIT_EMBED ? m->gacc_embed : u == gpt2_final_unit(&m->z.lay) ? m->gacc_final : m->gacc_layer;
+    zero_fill(acc, gpt2_unit_padded(&m->z.lay, u));
+    return acc;
+}
+static void gpt2_unit_grads_done(GPT2 *m, int u) {
+    if (m->mixed) {
+        float *acc = u == UNIT_EMBED ? m->gacc_embed : u == gpt2_final_unit(&m->z.lay) ? m->gacc_final : m->gacc_layer;
+        add_to(m->grad_target[u], acc, gpt2_unit_padded(&m->z.lay, u), m->dtype);
+    }
+    zero_grads_done(&m->z, u);
+}
+
+// Layer l's 16-bit tensors: layer-major, each layer packed at the batch's (B,T).
+static uint16_t *layer16(const GPT2 *m, int l, int B, int T) { return m->acts16 + (size_t)l * gpt2_layer16_numel(&m->cfg, B, T); }
+
+static LayerActs gpt2_layer_acts_forward(GPT2 *m, int l, int B, int T) {
+    m->slot_layer[l % 2] = l;
+    return gpt2_layer_acts(&m->acts, &m->cfg, l, m->act_slots, B, T);
+}
+// The forward is done with layer l: store it in 16 bits and keep the stored values in the slot,
+// so that the next layer reads its input exactly as the backward will.
+static void gpt2_layer_store(GPT2 *m, int l, int B, int T) {
+    if (!m->mixed) return;
+    LayerActs x = gpt2_layer_acts(&m->acts, &m->cfg, l, m->act_slots, B, T);
+    float *t[9];
+    size_t n[9];
+    uint16_t *dst = layer16(m, l, B, T);
+    for (int i = 0; i < gpt2_layer16_tensors(&x, &m->cfg, B, T, t, n); dst += n[i], i++) {
+        zc_narrow(dst, t[i], n[i], m->dtype);
+        zc_widen(t[i], dst, n[i], m->dtype);
+    }
+}
+// Layer l's activations for its backward, widened from 16 bits unless the slot still holds
+// them, and its input (the output of layer l-1) into the other slot's residual3.
+static LayerActs gpt2_layer_acts_backward(GPT2 *m, int l, int B, int T) {
+    LayerActs x = gpt2_layer_acts(&m->acts, &m->cfg, l, m->act_slots, B, T);
+    if (!m->mixed) return x;
+    float *t[9];
+    size_t n[9];
+    int k = gpt2_layer16_tensors(&x, &m->cfg, B, T, t, n);
+    if (m->slot_layer[l % 2] != l) {
+        const uint16_t *src = layer16(m, l, B, T);
+        for (int i = 0; i < k; src += n[i], i++) zc_widen(t[i], src, n[i], m->dtype);
+        m->slot_layer[l % 2] = l;
+    }
+    if (l > 0 && m->slot_layer[(l - 1) % 2] != l - 1) { // residual3 is the last of a layer's tensors
+        zc_widen(x.residual, layer16(m, l - 1, B, T) + gpt2_layer16_numel(&m->cfg, B, T) - n[k - 1], n[k - 1], m->dtype);
+        m->slot_layer[(l - 1) % 2] = -1; // holds only that
+    }
+    return x;
 }
 
 // The batch is already where the kernels read it.
@@ -446,15 +670,22 @@ static float classifier_loss(GPT2 *m, int N, float dloss) {
 
 #include "model.h" // gpt2_forward, gpt2_backward: the same passes as the GPU trainer's
 
-// The global L2 norm of the gradient (padding and padded vocabulary rows hold zeros).
+// The global L2 norm of the gradient (padding and padded vocabulary rows hold zeros). In
+// 16-bit runs an Inf or NaN anywhere makes it non-finite on every rank: the overflow signal.
 static float gpt2_grad_norm(GPT2 *m) {
     Zero *z = &m->z;
     double sum = 0.0;
     for (int u = 0; u < z->lay.num_units; u++) {
-        const float *g = zero_update_grads(z, u);
+        const void *g = zero_update_grads(z, u);
         size_t n = zero_update_count(z, u);
+        if (m->dtype == ZC_F32) {
+            const float *f = (const float *)g;
+#pragma omp parallel for simd reduction(+ : sum)
+            for (size_t i = 0; i < n; i++) sum += (double)f[i] * f[i];
+        } else {
 #pragma omp parallel for reduction(+ : sum)
-        for (size_t i = 0; i < n; i++) sum += (double)g[i] * g[i];
+            for (size_t i = 0; i < n; i++) { double x = zc_load(g, i, m->dtype); sum += x * x; }
+        }
     }
     return zero_global_grad_norm(z, sum);
 }
@@ -478,6 +709,8 @@ static ZeroBackend trainer_backend(Run *r) {
     b->rank = r->rank;
     b->world = r->world;
     b->timeout = r->cfg.comm_timeout;
+    MPI_Op_create(mpi_sum_bf16, 1, &b->sum16[ZC_BF16]);
+    MPI_Op_create(mpi_sum_fp16, 1, &b->sum16[ZC_FP16]);
     return mpi_backend(b);
 }
 

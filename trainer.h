@@ -4,7 +4,8 @@
 // Contract. The including file (train_gpt_cpu.c; train_gpt.cu) defines, before including:
 //   GPT2: a struct with at least GPT2Config cfg; Zero z; int B, T; int *inputs, *targets (host
 //     arrays of B*T); size_t bytes_activations
-//   gpt2_build(m, cfg, B, T, stage, rank, world, ZeroBackend), gpt2_free(m)
+//   gpt2_build(m, cfg, B, T, stage, rank, world, dtype, ZeroBackend), gpt2_free(m)
+//     (dtype: ZC_F32, ZC_BF16, ZC_FP16, the element type of parameters, gradients, activations)
 //   gpt2_forward(m, inputs, targets, B, T, dloss) -> mean loss; gpt2_backward(m, B, T)
 //     (both from model.h, over the trainer's kernels)
 //   gpt2_grad_norm(m) -> global norm; gpt2_update(m, const AdamWStep *)
@@ -26,22 +27,22 @@ static int gpt2_load_or_init(GPT2 *m, FILE *f, const char *path, int version, ui
     float *unit = (float *)xmalloc(zero_max_unit(z) * sizeof(float));
     int bad = 0;
     for (int u = 0; u < z->lay.num_units && !bad; u++) {
-        size_t padded = gpt2_unit_padded(&z->lay, u), slice = zero_slice(z, u);
+        size_t padded = gpt2_unit_padded(&z->lay, u);
         if (f) {
             memset(unit, 0, padded * sizeof(float));
             bad = gpt2_unit_file_io(f, &z->lay, u, unit, 0, version) != 0;
         } else {
             gpt2_init_unit(&z->lay, u, seed, unit);
         }
-        if (z->stage == 3) z->be.from_host(z->be.ctx, z->params + zero_shard_offset(z, u), unit + (size_t)z->rank * slice, slice);
-        else z->be.from_host(z->be.ctx, z->params + z->lay.unit_offset[u], unit, padded);
+        zero_set_unit(z, u, unit); // 16-bit runs: the master weights exact, the parameters rounded
     }
     free(unit);
     if (bad) fprintf(stderr, "error: %s: read failed\n", path);
     return bad ? -1 : 0;
 }
 
-// The model as an llm.c file. Every rank calls it (ZeRO-3 gathers each unit); rank 0 writes.
+// The model as an llm.c file (fp32: in 16-bit runs, the 16-bit parameters the model computes
+// with, widened). Every rank calls it (ZeRO-3 gathers each unit); rank 0 writes.
 static int gpt2_save(GPT2 *m, const char *path) {
     Zero *z = &m->z;
     FILE *f = z->rank == 0 ? gpt2_begin_checkpoint(path, &m->cfg, 3) : NULL;
@@ -49,9 +50,9 @@ static int gpt2_save(GPT2 *m, const char *path) {
     float *unit = (float *)xmalloc(zero_max_unit(z) * sizeof(float));
     zero_begin_forward(z, 0, 1);
     for (int u = 0; u < z->lay.num_units; u++) {
-        const float *p = zero_params(z, u, -1);
+        const void *p = zero_params(z, u, -1);
         if (!f || !ok) continue;
-        z->be.to_host(z->be.ctx, unit, p, gpt2_unit_padded(&z->lay, u));
+        z->be.to_host(z->be.ctx, unit, p, gpt2_unit_padded(&z->lay, u), z->dtype);
         ok = gpt2_unit_file_io(f, &z->lay, u, unit, 1, 3) == 0;
     }
     free(unit);
@@ -68,7 +69,7 @@ static int dump_grads(const char *path, GPT2 *m) {
     int ok = f != NULL;
     float *unit = (float *)xmalloc(zero_max_unit(z) * sizeof(float));
     for (int u = 0; u < z->lay.num_units && ok; u++) {
-        z->be.to_host(z->be.ctx, unit, zero_update_grads(z, u), zero_update_count(z, u));
+        z->be.to_host(z->be.ctx, unit, zero_update_grads(z, u), zero_update_count(z, u), z->dtype);
         ok = gpt2_unit_file_io(f, &z->lay, u, unit, 1, 3) == 0;
     }
     free(unit);
@@ -129,6 +130,8 @@ typedef struct Run {
     int have_val, have_tok;
     int first_step;      // 1, or the step after the checkpoint resumed from
     uint64_t sample_rng; // the sampler's generator: part of a checkpoint
+    long applied;        // updates applied (Adam's t, the LR schedule's step): fp16 skips overflows
+    LossScaler scaler;   // fp16's (mixed_precision.h); bf16 and fp32 run at scale 1
     Tokenizer tok;
     FILE *log;         // rank 0 only
 } Run;
@@ -176,9 +179,15 @@ static int setup(Run *r, int argc, char **argv) {
     if (r->rank == 0 && c->ds_config_path) config_print_resolved(stdout, c);
 
     r->accum = config_accum_steps(c, r->world);
-    gpt2_build(&r->model, &c->model, c->batch, c->seq_len, c->zero_stage, r->rank, r->world, trainer_backend(r));
+    gpt2_build(&r->model, &c->model, c->batch, c->seq_len, c->zero_stage, r->rank, r->world, c->precision,
+               trainer_backend(r));
     r->first_step = 1;
     r->sample_rng = c->seed ^ 0x5A3C1E;
+    if (c->precision == PRECISION_FP16)
+        loss_scaler_init(&r->scaler, c->loss_scale, c->initial_scale_power, c->loss_scale_window, c->hysteresis,
+                         c->min_loss_scale, c->on_min_scale_skip); // config_parse checked the ranges
+    else
+        loss_scaler_init(&r->scaler, 1.0f, 0, 1, 1, 1.0f, 0); // a static scale of 1: nothing to do
     TrainerState st;
     int ok = resume ? ckpt_load(resume, &r->model.z, 1, NULL, NULL) == 0 && ckpt_read_state(resume, &st) == 0
                     : gpt2_load_or_init(&r->model, init, c->init_path, init ? info.version : 3, c->seed) == 0;
@@ -191,6 +200,9 @@ static int setup(Run *r, int argc, char **argv) {
         ok = dataloader_restore(&r->train, &st.train_data) == 0;
         r->first_step = (int)st.step + 1;
         r->sample_rng = st.sample_rng;
+        r->applied = (long)st.adam_t;
+        // the scale goes on where an fp16 run left it; from any other run it starts afresh
+        if (c->precision == PRECISION_FP16 && !strcmp(resume->precision, "fp16")) r->scaler = st.scaler;
         if (r->rank == 0)
             printf("resuming from %s: step %ld, saved by %d ranks at ZeRO-%d\n", resume->dir, resume->step, resume->world,
                    resume->stage);
@@ -241,6 +253,14 @@ static void print_header(const Run *r) {
     printf("| %-18s | %-53d |\n", "steps", c->steps);
     printf("| %-18s | %-53s |\n", "optimizer (AdamW)", opt);
     printf("| %-18s | %-53d |\n", "zero stage", c->zero_stage);
+    char prec[96];
+    if (c->precision == PRECISION_FP16 && c->loss_scale > 0.0f)
+        snprintf(prec, sizeof(prec), "fp16, static loss scale %g, fp32 master weights", c->loss_scale);
+    else if (c->precision == PRECISION_FP16)
+        snprintf(prec, sizeof(prec), "fp16, dynamic loss scale from 2^%d, fp32 master weights", c->initial_scale_power);
+    else
+        snprintf(prec, sizeof(prec), "%s", c->precision == PRECISION_BF16 ? "bf16, fp32 master weights" : "fp32");
+    printf("| %-18s | %-53s |\n", "precision", prec);
     printf("| %-18s | %-53d |\n", "threads per rank", omp_get_max_threads());
     printf("+--------------------+-------------------------------------------------------+\n");
 }
@@ -286,7 +306,7 @@ static void report_comm(Run *r, int step) {
             double total = all[0] + all[1] + all[2], mib = 1024.0 * 1024.0;
             printf("communication per rank in step 1, MiB: all_reduce %.2f, reduce_scatter %.2f, all_gather %.2f = %.2f "
                    "(textbook for one micro-step: %.2f)\n", all[0] / mib, all[1] / mib, all[2] / mib, total / mib,
-                   zero_theory_comm(z->stage, (double)z->lay.num_params, r->world) / mib);
+                   zero_theory_comm(z->stage, (double)z->lay.num_params, r->world, (double)z->esize) / mib);
         }
     }
     free(all);
@@ -301,15 +321,25 @@ static void format_eta(char *buf, size_t n, double seconds) {
 // Training
 
 // One optimizer step: accumulate gradients over the micro-steps, reduce them as zero.h
-// schedules, clip, update. Returns the loss averaged over the whole global batch.
-static float train_step(Run *r, int step, float *norm, float *lr) {
+// schedules, clip, update. fp16 multiplies the loss by the loss scale, so that small gradients
+// survive in 16 bits, and divides it out in the update; a step whose gradient overflowed on any
+// rank is skipped on every rank (the global norm is then Inf or NaN everywhere: detecting it
+// costs no extra collective), and the loss scaler decides what comes next.
+typedef struct {
+    float loss;  // averaged over the whole global batch
+    float norm;  // of the true (unscaled) gradient
+    float lr, scale;
+    int skipped;
+} StepResult;
+static StepResult train_step(Run *r, int step) {
     const TrainConfig *c = &r->cfg;
     GPT2 *m = &r->model;
     int B = c->batch, T = c->seq_len;
     zero_begin_step(&m->z, step);
     // Each position's loss enters the objective with weight 1/(all positions of all ranks),
     // so summing the ranks' gradients gives the gradient of the global mean loss.
-    float dloss = 1.0f / ((float)B * T * r->accum * r->world);
+    float scale = r->scaler.scale;
+    float dloss = scale / ((float)B * T * r->accum * r->world);
     double loss = 0.0;
     for (int micro = 0; micro < r->accum; micro++) {
         if (dataloader_next(&r->train, m->inputs, m->targets)) die();
@@ -318,12 +348,22 @@ static float train_step(Run *r, int step, float *norm, float *lr) {
         gpt2_backward(m, B, T);
     }
     m->z.be.sum_doubles(m->z.be.ctx, &loss, 1);
-    *norm = gpt2_grad_norm(m);
+    float norm = gpt2_grad_norm(m); // of the scaled gradient
     if (step == 1 && c->dump_grads_path && r->rank == 0 && dump_grads(c->dump_grads_path, m)) die();
-    *lr = lr_at_step(c, step - 1);
-    AdamWStep upd = adamw_step_begin(c, *lr, step, *norm);
+    StepResult res = {(float)(loss / ((double)r->accum * r->world)), norm / scale, lr_at_step(c, (int)r->applied), scale, 0};
+    int action = c->precision == PRECISION_FP16 ? loss_scaler_update(&r->scaler, !isfinite(norm)) : ZC_STEP_APPLY;
+    if (action == ZC_STEP_ABORT) {
+        if (r->rank == 0) fprintf(stderr, "error: step %d: gradients overflowed at loss scale %g. %s\n", step, scale,
+                                  loss_scaler_abort_advice());
+        die();
+    }
+    res.skipped = action == ZC_STEP_SKIP;
+    if (res.skipped) return res; // no update, no optimizer state change, the schedule waits
+    r->applied++;
+    AdamWStep upd = adamw_step_begin(c, res.lr, (int)r->applied, res.norm);
+    upd.grad_scale /= scale;
     gpt2_update(m, &upd);
-    return (float)(loss / ((double)r->accum * r->world));
+    return res;
 }
 
 // Mean loss over val_steps batches from the start of the validation set, spread over the
@@ -350,10 +390,11 @@ static void save(Run *r, int step) {
     memset(&st, 0, sizeof(st));
     st.magic = CKPT_STATE_MAGIC;
     st.step = (uint64_t)step;
-    st.adam_t = (uint64_t)step;
+    st.adam_t = (uint64_t)r->applied;
+    st.scaler = r->scaler;
     st.sample_rng = r->sample_rng;
     st.train_data = dataloader_state(&r->train);
-    if (ckpt_save(r->cfg.out_dir, &r->model.z, &r->cfg.model, &st, "fp32")) die();
+    if (ckpt_save(r->cfg.out_dir, &r->model.z, &r->cfg.model, &st, precision_names[r->cfg.precision])) die();
     snprintf(path, sizeof(path), "%s/model_%08d.bin", r->cfg.out_dir, step);
     if (gpt2_save(&r->model, path)) die();
     if (r->rank == 0) printf("saved %s/step_%08d and %s\n", r->cfg.out_dir, step, path);
@@ -401,20 +442,31 @@ static int trainer_run(Run *r, int argc, char **argv) {
 
     double flops_per_token = 6.0 * r->model.z.lay.num_params + 12.0 * c->model.num_layers * c->model.channels * c->seq_len;
     double total_ms = 0.0;
+    int fp16 = c->precision == PRECISION_FP16;
     for (int step = r->first_step; step <= c->steps; step++) {
         double t0 = now_seconds();
-        float norm, lr, loss = train_step(r, step, &norm, &lr);
+        StepResult s = train_step(r, step);
+        float loss = s.loss, lr = s.lr, norm = s.norm;
         double ms = (now_seconds() - t0) * 1e3, tok_s = c->total_batch / (ms / 1e3);
         if (step > r->first_step) total_ms += ms; // the first step warms caches and thread pools
         if (lead) {
             char eta[32];
             int timed = step - r->first_step;
             format_eta(eta, sizeof(eta), (c->steps - step) * (timed > 0 ? total_ms / timed : ms) / 1e3);
-            if (step % c->print_every == 0 || step == 1 || step == c->steps) // --print-every, steps_per_print
-                printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | ETA %s\n",
-                       step, c->steps, loss, lr, norm, ms, tok_s, tok_s * flops_per_token / 1e9, eta);
-            if (r->log) fprintf(r->log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
-                                          "\"tok_s\":%.1f}\n", step, loss, lr, norm, ms, tok_s);
+            char scale[64] = "";
+            if (fp16) snprintf(scale, sizeof(scale), " | scale %g, %ld skipped%s", s.scale, r->scaler.skipped,
+                               s.skipped ? " (this one: overflow)" : "");
+            if (step % c->print_every == 0 || step == 1 || step == c->steps || s.skipped) // --print-every, steps_per_print
+                printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | ETA %s%s\n",
+                       step, c->steps, loss, lr, norm, ms, tok_s, tok_s * flops_per_token / 1e9, eta, scale);
+            if (r->log) {
+                char nrm[32] = "null"; // an overflowed gradient has no norm
+                if (isfinite(norm)) snprintf(nrm, sizeof(nrm), "%.9g", norm);
+                fprintf(r->log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,\"tok_s\":%.1f",
+                        step, loss, lr, nrm, ms, tok_s);
+                if (fp16) fprintf(r->log, ",\"loss_scale\":%.9g,\"skipped\":%s", s.scale, s.skipped ? "true" : "false");
+                fprintf(r->log, "}\n");
+            }
         }
         report_comm(r, step);
         int last = step == c->steps;

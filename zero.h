@@ -8,12 +8,17 @@
 //   A rank's "shard" is its slices of all units, back to back: num_flat / world elements.
 //   Padding elements are zero, stay zero through the update, and add nothing to the gradient norm.
 //
-//   What a rank keeps (fp32 training; the parameters are their own master copy):
-//     stage 0: parameters, gradients, Adam m and v in full                   16 bytes/param
-//     stage 1: parameters and gradients in full, m and v of its shard        8 + 8/N
-//     stage 2: parameters in full; gradients, m, v of its shard              4 + 12/N
-//     stage 3: parameters too only of its shard                              16/N
+//   What a rank keeps. In fp32 the parameters are their own master copy; in bf16/fp16
+//   (mixed precision) parameters, gradients and every buffer are 16-bit, and the optimizer
+//   state is fp32 master weights + Adam m and v, K = 12 bytes/param, partitioned like m and v:
+//                                                                 fp32          16-bit
+//     stage 0: everything in full                                 16            2 + 2 + 12
+//     stage 1: parameters and gradients in full, the rest shard   8 + 8/N       2 + 2 + 12/N
+//     stage 2: parameters in full; the rest of its shard          4 + 12/N      2 + 14/N
+//     stage 3: only its shard of everything                       16/N          16/N
 //   plus bounded buffers: gradient buckets (stages 2, 3) and gather buffers (stage 3).
+//   The element type of parameters, gradients and buffers is z->dtype (mixed_precision.h);
+//   they are void pointers, indexed with zero_at.
 //
 //   The schedule. The model calls the hooks below around each unit's forward and backward;
 //   they return where the unit's parameters and gradients are, and start the collectives:
@@ -38,6 +43,9 @@
 //   The backend (ZeroBackend) performs what it is handed: non-blocking collectives identified
 //   by a small integer, a wait and a progress poke, a blocking sum of a few doubles, and
 //   memory (allocate, zero, add). It never decides what to communicate.
+//   Mixed precision: the update reads the 16-bit gradient (times AdamWStep.grad_scale, which
+//   also removes the loss scale), updates the fp32 master weight and rounds it to nearest even
+//   into the 16-bit parameter; collectives run in 16 bits (sums rounded as they go, as NCCL's).
 // No global state; compiles as C11 and as CUDA C++.
 #ifndef ZERO_H
 #define ZERO_H
@@ -49,26 +57,31 @@
 #include <math.h>
 #include "gpt2.h"
 #include "optimizer.h"
+#include "mixed_precision.h"
 
 #define ZERO_ALIGN 16 // elements: every slice starts on a 64-byte boundary in fp32
 
 enum { ZC_ALL_REDUCE, ZC_REDUCE_SCATTER, ZC_ALL_GATHER, ZC_NUM_COLLECTIVES };
 static const char *const zero_collective_names[ZC_NUM_COLLECTIVES] = {"all_reduce", "reduce_scatter", "all_gather"};
 
-enum { MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_ADAM_M, MEM_ADAM_V, MEM_BUFFERS, MEM_ACTIVATIONS, MEM_KINDS };
-static const char *const zero_memory_names[MEM_KINDS] = {"params", "grads", "master", "adam_m", "adam_v", "buffers", "activations"};
+// workspace: what a trainer needs beyond these to compute (the CPU trainer's fp32 working
+// copies in 16-bit runs; gpt2_workspace_bytes), counted by the trainer.
+enum { MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_ADAM_M, MEM_ADAM_V, MEM_BUFFERS, MEM_ACTIVATIONS, MEM_WORKSPACE, MEM_KINDS };
+static const char *const zero_memory_names[MEM_KINDS] = {"params", "grads", "master", "adam_m", "adam_v", "buffers",
+                                                         "activations", "workspace"};
 
 typedef struct {
     void *ctx;
-    // Start a collective over float elements and return its handle (>= 0).
+    // Start a collective over n elements of type dtype (ZC_F32, ZC_BF16, ZC_FP16; sums of 16-bit
+    // elements are rounded to that type) and return its handle (>= 0).
     //   all_reduce: buf (n) summed over ranks, in place.
     //   reduce_scatter: send (n * world) summed over ranks; this rank's n elements land in
     //     recv. In place when recv == send + rank * n (NCCL's convention).
     //   all_gather: each rank's send (n) lands at recv + rank * n on every rank. In place
     //     when send == recv + rank * n.
-    int (*all_reduce)(void *ctx, float *buf, size_t n);
-    int (*reduce_scatter)(void *ctx, float *send, float *recv, size_t n);
-    int (*all_gather)(void *ctx, const float *send, float *recv, size_t n);
+    int (*all_reduce)(void *ctx, void *buf, size_t n, int dtype);
+    int (*reduce_scatter)(void *ctx, void *send, void *recv, size_t n, int dtype);
+    int (*all_gather)(void *ctx, const void *send, void *recv, size_t n, int dtype);
     // Wait for a collective to complete. `what` names it (collective and unit) for the
     // watchdog's message; set_step tells the backend the step, for the same message.
     void (*wait)(void *ctx, int handle, const char *what);
@@ -79,36 +92,44 @@ typedef struct {
     void (*sum_doubles)(void *ctx, double *x, int n); // blocking all-reduce of a few scalars
     // Memory where the backend's compute runs (host here, device on the GPU): allocated
     // zeroed, and touched by this header only through these calls.
-    float *(*alloc_floats)(void *ctx, size_t n);
-    void (*free_floats)(void *ctx, float *p);
-    void (*zero_floats)(void *ctx, float *p, size_t n);
-    void (*add_floats)(void *ctx, float *dst, const float *src, size_t n); // dst += src
-    // Copies between that memory and the host, complete when they return: initialisation,
-    // model files and checkpoints stage one unit (or slice) at a time through the host.
-    void (*to_host)(void *ctx, float *host, const float *src, size_t n);
-    void (*from_host)(void *ctx, float *dst, const float *host, size_t n);
-    // AdamW (optimizer.h's adamw_element) over n elements of one kind: decay 1 or 0.
-    void (*adamw)(void *ctx, float *p, float *m, float *v, const float *g, size_t n, const AdamWStep *step, int decay);
+    void *(*alloc)(void *ctx, size_t bytes);
+    void (*free)(void *ctx, void *p);
+    void (*zero)(void *ctx, void *p, size_t bytes);
+    void (*add)(void *ctx, void *dst, const void *src, size_t n, int dtype); // dst += src, rounded
+    // Copies between that memory and the host's fp32, complete when they return, widening or
+    // rounding the elements: initialisation, model files and checkpoints stage one unit (or
+    // slice) at a time through the host.
+    void (*to_host)(void *ctx, float *host, const void *src, size_t n, int dtype);
+    void (*from_host)(void *ctx, void *dst, const float *host, size_t n, int dtype);
+    // AdamW (optimizer.h's adamw_element) over n elements of one kind (decay 1 or 0): p, m, v
+    // fp32, g of type dtype. p16 NULL: p is the parameter (fp32). Otherwise p is the master
+    // weight and the result is also rounded into p16 (of type dtype).
+    void (*adamw)(void *ctx, float *p, float *m, float *v, const void *g, void *p16, size_t n, int dtype,
+                  const AdamWStep *step, int decay);
 } ZeroBackend;
 
 typedef struct {
     int stage, rank, world;
+    int dtype;                     // of parameters, gradients, buffers: ZC_F32, ZC_BF16, ZC_FP16
+    size_t esize;                  // its bytes
     ParamLayout lay;               // padded for this world size
     ZeroBackend be;
     // the model states this rank keeps
-    float *params;                 // full (stages 0-2) or shard (stage 3)
-    float *grads;                  // full (stages 0, 1) or shard accumulator (stages 2, 3)
+    void *params;                  // full (stages 0-2) or shard (stage 3)
+    void *grads;                   // full (stages 0, 1) or shard accumulator (stages 2, 3)
+    float *master;                 // mixed precision: fp32 weights, full (stage 0) or shard; else NULL
     float *adam_m, *adam_v;        // full (stage 0) or shard
     // bounded buffers
-    float *gather_embed, *gather_final, *gather_layer[2]; // stage 3
-    float *bucket_embed, *bucket_final, *bucket_layer[2]; // stages 2, 3
-    float *scatter_recv[3];        // a reduce-scatter's output before it is added to the shard
+    void *gather_embed, *gather_final, *gather_layer[2]; // stage 3
+    void *bucket_embed, *bucket_final, *bucket_layer[2]; // stages 2, 3
+    void *scatter_recv[3];         // a reduce-scatter's output before it is added to the shard
     // schedule state
     int micro, accum;              // current micro-step (0-based) and how many per step
     int pending[GPT2_MAX_UNITS];   // handle of the unit's collective in flight, or -1
     int pending_recv[GPT2_MAX_UNITS]; // which scatter_recv buffer the unit's reduce-scatter uses
     int gathered[GPT2_MAX_UNITS];  // stage 3: the unit's parameters are (being) gathered in its buffer
     int step;                      // for the watchdog's message
+    unsigned long forwards;        // forward passes begun: a unit's values are the same within one
     // accounting
     size_t mem[MEM_KINDS];         // bytes allocated, by kind
     double comm[ZC_NUM_COLLECTIVES]; // bytes moved this step, ring model
@@ -128,21 +149,29 @@ static inline size_t zero_max_unit(const Zero *z) {
 }
 static inline int zero_is_layer(const Zero *z, int u) { return u >= 1 && u < gpt2_final_unit(&z->lay); }
 
-static inline float *zero_alloc(Zero *z, int kind, size_t n) {
-    z->mem[kind] += n * sizeof(float);
-    return z->be.alloc_floats(z->be.ctx, n);
+// Element i of a buffer of the model's element type.
+static inline void *zero_at(const Zero *z, const void *p, size_t i) { return (char *)p + i * z->esize; }
+
+// n elements of a kind's element size (fp32 for the optimizer state, z->dtype otherwise).
+static inline void *zero_alloc(Zero *z, int kind, size_t n) {
+    size_t e = kind == MEM_MASTER || kind == MEM_ADAM_M || kind == MEM_ADAM_V ? sizeof(float) : z->esize;
+    z->mem[kind] += n * e;
+    return z->be.alloc(z->be.ctx, n * e);
 }
 
-// Sets up the partition and allocates this rank's model states and buffers.
-static inline void zero_init(Zero *z, const GPT2Config *cfg, int stage, int rank, int world, ZeroBackend be) {
+// Sets up the partition and allocates this rank's model states and buffers. dtype: ZC_F32,
+// or ZC_BF16 / ZC_FP16 for mixed precision.
+static inline void zero_init(Zero *z, const GPT2Config *cfg, int stage, int rank, int world, int dtype, ZeroBackend be) {
     memset(z, 0, sizeof(*z));
     z->stage = stage; z->rank = rank; z->world = world; z->be = be;
+    z->dtype = dtype; z->esize = zc_dtype_size(dtype);
     gpt2_layout_init(&z->lay, cfg, (size_t)world * ZERO_ALIGN);
     size_t full = z->lay.num_flat, shard = zero_shard_size(z);
     z->params = zero_alloc(z, MEM_PARAMS, stage == 3 ? shard : full);
     z->grads = zero_alloc(z, MEM_GRADS, stage >= 2 ? shard : full);
-    z->adam_m = zero_alloc(z, MEM_ADAM_M, stage == 0 ? full : shard);
-    z->adam_v = zero_alloc(z, MEM_ADAM_V, stage == 0 ? full : shard);
+    if (dtype != ZC_F32) z->master = (float *)zero_alloc(z, MEM_MASTER, stage == 0 ? full : shard);
+    z->adam_m = (float *)zero_alloc(z, MEM_ADAM_M, stage == 0 ? full : shard);
+    z->adam_v = (float *)zero_alloc(z, MEM_ADAM_V, stage == 0 ? full : shard);
     int F = gpt2_final_unit(&z->lay);
     if (stage >= 2) {
         z->bucket_embed = zero_alloc(z, MEM_BUFFERS, gpt2_unit_padded(&z->lay, UNIT_EMBED));
@@ -161,7 +190,7 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int stage, int rank
     for (int u = 0; u < GPT2_MAX_UNITS; u++) z->pending[u] = -1;
 }
 
-// Floats of the bounded buffers zero_init allocates: gradient buckets and reduce-scatter
+// Elements of the bounded buffers zero_init allocates: gradient buckets and reduce-scatter
 // receive slices (stages 2, 3), gather buffers (stage 3). The planner predicts with it.
 static inline size_t zero_buffer_floats(const Zero *z) {
     size_t embed = gpt2_unit_padded(&z->lay, UNIT_EMBED), fin = gpt2_unit_padded(&z->lay, gpt2_final_unit(&z->lay));
@@ -173,29 +202,29 @@ static inline size_t zero_buffer_floats(const Zero *z) {
 }
 
 static inline void zero_free(Zero *z) {
-    float *all[] = {z->params, z->grads, z->adam_m, z->adam_v, z->gather_embed, z->gather_final,
+    void *all[] = {z->params, z->grads, z->master, z->adam_m, z->adam_v, z->gather_embed, z->gather_final,
                     z->gather_layer[0], z->gather_layer[1], z->bucket_embed, z->bucket_final,
                     z->bucket_layer[0], z->bucket_layer[1], z->scatter_recv[0], z->scatter_recv[1],
                     z->scatter_recv[2]};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        if (all[i]) z->be.free_floats(z->be.ctx, all[i]);
+        if (all[i]) z->be.free(z->be.ctx, all[i]);
 }
 
 // --- the schedule: where a unit's parameters and gradients are ---------------------------
 
-static inline float *zero_gather_buffer(const Zero *z, int u) {
+static inline void *zero_gather_buffer(const Zero *z, int u) {
     if (u == UNIT_EMBED) return z->gather_embed;
     if (u == gpt2_final_unit(&z->lay)) return z->gather_final;
     return z->gather_layer[u % 2]; // consecutive layers alternate: one computes, one prefetches
 }
-static inline float *zero_bucket(const Zero *z, int u) {
+static inline void *zero_bucket(const Zero *z, int u) {
     if (u == UNIT_EMBED) return z->bucket_embed;
     if (u == gpt2_final_unit(&z->lay)) return z->bucket_final;
     return z->bucket_layer[u % 2];
 }
 
 static inline void zero_count(Zero *z, int kind, size_t n_full) {
-    double bytes = (double)n_full * sizeof(float) * (z->world - 1) / z->world;
+    double bytes = (double)n_full * z->esize * (z->world - 1) / z->world;
     z->comm[kind] += kind == ZC_ALL_REDUCE ? 2.0 * bytes : bytes;
 }
 
@@ -220,8 +249,8 @@ static inline void zero_prefetch(Zero *z, int u) {
     if (zero_is_layer(z, u)) // the buffer's previous layer (same parity) is overwritten
         for (int v = 1; v < gpt2_final_unit(&z->lay); v++)
             if (v % 2 == u % 2) z->gathered[v] = 0;
-    z->pending[u] = z->be.all_gather(z->be.ctx, z->params + zero_shard_offset(z, u), zero_gather_buffer(z, u),
-                                     zero_slice(z, u));
+    z->pending[u] = z->be.all_gather(z->be.ctx, zero_at(z, z->params, zero_shard_offset(z, u)), zero_gather_buffer(z, u),
+                                     zero_slice(z, u), z->dtype);
     z->gathered[u] = 1;
     zero_count(z, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u));
 }
@@ -231,15 +260,16 @@ static inline void zero_prefetch(Zero *z, int u) {
 static inline void zero_begin_forward(Zero *z, int micro, int accum) {
     z->micro = micro;
     z->accum = accum;
+    z->forwards++;
     for (int u = 0; u < z->lay.num_units; u++) z->gathered[u] = 0;
 }
 
 // The parameters of unit u, for its forward or its backward. next: the unit that will be
 // needed after this one, prefetched now so that its gather overlaps this unit's compute (-1:
 // none). Stage 3 re-gathers a layer for its backward only if its buffer was reused since.
-static inline float *zero_params(Zero *z, int u, int next) {
+static inline void *zero_params(Zero *z, int u, int next) {
     z->be.progress(z->be.ctx);
-    if (z->stage != 3) return z->params + z->lay.unit_offset[u];
+    if (z->stage != 3) return zero_at(z, z->params, z->lay.unit_offset[u]);
     zero_prefetch(z, u);
     zero_wait(z, u, "all_gather");
     zero_prefetch(z, next);
@@ -252,17 +282,18 @@ static inline void zero_finish_reduce(Zero *z, int u) {
     if (z->pending[u] < 0) return;
     zero_wait(z, u, z->stage == 0 ? "all_reduce" : "reduce_scatter");
     if (z->stage < 2) return;
-    z->be.add_floats(z->be.ctx, z->grads + zero_shard_offset(z, u), z->scatter_recv[z->pending_recv[u]], zero_slice(z, u));
+    z->be.add(z->be.ctx, zero_at(z, z->grads, zero_shard_offset(z, u)), z->scatter_recv[z->pending_recv[u]],
+              zero_slice(z, u), z->dtype);
 }
 
 // Where the backward accumulates unit u's gradient. Stages 0 and 1: the full gradient
 // buffer (micro-steps accumulate in it). Stages 2 and 3: a zeroed bucket, once the bucket's
 // previous user (the layer two above, for layers) has finished its reduce-scatter.
-static inline float *zero_grads(Zero *z, int u) {
-    if (z->stage < 2) return z->grads + z->lay.unit_offset[u];
+static inline void *zero_grads(Zero *z, int u) {
+    if (z->stage < 2) return zero_at(z, z->grads, z->lay.unit_offset[u]);
     if (zero_is_layer(z, u) && u + 2 < gpt2_final_unit(&z->lay)) zero_finish_reduce(z, u + 2);
-    float *b = zero_bucket(z, u);
-    z->be.zero_floats(z->be.ctx, b, gpt2_unit_padded(&z->lay, u));
+    void *b = zero_bucket(z, u);
+    z->be.zero(z->be.ctx, b, gpt2_unit_padded(&z->lay, u) * z->esize);
     return b;
 }
 
@@ -272,19 +303,20 @@ static inline void zero_grads_done(Zero *z, int u) {
     if (z->world == 1 && z->stage < 2) return;
     if (z->stage < 2) {
         if (z->micro != z->accum - 1) return; // stages 0 and 1 reduce once per optimizer step
-        float *g = z->grads + z->lay.unit_offset[u];
+        void *g = zero_at(z, z->grads, z->lay.unit_offset[u]);
         if (z->stage == 0) {
-            z->pending[u] = z->be.all_reduce(z->be.ctx, g, n);
+            z->pending[u] = z->be.all_reduce(z->be.ctx, g, n, z->dtype);
             zero_count(z, ZC_ALL_REDUCE, n);
         } else { // in place: this rank's summed slice lands on its own slice
-            z->pending[u] = z->be.reduce_scatter(z->be.ctx, g, g + (size_t)z->rank * zero_slice(z, u), zero_slice(z, u));
+            z->pending[u] = z->be.reduce_scatter(z->be.ctx, g, zero_at(z, g, (size_t)z->rank * zero_slice(z, u)),
+                                                 zero_slice(z, u), z->dtype);
             zero_count(z, ZC_REDUCE_SCATTER, n);
         }
         return;
     }
     int r = u == UNIT_EMBED || u == gpt2_final_unit(&z->lay) ? 0 : 1 + u % 2;
     z->pending_recv[u] = r;
-    z->pending[u] = z->be.reduce_scatter(z->be.ctx, zero_bucket(z, u), z->scatter_recv[r], zero_slice(z, u));
+    z->pending[u] = z->be.reduce_scatter(z->be.ctx, zero_bucket(z, u), z->scatter_recv[r], zero_slice(z, u), z->dtype);
     zero_count(z, ZC_REDUCE_SCATTER, n);
     if (u == gpt2_final_unit(&z->lay)) zero_finish_reduce(z, u); // it shares scatter_recv[0]
 }
@@ -300,14 +332,25 @@ static inline void zero_end_backward(Zero *z) {
 // zero_update_count(z, u) elements, aligned with zero_update_params / the moments.
 static inline size_t zero_update_begin(const Zero *z, int u) { return z->stage == 0 ? z->lay.unit_offset[u] : zero_slice_begin(z, u); }
 static inline size_t zero_update_count(const Zero *z, int u) { return z->stage == 0 ? gpt2_unit_padded(&z->lay, u) : zero_slice(z, u); }
-static inline float *zero_update_grads(const Zero *z, int u) {
-    return z->grads + (z->stage < 2 ? zero_update_begin(z, u) : zero_shard_offset(z, u));
+static inline void *zero_update_grads(const Zero *z, int u) {
+    return zero_at(z, z->grads, z->stage < 2 ? zero_update_begin(z, u) : zero_shard_offset(z, u));
 }
-static inline float *zero_update_params(const Zero *z, int u) {
-    return z->stage == 3 ? z->params + zero_shard_offset(z, u) : z->params + zero_update_begin(z, u);
+static inline void *zero_update_params(const Zero *z, int u) {
+    return zero_at(z, z->params, z->stage == 3 ? zero_shard_offset(z, u) : zero_update_begin(z, u));
 }
+// The moments and master weights are laid out alike: in full under stage 0, else the shard.
 static inline float *zero_update_moment(const Zero *z, const float *moment, int u) {
     return (float *)moment + (z->stage == 0 ? z->lay.unit_offset[u] : zero_shard_offset(z, u));
+}
+
+// Is there an Inf or NaN in the gradient this rank updates from (after the reductions)?
+// (Host memory only: the CPU trainer's check. Any rank's Inf reaches the norm, so the trainer
+// can also read overflow off the global norm.)
+static inline int zero_grads_overflowed(const Zero *z) {
+    int bad = 0;
+    for (int u = 0; u < z->lay.num_units && !bad; u++)
+        bad = zc_has_inf_or_nan(zero_update_grads(z, u), zero_update_count(z, u), z->dtype);
+    return bad;
 }
 
 // The global gradient norm from this rank's sum of squares over its zero_update_grads.
@@ -323,8 +366,9 @@ static inline float zero_global_grad_norm(Zero *z, double local_sumsq) {
 static inline void zero_gather_updated_params(Zero *z) {
     if (z->stage == 0 || z->stage == 3 || z->world == 1) return;
     for (int u = 0; u < z->lay.num_units; u++) {
-        float *p = z->params + z->lay.unit_offset[u];
-        z->pending[u] = z->be.all_gather(z->be.ctx, p + (size_t)z->rank * zero_slice(z, u), p, zero_slice(z, u));
+        void *p = zero_at(z, z->params, z->lay.unit_offset[u]);
+        z->pending[u] = z->be.all_gather(z->be.ctx, zero_at(z, p, (size_t)z->rank * zero_slice(z, u)), p, zero_slice(z, u),
+                                         z->dtype);
         zero_count(z, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u));
     }
     for (int u = 0; u < z->lay.num_units; u++) zero_wait(z, u, "all_gather (updated parameters)");
@@ -333,38 +377,69 @@ static inline void zero_gather_updated_params(Zero *z) {
 // The update: AdamW over the elements this rank owns, walked as runs of one kind (decayed,
 // not decayed, frozen: padding and unused vocabulary rows stay zero), because a partition
 // boundary can cut through any tensor; then the gather of the updated parameters.
-typedef struct { Zero *z; size_t base; float *p, *g, *m, *v; const AdamWStep *step; } ZeroUpdateRun;
+// Mixed precision: the fp32 master weights are updated and rounded into the 16-bit parameters.
+typedef struct { Zero *z; size_t base; float *p, *m, *v; void *g, *p16; const AdamWStep *step; } ZeroUpdateRun;
 static inline void zero_update_segment(const ParamSegment *seg, void *ctx) {
     ZeroUpdateRun *r = (ZeroUpdateRun *)ctx;
     if (seg->kind == SEG_FROZEN) return;
     size_t lo = seg->begin - r->base;
-    r->z->be.adamw(r->z->be.ctx, r->p + lo, r->m + lo, r->v + lo, r->g + lo, seg->end - seg->begin, r->step,
-                   seg->kind == SEG_DECAY);
+    Zero *z = r->z;
+    z->be.adamw(z->be.ctx, r->p + lo, r->m + lo, r->v + lo, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL,
+                seg->end - seg->begin, z->dtype, r->step, seg->kind == SEG_DECAY);
 }
 static inline void zero_update(Zero *z, const AdamWStep *step) {
     for (int u = 0; u < z->lay.num_units; u++) {
         size_t begin = zero_update_begin(z, u);
-        ZeroUpdateRun r = {z, begin, zero_update_params(z, u), zero_update_grads(z, u),
-                           zero_update_moment(z, z->adam_m, u), zero_update_moment(z, z->adam_v, u), step};
+        void *p = zero_update_params(z, u);
+        ZeroUpdateRun r = {z, begin, z->master ? zero_update_moment(z, z->master, u) : (float *)p,
+                           zero_update_moment(z, z->adam_m, u), zero_update_moment(z, z->adam_v, u),
+                           zero_update_grads(z, u), z->master ? p : NULL, step};
         gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u), zero_update_segment, &r);
     }
     zero_gather_updated_params(z);
+}
+
+// --- parameters in and out, one unit at a time through a host buffer ---------------------
+
+// Set unit u from unit_host (fp32, the whole padded unit): this rank's parameters (rounded to
+// the element type) and, in mixed precision, its master weights (exact).
+static inline void zero_set_unit(Zero *z, int u, const float *unit_host) {
+    size_t n = zero_slice(z, u), begin = (size_t)z->rank * n, padded = gpt2_unit_padded(&z->lay, u);
+    if (z->stage == 3) z->be.from_host(z->be.ctx, zero_at(z, z->params, zero_shard_offset(z, u)), unit_host + begin, n, z->dtype);
+    else z->be.from_host(z->be.ctx, zero_at(z, z->params, z->lay.unit_offset[u]), unit_host, padded, z->dtype);
+    if (!z->master) return;
+    if (z->stage == 0) z->be.from_host(z->be.ctx, zero_update_moment(z, z->master, u), unit_host, padded, ZC_F32);
+    else z->be.from_host(z->be.ctx, zero_update_moment(z, z->master, u), unit_host + begin, n, ZC_F32);
+}
+
+// This rank's slice of unit u's weights into host (fp32): the master weights in mixed
+// precision (what checkpoints keep: rounding them again gives the parameters), else the
+// parameters.
+static inline void zero_get_slice(Zero *z, int u, float *host) {
+    size_t n = zero_slice(z, u);
+    if (z->master) {
+        size_t off = z->stage == 0 ? zero_slice_begin(z, u) : zero_shard_offset(z, u);
+        z->be.to_host(z->be.ctx, host, z->master + off, n, ZC_F32);
+    } else {
+        size_t off = z->stage == 3 ? zero_shard_offset(z, u) : zero_slice_begin(z, u);
+        z->be.to_host(z->be.ctx, host, zero_at(z, z->params, off), n, z->dtype);
+    }
 }
 
 // Zero the gradient accumulators at the start of a step; reset the step's counters.
 static inline void zero_begin_step(Zero *z, int step) {
     z->step = step;
     z->be.set_step(z->be.ctx, step);
-    z->be.zero_floats(z->be.ctx, z->grads, z->stage >= 2 ? zero_shard_size(z) : z->lay.num_flat);
+    z->be.zero(z->be.ctx, z->grads, (z->stage >= 2 ? zero_shard_size(z) : z->lay.num_flat) * z->esize);
     for (int k = 0; k < ZC_NUM_COLLECTIVES; k++) z->comm[k] = 0.0;
 }
 
 // --- theory, for the reports beside the measurements -------------------------------------
 
 // Bytes communicated per rank per step (one micro-step), textbook: 2P(N-1)/N elements for
-// stages 0-2, 3P(N-1)/N for stage 3; here in fp32 bytes.
-static inline double zero_theory_comm(int stage, double P, int N) {
-    return (stage == 3 ? 3.0 : 2.0) * P * 4.0 * (N - 1) / N;
+// stages 0-2, 3P(N-1)/N for stage 3, of elem_bytes each.
+static inline double zero_theory_comm(int stage, double P, int N, double elem_bytes) {
+    return (stage == 3 ? 3.0 : 2.0) * P * elem_bytes * (N - 1) / N;
 }
 
 #endif // ZERO_H
