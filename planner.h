@@ -8,17 +8,19 @@
 //       a GPT-2 shape (--model dNN or --layers/--channels/--heads/--vocab-size/--max-seq-len):
 //         EXACT. The parameter count P is the padded flat layout the trainer allocates
 //         (gpt2_layout_init with align N*ZERO_ALIGN; zero.h's slice arithmetic), buffers are
-//         zero_init's, activations are the trainer's own list (gpt2_activation_numels).
+//         zero_init's, activations are the trainer's own (gpt2_activation_bytes), and so is
+//         the CPU trainer's fp32 workspace of 16-bit runs (gpt2_workspace_bytes).
 //         planner_plan() for the trainer's configuration equals the bytes it allocates.
 //       or a bare parameter count (--params 7e9): TEXTBOOK. Model states by the formulas
 //         below on P as given; buffers unknown; activations by the Korthikanti et al. 2022
 //         per-layer estimate when --layers, --channels and --heads are given, else unknown.
 //   - planner_plan() fills a MemoryPlan: bytes per rank by kind (zero.h's MEM_* kinds: params,
-//     grads, master, adam_m, adam_v, buffers, activations), on the device and on the host.
+//     grads, master, adam_m, adam_v, buffers, activations, workspace), on the device and on
+//     the host.
 //     Doubles hold exact integers (up to 2^53 bytes); textbook divisions by N may be fractional.
 //   - planner_print_table() prints it for people (optionally beside what the trainer's ranks
 //     really allocated); planner_print_json() as one JSON object (keys params, grads, master,
-//     adam_m, adam_v, optimizer, model_states, buffers, activations, total: device bytes per
+//     adam_m, adam_v, optimizer, model_states, buffers, activations, workspace, total: device bytes per
 //     rank; "host" holds what lives in host memory). Unknown amounts are null and not in total.
 //   - planner_main(argc, argv) is the command line (`train_gpt_cpu --plan ...`): GNU long
 //     options, --help; a bad option prints one line naming it and returns non-zero. An argument
@@ -36,8 +38,9 @@
 //   With --offload-optimizer the K bytes (master, m, v) live in host memory, not on the device.
 //
 // Activations (elements from gpt2_activation_numels, the list the trainer allocates):
-//   fp32: 4 bytes each. 16-bit (an ASSUMPTION until the mixed-precision trainer exists): 2 bytes
-//   each, except the fp32 statistics: LayerNorm means and rstds and the per-position losses.
+//   fp32: 4 bytes each. 16-bit: the per-layer tensors (all but the LayerNorm statistics) at 2
+//   bytes for every layer plus two fp32 layer slots the CPU kernels compute in; everything else
+//   (statistics, logits, losses, the backward's (B,T,...) scratch) fp32 (gpt2_activation_bytes).
 //   Recompute (a PLAN; the trainer does not implement it): keep each layer's input (the
 //   embedding output and every layer's output, residual3) and ONE layer's worth of the other
 //   per-layer tensors, rebuilt layer by layer during the backward; the rest (final LayerNorm,
@@ -47,10 +50,12 @@
 //   With full recompute the textbook keeps each layer's input (2sbh in 16-bit, 4sbh in fp32)
 //   plus one layer's full activations.
 //
-// Buffers (16-bit runs: assumed at the parameter precision): stages 2, 3: a gradient bucket
+// Buffers (at the parameter precision): stages 2, 3: a gradient bucket
 //   for the embeddings, the final LayerNorm and two for layers, and reduce-scatter receive
 //   slices (one embedding slice, two layer slices); stage 3 also gather buffers of the same
 //   unit sizes as the buckets. As zero_init allocates them.
+// Workspace (16-bit runs of the CPU trainer, whose kernels compute in fp32): fp32 views of the
+//   units being computed, fp32 gradient accumulators, bf16 matmul operands (gpt2_workspace_bytes).
 //
 // All functions static inline; no global state (getopt's own aside). C11 and C++.
 #ifndef PLANNER_H
@@ -119,8 +124,7 @@ static inline void planner_input_defaults(PlanInput *in) {
     in->seq_len = d.seq_len;
 }
 
-// The plan of a training run the trainer is about to make. The trainer is fp32 + AdamW today;
-// set in.precision from the config once it has one.
+// The plan of a training run the trainer is about to make (AdamW, at its precision).
 static inline PlanInput planner_input_from_train_config(const TrainConfig *c, int world) {
     PlanInput in;
     planner_input_defaults(&in);
@@ -130,6 +134,7 @@ static inline PlanInput planner_input_from_train_config(const TrainConfig *c, in
     in.world = world;
     in.batch = c->batch;
     in.seq_len = c->seq_len;
+    in.precision = c->precision; // the same order: fp32, bf16, fp16
     return in;
 }
 
@@ -176,18 +181,18 @@ static inline int planner_activation_is_stat(int i) {
 // Is activation i per layer, (L, ...)?
 static inline int planner_activation_is_layered(int i) { return i >= A_LN1 && i <= A_RESIDUAL3; }
 
-// The trainer's activation bytes: elem_bytes per element (4 in fp32, 2 in 16-bit), the fp32
-// statistics at 4. recompute: keep residual3 (every layer's output) in full, one layer of the
-// other per-layer tensors.
-static inline double planner_trainer_activation_bytes(const GPT2Config *c, int B, int T, double elem_bytes,
-                                                      int recompute) {
-    size_t n[NUM_ACTIVATIONS];
+// The trainer's activation bytes (mixed: a 16-bit run). Without recompute exactly
+// gpt2_activation_bytes; recompute keeps residual3 (every layer's output) in full and one layer
+// of the other per-layer tensors (in 16-bit runs also the two fp32 layer slots).
+static inline double planner_trainer_activation_bytes(const GPT2Config *c, int B, int T, int mixed, int recompute) {
+    if (!recompute) return (double)gpt2_activation_bytes(c, B, T, mixed);
+    size_t n[NUM_ACTIVATIONS], L = (size_t)c->num_layers;
     gpt2_activation_numels(c, B, T, n);
     double total = 0.0;
     for (int i = 0; i < NUM_ACTIVATIONS; i++) {
-        size_t k = n[i];
-        if (recompute && planner_activation_is_layered(i) && i != A_RESIDUAL3) k /= (size_t)c->num_layers;
-        total += (double)k * (planner_activation_is_stat(i) ? 4.0 : elem_bytes);
+        size_t k = planner_activation_is_layered(i) && i != A_RESIDUAL3 ? n[i] / L : n[i];
+        if (!gpt2_activation_is_layer16(i)) total += 4.0 * (double)k;
+        else total += mixed ? 2.0 * (double)k + 4.0 * 2.0 * (double)(n[i] / L) : 4.0 * (double)k;
     }
     return total;
 }
@@ -252,7 +257,10 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         dev[MEM_ADAM_M] = p->bytes_m * opt_elems;
         dev[MEM_ADAM_V] = p->bytes_v * opt_elems;
         dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z);
-        dev[MEM_ACTIVATIONS] = planner_trainer_activation_bytes(&in->cfg, in->batch, in->seq_len, elem, in->recompute);
+        dev[MEM_ACTIVATIONS] = planner_trainer_activation_bytes(&in->cfg, in->batch, in->seq_len, in->precision != PLAN_FP32,
+                                                                in->recompute);
+        dev[MEM_WORKSPACE] = (double)gpt2_workspace_bytes(&z.lay, &in->cfg, in->batch, in->seq_len,
+                                                          in->precision == PLAN_BF16, in->precision != PLAN_FP32);
         p->buffers_known = p->activations_known = 1;
     }
     p->model_states_textbook = planner_textbook_states(S, p->bytes_param, p->bytes_grad, K, p->num_params, N);
@@ -267,7 +275,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
     }
     p->optimizer = dev[MEM_MASTER] + dev[MEM_ADAM_M] + dev[MEM_ADAM_V];
     p->model_states = dev[MEM_PARAMS] + dev[MEM_GRADS] + p->optimizer;
-    p->total = p->model_states + dev[MEM_BUFFERS] + dev[MEM_ACTIVATIONS];
+    p->total = p->model_states + dev[MEM_BUFFERS] + dev[MEM_ACTIVATIONS] + dev[MEM_WORKSPACE];
     p->host_optimizer = p->host[MEM_MASTER] + p->host[MEM_ADAM_M] + p->host[MEM_ADAM_V];
     p->host_total = p->host_optimizer;
     return 0;
@@ -421,10 +429,13 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
                 PLANNER_KIND(MEM_BUFFERS));
     snprintf(lab, sizeof(lab), "activations (%s%s)", p->exact ? "this trainer" : "textbook",
              in->recompute ? ", recompute" : "");
-    planner_row(f, lab, p->exact ? (in->precision == PLAN_FP32 ? "4 B x its list" : "2 B x its list, stats 4")
+    planner_row(f, lab, p->exact ? (in->precision == PLAN_FP32 ? "4 B x its list" : "2 B x layers + 2 fp32")
                  : in->recompute ? (in->precision == PLAN_FP32 ? "4sbhL + one layer" : "2sbhL + one layer")
                                  : (in->precision == PLAN_FP32 ? "L sbh(66+9as/h)" : "L sbh(34+5as/h)"),
                 p->activations_known ? &d[MEM_ACTIVATIONS] : NULL, A, R, PLANNER_KIND(MEM_ACTIVATIONS));
+    planner_row(f, in->precision == PLAN_FP32 ? "CPU workspace (none in fp32)" : "CPU fp32 workspace (16-bit runs)",
+                p->buffers_known ? "views, grads, staging" : "not modelled", p->buffers_known ? &d[MEM_WORKSPACE] : NULL,
+                A, R, PLANNER_KIND(MEM_WORKSPACE));
     planner_row(f, p->buffers_known && p->activations_known ? "= TOTAL on the device" : "= TOTAL on the device (known parts)",
                 "", &p->total, A, R, (1u << MEM_KINDS) - 1);
     if (off) {
@@ -486,7 +497,7 @@ static inline void planner_print_json(FILE *f, const MemoryPlan *p) {
             p->bytes_param, p->bytes_grad, p->bytes_master, p->bytes_m, p->bytes_v,
             p->bytes_master + p->bytes_m + p->bytes_v);
     for (int k = 0; k < MEM_KINDS; k++) {
-        int known = k == MEM_BUFFERS ? p->buffers_known : k == MEM_ACTIVATIONS ? p->activations_known : 1;
+        int known = k == MEM_BUFFERS || k == MEM_WORKSPACE ? p->buffers_known : k == MEM_ACTIVATIONS ? p->activations_known : 1;
         planner_json_num(f, zero_memory_names[k], p->device[k], known);
         fputc(',', f);
     }
@@ -503,7 +514,7 @@ static inline void planner_print_json(FILE *f, const MemoryPlan *p) {
     planner_json_num(f, "model_states_textbook", p->model_states_textbook, 1); fputc(',', f);
     planner_json_num(f, "activations_textbook_per_layer", p->act_textbook_layer, p->activations_known); fputc(',', f);
     planner_json_num(f, "activations_textbook", p->act_textbook, p->activations_known);
-    fprintf(f, ",\"total_excludes\":[%s%s%s]}\n", p->buffers_known ? "" : "\"buffers\"",
+    fprintf(f, ",\"total_excludes\":[%s%s%s]}\n", p->buffers_known ? "" : "\"buffers\",\"workspace\"",
             !p->buffers_known && !p->activations_known ? "," : "", p->activations_known ? "" : "\"activations\"");
 }
 

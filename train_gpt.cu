@@ -12,8 +12,11 @@
 // (zero.h), AdamW's element update and the LR schedules (optimizer.h, adamw_element runs in
 // the update kernel as written there), the planner, the log format and the loop (trainer.h).
 //
-// Precision: fp32 throughout (params, grads, activations, fp32 cuBLASLt compute without TF32),
-// which is what the shared headers implement today; docs/gpu.md has the plan for bf16/fp16.
+// Precision: fp32 throughout (params, grads, activations, fp32 cuBLASLt compute without TF32).
+// The shared headers also carry the CPU trainer's bf16/fp16 (16-bit storage in zero.h, fp32
+// master weights); the backend below already handles all three element types (collectives,
+// add, host copies, AdamW), but the kernels are fp32, so config.h refuses the others here.
+// docs/gpu.md has the plan for bf16/fp16.
 // Streams: every kernel runs on one compute stream; every collective on one communication
 // stream, ordered against compute with events (see the backend). The host waits for the
 // device only where it needs a number (loss, norm, a logits row, checkpoint staging) and at
@@ -217,10 +220,23 @@ static __global__ void residual_forward_kernel(float *out, const float *a, const
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         out[i] = a[i] + b[i];
 }
-// dst += src (zero.h's add_floats: a reduce-scatter's slice into the gradient shard)
-static __global__ void add_kernel(float *dst, const float *src, size_t n) {
+// dst (n) += src (n), both of type dtype (ZC_F32, ZC_BF16, ZC_FP16), the sum rounded to it:
+// zero.h's add (a reduce-scatter's slice into the gradient shard). zc_load / zc_store are
+// mixed_precision.h's, the same integer code the CPU trainer rounds with, so a 16-bit sum is
+// bit-identical to its host_add. dtype is uniform over the grid: its branches never diverge.
+static __global__ void add_kernel(void *dst, const void *src, size_t n, int dtype) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] += src[i];
+        zc_store(dst, i, zc_load(dst, i, dtype) + zc_load(src, i, dtype), dtype);
+}
+// dst (n, fp32) = src (n, dtype) widened (exact), and dst (n, dtype) = src (n, fp32) rounded to
+// nearest even: the 16-bit side of the backend's host copies, which travel as fp32.
+static __global__ void widen_kernel(float *dst, const void *src, size_t n, int dtype) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = zc_load(src, i, dtype);
+}
+static __global__ void narrow_kernel(void *dst, const float *src, size_t n, int dtype) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        zc_store(dst, i, src[i], dtype);
 }
 
 // GELU elementwise: gpt2_gelu / gpt2_gelu_grad from gpt2.h, the very functions the CPU kernels use.
@@ -329,10 +345,15 @@ static __global__ void crossentropy_softmax_kernel(float *logits, float *losses,
 }
 
 // AdamW over one run of elements of one kind (decayed or not): adamw_element is optimizer.h's,
-// the same code the CPU trainer runs. Grid-stride; each element is independent.
-static __global__ void adamw_kernel(float *p, float *m, float *v, const float *g, size_t n, AdamWStep step, int decay) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        adamw_element(&p[i], &m[i], &v[i], g[i], &step, decay);
+// the same code the CPU trainer runs. p, m, v (n) fp32; g (n) of type dtype, widened. p16 NULL:
+// p is the parameter. Otherwise p is the fp32 master weight and the result is also rounded
+// into p16 (n, dtype), as the CPU's host_adamw does. Grid-stride; each element is independent.
+static __global__ void adamw_kernel(float *p, float *m, float *v, const void *g, void *p16, size_t n, int dtype,
+                                    AdamWStep step, int decay) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        adamw_element(&p[i], &m[i], &v[i], zc_load(g, i, dtype), &step, decay);
+        if (p16) zc_store(p16, i, p[i], dtype);
+    }
 }
 
 // Sum of squares of g (n) into partial[blockIdx.x], in double; the grid is fixed (NORM_BLOCKS)
@@ -448,12 +469,19 @@ static void matmul_lt(float *d, const float *a, const float *b, const float *bia
 }
 
 // out (N,OC) = inp (N,C) . w^T + bias; w (OC,C) as PyTorch's Linear; bias (OC) or NULL.
-static void matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC) {
+// w16: the weight's 16-bit copy (model.h's gpt2_x16), or NULL. These matmuls are fp32 and the
+// storage hooks below never hand one over (UnitParams.x16 is NULL), so it is unused; the bf16
+// kernels will read it, as the CPU trainer's bf16 matmuls do.
+static void matmul_forward(float *out, const float *inp, const float *w, const void *w16, const float *bias, int N, int C,
+                           int OC) {
+    (void)w16;
     matmul_lt(out, inp, w, bias, N, OC, C, 0, 1, C, C, OC, 1.0f, 0.0f);
 }
 // dinp (N,C) = dout (N,OC) . w;  dw (OC,C) += dout^T . inp;  dbias (OC) += column sums of dout
+// (w16 as in matmul_forward)
 static void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
-                            int N, int C, int OC) {
+                            const void *w16, int N, int C, int OC) {
+    (void)w16;
     matmul_lt(dinp, dout, w, NULL, N, C, OC, 0, 0, OC, C, C, 1.0f, 0.0f);
     matmul_lt(dw, dout, inp, NULL, OC, C, N, 1, 0, OC, C, C, 1.0f, 1.0f);
     if (dbias) {
@@ -577,7 +605,7 @@ typedef struct {
     unsigned long seq[MAX_PENDING], next_seq;
     double *d_scalars, *h_scalars; // sum_doubles' buffers (device, pinned host)
     int scalar_cap;
-    size_t allocated;              // bytes cudaMalloc'd through alloc_floats
+    size_t allocated;              // bytes asked of cudaMalloc through the backend's alloc
 } NcclBackend;
 
 static NcclBackend nccl;
@@ -662,23 +690,31 @@ static int comm_end(NcclBackend *b, int h) {
     CUDA_CHECK(cudaEventRecord(b->done[h], b->stream));
     return h;
 }
-static int nccl_all_reduce(void *ctx, float *buf, size_t n) {
+// zero.h's element types as NCCL's: its 16-bit sums round as they go, which is zero.h's
+// contract (and what the CPU's MPI operations do one pair at a time).
+static ncclDataType_t nccl_type(int dtype) {
+    return dtype == ZC_BF16 ? ncclBfloat16 : dtype == ZC_FP16 ? ncclHalf : ncclFloat;
+}
+static int nccl_all_reduce(void *ctx, void *buf, size_t n, int dtype) {
     NcclBackend *b = (NcclBackend *)ctx;
     int h = comm_begin(b, "all_reduce");
-    NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, b->comm, b->stream));
+    NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type(dtype), ncclSum, b->comm, b->stream));
     return comm_end(b, h);
 }
-// NCCL's reduce-scatter is in place exactly when recv == send + rank * n, zero.h's convention.
-static int nccl_reduce_scatter(void *ctx, float *send, float *recv, size_t n) {
+// In place exactly when recv == send + rank * n elements, in bytes: n * zc_dtype_size(dtype)
+// each. That is NCCL's own convention (it compares the addresses), and zero.h's: nothing to
+// check or move here, whatever the element size.
+static int nccl_reduce_scatter(void *ctx, void *send, void *recv, size_t n, int dtype) {
     NcclBackend *b = (NcclBackend *)ctx;
     int h = comm_begin(b, "reduce_scatter");
-    NCCL_CHECK(ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, b->comm, b->stream));
+    NCCL_CHECK(ncclReduceScatter(send, recv, n, nccl_type(dtype), ncclSum, b->comm, b->stream));
     return comm_end(b, h);
 }
-static int nccl_all_gather(void *ctx, const float *send, float *recv, size_t n) {
+// In place exactly when send == recv + rank * n elements (bytes as above), again NCCL's convention.
+static int nccl_all_gather(void *ctx, const void *send, void *recv, size_t n, int dtype) {
     NcclBackend *b = (NcclBackend *)ctx;
     int h = comm_begin(b, "all_gather");
-    NCCL_CHECK(ncclAllGather(send, recv, n, ncclFloat, b->comm, b->stream));
+    NCCL_CHECK(ncclAllGather(send, recv, n, nccl_type(dtype), b->comm, b->stream));
     return comm_end(b, h);
 }
 static void nccl_wait(void *ctx, int h, const char *what) {
@@ -709,31 +745,34 @@ static void nccl_sum_doubles(void *ctx, double *x, int n) {
     CUDA_CHECK(cudaEventDestroy(ev));
     memcpy(x, b->h_scalars, (size_t)n * sizeof(double));
 }
-static float *dev_alloc_floats(void *ctx, size_t n) {
+// zero.h's memory, zeroed. `allocated` counts exactly the bytes asked for, as zero.h's `mem`
+// does, so the start-up line compares like with like (a request for 0 bytes still gets a
+// valid pointer: 1 byte, counted as 0).
+static void *dev_alloc(void *ctx, size_t bytes) {
     NcclBackend *b = (NcclBackend *)ctx;
-    float *p = NULL;
-    size_t bytes = (n ? n : 1) * sizeof(float);
-    cudaError_t e = cudaMalloc(&p, bytes);
+    void *p = NULL;
+    size_t got = bytes ? bytes : 1;
+    cudaError_t e = cudaMalloc(&p, got);
     if (e != cudaSuccess) {
         size_t free_b = 0, total_b = 0;
         cudaMemGetInfo(&free_b, &total_b);
         fprintf(stderr, "error: rank %d: cudaMalloc of %.1f MiB failed (%s; %.1f of %.1f MiB free); try a higher "
                         "--zero-stage, a smaller --batch, or ./train_gpt --plan\n",
-                b->rank, bytes / 1048576.0, cudaGetErrorString(e), free_b / 1048576.0, total_b / 1048576.0);
+                b->rank, got / 1048576.0, cudaGetErrorString(e), free_b / 1048576.0, total_b / 1048576.0);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    CUDA_CHECK(cudaMemset(p, 0, bytes));
+    CUDA_CHECK(cudaMemset(p, 0, got));
     b->allocated += bytes;
     return p;
 }
-static void dev_free_floats(void *ctx, float *p) { (void)ctx; CUDA_CHECK(cudaFree(p)); }
-static void dev_zero_floats(void *ctx, float *p, size_t n) {
+static void dev_free(void *ctx, void *p) { (void)ctx; CUDA_CHECK(cudaFree(p)); }
+static void dev_zero(void *ctx, void *p, size_t bytes) {
     (void)ctx;
-    CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), gpu.compute));
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, gpu.compute));
 }
-static void dev_add_floats(void *ctx, float *dst, const float *src, size_t n) {
+static void dev_add(void *ctx, void *dst, const void *src, size_t n, int dtype) {
     (void)ctx;
-    add_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(dst, src, n);
+    add_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(dst, src, n, dtype);
     LAUNCH_CHECK();
 }
 
@@ -743,28 +782,48 @@ static void d2h(void *host, const void *dev, size_t bytes, const char *what) {
     CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, gpu.compute));
     gpu_sync(&nccl, what);
 }
-static void h2d(void *dev, const void *host, size_t bytes) {
-    CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, gpu.compute));
-    gpu_sync(&nccl, "a host-to-device copy");
+// The host side of to_host / from_host is fp32. fp32 buffers copy straight through; 16-bit ones
+// are widened (exact) or rounded on the device, through an fp32 staging buffer taken from the
+// stream-ordered pool on the compute stream and given back before the call returns. These
+// copies stage one unit or slice at a time (initialisation, model files, checkpoints), so the
+// staging is transient, outside the memory plan, and never exists in fp32 runs.
+static float *staging_floats(size_t n) {
+    float *s = NULL;
+    CUDA_CHECK(cudaMallocAsync((void **)&s, n * sizeof(float), gpu.compute));
+    return s;
 }
-static void dev_to_host(void *ctx, float *host, const float *src, size_t n) {
+static void dev_to_host(void *ctx, float *host, const void *src, size_t n, int dtype) {
     (void)ctx;
-    d2h(host, src, n * sizeof(float), "a device-to-host copy");
-}
-static void dev_adamw(void *ctx, float *p, float *m, float *v, const float *g, size_t n, const AdamWStep *step, int decay) {
-    (void)ctx;
-    adamw_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(p, m, v, g, n, *step, decay);
+    if (n == 0) return;
+    if (dtype == ZC_F32) { d2h(host, src, n * sizeof(float), "a device-to-host copy"); return; }
+    float *s = staging_floats(n);
+    widen_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(s, src, n, dtype);
     LAUNCH_CHECK();
+    d2h(host, s, n * sizeof(float), "a device-to-host copy");
+    CUDA_CHECK(cudaFreeAsync(s, gpu.compute));
 }
-static void dev_from_host(void *ctx, float *dst, const float *host, size_t n) {
+static void dev_from_host(void *ctx, void *dst, const float *host, size_t n, int dtype) {
     (void)ctx;
-    h2d(dst, host, n * sizeof(float));
+    if (n == 0) return;
+    float *s = dtype == ZC_F32 ? (float *)dst : staging_floats(n);
+    CUDA_CHECK(cudaMemcpyAsync(s, host, n * sizeof(float), cudaMemcpyHostToDevice, gpu.compute));
+    if (dtype != ZC_F32) {
+        narrow_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(dst, s, n, dtype);
+        LAUNCH_CHECK();
+        CUDA_CHECK(cudaFreeAsync(s, gpu.compute));
+    }
+    gpu_sync(&nccl, "a host-to-device copy"); // the host buffer may be reused at once
+}
+static void dev_adamw(void *ctx, float *p, float *m, float *v, const void *g, void *p16, size_t n, int dtype,
+                      const AdamWStep *step, int decay) {
+    (void)ctx;
+    adamw_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(p, m, v, g, p16, n, dtype, *step, decay);
+    LAUNCH_CHECK();
 }
 
 static ZeroBackend nccl_backend(NcclBackend *b) {
     ZeroBackend be = {b, nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_wait, nccl_set_step, nccl_progress,
-                      nccl_sum_doubles, dev_alloc_floats, dev_free_floats, dev_zero_floats, dev_add_floats,
-                      dev_to_host, dev_from_host, dev_adamw};
+                      nccl_sum_doubles, dev_alloc, dev_free, dev_zero, dev_add, dev_to_host, dev_from_host, dev_adamw};
     return be;
 }
 
@@ -788,18 +847,28 @@ typedef struct {
     double *d_partials, *d_sumsq, *h_sumsq;
 } GPT2;
 
-static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, int rank, int world, ZeroBackend be) {
+// dtype: the element type of parameters, gradients and ZeRO's buffers. Always ZC_F32 here:
+// config.h refuses bf16 and fp16 for this trainer, and every kernel and hook below reads fp32;
+// the check is the defence should a 16-bit run ever get this far.
+static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, int rank, int world, int dtype,
+                       ZeroBackend be) {
+    if (dtype != ZC_F32) {
+        fprintf(stderr, "error: rank %d: the GPU trainer computes in fp32 only, not %s\n", rank,
+                dtype >= 0 && dtype < PRECISION_NUM ? precision_names[dtype] : "an unknown type");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     size_t free0 = 0, free1 = 0, total_dev = 0;
     CUDA_CHECK(cudaMemGetInfo(&free0, &total_dev));
-    zero_init(&m->z, cfg, stage, rank, world, be);
-    size_t total = gpt2_activation_floats(cfg, B, T);
-    CUDA_CHECK(cudaMalloc(&m->acts_memory, total * sizeof(float)));
-    CUDA_CHECK(cudaMemset(m->acts_memory, 0, total * sizeof(float)));
-    m->bytes_activations = total * sizeof(float);
+    zero_init(&m->z, cfg, stage, rank, world, dtype, be);
+    // Every layer's activations in fp32 (layer_slots = L: no 16-bit layer store), and no
+    // workspace: the kernels read ZeRO's fp32 buffers directly (MEM_WORKSPACE stays 0).
+    m->bytes_activations = gpt2_activation_bytes(cfg, B, T, 0);
+    CUDA_CHECK(cudaMalloc(&m->acts_memory, m->bytes_activations));
+    CUDA_CHECK(cudaMemset(m->acts_memory, 0, m->bytes_activations));
     m->z.mem[MEM_ACTIVATIONS] = m->bytes_activations;
-    gpt2_activations_wire(&m->acts, m->acts_memory, cfg, B, T);
+    gpt2_activations_wire(&m->acts, m->acts_memory, cfg, B, T, cfg->num_layers);
     m->B = B;
     m->T = T;
     size_t bt = (size_t)B * T;
@@ -818,7 +887,7 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, 
     // bytes asked of cudaMalloc; the device's own view (allocation granularity included) and
     // what lies outside the plan are printed beside them.
     size_t states = 0;
-    for (int k = 0; k < MEM_KINDS; k++) if (k != MEM_ACTIVATIONS) states += m->z.mem[k];
+    for (int k = 0; k < MEM_KINDS; k++) if (k != MEM_ACTIVATIONS && k != MEM_WORKSPACE) states += m->z.mem[k];
     if (rank == 0)
         printf("device memory, rank 0: model states + ZeRO buffers %.1f MiB (cudaMalloc'd %.1f MiB), activations %.1f MiB, "
                "outside the plan %.1f MiB (cuBLASLt workspace, norm partials, tokens); device reports %.1f MiB more in use, "
@@ -872,6 +941,22 @@ static float classifier_loss(GPT2 *m, int N, float dloss) {
     return (float)(sum / N);
 }
 
+// The storage hooks. The kernels compute in the storage type, fp32, so they pass zero.h's
+// pointers straight through (the CPU trainer converts 16-bit storage here; a bf16 GPU run will
+// hand its matmuls the 16-bit weights as UnitParams.x16 instead). Every layer's activations
+// stay where the forward computed them, for the backward.
+static UnitParams gpt2_unit_params(GPT2 *m, int u, int next) {
+    UnitParams up = {(float *)zero_params(&m->z, u, next), NULL};
+    return up;
+}
+static float *gpt2_unit_grads(GPT2 *m, int u) { return (float *)zero_grads(&m->z, u); }
+static void gpt2_unit_grads_done(GPT2 *m, int u) { zero_grads_done(&m->z, u); }
+static LayerActs gpt2_layer_acts_forward(GPT2 *m, int l, int B, int T) {
+    return gpt2_layer_acts(&m->acts, &m->cfg, l, m->cfg.num_layers, B, T);
+}
+static void gpt2_layer_store(GPT2 *m, int l, int B, int T) { (void)m; (void)l; (void)B; (void)T; }
+static LayerActs gpt2_layer_acts_backward(GPT2 *m, int l, int B, int T) { return gpt2_layer_acts_forward(m, l, B, T); }
+
 #include "model.h" // gpt2_forward, gpt2_backward: the same passes as the CPU trainer's
 
 // The global L2 norm: each unit's sum of squares in fixed-size partials, one fixed-order sum,
@@ -879,8 +964,9 @@ static float classifier_loss(GPT2 *m, int N, float dloss) {
 static float gpt2_grad_norm(GPT2 *m) {
     Zero *z = &m->z;
     for (int u = 0; u < z->lay.num_units; u++) {
-        sumsq_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, gpu.compute>>>(m->d_partials + (size_t)u * NORM_BLOCKS,
-                                                                     zero_update_grads(z, u), zero_update_count(z, u));
+        const float *g = (const float *)zero_update_grads(z, u); // fp32: gpt2_build refuses other types
+        sumsq_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, gpu.compute>>>(m->d_partials + (size_t)u * NORM_BLOCKS, g,
+                                                                     zero_update_count(z, u));
         LAUNCH_CHECK();
     }
     sum_partials_kernel<<<1, NORM_THREADS, 0, gpu.compute>>>(m->d_sumsq, m->d_partials, z->lay.num_units * NORM_BLOCKS);

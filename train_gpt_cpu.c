@@ -528,29 +528,41 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, 
     m->dtype = dtype;
     m->mixed = dtype != ZC_F32;
     zero_init(&m->z, cfg, stage, rank, world, dtype, be);
+    // Every allocation below is counted as it is made; the planner predicts the totals
+    // (gpt2_activation_bytes, gpt2_workspace_bytes) and test_planner compares the two.
+    size_t *act = &m->z.mem[MEM_ACTIVATIONS], *work = &m->z.mem[MEM_WORKSPACE];
     m->act_slots = m->mixed ? 2 : cfg->num_layers;
-    m->acts_memory = xcalloc_floats(gpt2_activation_floats(cfg, B, T, m->act_slots));
+    size_t act_floats = gpt2_activation_floats(cfg, B, T, m->act_slots);
+    m->acts_memory = xcalloc_floats(act_floats);
+    *act += act_floats * sizeof(float);
     gpt2_activations_wire(&m->acts, m->acts_memory, cfg, B, T, m->act_slots);
-    m->bytes_activations = gpt2_activation_bytes(cfg, B, T, m->mixed);
-    m->z.mem[MEM_ACTIVATIONS] = m->bytes_activations;
     m->slot_layer[0] = m->slot_layer[1] = -1;
     if (m->mixed) {
         size_t n16 = (size_t)cfg->num_layers * gpt2_layer16_numel(cfg, B, T);
         m->acts16 = (uint16_t *)xmalloc(n16 * sizeof(uint16_t));
         memset(m->acts16, 0, n16 * sizeof(uint16_t));
+        *act += n16 * sizeof(uint16_t);
         const ParamLayout *lay = &m->z.lay;
         size_t embed = gpt2_unit_padded(lay, UNIT_EMBED), fin = gpt2_unit_padded(lay, gpt2_final_unit(lay));
         size_t layer = gpt2_unit_padded(lay, 1);
         size_t view_n[NUM_VIEWS] = {embed, fin, layer, layer};
-        for (int k = 0; k < NUM_VIEWS; k++) { m->view[k] = xcalloc_floats(view_n[k]); m->view_unit[k] = -1; }
+        for (int k = 0; k < NUM_VIEWS; k++) {
+            m->view[k] = xcalloc_floats(view_n[k]);
+            m->view_unit[k] = -1;
+            *work += view_n[k] * sizeof(float);
+        }
         m->gacc_embed = xcalloc_floats(embed);
         m->gacc_final = xcalloc_floats(fin);
         m->gacc_layer = xcalloc_floats(layer);
+        *work += (embed + fin + layer) * sizeof(float);
         size_t C = cfg->channels, Vp = cfg->padded_vocab_size, widest = Vp + C > 5 * C ? Vp + C : 5 * C;
-        if (dtype == ZC_BF16) m->staging = (bf16_t *)xmalloc((size_t)B * T * widest * sizeof(bf16_t));
+        if (dtype == ZC_BF16) {
+            m->staging = (bf16_t *)xmalloc((size_t)B * T * widest * sizeof(bf16_t));
+            *work += (size_t)B * T * widest * sizeof(bf16_t);
+        }
         bf16_staging = m->staging;
-        m->z.mem[MEM_WORKSPACE] = gpt2_workspace_bytes(lay, cfg, B, T, dtype == ZC_BF16, 1);
     }
+    m->bytes_activations = *act;
     m->B = B;
     m->T = T;
     m->inputs = (int *)xmalloc((size_t)B * T * sizeof(int));

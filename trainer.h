@@ -464,7 +464,7 @@ static int trainer_run(Run *r, int argc, char **argv) {
                 if (isfinite(norm)) snprintf(nrm, sizeof(nrm), "%.9g", norm);
                 fprintf(r->log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,\"tok_s\":%.1f",
                         step, loss, lr, nrm, ms, tok_s);
-                if (fp16) fprintf(r->log, ",\"loss_scale\":%.9g,\"skipped\":%s", s.scale, s.skipped ? "true" : "false");
+                if (fp16) fprintf(r->log, ",\"loss_scale\":%.17g,\"skipped\":%s", s.scale, s.skipped ? "true" : "false");
                 fprintf(r->log, "}\n");
             }
         }

@@ -7,7 +7,7 @@
 """
 import json, subprocess, sys
 
-KINDS = ["params", "grads", "master", "adam_m", "adam_v", "buffers", "activations"]
+KINDS = ["params", "grads", "master", "adam_m", "adam_v", "buffers", "activations", "workspace"]
 failures = []
 
 def expect(cond, msg):

@@ -319,11 +319,11 @@ static double mm_J(void *p) {
     size_t n = (size_t)c->N * c->OC;
     if (c->accumulate) { // out = prev (what the residual held) + the product
         float *tmp = floats(n);
-        matmul_forward(tmp, c->inp, c->w, c->bias, c->N, c->C, c->OC);
+        matmul_forward(tmp, c->inp, c->w, NULL, c->bias, c->N, c->C, c->OC);
         residual_forward(c->out, c->prev, tmp, n);
         free(tmp);
     } else {
-        matmul_forward(c->out, c->inp, c->w, c->bias, c->N, c->C, c->OC);
+        matmul_forward(c->out, c->inp, c->w, NULL, c->bias, c->N, c->C, c->OC);
     }
     return weighted_sum(c->r, c->out, n);
 }
@@ -351,7 +351,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int accumulate) {
     check_close("out", out, ref, no, 1e-5);
 
     float *dinp = floats(ni), *dw = floats(nw), *db = bias ? floats(OC) : NULL;
-    matmul_backward(dinp, dw, db, r, inp, w, N, C, OC);
+    matmul_backward(dinp, dw, db, r, inp, w, NULL, N, C, OC);
     double *fd = doubles(ni > nw ? ni : nw);
     fd_grad(mm_J, &ctx, inp, ni, FD_H, fd);
     check_grad("inp", fd, dinp, ni, 0);
@@ -368,7 +368,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int accumulate) {
     fill_uniform(Pb, OC, -1, 1);
     fill_nan(a0, ni);
     float *aw = copy_of(Pw, nw), *ab = bias ? copy_of(Pb, OC) : NULL;
-    matmul_backward(a0, aw, ab, r, inp, w, N, C, OC);
+    matmul_backward(a0, aw, ab, r, inp, w, NULL, N, C, OC);
     check_overwritten("dinp", a0, dinp, ni);
     check_accumulated("dw", aw, Pw, dw, nw);
     if (bias) check_accumulated("dbias", ab, Pb, db, OC);
@@ -542,17 +542,22 @@ static int no_collective(void) {
     printf("FAIL model: stage 0 on one rank started a collective\n");
     exit(1);
 }
-static int no_all_reduce(void *ctx, float *buf, size_t n) { (void)ctx; (void)buf; (void)n; return no_collective(); }
-static int no_reduce_scatter(void *ctx, float *s, float *r, size_t n) { (void)ctx; (void)s; (void)r; (void)n; return no_collective(); }
-static int no_all_gather(void *ctx, const float *s, float *r, size_t n) { (void)ctx; (void)s; (void)r; (void)n; return no_collective(); }
+static int no_all_reduce(void *ctx, void *buf, size_t n, int t) { (void)ctx; (void)buf; (void)n; (void)t; return no_collective(); }
+static int no_reduce_scatter(void *ctx, void *s, void *r, size_t n, int t) {
+    (void)ctx; (void)s; (void)r; (void)n; (void)t;
+    return no_collective();
+}
+static int no_all_gather(void *ctx, const void *s, void *r, size_t n, int t) {
+    (void)ctx; (void)s; (void)r; (void)n; (void)t;
+    return no_collective();
+}
 static void no_wait(void *ctx, int h, const char *what) { (void)ctx; (void)h; (void)what; no_collective(); }
 static void no_set_step(void *ctx, int step) { (void)ctx; (void)step; }
 static void no_sum_doubles(void *ctx, double *x, int n) { (void)ctx; (void)x; (void)n; no_collective(); }
 static void no_progress(void *ctx) { (void)ctx; } // nothing in flight to advance
 static ZeroBackend local_backend(void) {
     ZeroBackend be = {NULL, no_all_reduce, no_reduce_scatter, no_all_gather, no_wait, no_set_step, no_progress, no_sum_doubles,
-                      host_alloc_floats, host_free_floats, host_zero_floats, host_add_floats, host_copy, host_copy,
-                      host_adamw};
+                      host_alloc, host_free, host_zero, host_add, host_to_host, host_from_host, host_adamw};
     return be;
 }
 
@@ -574,9 +579,9 @@ static void test_model(void) {
     // ZeRO stage 0 on one rank: the full parameters and gradients in flat buffers, and no
     // collective ever starts, so the backend only allocates.
     GPT2 m;
-    gpt2_build(&m, &cfg, MB, MT, 0, 0, 1, local_backend());
+    gpt2_build(&m, &cfg, MB, MT, 0, 0, 1, ZC_F32, local_backend());
     ParamLayout *lay = &m.z.lay;
-    float *params = m.z.params, *grads = m.z.grads;
+    float *params = (float *)m.z.params, *grads = (float *)m.z.grads;
     for (int u = 0; u < lay->num_units; u++) gpt2_init_unit(lay, u, 1337, params + lay->unit_offset[u]);
     // GPT-2's init (std 0.02, LayerNorm weights 1, biases 0) makes a C=8 model nearly linear:
     // uniform attention, GELU near its origin, so a wrong softmax or GELU backward would
@@ -699,7 +704,7 @@ static void test_mutations(void) {
     fill_uniform(w, NW, -1, 1);
     fill_uniform(r, N * OC, -1, 1);
     MmCtx ctx = {N, C, OC, 0, inp, w, NULL, out, NULL, r};
-    matmul_backward(dinp, dw, NULL, r, inp, w, N, C, OC);
+    matmul_backward(dinp, dw, NULL, r, inp, w, NULL, N, C, OC);
     double fd[NW];
     fd_grad(mm_J, &ctx, w, NW, FD_H, fd);
     size_t big = 0, small = 0;

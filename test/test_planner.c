@@ -162,19 +162,21 @@ static void test_activations(void) {
         GPT2Config c;
         gpt2_preset(names[k], &c);
         int B = 4, T = 1024;
-        size_t floats = gpt2_activation_floats(&c, B, T);
+        size_t floats = gpt2_activation_floats(&c, B, T, c.num_layers);
         PlanInput in = gpt(&c, PLAN_FP32, 0, 1, B, T);
         MemoryPlan p = plan(&in);
         CHECK(p.device[MEM_ACTIVATIONS] == 4.0 * floats, "%s fp32: activations %.0f != 4 x %zu", names[k],
               p.device[MEM_ACTIVATIONS], floats);
         double sbh = (double)T * B * c.channels;
         CHECK(p.act_textbook_layer == sbh * (66.0 + 9.0 * c.num_heads * T / c.channels), "%s fp32 textbook", names[k]);
-        // 16-bit: 2 bytes per element, the statistics (mean and rstd of 2 LayerNorms per
-        // layer, of the final LayerNorm, and the losses: (4L + 2)BT + BT elements) stay 4
-        double stats = (4.0 * c.num_layers + 3.0) * B * T;
+        // 16-bit: a layer's tensors but the LayerNorm statistics (ln1, qkv, atty, att, residual2,
+        // ln2, fch, fch_gelu, residual3: BT(C + 3C + C + C + C + 4C + 4C + C) + B NH T^2 elements)
+        // at 2 bytes for every layer, plus two fp32 layer slots; all else stays fp32
+        double l16 = (double)B * T * 16 * c.channels + (double)B * c.num_heads * T * T;
         in.precision = PLAN_BF16;
         p = plan(&in);
-        CHECK(p.device[MEM_ACTIVATIONS] == 2.0 * floats + 2.0 * stats, "%s bf16 activations", names[k]);
+        CHECK(p.device[MEM_ACTIVATIONS] == 4.0 * (floats - c.num_layers * l16) + 2.0 * c.num_layers * l16 + 4.0 * 2 * l16,
+              "%s bf16 activations %.0f", names[k], p.device[MEM_ACTIVATIONS]);
         CHECK(p.act_textbook_layer == sbh * (34.0 + 5.0 * c.num_heads * T / c.channels), "%s bf16 textbook", names[k]);
         CHECK(p.act_textbook == c.num_layers * p.act_textbook_layer, "%s textbook x L", names[k]);
         // recompute keeps less, and the textbook's recompute is L inputs + one layer
@@ -200,14 +202,14 @@ static void test_activations(void) {
 
 // --- agreement with zero_init ---------------------------------------------------------
 
-static float *t_alloc(void *ctx, size_t n) { (void)ctx; return (float *)calloc(n ? n : 1, sizeof(float)); }
-static void t_free(void *ctx, float *p) { (void)ctx; free(p); }
+static void *t_alloc(void *ctx, size_t n) { (void)ctx; return calloc(n ? n : 1, 1); }
+static void t_free(void *ctx, void *p) { (void)ctx; free(p); }
 
 static void test_zero_init_agreement(void) {
     ZeroBackend be;
     memset(&be, 0, sizeof(be));
-    be.alloc_floats = t_alloc;
-    be.free_floats = t_free;
+    be.alloc = t_alloc;
+    be.free = t_free;
     GPT2Config shapes[] = {
         {16, 512, 512, 2, 2, 32},   // the shell test's tiny model
         {64, 1000, 1024, 3, 4, 48}, // odd sizes: padding everywhere
@@ -218,8 +220,9 @@ static void test_zero_init_agreement(void) {
         for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); w++)
             for (int S = 0; S < 4; S++) {
                 int N = worlds[w];
-                Zero z;
-                zero_init(&z, &shapes[s], S, N - 1, N, be); // the last rank: all ranks allocate alike
+                Zero z, zb;
+                zero_init(&z, &shapes[s], S, N - 1, N, ZC_F32, be); // the last rank: all ranks allocate alike
+                zero_init(&zb, &shapes[s], S, N - 1, N, ZC_BF16, be);
                 PlanInput in = gpt(&shapes[s], PLAN_FP32, S, N, 2, shapes[s].max_seq_len);
                 MemoryPlan p = plan(&in);
                 for (int k = 0; k < MEM_ACTIVATIONS; k++)
@@ -237,7 +240,11 @@ static void test_zero_init_agreement(void) {
                 CHECK(b.model_states == want && fmod(F, N) == 0, "bf16 shape %zu N=%d S=%d: %.0f != %.0f", s, N, S,
                       b.model_states, want);
                 CHECK(b.device[MEM_BUFFERS] == p.device[MEM_BUFFERS] / 2, "bf16 buffers are 16-bit");
+                for (int k = 0; k < MEM_ACTIVATIONS; k++)
+                    CHECK(b.device[k] == (double)zb.mem[k], "bf16 shape %zu N=%d S=%d: %s plan %.0f != zero_init %zu", s, N, S,
+                          zero_memory_names[k], b.device[k], zb.mem[k]);
                 zero_free(&z);
+                zero_free(&zb);
             }
 }
 
@@ -246,8 +253,8 @@ static void test_zero_init_agreement(void) {
 static void test_from_train_config(void) {
     ZeroBackend be;
     memset(&be, 0, sizeof(be));
-    be.alloc_floats = t_alloc;
-    be.free_floats = t_free;
+    be.alloc = t_alloc;
+    be.free = t_free;
     char *argv[] = {(char *)"train", (char *)"--layers", (char *)"3", (char *)"--channels", (char *)"48",
                     (char *)"--heads", (char *)"4", (char *)"--vocab-size", (char *)"1000", (char *)"--max-seq-len",
                     (char *)"32", (char *)"--seq-len", (char *)"24", (char *)"--batch", (char *)"3", (char *)"--zero-stage",
@@ -259,8 +266,8 @@ static void test_from_train_config(void) {
     PlanInput in = planner_input_from_train_config(&c, 4);
     MemoryPlan p = plan(&in);
     Zero z;
-    zero_init(&z, &c.model, c.zero_stage, 1, 4, be);
-    z.mem[MEM_ACTIVATIONS] = gpt2_activation_floats(&c.model, c.batch, c.seq_len) * sizeof(float);
+    zero_init(&z, &c.model, c.zero_stage, 1, 4, ZC_F32, be);
+    z.mem[MEM_ACTIVATIONS] = gpt2_activation_floats(&c.model, c.batch, c.seq_len, c.model.num_layers) * sizeof(float);
     double actual[4 * MEM_KINDS];
     for (int q = 0; q < 4; q++)
         for (int k = 0; k < MEM_KINDS; k++) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The trainer under AddressSanitizer + UndefinedBehaviorSanitizer: a few steps of every
 # code path (training, accumulation, validation, sampling, checkpoint) single-process and
-# under ZeRO-3 on two ranks. Leak checking is off here: OpenMPI's plugins allocate at start
+# under ZeRO-3 on two ranks, in fp32, bf16 and fp16 (with skipped overflow steps). Leak checking is off here: OpenMPI's plugins allocate at start
 # and are unloaded before LeakSanitizer looks, so their blocks cannot be told from ours. The
 # model's own allocations are leak-checked in test_kernels (built with ASan, no MPI).
 set -euo pipefail
@@ -19,3 +19,11 @@ mpirun -np 2 --oversubscribe ./train_gpt_cpu_asan $args --zero-stage 3 --out $d/
   || { tail -30 $d/zero3.out; exit 1; }
 echo "ZeRO-3 on 2 ranks: ok"
 grep -q "val loss" $d/zero3.out && grep -q "sample:" $d/zero3.out
+for p in bf16 fp16; do
+  for s in 1 3; do
+    mpirun -np 2 --oversubscribe ./train_gpt_cpu_asan $args --precision $p --zero-stage $s --initial-scale-power 30 \
+      --out $d/ck_${p}_$s > $d/${p}_$s.out 2>&1 || { tail -30 $d/${p}_$s.out; exit 1; }
+  done
+  echo "$p, ZeRO-1 and ZeRO-3 on 2 ranks: ok"
+done
+grep -q "overflow" $d/fp16_3.out
