@@ -694,9 +694,14 @@ static float gpt2_grad_norm(GPT2 *m) {
             const float *f = (const float *)g;
 #pragma omp parallel for simd reduction(+ : sum)
             for (size_t i = 0; i < n; i++) sum += (double)f[i] * f[i];
+        } else if (m->dtype == ZC_BF16) { // widening a bf16 is a shift: NaN stays NaN, Inf Inf
+            const uint16_t *h = (const uint16_t *)g;
+#pragma omp parallel for simd reduction(+ : sum)
+            for (size_t i = 0; i < n; i++) { double x = zc_f32_from_bits((uint32_t)h[i] << 16); sum += x * x; }
         } else {
-#pragma omp parallel for reduction(+ : sum)
-            for (size_t i = 0; i < n; i++) { double x = zc_load(g, i, m->dtype); sum += x * x; }
+            const fp16_t *h = (const fp16_t *)g;
+#pragma omp parallel for simd reduction(+ : sum)
+            for (size_t i = 0; i < n; i++) { double x = fp16_to_f32(h[i]); sum += x * x; }
         }
     }
     return zero_global_grad_norm(z, sum);

@@ -5,7 +5,7 @@
 # train_batch_size = micro x accumulation x world is checked and any two give the third; unknown
 # keys warn (error with --strict); wrong types and bad JSON give one line naming the key path or
 # the position; DeepSpeed's three schedulers match an independent Python rewrite of DeepSpeed's
-# code step by step; fp16/bf16 enabled gives the not-implemented line until mixed precision lands.
+# code step by step; fp16/bf16 enabled trains in that precision.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu || exit 1
@@ -258,18 +258,14 @@ json cos_equal '{"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_s
 expect_error cos_equal "WarmupCosineLR: total_num_steps 5 equals warmup_num_steps 5" \
   "${np1[@]}" "${tiny[@]}" --deepspeed $d/cos_equal.json
 
-echo "== fp16 / bf16 enabled"
-for p in bf16 fp16; do
-  json $p "{\"$p\": {\"enabled\": true}}"
-  if OMP_NUM_THREADS=1 ./train_gpt_cpu --precision $p --help >/dev/null 2>&1; then
-    echo "(--precision $p is implemented: $p.enabled true must run)"
-    expect_run ${p}_on "${np1[@]}" "${tiny[@]}" --steps 2 --deepspeed $d/$p.json --log $d/$p.jsonl \
-      && expect_setting $d/$p.jsonl precision "\"$p\"" file
-  else
-    expect_error ${p}_on "^error: --precision $p \($p.enabled in $d/$p.json\): not implemented yet in this trainer" \
-      "${np1[@]}" "${tiny[@]}" --deepspeed $d/$p.json
-  fi
-done
+echo "== fp16 / bf16 enabled: the run trains in that precision, with the file's loss-scaler settings"
+json bf16 '{"bf16": {"enabled": true}}'
+expect_run bf16_on "${np1[@]}" "${tiny[@]}" --steps 2 --deepspeed $d/bf16.json --log $d/bf16.jsonl \
+  && expect_setting $d/bf16.jsonl precision '"bf16"' file
+json fp16 '{"fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 3}}'
+expect_run fp16_on "${np1[@]}" "${tiny[@]}" --steps 2 --deepspeed $d/fp16.json --log $d/fp16.jsonl \
+  && expect_setting $d/fp16.jsonl precision '"fp16"' file && expect_setting $d/fp16.jsonl hysteresis 3 file \
+  && { grep -q '"step":1,.*"loss_scale":256,"skipped":false' $d/fp16.jsonl || fail "fp16_on: step 1 not at scale 2^8"; }
 json fp16_off '{"fp16": {"enabled": false}, "bf16": {"enabled": false}}'
 expect_run fp16_off "${np1[@]}" "${tiny[@]}" --steps 1 --deepspeed $d/fp16_off.json --log $d/fp16_off.jsonl \
   && expect_setting $d/fp16_off.jsonl precision '"fp32"' file
