@@ -16,6 +16,7 @@
 #include <math.h>
 #include <time.h>
 #include <sys/stat.h>
+#include <sys/mman.h>
 #include <strings.h>
 #include <unistd.h>
 #include <omp.h>
@@ -37,11 +38,27 @@
 // ----------------------------------------------------------------------------------------
 // Utilities
 
-static float *xcalloc_floats(size_t n) {
-    float *p = (float *)xmalloc(n * sizeof(float));
-    memset(p, 0, n * sizeof(float));
+// Zeroed memory for the model's big buffers. Those of 2 MB and more are 2 MB-aligned and asked
+// to be backed by transparent huge pages: the kernels stream through hundreds of MB (AdamW,
+// the LM head's weights and logits, whose rows lie 200 KB apart) and with 4 KB pages spend a
+// good part of that in TLB misses. (A hint: where the kernel says no, pages stay 4 KB.)
+#define HUGE_PAGE ((size_t)2 << 20)
+static void *xcalloc_bytes(size_t bytes) {
+    void *p = NULL;
+    if (bytes < HUGE_PAGE) {
+        p = xmalloc(bytes);
+    } else {
+        size_t rounded = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+        if (posix_memalign(&p, HUGE_PAGE, rounded) != 0) {
+            fprintf(stderr, "error: out of memory allocating %zu bytes\n", bytes);
+            exit(1);
+        }
+        madvise(p, rounded, MADV_HUGEPAGE);
+    }
+    memset(p, 0, bytes);
     return p;
 }
+static float *xcalloc_floats(size_t n) { return (float *)xcalloc_bytes(n * sizeof(float)); }
 
 // ----------------------------------------------------------------------------------------
 // Kernels. Shapes: B batch, T time, C channels, NH heads, V vocabulary (Vp padded).
@@ -132,14 +149,26 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
 }
 
 // Matmuls. fp32 and fp16 runs multiply in fp32 (OpenBLAS sgemm; fp16 values widen exactly).
-// bf16 runs pass w16, the weight's bf16 copy, and multiply bf16 x bf16 -> fp32 (gemm_bf16.h:
-// AMX or AVX512-BF16 where the CPU has them): the activation operands are rounded to bf16 into
-// bf16_staging on the way (the activations' 16-bit storage holds the same values), the
-// products are exact and accumulate in fp32. The staging area is the trainer's (gpt2_build
-// sizes it: gpt2_workspace_bytes), set here because kernels take no context.
+// bf16 runs pass w16, the weight's bf16 copy, and multiply bf16 x bf16 -> fp32: the activation
+// operands are rounded to bf16 into the staging area on the way (the activations' 16-bit
+// storage holds the same values), the products are exact and accumulate in fp32. That is
+// gemm_bf16.h on AMX tiles or AVX512-BF16 where the CPU has them; elsewhere (its scalar path is
+// ~6x slower than sgemm) the same products through sgemm: the rounded operands as fp32 in the
+// same staging bytes (in row blocks where they do not fit at once) against the fp32 view of the
+// weights. ZEROC_BF16_MATMUL=sgemm chooses that fallback anywhere (the tests compare the two).
+// The staging area is the trainer's (gpt2_build sizes it: gpt2_workspace_bytes), set here
+// because kernels take no context.
 static bf16_t *bf16_staging;
+static size_t bf16_staging_elems;
+static int bf16_via_sgemm;
 
 static void die_gemm(void) { fprintf(stderr, "error: gemm_bf16 refused its arguments\n"); exit(1); }
+
+// dst = src rounded to bf16 and widened again: bf16 values in fp32 form (n)
+static void round_to_bf16(float *dst, const float *src, size_t n) {
+#pragma omp parallel for simd
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
+}
 
 // out (N,OC) = inp (N,C) . w^T + bias, w (OC,C) as in PyTorch's Linear; bias (OC) or NULL;
 // w16: w in bf16, or NULL.
@@ -149,10 +178,14 @@ static void matmul_forward(float *out, const float *inp, const float *w, const v
 #pragma omp parallel for
         for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
     }
-    if (w16) {
+    if (w16 && !bf16_via_sgemm) {
         f32_to_bf16_array(bf16_staging, inp, (size_t)N * C);
         if (gemm_bf16_forward(NULL, out, bf16_staging, (const bf16_t *)w16, N, C, OC, bias ? 1.0f : 0.0f)) die_gemm();
         return;
+    }
+    if (w16) { // (N*C floats always fit: the staging holds N*5C bf16)
+        round_to_bf16((float *)bf16_staging, inp, (size_t)N * C);
+        inp = (const float *)bf16_staging;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, bias ? 1.0f : 0.0f, out, OC);
 }
@@ -160,12 +193,22 @@ static void matmul_forward(float *out, const float *inp, const float *w, const v
 // dinp (N,C) = dout (N,OC) . w;  dw (OC,C) += dout^T . inp;  dbias (OC) += column sums of dout
 static void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                             const float *w, const void *w16, int N, int C, int OC) {
-    if (w16) {
+    if (w16 && !bf16_via_sgemm) {
         bf16_t *dout16 = bf16_staging, *inp16 = bf16_staging + (size_t)N * OC;
         f32_to_bf16_array(dout16, dout, (size_t)N * OC);
         f32_to_bf16_array(inp16, inp, (size_t)N * C);
         if (gemm_bf16_backward_data(NULL, dinp, dout16, (const bf16_t *)w16, N, C, OC, 0.0f)) die_gemm();
         if (gemm_bf16_backward_weight(NULL, dw, dout16, inp16, N, C, OC, 1.0f)) die_gemm();
+    } else if (w16) { // rows of dout and inp rounded, as many as fit in the staging's bytes as fp32
+        int rows = (int)(bf16_staging_elems / 2 / ((size_t)OC + C));
+        for (int r0 = 0; r0 < N; r0 += rows) {
+            int r = N - r0 < rows ? N - r0 : rows;
+            float *d32 = (float *)bf16_staging, *i32 = d32 + (size_t)r * OC;
+            round_to_bf16(d32, dout + (size_t)r0 * OC, (size_t)r * OC);
+            round_to_bf16(i32, inp + (size_t)r0 * C, (size_t)r * C);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, C, OC, 1.0f, d32, OC, w, C, 0.0f, dinp + (size_t)r0 * C, C);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, r, 1.0f, d32, OC, i32, C, 1.0f, dw, C);
+        }
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
@@ -416,12 +459,7 @@ static void mpi_sum_doubles(void *ctx, double *x, int n) {
     mpi_wait_request(b, &req, "all_reduce of scalars (loss, norm, reports)");
 }
 static void mpi_set_step(void *ctx, int step) { ((MpiBackend *)ctx)->step = step; }
-static void *host_alloc(void *ctx, size_t bytes) {
-    (void)ctx;
-    void *p = xmalloc(bytes ? bytes : 1);
-    memset(p, 0, bytes);
-    return p;
-}
+static void *host_alloc(void *ctx, size_t bytes) { (void)ctx; return xcalloc_bytes(bytes); }
 static void host_free(void *ctx, void *p) { (void)ctx; free(p); }
 static void host_zero(void *ctx, void *p, size_t bytes) { (void)ctx; memset(p, 0, bytes); }
 
@@ -557,10 +595,18 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, 
         *work += (embed + fin + layer) * sizeof(float);
         size_t C = cfg->channels, Vp = cfg->padded_vocab_size, widest = Vp + C > 5 * C ? Vp + C : 5 * C;
         if (dtype == ZC_BF16) {
-            m->staging = (bf16_t *)xmalloc((size_t)B * T * widest * sizeof(bf16_t));
+            m->staging = (bf16_t *)xcalloc_bytes((size_t)B * T * widest * sizeof(bf16_t));
             *work += (size_t)B * T * widest * sizeof(bf16_t);
         }
         bf16_staging = m->staging;
+        bf16_staging_elems = (size_t)B * T * widest;
+        const char *via = getenv("ZEROC_BF16_MATMUL");
+        bf16_via_sgemm = (via && !strcmp(via, "sgemm")) || gemm_bf16_best_path() == GEMM_BF16_SCALAR;
+        if (dtype == ZC_BF16 && rank == 0)
+            printf("bf16 matmuls: %s\n", !bf16_via_sgemm ? (gemm_bf16_best_path() == GEMM_BF16_AMX ? "gemm_bf16 on AMX tiles"
+                                                                                                 : "gemm_bf16 on AVX512-BF16")
+                                       : via && !strcmp(via, "sgemm") ? "sgemm on bf16-rounded operands (ZEROC_BF16_MATMUL=sgemm)"
+                                                                      : "sgemm on bf16-rounded operands (no AMX or AVX512-BF16 here)");
     }
     m->bytes_activations = *act;
     m->B = B;
@@ -599,7 +645,7 @@ static UnitParams gpt2_unit_params(GPT2 *m, int u, int next) {
     int k = view_of(m, u);
     if (m->view_unit[k] != u || m->view_forward[k] != z->forwards) {
         size_t begin = z->lay.unit_offset[u];
-        WidenRun w = {m->view[k], p, begin, m->dtype, m->dtype == ZC_BF16 && zero_is_layer(z, u)};
+        WidenRun w = {m->view[k], p, begin, m->dtype, m->dtype == ZC_BF16 && !bf16_via_sgemm && zero_is_layer(z, u)};
         gpt2_for_each_segment(&z->lay, begin, begin + gpt2_unit_padded(&z->lay, u), widen_segment, &w);
         m->view_unit[k] = u;
         m->view_forward[k] = z->forwards;

@@ -727,6 +727,79 @@ static void test_mutations(void) {
     expect(grad_compare(fd, mut, NW, 0, &e), 0, "one element NaN", &e);
 }
 
+// The bf16 matmuls (bf16 runs: w16 given): the AMX/AVX512-BF16 path and the sgemm fallback
+// (whole, and in row blocks as when the staging area is small) against a double-precision
+// reference on bf16-rounded operands. The products of bf16 values are exact, so both paths
+// differ from the reference only by fp32 summation (~1e-7 of the scale); an fp32 product of
+// the unrounded operands differs by ~1e-3 (bf16 keeps 8 bits), which the check must see.
+static void test_bf16_matmul(int N, int C, int OC) {
+    float *inp = floats((size_t)N * C), *w = floats((size_t)OC * C), *bias = floats(OC), *dout = floats((size_t)N * OC);
+    fill_uniform(inp, (size_t)N * C, -2, 2);
+    fill_uniform(w, (size_t)OC * C, -1, 1);
+    fill_uniform(bias, OC, -1, 1);
+    fill_uniform(dout, (size_t)N * OC, -1, 1);
+    bf16_t *w16 = (bf16_t *)xmalloc((size_t)OC * C * sizeof(bf16_t));
+    f32_to_bf16_array(w16, w, (size_t)OC * C);
+    bf16_to_f32_array(w, w16, (size_t)OC * C); // the fp32 view: the bf16 weights widened
+    double *ref_out = (double *)xmalloc((size_t)N * OC * sizeof(double)), *ref_dinp = (double *)xmalloc((size_t)N * C * sizeof(double));
+    double *ref_dw = (double *)xmalloc((size_t)OC * C * sizeof(double));
+#define R16(x) ((double)bf16_to_f32(f32_to_bf16(x)))
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double acc = bias[o];
+            for (int c = 0; c < C; c++) acc += R16(inp[(size_t)n * C + c]) * w[(size_t)o * C + c];
+            ref_out[(size_t)n * OC + o] = acc;
+        }
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            double acc = 0.0;
+            for (int o = 0; o < OC; o++) acc += R16(dout[(size_t)n * OC + o]) * w[(size_t)o * C + c];
+            ref_dinp[(size_t)n * C + c] = acc;
+        }
+    for (int o = 0; o < OC; o++)
+        for (int c = 0; c < C; c++) {
+            double acc = 0.5; // dw starts at 0.5: the product is added
+            for (int n = 0; n < N; n++) acc += R16(dout[(size_t)n * OC + o]) * R16(inp[(size_t)n * C + c]);
+            ref_dw[(size_t)o * C + c] = acc;
+        }
+#undef R16
+    size_t widest = (size_t)(OC + C > 5 * C ? OC + C : 5 * C) * N;
+    bf16_t *staging = (bf16_t *)xmalloc(widest * sizeof(bf16_t));
+    float *out = floats((size_t)N * OC), *dinp = floats((size_t)N * C), *dw = floats((size_t)OC * C);
+    const char *names[3] = {"gemm_bf16", "sgemm fallback", "sgemm fallback, 3-row blocks"};
+    for (int mode = 0; mode < 4; mode++) {
+        bf16_staging = staging;
+        bf16_staging_elems = mode == 2 ? (size_t)2 * (OC + C) * 3 : widest;
+        bf16_via_sgemm = mode >= 1;
+        for (size_t i = 0; i < (size_t)OC * C; i++) dw[i] = 0.5f;
+        fill_nan(dinp, (size_t)N * C);
+        if (mode < 3) {
+            matmul_forward(out, inp, w, w16, bias, N, C, OC);
+            matmul_backward(dinp, dw, NULL, dout, inp, w, w16, N, C, OC);
+        } else { // fp32 products of the unrounded activations: must NOT pass
+            matmul_forward(out, inp, w, NULL, bias, N, C, OC);
+            matmul_backward(dinp, dw, NULL, dout, inp, w, NULL, N, C, OC);
+        }
+        double worst = 0.0;
+        const double *refs[3] = {ref_out, ref_dinp, ref_dw};
+        const float *got[3] = {out, dinp, dw};
+        size_t n[3] = {(size_t)N * OC, (size_t)N * C, (size_t)OC * C};
+        for (int t = 0; t < 3; t++) {
+            double scale = 0.0, err = 0.0;
+            for (size_t i = 0; i < n[t]; i++) scale = fmax(scale, fabs(refs[t][i]));
+            for (size_t i = 0; i < n[t]; i++) err = fmax(err, fabs(got[t][i] - refs[t][i]) / scale);
+            worst = fmax(worst, isnan(err) ? INFINITY : err);
+        }
+        if (mode < 3 && !(worst < 1e-5)) FAIL("bf16 matmul %dx%dx%d (%s): error %.2e of the scale", N, C, OC, names[mode], worst);
+        if (mode == 3 && !(worst > 1e-4)) FAIL("bf16 matmul %dx%dx%d: unrounded fp32 passes (%.2e): the check is blind", N, C, OC, worst);
+        if (mode < 3) printf("  bf16 matmul %dx%dx%d %-30s max error %.2e of the scale\n", N, C, OC, names[mode], worst);
+        else printf("  (unrounded fp32 operands: %.2e, must be > 1e-4)\n", worst);
+    }
+    bf16_staging = NULL; bf16_staging_elems = 0; bf16_via_sgemm = 0;
+    free(inp); free(w); free(bias); free(dout); free(w16); free(ref_out); free(ref_dinp); free(ref_dw);
+    free(staging); free(out); free(dinp); free(dw);
+}
+
 int main(void) {
     double t0 = now_seconds();
     printf("tolerances: ||g-fd||/||fd|| < %g; every element |g-fd| / (|fd| + %g * max|fd|) < %g\n", VEC_TOL,
@@ -758,6 +831,9 @@ int main(void) {
     kernel_begin("crossentropy_softmax_fused");
     test_crossentropy(10, 11, 16);
     kernel_end();
+    printf("bf16 matmuls (bf16 runs):\n");
+    test_bf16_matmul(10, 40, 70);
+    test_bf16_matmul(33, 96, 200); // edges of the 32x32 tiles
     test_model();
     printf("checker self-test (mutations):\n");
     test_mutations();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mixed precision in the trainer (--precision bf16|fp16): 16-bit runs follow the fp32 loss curve
 # at every ZeRO stage on 1 and 2 ranks; each rank's memory log shows 2 + 2 + 12 bytes per
-# parameter split by stage; an injected fp16 overflow (start scale 2^32) is skipped on every
+# parameter split by stage (the bf16 matmuls' sgemm fallback too); an injected fp16 overflow (start scale 2^32) is skipped on every
 # rank by DeepSpeed's rules (test/mixed_check.py replays them independently) without touching
 # parameters or optimizer state or advancing the LR schedule; overflow at the minimum scale
 # aborts (or skips, if asked); and a 16-bit run resumes from its checkpoint bit for bit,
@@ -26,6 +26,9 @@ for p in bf16 fp16; do
     for s in 0 1 2 3; do run ${p}_n${n}_s${s} $n --batch $((4 / n)) --steps 50 --precision $p --zero-stage $s; done
   done
 done
+# bf16 without AMX / AVX512-BF16: the sgemm fallback, forced here
+for s in 0 3; do ZEROC_BF16_MATMUL=sgemm run bf16_sgemm_n2_s$s 2 --batch 2 --steps 50 --precision bf16 --zero-stage $s; done
+grep -q "bf16 matmuls: sgemm on bf16-rounded operands" $d/bf16_sgemm_n2_s0.out || { echo "FAIL: fallback not taken"; exit 1; }
 $PYTHON test/mixed_check.py curves $d
 
 echo "== fp16 overflow injected: --initial-scale-power 32, on 2 ranks (ZeRO-1 and ZeRO-3)"
