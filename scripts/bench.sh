@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Benchmark: GPT-2 124M (d12), B=4, T=64, a few optimizer steps on the embedded data.
-# Prints ms/step, tokens/s and achieved GFLOP/s (6 x params + attention FLOPs per token).
-# Run it on an otherwise idle machine; `make bench` builds first.
+# Benchmark: GPT-2 124M (d12), B=4, T=64, a few optimizer steps on the embedded data, in fp32
+# and in bf16 (or only PRECISIONS="bf16"). Prints ms/step (the average after the first step),
+# tokens/s and achieved GFLOP/s (6 x params + attention FLOPs per token). Extra arguments go to
+# the trainer. Run it on an otherwise idle machine; `make bench` builds first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${STEPS:-6}
-./train_gpt_cpu --model d12 --batch 4 --seq-len 64 --steps "$steps" --val-every 0 --sample-every 0 \
-  --lr 6e-4 --warmup 0 "$@" | tee /tmp/zeroc_bench.txt | grep -E "^step|^average|threads"
-awk '/^average step/ {ms=$6} END {
-  flop = 6*124475904 + 12*12*768*64;         # per token
-  printf "d12 B=4 T=64: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s achieved\n", ms, 256/(ms/1000), 256*flop/(ms/1000)/1e9 }' /tmp/zeroc_bench.txt
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+for p in ${PRECISIONS:-fp32 bf16}; do
+  ./train_gpt_cpu --model d12 --batch 4 --seq-len 64 --steps "$steps" --val-every 0 --sample-every 0 \
+    --lr 6e-4 --warmup 0 --precision "$p" "$@" > "$out"
+  grep -E "^step|^average|threads|^bf16 matmuls" "$out"
+  awk -v p="$p" '/^average step/ {ms=$6} END {
+    flop = 6*124475904 + 12*12*768*64;         # per token
+    printf "d12 B=4 T=64 %s: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s achieved\n", p, ms, 256/(ms/1000), 256*flop/(ms/1000)/1e9 }' "$out"
+done
