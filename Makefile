@@ -12,7 +12,7 @@ LDLIBS   := $(if $(BLASDIR),-L$(BLASDIR) -Wl$(comma)-rpath$(comma)$(BLASDIR)) -l
 SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 HEADERS  := $(wildcard *.h)
 
-.PHONY: all test bench setup clean data fuzz gpu_check
+.PHONY: all test bench setup clean data fuzz gpu_check FORCE
 all: train_gpt_cpu
 
 setup:
@@ -25,9 +25,13 @@ train_gpt_cpu: train_gpt_cpu.c $(HEADERS)
 train_gpt_cpu_asan: train_gpt_cpu.c $(HEADERS)
 	$(CC) $(filter-out -O3,$(CFLAGS)) $(SANFLAGS) $< -o $@ $(LDLIBS)
 
-# The GPU trainer (train_gpt.cu): nvcc for sm_80 (A100) and sm_90 (H100), fp32 for now, no
-# warnings from nvcc or the host compiler. CUDA_HOME and NCCL_HOME (its include/ and lib/) can
-# point elsewhere; here NCCL ships inside the CUDA toolkit. GPU_ARCHS="-gencode ..." overrides.
+# The GPU trainer (train_gpt.cu): nvcc for sm_80 (A100) and sm_90 (H100), no warnings from nvcc
+# or the host compiler. Its precision is fixed at compile time (as llm.c's): PRECISION=BF16 (the
+# default), FP16 or FP32 (for debugging), and the binary runs that one. A change of PRECISION
+# rebuilds train_gpt (the stamp below); train_gpt_bf16, train_gpt_fp16 and train_gpt_fp32 build
+# each precision under its own name. CUDA_HOME and NCCL_HOME (its include/ and lib/) can point
+# elsewhere; here NCCL ships inside the CUDA toolkit. GPU_ARCHS="-gencode ..." overrides.
+PRECISION ?= BF16
 CUDA_HOME ?= /usr/local/cuda
 NCCL_HOME ?= $(CUDA_HOME)
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
@@ -37,10 +41,21 @@ NVCCFLAGS := -O3 -std=c++17 -D_GNU_SOURCE -Werror all-warnings -Xcompiler -Wall$
              -I. -I$(NCCL_HOME)/include $(shell mpicc -showme:compile 2>/dev/null)
 GPU_LDLIBS := $(foreach d,$(GPU_LIBDIRS),-L$(d) -Xlinker -rpath=$(d)) -lcublasLt -lcudart -lnccl -lcjson \
               $(shell mpicc -showme:link 2>/dev/null) -lgomp
-train_gpt: train_gpt.cu $(HEADERS)
-	$(NVCC) $(NVCCFLAGS) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
-# On a machine with GPUs: GPU vs CPU loss and gradients, ZeRO stage equivalence, benchmark.
-gpu_check: train_gpt train_gpt_cpu
+GPU_PRECISIONS := BF16 FP16 FP32
+check_precision = $(if $(filter $(1),$(GPU_PRECISIONS)),,$(error PRECISION=$(1): use BF16, FP16 or FP32))
+# The precision train_gpt was last built for: rewritten only when it changes, so that
+# `make train_gpt PRECISION=FP32` after a bf16 build rebuilds, and a second one does not.
+.train_gpt_precision: FORCE
+	$(call check_precision,$(PRECISION))
+	@echo $(PRECISION) | cmp -s - $@ || echo $(PRECISION) > $@
+train_gpt: train_gpt.cu $(HEADERS) .train_gpt_precision
+	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(PRECISION) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
+train_gpt_bf16 train_gpt_fp16 train_gpt_fp32: train_gpt_%: train_gpt.cu $(HEADERS)
+	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
+FORCE:
+# On a machine with GPUs: GPU vs CPU loss and gradients (each precision), ZeRO stage
+# equivalence, benchmark (bf16).
+gpu_check: train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_cpu
 	bash test/gpu/run_gpu_checks.sh
 
 # Unit-test programs: test/foo.c -> test/bin/foo (normal) and test/bin/foo_asan (sanitized).
@@ -99,4 +114,5 @@ fuzz: test/bin/fuzz_dataloader_libfuzzer test/bin/fuzz_ds_config_libfuzzer
 		$(wildcard ../shared/examples)
 
 clean:
-	rm -rf train_gpt_cpu train_gpt_cpu_asan train_gpt test/bin test/out
+	rm -rf train_gpt_cpu train_gpt_cpu_asan train_gpt train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 .train_gpt_precision \
+		test/bin test/out

@@ -30,6 +30,35 @@ enum { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_DS_WARMUP, LR_DS_WARMUP_DECAY, LR_D
 enum { LR_WARMUP_LOG, LR_WARMUP_LINEAR };          // warmup_type of DeepSpeed's schedules
 enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP16, PRECISION_NUM }; // planner.h's order
 
+// The precisions this trainer runs: all three on the CPU. The GPU trainer's kernels are
+// compiled for one element type (as llm.c's): `make train_gpt PRECISION=BF16|FP16|FP32`
+// defines GPU_PRECISION_<P> (none: BF16, the default), and the binary runs that precision only,
+// by default (config_defaults) and as the one --precision it accepts (config_parse refuses the
+// others at once, config_validate those a --deepspeed file asked for).
+#ifdef __CUDACC__
+#if defined(GPU_PRECISION_FP32) + defined(GPU_PRECISION_BF16) + defined(GPU_PRECISION_FP16) > 1
+#error "define at most one of GPU_PRECISION_FP32, GPU_PRECISION_BF16, GPU_PRECISION_FP16"
+#endif
+#if defined(GPU_PRECISION_FP32)
+#define CONFIG_GPU_PRECISION PRECISION_FP32
+#define CONFIG_PRECISIONS "fp32 (this build)"
+#define CONFIG_PRECISION_BUILDS "                        bf16, fp16: make train_gpt PRECISION=BF16 or FP16\n"
+#elif defined(GPU_PRECISION_FP16)
+#define CONFIG_GPU_PRECISION PRECISION_FP16
+#define CONFIG_PRECISIONS "fp16 (this build)"
+#define CONFIG_PRECISION_BUILDS "                        bf16, fp32: make train_gpt PRECISION=BF16 or FP32\n"
+#else
+#define CONFIG_GPU_PRECISION PRECISION_BF16
+#define CONFIG_PRECISIONS "bf16 (this build)"
+#define CONFIG_PRECISION_BUILDS "                        fp16, fp32: make train_gpt PRECISION=FP16 or FP32\n"
+#endif
+#define CONFIG_DEFAULT_PRECISION CONFIG_GPU_PRECISION
+#else
+#define CONFIG_PRECISIONS "fp32 | bf16 | fp16"
+#define CONFIG_PRECISION_BUILDS ""
+#define CONFIG_DEFAULT_PRECISION PRECISION_FP32
+#endif
+
 // DeepSpeed settings the trainer has no option for: recorded from the file, reported in the
 // resolved configuration with whether the trainer honours them (ds_config.h), else unused.
 enum {
@@ -102,7 +131,8 @@ typedef struct {
     // warmup_min_ratio * lr (WarmupCosineLR), log or linear; they end at lr_total_steps (0: steps).
     float warmup_min_lr, warmup_min_ratio;
     int warmup_type, lr_total_steps;
-    // precision and DeepSpeed's fp16 loss scaler (mixed_precision.h); only fp32 runs today
+    // precision and DeepSpeed's fp16 loss scaler (mixed_precision.h); the GPU trainer runs the
+    // one it was compiled for
     int precision;
     float loss_scale, min_loss_scale;          // loss_scale 0: dynamic
     int initial_scale_power, loss_scale_window, hysteresis, consecutive_hysteresis;
@@ -143,7 +173,7 @@ static inline void config_defaults(TrainConfig *c) {
     c->lr_schedule = LR_COSINE; c->warmup = 10;
     c->warmup_min_lr = 0.0f; c->warmup_min_ratio = 0.0f; c->warmup_type = LR_WARMUP_LOG; c->lr_total_steps = 0;
     // DeepSpeed's defaults for the loss scaler
-    c->precision = PRECISION_FP32;
+    c->precision = CONFIG_DEFAULT_PRECISION;
     c->loss_scale = 0.0f; c->initial_scale_power = 16; c->loss_scale_window = 1000; c->hysteresis = 2;
     c->min_loss_scale = 1.0f; c->consecutive_hysteresis = 0; c->on_min_scale_skip = 0;
     c->val_every = 25; c->val_steps = 10; c->sample_every = 50; c->sample_len = 64;
@@ -158,16 +188,25 @@ static const char *const lr_schedule_names[LR_NUM_SCHEDULES] = {"constant", "lin
 static const char *const lr_warmup_type_names[2] = {"log", "linear"};
 static const char *const precision_names[PRECISION_NUM] = {"fp32", "bf16", "fp16"};
 
-// The precisions this trainer runs: all three on the CPU; the GPU trainer's kernels are fp32
-// so far (config_parse refuses the others at once, config_validate those a --deepspeed file
-// asked for).
 #ifdef __CUDACC__
-static inline int config_precision_implemented(int precision) { return precision == PRECISION_FP32; }
-#define CONFIG_PRECISIONS "fp32 (bf16 and fp16 are CPU-only so far)"
+static inline int config_precision_implemented(int precision) { return precision == CONFIG_GPU_PRECISION; }
 #else
 static inline int config_precision_implemented(int precision) { (void)precision; return 1; }
-#define CONFIG_PRECISIONS "fp32 | bf16 | fp16"
 #endif
+
+// The one line for a precision this binary does not run; key and file: where a --deepspeed
+// file asked for it (NULL: the command line). Only the GPU trainer refuses any.
+static inline void config_precision_refused(int precision, const char *key, const char *file) {
+    fprintf(stderr, "error: --precision %s%s%s%s%s%s: ", precision_names[precision], key ? " (" : "", key ? key : "",
+            key ? " in " : "", key ? file : "", key ? ")" : "");
+#ifdef __CUDACC__
+    static const char *const make_names[PRECISION_NUM] = {"FP32", "BF16", "FP16"};
+    fprintf(stderr, "this binary was built for %s (make train_gpt PRECISION=%s)\n", precision_names[CONFIG_GPU_PRECISION],
+            make_names[precision]);
+#else
+    fprintf(stderr, "not implemented yet in this trainer\n");
+#endif
+}
 
 static inline void config_help(const char *prog) {
     TrainConfig d;
@@ -216,6 +255,7 @@ static inline void config_help(const char *prog) {
     printf("precision (DeepSpeed's fp16/bf16 settings):\n"
            "  --precision P         " CONFIG_PRECISIONS " (default %s): bf16/fp16 keep parameters,\n"
            "                        gradients, activations in 16 bits, fp32 master weights and Adam state\n"
+           CONFIG_PRECISION_BUILDS
            "  --loss-scale X        fp16: a static loss scale; 0 = dynamic (default %g)\n"
            "  --initial-scale-power N  fp16 dynamic scale starts at 2^N (default %d)\n"
            "  --loss-scale-window N fp16: double the scale after N steps without overflow (default %d)\n"
@@ -400,9 +440,9 @@ static inline int config_parse(TrainConfig *c, int argc, char **argv) {
                 fprintf(stderr, "error: --precision: '%s' is not fp32, bf16 or fp16\n", a);
                 return -1;
             }
-            // refused here too, so that `--precision bf16 --help` fails until it works (tests probe so)
+            // refused here too, so that `--precision X --help` fails where X does not run (tests probe so)
             if (!config_precision_implemented(c->precision)) {
-                fprintf(stderr, "error: --precision %s: not implemented yet in this trainer\n", a);
+                config_precision_refused(c->precision, NULL, NULL);
                 return -1;
             }
         }
@@ -474,11 +514,8 @@ static inline int config_validate(TrainConfig *c, int world) {
     }
     if (!config_precision_implemented(c->precision)) {
         const char *k = c->precision == PRECISION_BF16 ? "bf16.enabled" : "fp16.enabled";
-        if (c->source[CK_PRECISION] == CFG_SRC_FILE)
-            fprintf(stderr, "error: --precision %s (%s in %s): not implemented yet in this trainer\n",
-                    precision_names[c->precision], k, c->ds_config_path);
-        else
-            fprintf(stderr, "error: --precision %s: not implemented yet in this trainer\n", precision_names[c->precision]);
+        if (c->source[CK_PRECISION] == CFG_SRC_FILE) config_precision_refused(c->precision, k, c->ds_config_path);
+        else config_precision_refused(c->precision, NULL, NULL);
         return -1;
     }
     if (c->lr_schedule == LR_DS_WARMUP_COSINE) {

@@ -205,34 +205,47 @@ static inline void gpt2_for_each_segment(const ParamLayout *lay, size_t begin, s
 }
 
 // ----------------------------------------------------------------------------------------
+// The element type of the tensors the kernels read and write: parameters, gradients and the
+// activations (all but the fp32 LayerNorm statistics and losses). The CPU trainer's kernels
+// compute in fp32 whatever the storage (its hooks convert), so it leaves this float. The GPU
+// trainer's kernels read and write the storage type itself, fixed when it is compiled: it
+// defines GPT2_FLOATX (__nv_bfloat16, __half or float) before including any header. Views are
+// built from a typed base pointer, so every offset below counts elements of this type.
+#ifndef GPT2_FLOATX
+#define GPT2_FLOATX float
+#endif
+
+// ----------------------------------------------------------------------------------------
 // Named views into the flat buffer (parameters and gradients share the layout)
 
-typedef struct { float *wte, *wpe; } EmbedTensors;                  // unit 0
+typedef struct { GPT2_FLOATX *wte, *wpe; } EmbedTensors;            // unit 0
 typedef struct {                                                    // units 1..L
-    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
-    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+    GPT2_FLOATX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    GPT2_FLOATX *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 } LayerTensors;
-typedef struct { float *lnfw, *lnfb; } FinalTensors;                // unit L+1
+typedef struct { GPT2_FLOATX *lnfw, *lnfb; } FinalTensors;          // unit L+1
 
-// A unit's parameters as the kernels read them: fp32 (f32), and where the trainer has them
-// in 16 bits, that copy too (x16, the same layout; NULL otherwise) for kernels that take it.
-typedef struct { float *f32; const void *x16; } UnitParams;
+// A unit's parameters as the kernels read them: in the kernels' element type (f32: fp32 on the
+// CPU, whose 16-bit runs widen into fp32 views; on the GPU the storage type itself, the name
+// notwithstanding), and where the trainer also has them in 16 bits beside an fp32 view, that
+// copy (x16, the same layout; NULL otherwise) for kernels that take it (the CPU's bf16 matmuls).
+typedef struct { GPT2_FLOATX *f32; const void *x16; } UnitParams;
 
 // `unit` points at the first element of the unit (wherever that unit currently lives: the
 // flat buffer, or a ZeRO-3 gather buffer).
-static inline EmbedTensors gpt2_embed_tensors(const GPT2Config *c, float *unit) {
+static inline EmbedTensors gpt2_embed_tensors(const GPT2Config *c, GPT2_FLOATX *unit) {
     EmbedTensors e;
     e.wte = unit;
     e.wpe = unit + gpt2_tensor_numel(c, P_WTE);
     return e;
 }
-static inline LayerTensors gpt2_layer_tensors(const GPT2Config *c, float *unit) {
-    float *p[P_LNFW - P_LN1W];
+static inline LayerTensors gpt2_layer_tensors(const GPT2Config *c, GPT2_FLOATX *unit) {
+    GPT2_FLOATX *p[P_LNFW - P_LN1W];
     for (int t = P_LN1W; t < P_LNFW; t++) { p[t - P_LN1W] = unit; unit += gpt2_tensor_numel(c, t); }
     LayerTensors x = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
     return x;
 }
-static inline FinalTensors gpt2_final_tensors(const GPT2Config *c, float *unit) {
+static inline FinalTensors gpt2_final_tensors(const GPT2Config *c, GPT2_FLOATX *unit) {
     FinalTensors f = {unit, unit + c->channels};
     return f;
 }
@@ -277,11 +290,12 @@ static inline void gpt2_activation_numels(const GPT2Config *c, int B, int T, siz
     memcpy(n, v, sizeof(v));
 }
 
-// The per-layer tensors a 16-bit run stores in 16 bits (everything (L,...) but the fp32
-// LayerNorm statistics). Such a run computes each layer in fp32 in one of two layer-sized
-// slots (the layer, and its input: the previous layer's output), and keeps all L layers in
-// 16 bits; every other activation stays fp32 (the statistics, the logits and the loss are fp32
-// by the semantics, the rest is one (B,T,...) each).
+// The per-layer tensors a 16-bit run of the CPU trainer stores in 16 bits (everything (L,...)
+// but the fp32 LayerNorm statistics). Such a run computes each layer in fp32 in one of two
+// layer-sized slots (the layer, and its input: the previous layer's output), and keeps all L
+// layers in 16 bits; every other activation stays fp32 (the statistics, the logits and the
+// loss are fp32 by the semantics, the rest is one (B,T,...) each). (The GPU trainer's layout is
+// gpt2_gpu_activation_bytes' below.)
 static inline int gpt2_activation_is_layer16(int i) {
     return i == A_LN1 || i == A_QKV || i == A_ATTY || i == A_ATT || i == A_RESIDUAL2 || i == A_LN2 || i == A_FCH ||
            i == A_FCH_GELU || i == A_RESIDUAL3;
@@ -302,7 +316,7 @@ static inline size_t gpt2_layer16_numel(const GPT2Config *c, int B, int T) {
     for (int i = 0; i < NUM_ACTIVATIONS; i++) if (gpt2_activation_is_layer16(i)) total += n[i] / c->num_layers;
     return total;
 }
-// Bytes of all activations as the trainers allocate them (fp32, or mixed precision).
+// Bytes of all activations as the CPU trainer allocates them (fp32, or mixed precision).
 static inline size_t gpt2_activation_bytes(const GPT2Config *c, int B, int T, int mixed) {
     if (!mixed) return gpt2_activation_floats(c, B, T, c->num_layers) * sizeof(float);
     return gpt2_activation_floats(c, B, T, 2) * sizeof(float) + (size_t)c->num_layers * gpt2_layer16_numel(c, B, T) * 2;
@@ -324,34 +338,87 @@ static inline size_t gpt2_workspace_bytes(const ParamLayout *lay, const GPT2Conf
     return floats * sizeof(float) + staging * 2;
 }
 
+// The activations every precision keeps in fp32: the LayerNorm statistics and the losses.
+static inline int gpt2_activation_is_fp32(int i) {
+    return i == A_LN1_MEAN || i == A_LN1_RSTD || i == A_LN2_MEAN || i == A_LN2_RSTD || i == A_LNF_MEAN ||
+           i == A_LNF_RSTD || i == A_LOSSES;
+}
+
+// Where each activation starts in one block (offset[i], bytes; may be NULL) and the block's
+// bytes: the per-layer tensors for layer_slots layers, the fp32 ones at 4 bytes an element and
+// every other one at `elem` bytes, each tensor starting at a multiple of `align` bytes (a power
+// of two; 1 packs them). The CPU trainer's block is elem = 4, align = 1: its fp32 layout, every
+// tensor right after the previous one (gpt2_activation_floats' count).
+static inline size_t gpt2_activation_layout(const GPT2Config *c, int B, int T, int layer_slots, size_t elem, size_t align,
+                                            size_t offset[NUM_ACTIVATIONS]) {
+    size_t n[NUM_ACTIVATIONS], at = 0;
+    gpt2_activation_numels(c, B, T, n);
+    for (int i = 0; i < NUM_ACTIVATIONS; i++) {
+        size_t k = gpt2_activation_is_layer16(i) ? n[i] / c->num_layers * layer_slots : n[i];
+        at = gpt2_round_up(at, align);
+        if (offset) offset[i] = at;
+        at += k * (gpt2_activation_is_fp32(i) ? sizeof(float) : elem);
+    }
+    return at;
+}
+
+// The GPU trainer keeps every layer's activations, in its element type (elem: 2 for bf16 and
+// fp16, 4 for fp32) but for the fp32 statistics and losses, logits included (its classifier
+// reads 16-bit logits and computes the softmax and the loss in fp32). Each tensor starts on a
+// 256-byte boundary, so that cuBLASLt's fastest kernels (16-byte operands) take any shape's
+// tensors wherever the block's arithmetic would otherwise leave them (the fp32 statistics of an
+// odd B*T, say). It has no workspace: its kernels read 16 bits directly. Bytes, exactly what it
+// asks of cudaMalloc; the planner predicts GPU runs with it.
+// offset (may be NULL): where each tensor starts, for gpt2_activations_wire_at.
+#define GPT2_GPU_ACT_ALIGN 256
+static inline size_t gpt2_gpu_activation_bytes(const GPT2Config *c, int B, int T, size_t elem,
+                                               size_t offset[NUM_ACTIVATIONS]) {
+    return gpt2_activation_layout(c, B, T, c->num_layers, elem, GPT2_GPU_ACT_ALIGN, offset);
+}
+
 // The activations as named pointers, in the order of the list above, and their wiring into
 // one allocation (host or device memory: the trainer allocates, this only carves it up).
 typedef struct {
-    float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *residual3;
-    float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
-    float *dresidual, *dbtc, *dbt4c, *dqkv;
+    GPT2_FLOATX *encoded, *ln1; float *ln1_mean, *ln1_rstd; GPT2_FLOATX *qkv, *atty, *att, *residual2;
+    GPT2_FLOATX *ln2; float *ln2_mean, *ln2_rstd; GPT2_FLOATX *fch, *fch_gelu, *residual3;
+    GPT2_FLOATX *lnf; float *lnf_mean, *lnf_rstd; GPT2_FLOATX *logits; float *losses;
+    GPT2_FLOATX *dresidual, *dbtc, *dbt4c, *dqkv;
 } Activations;
 
-// layer_slots: layers the per-layer tensors hold (L, or 2 for the 16-bit layout's fp32 slots)
-static inline void gpt2_activations_wire(Activations *a, float *memory, const GPT2Config *c, int B, int T,
+// Points every activation at memory + offset[i] bytes (gpt2_activation_layout's offsets).
+static inline void gpt2_activations_wire_at(Activations *a, void *memory, const size_t offset[NUM_ACTIVATIONS]) {
+    char *m = (char *)memory;
+#define GPT2_ACT_X(i) ((GPT2_FLOATX *)(void *)(m + offset[i]))
+#define GPT2_ACT_F(i) ((float *)(void *)(m + offset[i]))
+    a->encoded = GPT2_ACT_X(A_ENCODED);
+    a->ln1 = GPT2_ACT_X(A_LN1);     a->ln1_mean = GPT2_ACT_F(A_LN1_MEAN); a->ln1_rstd = GPT2_ACT_F(A_LN1_RSTD);
+    a->qkv = GPT2_ACT_X(A_QKV);     a->atty = GPT2_ACT_X(A_ATTY);         a->att = GPT2_ACT_X(A_ATT);
+    a->residual2 = GPT2_ACT_X(A_RESIDUAL2);
+    a->ln2 = GPT2_ACT_X(A_LN2);     a->ln2_mean = GPT2_ACT_F(A_LN2_MEAN); a->ln2_rstd = GPT2_ACT_F(A_LN2_RSTD);
+    a->fch = GPT2_ACT_X(A_FCH);     a->fch_gelu = GPT2_ACT_X(A_FCH_GELU); a->residual3 = GPT2_ACT_X(A_RESIDUAL3);
+    a->lnf = GPT2_ACT_X(A_LNF);     a->lnf_mean = GPT2_ACT_F(A_LNF_MEAN); a->lnf_rstd = GPT2_ACT_F(A_LNF_RSTD);
+    a->logits = GPT2_ACT_X(A_LOGITS); a->losses = GPT2_ACT_F(A_LOSSES);
+    a->dresidual = GPT2_ACT_X(A_DRESIDUAL); a->dbtc = GPT2_ACT_X(A_DBTC);
+    a->dbt4c = GPT2_ACT_X(A_DBT4C); a->dqkv = GPT2_ACT_X(A_DQKV);
+#undef GPT2_ACT_X
+#undef GPT2_ACT_F
+}
+
+// The packed layout in the kernels' element type: the CPU trainer's block (fp32, tensors back
+// to back). layer_slots: layers the per-layer tensors hold (L, or 2 for the 16-bit layout's
+// fp32 slots).
+static inline void gpt2_activations_wire(Activations *a, void *memory, const GPT2Config *c, int B, int T,
                                          int layer_slots) {
-    size_t numel[NUM_ACTIVATIONS];
-    gpt2_activation_numels(c, B, T, numel);
-    for (int i = 0; i < NUM_ACTIVATIONS; i++)
-        if (gpt2_activation_is_layer16(i)) numel[i] = numel[i] / c->num_layers * layer_slots;
-    float **slots[NUM_ACTIVATIONS] = {
-        &a->encoded, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att, &a->residual2,
-        &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch, &a->fch_gelu, &a->residual3, &a->lnf,
-        &a->lnf_mean, &a->lnf_rstd, &a->logits, &a->losses, &a->dresidual, &a->dbtc, &a->dbt4c, &a->dqkv};
-    for (int i = 0; i < NUM_ACTIVATIONS; i++) { *slots[i] = memory; memory += numel[i]; }
+    size_t offset[NUM_ACTIVATIONS];
+    gpt2_activation_layout(c, B, T, layer_slots, sizeof(GPT2_FLOATX), 1, offset);
+    gpt2_activations_wire_at(a, memory, offset);
 }
 
 // One layer's activations, for a batch of (B,T) (packed at that size). residual is the
 // layer's input: the embeddings, or the previous layer's output.
 typedef struct {
-    float *residual, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *residual3;
+    GPT2_FLOATX *residual, *ln1; float *ln1_mean, *ln1_rstd; GPT2_FLOATX *qkv, *atty, *att, *residual2;
+    GPT2_FLOATX *ln2; float *ln2_mean, *ln2_rstd; GPT2_FLOATX *fch, *fch_gelu, *residual3;
 } LayerActs;
 // Layer l lives in slot l % slots of the per-layer tensors; its statistics always at l.
 static inline LayerActs gpt2_layer_acts(const Activations *a, const GPT2Config *c, int l, int slots, int B, int T) {
@@ -368,10 +435,12 @@ static inline LayerActs gpt2_layer_acts(const Activations *a, const GPT2Config *
     return x;
 }
 // The 16-bit-stored tensors of a layer view, in gpt2_activation_is_layer16's order, with their
-// element counts at (B,T): what a 16-bit run converts when it stores or loads a layer.
-static inline int gpt2_layer16_tensors(const LayerActs *x, const GPT2Config *c, int B, int T, float *t[9], size_t n[9]) {
+// element counts at (B,T): what a 16-bit run of the CPU trainer converts when it stores or loads
+// a layer.
+static inline int gpt2_layer16_tensors(const LayerActs *x, const GPT2Config *c, int B, int T, GPT2_FLOATX *t[9],
+                                       size_t n[9]) {
     size_t btc = (size_t)B * T * c->channels;
-    float *p[9] = {x->ln1, x->qkv, x->atty, x->att, x->residual2, x->ln2, x->fch, x->fch_gelu, x->residual3};
+    GPT2_FLOATX *p[9] = {x->ln1, x->qkv, x->atty, x->att, x->residual2, x->ln2, x->fch, x->fch_gelu, x->residual3};
     size_t k[9] = {btc, 3 * btc, btc, (size_t)B * c->num_heads * T * T, btc, btc, 4 * btc, 4 * btc, btc};
     memcpy(t, p, sizeof(p));
     memcpy(n, k, sizeof(k));

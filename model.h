@@ -12,10 +12,12 @@
 //   residual_forward(out, a, b, n)                        zero_fill(p, n)
 //   upload_batch(m, inputs, targets, N): sets m->dev_inputs / dev_targets (the GPU copies)
 //   classifier_loss(m, N, dloss) -> mean loss: the fused softmax + cross-entropy (+ gradient)
-// (w16: the weight's 16-bit copy from UnitParams.x16, or NULL) and the storage hooks, which
+// (w16: the weight's 16-bit copy from UnitParams.x16, or NULL). Every tensor argument is a
+// GPT2_FLOATX * (gpt2.h: float on the CPU, the GPU's compiled storage type) except the
+// LayerNorm statistics (mean, rstd) and the losses, always float *. And the storage hooks, which
 // say where the kernels find a unit's parameters and gradients and a layer's activations:
 //   gpt2_unit_params(m, u, next) -> UnitParams      (next: the unit needed after this one)
-//   gpt2_unit_grads(m, u) -> float *                where the backward accumulates unit u's gradient
+//   gpt2_unit_grads(m, u) -> GPT2_FLOATX *          where the backward accumulates unit u's gradient
 //   gpt2_unit_grads_done(m, u)                      the backward is done with it
 //   gpt2_layer_acts_forward(m, l, B, T) -> LayerActs, gpt2_layer_store(m, l, B, T): layer l's
 //     activations to compute the forward into, and the forward is done with them
@@ -28,7 +30,7 @@
 #define MODEL_H
 
 // The 16-bit copy of tensor t of unit p, or NULL when the unit has none.
-static inline const void *gpt2_x16(UnitParams p, const float *t) {
+static inline const void *gpt2_x16(UnitParams p, const GPT2_FLOATX *t) {
     return p.x16 ? (const uint16_t *)p.x16 + (t - p.f32) : NULL;
 }
 

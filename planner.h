@@ -8,8 +8,9 @@
 //       a GPT-2 shape (--model dNN or --layers/--channels/--heads/--vocab-size/--max-seq-len):
 //         EXACT. The parameter count P is the padded flat layout the trainer allocates
 //         (gpt2_layout_init with align N*ZERO_ALIGN; zero.h's slice arithmetic), buffers are
-//         zero_init's, activations are the trainer's own (gpt2_activation_bytes), and so is
-//         the CPU trainer's fp32 workspace of 16-bit runs (gpt2_workspace_bytes).
+//         zero_init's, activations are the trainer's own (gpt2_activation_bytes; compiled by
+//         nvcc, in train_gpt, the GPU trainer's: gpt2_gpu_activation_bytes), and so is the CPU
+//         trainer's fp32 workspace of 16-bit runs (gpt2_workspace_bytes; the GPU has none).
 //         planner_plan() for the trainer's configuration equals the bytes it allocates.
 //       or a bare parameter count (--params 7e9): TEXTBOOK. Model states by the formulas
 //         below on P as given; buffers unknown; activations by the Korthikanti et al. 2022
@@ -38,9 +39,13 @@
 //   With --offload-optimizer the K bytes (master, m, v) live in host memory, not on the device.
 //
 // Activations (elements from gpt2_activation_numels, the list the trainer allocates):
-//   fp32: 4 bytes each. 16-bit: the per-layer tensors (all but the LayerNorm statistics) at 2
-//   bytes for every layer plus two fp32 layer slots the CPU kernels compute in; everything else
-//   (statistics, logits, losses, the backward's (B,T,...) scratch) fp32 (gpt2_activation_bytes).
+//   CPU trainer: fp32: 4 bytes each. 16-bit: the per-layer tensors (all but the LayerNorm
+//   statistics) at 2 bytes for every layer plus two fp32 layer slots the CPU kernels compute in;
+//   everything else (statistics, logits, losses, the backward's (B,T,...) scratch) fp32
+//   (gpt2_activation_bytes).
+//   GPU trainer (this header compiled by nvcc): every tensor at its element size (2 bytes in
+//   bf16/fp16, 4 in fp32) but the fp32 statistics and losses, each tensor 256-byte aligned
+//   (gpt2_gpu_activation_bytes).
 //   Recompute (a PLAN; the trainer does not implement it): keep each layer's input (the
 //   embedding output and every layer's output, residual3) and ONE layer's worth of the other
 //   per-layer tensors, rebuilt layer by layer during the backward; the rest (final LayerNorm,
@@ -56,6 +61,7 @@
 //   unit sizes as the buckets. As zero_init allocates them.
 // Workspace (16-bit runs of the CPU trainer, whose kernels compute in fp32): fp32 views of the
 //   units being computed, fp32 gradient accumulators, bf16 matmul operands (gpt2_workspace_bytes).
+//   The GPU trainer's kernels read 16 bits directly: none.
 //
 // All functions static inline; no global state (getopt's own aside). C11 and C++.
 #ifndef PLANNER_H
@@ -110,13 +116,14 @@ typedef struct {
 // Inputs
 
 // The trainer's defaults (config_defaults): a plan with no options describes what
-// `train_gpt_cpu` with no options would allocate on one rank.
+// `train_gpt_cpu` (or `train_gpt`, in the precision it was built for) with no options would
+// allocate on one rank.
 static inline void planner_input_defaults(PlanInput *in) {
     TrainConfig d;
     config_defaults(&d);
     memset(in, 0, sizeof(*in));
     in->cfg = d.model;
-    in->precision = PLAN_FP32;
+    in->precision = d.precision; // the same order: fp32, bf16, fp16
     in->optimizer = PLAN_ADAMW;
     in->zero_stage = d.zero_stage;
     in->world = 1;
@@ -174,25 +181,32 @@ static inline void planner_bytes_per_param(int precision, int optimizer, double 
 }
 
 // Is activation i one of the fp32 statistics (kept in fp32 in 16-bit runs too)?
-static inline int planner_activation_is_stat(int i) {
-    return i == A_LN1_MEAN || i == A_LN1_RSTD || i == A_LN2_MEAN || i == A_LN2_RSTD || i == A_LNF_MEAN ||
-           i == A_LNF_RSTD || i == A_LOSSES;
-}
+static inline int planner_activation_is_stat(int i) { return gpt2_activation_is_fp32(i); }
 // Is activation i per layer, (L, ...)?
 static inline int planner_activation_is_layered(int i) { return i >= A_LN1 && i <= A_RESIDUAL3; }
 
 // The trainer's activation bytes (mixed: a 16-bit run). Without recompute exactly
-// gpt2_activation_bytes; recompute keeps residual3 (every layer's output) in full and one layer
-// of the other per-layer tensors (in 16-bit runs also the two fp32 layer slots).
+// gpt2_activation_bytes (the GPU trainer's: gpt2_gpu_activation_bytes); recompute keeps
+// residual3 (every layer's output) in full and one layer of the other per-layer tensors (in the
+// CPU trainer's 16-bit runs also the two fp32 layer slots).
 static inline double planner_trainer_activation_bytes(const GPT2Config *c, int B, int T, int mixed, int recompute) {
+#ifdef __CUDACC__
+    size_t elem = mixed ? 2 : 4;
+    if (!recompute) return (double)gpt2_gpu_activation_bytes(c, B, T, elem, NULL);
+#else
     if (!recompute) return (double)gpt2_activation_bytes(c, B, T, mixed);
+#endif
     size_t n[NUM_ACTIVATIONS], L = (size_t)c->num_layers;
     gpt2_activation_numels(c, B, T, n);
     double total = 0.0;
     for (int i = 0; i < NUM_ACTIVATIONS; i++) {
         size_t k = planner_activation_is_layered(i) && i != A_RESIDUAL3 ? n[i] / L : n[i];
+#ifdef __CUDACC__
+        total += (double)k * (gpt2_activation_is_fp32(i) ? 4.0 : (double)elem);
+#else
         if (!gpt2_activation_is_layer16(i)) total += 4.0 * (double)k;
         else total += mixed ? 2.0 * (double)k + 4.0 * 2.0 * (double)(n[i] / L) : 4.0 * (double)k;
+#endif
     }
     return total;
 }
@@ -259,8 +273,12 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z);
         dev[MEM_ACTIVATIONS] = planner_trainer_activation_bytes(&in->cfg, in->batch, in->seq_len, in->precision != PLAN_FP32,
                                                                 in->recompute);
+#ifdef __CUDACC__
+        dev[MEM_WORKSPACE] = 0.0; // the GPU kernels compute on the 16-bit storage itself
+#else
         dev[MEM_WORKSPACE] = (double)gpt2_workspace_bytes(&z.lay, &in->cfg, in->batch, in->seq_len,
                                                           in->precision == PLAN_BF16, in->precision != PLAN_FP32);
+#endif
         p->buffers_known = p->activations_known = 1;
     }
     p->model_states_textbook = planner_textbook_states(S, p->bytes_param, p->bytes_grad, K, p->num_params, N);
@@ -356,6 +374,16 @@ static inline void planner_row(FILE *f, const char *label, const char *formula, 
     fprintf(f, "\n");
 }
 #define PLANNER_KIND(k) (1u << (k))
+// How the table names this trainer's own activations and workspace (the GPU trainer has none).
+#ifdef __CUDACC__
+#define PLANNER_EXACT_ACTIVATIONS(prec) ((prec) == PLAN_FP32 ? "4 B x its list, aligned" : "2 B x its list (stats 4)")
+#define PLANNER_WORKSPACE_LABEL(prec) ((void)(prec), "workspace (none on the GPU)")
+#define PLANNER_WORKSPACE_FORMULA "16-bit kernels"
+#else
+#define PLANNER_EXACT_ACTIVATIONS(prec) ((prec) == PLAN_FP32 ? "4 B x its list" : "2 B x layers + 2 fp32")
+#define PLANNER_WORKSPACE_LABEL(prec) ((prec) == PLAN_FP32 ? "CPU workspace (none in fp32)" : "CPU fp32 workspace (16-bit runs)")
+#define PLANNER_WORKSPACE_FORMULA "views, grads, staging"
+#endif
 
 // The table. actual: NULL, or actual_ranks x MEM_KINDS bytes the ranks really allocated
 // (rank-major, zero.h's kinds, as report_memory gathers them): printed beside the plan with
@@ -429,13 +457,12 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
                 PLANNER_KIND(MEM_BUFFERS));
     snprintf(lab, sizeof(lab), "activations (%s%s)", p->exact ? "this trainer" : "textbook",
              in->recompute ? ", recompute" : "");
-    planner_row(f, lab, p->exact ? (in->precision == PLAN_FP32 ? "4 B x its list" : "2 B x layers + 2 fp32")
+    planner_row(f, lab, p->exact ? PLANNER_EXACT_ACTIVATIONS(in->precision)
                  : in->recompute ? (in->precision == PLAN_FP32 ? "4sbhL + one layer" : "2sbhL + one layer")
                                  : (in->precision == PLAN_FP32 ? "L sbh(66+9as/h)" : "L sbh(34+5as/h)"),
                 p->activations_known ? &d[MEM_ACTIVATIONS] : NULL, A, R, PLANNER_KIND(MEM_ACTIVATIONS));
-    planner_row(f, in->precision == PLAN_FP32 ? "CPU workspace (none in fp32)" : "CPU fp32 workspace (16-bit runs)",
-                p->buffers_known ? "views, grads, staging" : "not modelled", p->buffers_known ? &d[MEM_WORKSPACE] : NULL,
-                A, R, PLANNER_KIND(MEM_WORKSPACE));
+    planner_row(f, PLANNER_WORKSPACE_LABEL(in->precision), p->buffers_known ? PLANNER_WORKSPACE_FORMULA : "not modelled",
+                p->buffers_known ? &d[MEM_WORKSPACE] : NULL, A, R, PLANNER_KIND(MEM_WORKSPACE));
     planner_row(f, p->buffers_known && p->activations_known ? "= TOTAL on the device" : "= TOTAL on the device (known parts)",
                 "", &p->total, A, R, (1u << MEM_KINDS) - 1);
     if (off) {
@@ -533,7 +560,7 @@ static inline void planner_help(FILE *f, const char *prog) {
             "  --params P            a bare parameter count (7e9, 124M, 1.5B): textbook formulas; add\n"
             "                        --layers, --channels and --heads for a textbook activation estimate\n"
             "run:\n"
-            "  --precision P         fp32 | bf16 | fp16 (16-bit = mixed precision, fp32 master weights) (default fp32)\n"
+            "  --precision P         fp32 | bf16 | fp16 (16-bit = mixed precision, fp32 master weights) (default %s)\n"
             "  --optimizer O         adamw | sgd-momentum | sgd (default adamw)\n"
             "  --zero-stage S        0-3 (default %d)\n"
             "  --world N             ranks, any number (default 1)\n"
@@ -545,7 +572,8 @@ static inline void planner_help(FILE *f, const char *prog) {
             "  --json                one JSON object, bytes per rank (device; \"host\" for host memory)\n"
             "  --help                this text\n"
             "sizes are bytes per rank; the table's human units are decimal (1 GB = 1e9 bytes)\n",
-            prog, d.cfg.num_layers, d.cfg.channels, d.cfg.num_heads, d.zero_stage, d.batch, d.seq_len);
+            prog, d.cfg.num_layers, d.cfg.channels, d.cfg.num_heads, planner_precision_names[d.precision], d.zero_stage,
+            d.batch, d.seq_len);
 }
 
 // "7e9", "124M", "1.5B", "2T" -> a count. Returns 0, or -1 after printing one line.

@@ -12,11 +12,20 @@
 // (zero.h), AdamW's element update and the LR schedules (optimizer.h, adamw_element runs in
 // the update kernel as written there), the planner, the log format and the loop (trainer.h).
 //
-// Precision: fp32 throughout (params, grads, activations, fp32 cuBLASLt compute without TF32).
-// The shared headers also carry the CPU trainer's bf16/fp16 (16-bit storage in zero.h, fp32
-// master weights); the backend below already handles all three element types (collectives,
-// add, host copies, AdamW), but the kernels are fp32, so config.h refuses the others here.
-// docs/gpu.md has the plan for bf16/fp16.
+// Precision: fixed when compiled (as llm.c's), `make train_gpt` bf16, `PRECISION=FP16` or
+// `PRECISION=FP32` the others; the binary runs that one only (config.h). Parameters, gradients,
+// ZeRO's buffers and collectives and the activations are floatX (below); LayerNorm statistics,
+// the losses, the master weights and Adam's moments are fp32. Kernels load floatX, compute in
+// fp32 and round once on the store; a kernel that adds into a parameter gradient sums its whole
+// contribution in fp32 and rounds into the gradient once. Matmuls: cuBLASLt with floatX inputs
+// and outputs and fp32 accumulation (CUBLAS_COMPUTE_32F; fp32 builds get no TF32). fp16 runs
+// scale the loss (trainer.h); an overflow shows as a non-finite gradient norm, which the norm
+// kernel lets through. The semantics are the CPU trainer's, with these differences (all within
+// 16-bit rounding): every activation is rounded as it is produced (the CPU rounds a layer when
+// it stores it), so the attention scores, the final LayerNorm's output, the logits and the
+// embeddings' output are floatX before the fp32 kernels read them, the backward's activation
+// gradients are floatX, and a parameter gradient is rounded after each kernel that adds to it
+// rather than once per unit and micro-step.
 // Streams: every kernel runs on one compute stream; every collective on one communication
 // stream, ordered against compute with events (see the backend). The host waits for the
 // device only where it needs a number (loss, norm, a logits row, checkpoint staging) and at
@@ -35,8 +44,28 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cublasLt.h>
 #include <nccl.h>
+
+// floatX: the element type of parameters, gradients and activations in this build, its cuBLASLt
+// type and zero.h's dtype for it (config.h reads the same GPU_PRECISION_* define; the
+// static_assert below keeps the two in step). gpt2.h's views and activations are built on it.
+#if defined(GPU_PRECISION_FP32)
+typedef float floatX;
+#define FLOATX_CUDA CUDA_R_32F
+#define FLOATX_DTYPE ZC_F32
+#elif defined(GPU_PRECISION_FP16)
+typedef __half floatX;
+#define FLOATX_CUDA CUDA_R_16F
+#define FLOATX_DTYPE ZC_FP16
+#else
+typedef __nv_bfloat16 floatX;
+#define FLOATX_CUDA CUDA_R_16BF
+#define FLOATX_DTYPE ZC_BF16
+#endif
+#define GPT2_FLOATX floatX
 
 #include "gpt2.h"
 #include "config.h"
@@ -47,6 +76,10 @@
 #include "tokenizer.h"
 #include "ds_config.h"
 #include "checkpoint.h"
+
+// zero.h's dtypes and config.h's precisions share one order (fp32, bf16, fp16)
+static_assert((int)FLOATX_DTYPE == (int)CONFIG_GPU_PRECISION, "train_gpt.cu and config.h read GPU_PRECISION_* differently");
+static_assert(sizeof(floatX) == (FLOATX_DTYPE == ZC_F32 ? 4 : 2), "floatX is not the size of zero.h's dtype");
 
 // ----------------------------------------------------------------------------------------
 // Utilities
@@ -102,98 +135,134 @@ static __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// floatX <-> fp32 at every load and store: kernels compute in fp32 only. Round to nearest even
+// (the hardware conversion, which for every non-NaN value agrees bit for bit with
+// mixed_precision.h's f32_to_bf16 / f32_to_fp16, the CPU's rounding; NaNs stay NaNs, payloads
+// aside). Overflow rounds to Inf, which fp16's loss scaling relies on seeing.
+static __device__ __forceinline__ float to_float(floatX x) {
+#if defined(GPU_PRECISION_FP32)
+    return x;
+#elif defined(GPU_PRECISION_FP16)
+    return __half2float(x);
+#else
+    return __bfloat162float(x);
+#endif
+}
+#if !defined(GPU_PRECISION_FP32)
+// An fp32 value passed by mistake would silently round on its way in: refuse it at compile time.
+static __device__ float to_float(float x) = delete;
+#endif
+static __device__ __forceinline__ floatX to_floatX(float x) {
+#if defined(GPU_PRECISION_FP32)
+    return x;
+#elif defined(GPU_PRECISION_FP16)
+    return __float2half_rn(x);
+#else
+    return __float2bfloat16_rn(x);
+#endif
+}
+
 // out (N,C) = wte[inp[n]] + wpe[n % T]. Grid-stride over N*C; consecutive threads take
 // consecutive channels, so the reads and writes are coalesced. Token ids were checked by the
 // dataloader (< vocab_size <= Vp rows).
-static __global__ void encoder_forward_kernel(float *out, const int *inp, const float *wte, const float *wpe,
+static __global__ void encoder_forward_kernel(floatX *out, const int *inp, const floatX *wte, const floatX *wpe,
                                               int N, int T, int C) {
     size_t total = (size_t)N * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         size_t n = i / C, c = i % C;
-        out[i] = wte[(size_t)inp[n] * C + c] + wpe[(n % T) * C + c];
+        out[i] = to_floatX(to_float(wte[(size_t)inp[n] * C + c]) + to_float(wpe[(n % T) * C + c]));
     }
 }
 
-// dwte (Vp,C) += dout scattered by token. Two positions can hold the same token, so the adds
-// are atomic: the sum is exact up to fp32 addition order, which varies from run to run
-// (llm.c's deterministic bucketed version is a later improvement, see docs/gpu.md).
-static __global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, const int *inp, int N, int C) {
-    size_t total = (size_t)N * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        size_t n = i / C, c = i % C;
-        atomicAdd(dwte + (size_t)inp[n] * C + c, dout[i]);
+// dwte (Vp,C) += dout (N,C) summed over the positions of each token. The host grouped the
+// batch's positions by token (group_tokens): bucket k is token tok[k], at positions
+// pos[start[k]] .. pos[start[k+1]-1], increasing. One block per bucket, threads over channels:
+// every (token, channel) belongs to one thread, so there are no atomics, the sum is fp32 in a
+// fixed order (bitwise deterministic) and the gradient is rounded once. A frequent token makes
+// one long block; the other buckets fill the GPU meanwhile. Grid: the number of buckets (>= 1).
+static __global__ void encoder_backward_wte_kernel(floatX *dwte, const floatX *dout, const int *start, const int *pos,
+                                                   const int *tok, int C) {
+    int k = blockIdx.x, first = start[k], end = start[k + 1];
+    floatX *row = dwte + (size_t)tok[k] * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = first; j < end; j++) acc += to_float(dout[(size_t)pos[j] * C + c]);
+        row[c] = to_floatX(to_float(row[c]) + acc);
     }
 }
-// dwpe (maxT,C) += sum over b of dout[b,t]: one thread per (t,c), deterministic, no races.
-static __global__ void encoder_backward_wpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {
+// dwpe (maxT,C) += sum over b of dout[b,t]: one thread per (t,c), deterministic, no races, one
+// rounding.
+static __global__ void encoder_backward_wpe_kernel(floatX *dwpe, const floatX *dout, int B, int T, int C) {
     size_t total = (size_t)T * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         float s = 0.0f;
-        for (int b = 0; b < B; b++) s += dout[(size_t)b * T * C + i];
-        dwpe[i] += s;
+        for (int b = 0; b < B; b++) s += to_float(dout[(size_t)b * T * C + i]);
+        dwpe[i] = to_floatX(to_float(dwpe[i]) + s);
     }
 }
 
 // out (N,C) = (inp - mean) * rstd * w + b. One warp per row (8 rows per 256-thread block);
-// two passes over the row like the CPU (mean, then the centred variance). Bounds: a warp whose
-// row is past N returns as a whole before any shuffle.
-static __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                                const float *w, const float *b, int N, int C) {
+// two passes over the row like the CPU (mean, then the centred variance), in fp32; mean and
+// rstd are fp32. Bounds: a warp whose row is past N returns as a whole before any shuffle.
+static __global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd, const floatX *inp,
+                                                const floatX *w, const floatX *b, int N, int C) {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
+    const floatX *x = inp + (size_t)row * C;
     float m = 0.0f;
-    for (int c = lane; c < C; c += WARP) m += x[c];
+    for (int c = lane; c < C; c += WARP) m += to_float(x[c]);
     m = warp_sum(m) / C;
     float v = 0.0f;
-    for (int c = lane; c < C; c += WARP) { float d = x[c] - m; v += d * d; }
+    for (int c = lane; c < C; c += WARP) { float d = to_float(x[c]) - m; v += d * d; }
     v = warp_sum(v) / C;
     float s = 1.0f / sqrtf(v + 1e-5f);
-    float *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += WARP) o[c] = (x[c] - m) * s * w[c] + b[c];
+    floatX *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += WARP) o[c] = to_floatX((to_float(x[c]) - m) * s * to_float(w[c]) + to_float(b[c]));
     if (lane == 0) { mean[row] = m; rstd[row] = s; }
 }
 
 // dinp (N,C) += through the normalisation (ACCUMULATES: the input is the residual stream).
-// One warp per row, as the forward.
-static __global__ void layernorm_backward_input_kernel(float *dinp, const float *dout, const float *inp, const float *w,
-                                                       const float *mean, const float *rstd, int N, int C) {
+// One warp per row, as the forward; each element of dinp is read and written by one lane.
+static __global__ void layernorm_backward_input_kernel(floatX *dinp, const floatX *dout, const floatX *inp,
+                                                       const floatX *w, const float *mean, const float *rstd, int N,
+                                                       int C) {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
+    const floatX *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
     float m = mean[row], s = rstd[row], dm = 0.0f, dnm = 0.0f;
     for (int c = lane; c < C; c += WARP) {
-        float dnorm = w[c] * d[c];
+        float dnorm = to_float(w[c]) * to_float(d[c]);
         dm += dnorm;
-        dnm += dnorm * (x[c] - m) * s;
+        dnm += dnorm * (to_float(x[c]) - m) * s;
     }
     dm = warp_sum(dm) / C;
     dnm = warp_sum(dnm) / C;
-    float *di = dinp + (size_t)row * C;
+    floatX *di = dinp + (size_t)row * C;
     for (int c = lane; c < C; c += WARP) {
-        float norm = (x[c] - m) * s;
-        di[c] += (w[c] * d[c] - dm - norm * dnm) * s;
+        float norm = (to_float(x[c]) - m) * s;
+        di[c] = to_floatX(to_float(di[c]) + (to_float(w[c]) * to_float(d[c]) - dm - norm * dnm) * s);
     }
 }
 
 // Column reductions over N rows, deterministic (fixed order, no atomics): a 32x32 block owns
 // 32 columns; thread (tx, ty) sums rows ty, ty+32, ... of column tx (coalesced: a warp reads
-// 32 consecutive floats of one row), then the 32 partial sums are added in a fixed order in
-// shared memory. Grid: ceil(cols/32). Threads past the last column compute zeros but stay
-// alive through __syncthreads. Occupancy is modest for small C (C/32 blocks); the rows are
-// long, so each block streams a lot. Used for LayerNorm dw/db and matmul bias gradients.
+// 32 consecutive elements of one row), then the 32 partial sums are added in a fixed order in
+// shared memory, all in fp32, and added to the gradient with one rounding. Grid: ceil(cols/32).
+// Threads past the last column compute zeros but stay alive through __syncthreads. Occupancy is
+// modest for small C (C/32 blocks); the rows are long, so each block streams a lot. Used for
+// LayerNorm dw/db and matmul bias gradients.
 //   dw (C) += sum_n (x - mean) * rstd * dout;  db (C) += sum_n dout     (x != NULL)
 //   db (C) += sum_n dout                                                  (x == NULL)
-static __global__ void column_grads_kernel(float *dw, float *db, const float *dout, const float *x,
+static __global__ void column_grads_kernel(floatX *dw, floatX *db, const floatX *dout, const floatX *x,
                                            const float *mean, const float *rstd, int N, int C) {
     __shared__ float sw[32][33], sb[32][33];
     int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
     float aw = 0.0f, ab = 0.0f;
     if (c < C) {
         for (int n = ty; n < N; n += 32) {
-            float d = dout[(size_t)n * C + c];
+            float d = to_float(dout[(size_t)n * C + c]);
             ab += d;
-            if (x) aw += (x[(size_t)n * C + c] - mean[n]) * rstd[n] * d;
+            if (x) aw += (to_float(x[(size_t)n * C + c]) - mean[n]) * rstd[n] * d;
         }
     }
     sw[ty][tx] = aw;
@@ -202,23 +271,24 @@ static __global__ void column_grads_kernel(float *dw, float *db, const float *do
     if (ty == 0 && c < C) {
         float tw = 0.0f, tb = 0.0f;
         for (int k = 0; k < 32; k++) { tw += sw[k][tx]; tb += sb[k][tx]; }
-        if (x) dw[c] += tw;
-        db[c] += tb;
+        if (x) dw[c] = to_floatX(to_float(dw[c]) + tw);
+        db[c] = to_floatX(to_float(db[c]) + tb);
     }
 }
 
 // out (N,OC) += bias: only where cuBLASLt's bias epilogue cannot take the pointer (it wants
-// 16-byte alignment, which small test models' tensor offsets do not always give).
-static __global__ void add_bias_kernel(float *out, const float *bias, int N, int OC) {
+// 16-byte alignment, which small test models' tensor offsets do not always give). In 16 bits
+// the product was rounded already, so such a matmul rounds twice (the epilogue rounds once).
+static __global__ void add_bias_kernel(floatX *out, const floatX *bias, int N, int OC) {
     size_t total = (size_t)N * OC;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
-        out[i] += bias[i % OC];
+        out[i] = to_floatX(to_float(out[i]) + to_float(bias[i % OC]));
 }
 
 // out = a + b elementwise (the residual connections).
-static __global__ void residual_forward_kernel(float *out, const float *a, const float *b, size_t n) {
+static __global__ void residual_forward_kernel(floatX *out, const floatX *a, const floatX *b, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        out[i] = a[i] + b[i];
+        out[i] = to_floatX(to_float(a[i]) + to_float(b[i]));
 }
 // dst (n) += src (n), both of type dtype (ZC_F32, ZC_BF16, ZC_FP16), the sum rounded to it:
 // zero.h's add (a reduce-scatter's slice into the gradient shard). zc_load / zc_store are
@@ -240,72 +310,76 @@ static __global__ void narrow_kernel(void *dst, const float *src, size_t n, int 
 }
 
 // GELU elementwise: gpt2_gelu / gpt2_gelu_grad from gpt2.h, the very functions the CPU kernels use.
-static __global__ void gelu_forward_kernel(float *out, const float *inp, size_t n) {
+static __global__ void gelu_forward_kernel(floatX *out, const floatX *inp, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        out[i] = gpt2_gelu(inp[i]);
+        out[i] = to_floatX(gpt2_gelu(to_float(inp[i])));
 }
 // dinp = gelu'(inp) * dout; dinp may be dout (each element read before it is written, by the
 // same thread).
-static __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
+static __global__ void gelu_backward_kernel(floatX *dinp, const floatX *inp, const floatX *dout, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dinp[i] = gpt2_gelu_grad(inp[i]) * dout[i];
+        dinp[i] = to_floatX(gpt2_gelu_grad(to_float(inp[i])) * to_float(dout[i]));
 }
 
 // Causal softmax of the scores, in place: att (rows = B*NH*T, each T long), row r is query
 // t = r % T; columns t2 <= t become the probabilities, t2 > t become 0 (the batched matmul
-// with V reads the whole row). One warp per row, three passes (max, sum, write). Bounds as
-// layernorm_forward_kernel. Scores were scaled by 1/sqrt(hs) in the matmul.
-static __global__ void softmax_causal_kernel(float *att, int rows, int T) {
+// with V reads the whole row). One warp per row, three passes (max, sum, write), in fp32 over
+// the stored scores (floatX: the scores matmul's output). Bounds as layernorm_forward_kernel;
+// each element is read and rewritten by the same lane. Scores were scaled by 1/sqrt(hs) in the
+// matmul.
+static __global__ void softmax_causal_kernel(floatX *att, int rows, int T) {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= rows) return;
     int t = row % T;
-    float *a = att + (size_t)row * T;
+    floatX *a = att + (size_t)row * T;
     float maxv = -INFINITY;
-    for (int t2 = lane; t2 <= t; t2 += WARP) maxv = fmaxf(maxv, a[t2]);
+    for (int t2 = lane; t2 <= t; t2 += WARP) maxv = fmaxf(maxv, to_float(a[t2]));
     maxv = warp_max(maxv); // column 0 is always in, so maxv is finite for finite scores
     float sum = 0.0f;
-    for (int t2 = lane; t2 <= t; t2 += WARP) sum += expf(a[t2] - maxv);
+    for (int t2 = lane; t2 <= t; t2 += WARP) sum += expf(to_float(a[t2]) - maxv);
     float inv = 1.0f / warp_sum(sum);
-    for (int t2 = lane; t2 < T; t2 += WARP) a[t2] = t2 <= t ? expf(a[t2] - maxv) * inv : 0.0f;
+    for (int t2 = lane; t2 < T; t2 += WARP) a[t2] = to_floatX(t2 <= t ? expf(to_float(a[t2]) - maxv) * inv : 0.0f);
 }
 
 // The softmax's backward, in place over the probabilities of one layer:
 //   dS[t,t2] = P[t,t2] * (dP[t,t2] - D[t]) * scale,  dP[t,t2] = dy_t . v_t2,  D[t] = dy_t . y_t
 // (D[t] = sum_t2 P[t,t2] dP[t,t2], because y_t = sum_t2 P[t,t2] v_t2: the flash-attention
-// identity, so the row needs one pass). dy (B,T,C) is the gradient of the attention output
-// y (B,T,C), v inside qkv (B,T,3C). One warp per row (b, h, t); lanes split the keys t2.
+// identity, so the row needs one pass; in 16 bits y is the stored, rounded output, so D carries
+// its rounding). dy (B,T,C) is the gradient of the attention output y (B,T,C), v inside qkv
+// (B,T,3C). One warp per row (b, h, t); lanes split the keys t2, each dot in fp32.
 // Each lane computes its own dot over hs (dy_t is the same address for all lanes: a
 // broadcast; v_t2 rows differ per lane: uncoalesced, served mostly by L2). This is the
 // O(T^2 hs) part the planned flash kernel replaces; P must still hold the probabilities (the
-// dV matmul runs before this kernel on the same stream).
-static __global__ void attention_softmax_backward_kernel(float *att, const float *dy, const float *y, const float *qkv,
-                                                         int B, int T, int C, int NH, float scale) {
+// dV matmul runs before this kernel on the same stream). Each a[t2] is read and rewritten by
+// one lane.
+static __global__ void attention_softmax_backward_kernel(floatX *att, const floatX *dy, const floatX *y,
+                                                         const floatX *qkv, int B, int T, int C, int NH, float scale) {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= B * NH * T) return;
     int hs = C / NH, t = row % T, h = (row / T) % NH, b = row / (T * NH);
-    const float *dyt = dy + ((size_t)b * T + t) * C + (size_t)h * hs;
-    const float *yt = y + ((size_t)b * T + t) * C + (size_t)h * hs;
+    const floatX *dyt = dy + ((size_t)b * T + t) * C + (size_t)h * hs;
+    const floatX *yt = y + ((size_t)b * T + t) * C + (size_t)h * hs;
     float D = 0.0f;
-    for (int i = lane; i < hs; i += WARP) D += dyt[i] * yt[i];
+    for (int i = lane; i < hs; i += WARP) D += to_float(dyt[i]) * to_float(yt[i]);
     D = warp_sum(D);
-    float *a = att + (size_t)row * T;
+    floatX *a = att + (size_t)row * T;
     for (int t2 = lane; t2 < T; t2 += WARP) {
-        if (t2 > t) { a[t2] = 0.0f; continue; }
-        const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * (size_t)C + (size_t)h * hs;
+        if (t2 > t) { a[t2] = to_floatX(0.0f); continue; }
+        const floatX *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * (size_t)C + (size_t)h * hs;
         float dot = 0.0f;
-        for (int i = 0; i < hs; i++) dot += dyt[i] * v[i];
-        a[t2] = a[t2] * (dot - D) * scale;
+        for (int i = 0; i < hs; i++) dot += to_float(dyt[i]) * to_float(v[i]);
+        a[t2] = to_floatX(to_float(a[t2]) * (dot - D) * scale);
     }
 }
 
-// The fused classifier: for each of N rows of logits (N,Vp), the softmax over the first V
-// columns, the loss against targets into losses (when targets != NULL), and, when dloss != 0,
-// dloss * (softmax - onehot) written over the logits in place (padded columns get 0). One
-// block per row (CLS_THREADS threads): an online max/sum per thread over a strided slice,
-// combined across the warp by shuffles and across warps in shared memory, so the row is read
-// twice (reduce, write) and never copied. Empty partials are (-inf, 0) and combine without
-// NaN. Every thread reaches both __syncthreads. The target was checked by the dataloader
-// (< V); an out-of-range one gives a NaN loss, never an out-of-bounds read.
+// The fused classifier: for each of N rows of logits (N,Vp, floatX), the softmax over the
+// first V columns in fp32, the loss (fp32) against targets into losses (when targets != NULL),
+// and, when dloss != 0, dloss * (softmax - onehot) written over the logits in place (padded
+// columns get 0). One block per row (CLS_THREADS threads): an online max/sum per thread over a
+// strided slice, combined across the warp by shuffles and across warps in shared memory, so
+// the row is read twice (reduce, write) and never copied. Empty partials are (-inf, 0) and
+// combine without NaN. Every thread reaches both __syncthreads. The target was checked by the
+// dataloader (< V); an out-of-range one gives a NaN loss, never an out-of-bounds read.
 #define CLS_THREADS 512
 static __device__ __forceinline__ void online_combine(float *m, float *s, float m2, float s2) {
     float mm = fmaxf(*m, m2);
@@ -313,12 +387,12 @@ static __device__ __forceinline__ void online_combine(float *m, float *s, float 
     *s = *s * expf(*m - mm) + s2 * expf(m2 - mm);
     *m = mm;
 }
-static __global__ void crossentropy_softmax_kernel(float *logits, float *losses, const int *targets,
+static __global__ void crossentropy_softmax_kernel(floatX *logits, float *losses, const int *targets,
                                                    int V, int Vp, float dloss) {
     __shared__ float sm[CLS_THREADS / WARP], ss[CLS_THREADS / WARP], row_max, row_inv;
-    float *l = logits + (size_t)blockIdx.x * Vp;
+    floatX *l = logits + (size_t)blockIdx.x * Vp;
     float m = -INFINITY, s = 0.0f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) online_combine(&m, &s, l[i], 1.0f);
+    for (int i = threadIdx.x; i < V; i += blockDim.x) online_combine(&m, &s, to_float(l[i]), 1.0f);
     for (int o = 16; o > 0; o >>= 1) {
         float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
         online_combine(&m, &s, m2, s2);
@@ -331,7 +405,7 @@ static __global__ void crossentropy_softmax_kernel(float *logits, float *losses,
         for (int k = 0; k < (int)(blockDim.x / WARP); k++) online_combine(&M, &S, sm[k], ss[k]);
         if (targets) {
             int tgt = targets[blockIdx.x];
-            losses[blockIdx.x] = tgt >= 0 && tgt < V ? logf(S) + M - l[tgt] : NAN;
+            losses[blockIdx.x] = tgt >= 0 && tgt < V ? logf(S) + M - to_float(l[tgt]) : NAN;
         }
         row_max = M;
         row_inv = 1.0f / S;
@@ -341,7 +415,7 @@ static __global__ void crossentropy_softmax_kernel(float *logits, float *losses,
     int tgt = targets ? targets[blockIdx.x] : -1;
     float M = row_max, inv = row_inv;
     for (int i = threadIdx.x; i < Vp; i += blockDim.x)
-        l[i] = i < V ? expf(l[i] - M) * inv * dloss - (i == tgt ? dloss : 0.0f) : 0.0f;
+        l[i] = to_floatX(i < V ? expf(to_float(l[i]) - M) * inv * dloss - (i == tgt ? dloss : 0.0f) : 0.0f);
 }
 
 // AdamW over one run of elements of one kind (decayed or not): adamw_element is optimizer.h's,
@@ -356,16 +430,20 @@ static __global__ void adamw_kernel(float *p, float *m, float *v, const void *g,
     }
 }
 
-// Sum of squares of g (n) into partial[blockIdx.x], in double; the grid is fixed (NORM_BLOCKS)
-// so the order, and therefore the result, is the same every run. 256 threads; a tree in
-// shared memory; every thread reaches every __syncthreads.
+// Sum of squares of g (n, the floatX gradient) into partial[blockIdx.x], in double; the grid
+// is fixed (NORM_BLOCKS) so the order, and therefore the result, is the same every run. An Inf
+// or NaN anywhere makes the sum non-finite (plain adds and products, nothing that drops a NaN):
+// the overflow signal fp16's loss scaling reads off the norm. 256 threads; a tree in shared
+// memory; every thread reaches every __syncthreads.
 #define NORM_BLOCKS 128
 #define NORM_THREADS 256
-static __global__ void sumsq_kernel(double *partial, const float *g, size_t n) {
+static __global__ void sumsq_kernel(double *partial, const floatX *g, size_t n) {
     __shared__ double sh[NORM_THREADS];
     double s = 0.0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        s += (double)g[i] * g[i];
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        double x = to_float(g[i]);
+        s += x * x;
+    }
     sh[threadIdx.x] = s;
     __syncthreads();
     for (int k = NORM_THREADS / 2; k > 0; k >>= 1) {
@@ -388,24 +466,58 @@ static __global__ void sum_partials_kernel(double *out, const double *partial, i
     if (threadIdx.x == 0) out[0] = sh[0];
 }
 
+// The matmul of last resort (see matmul_lt): D (M,N) = alpha op(A) op(B) + beta D (+ bias),
+// row-major as matmul_lt describes, `batch` matrices at element strides. One thread per
+// element of D, an fp32 dot over K, one rounding; a 16x16 block covers a 16x16 tile (threads
+// along a row of D: coalesced stores). Rows on grid.x (up to 2^31-1 blocks), columns on grid.y
+// (N <= 4C or Vp or T: well under 65535 blocks of 16), batches on grid.z and a loop, so no
+// grid limit binds. Slow (no reuse through shared memory) but correct for any alignment and
+// leading dimension. beta == 0 never reads D (it may hold anything, NaN included).
+static __global__ void matmul_fallback_kernel(floatX *d, const floatX *a, const floatX *b, const floatX *bias, int M,
+                                              int N, int K, int transA, int transB, int lda, int ldb, int ldd,
+                                              float alpha, float beta, int batch, long long strideA,
+                                              long long strideB, long long strideD) {
+    size_t i = (size_t)blockIdx.x * 16 + threadIdx.y;
+    int j = blockIdx.y * 16 + threadIdx.x;
+    if (i >= (size_t)M || j >= N) return;
+    for (int k = blockIdx.z; k < batch; k += gridDim.z) {
+        const floatX *ak = a + k * strideA, *bk = b + k * strideB;
+        float acc = 0.0f;
+        for (int p = 0; p < K; p++) {
+            float x = to_float(transA ? ak[(size_t)p * lda + i] : ak[i * lda + p]);
+            float y = to_float(transB ? bk[(size_t)j * ldb + p] : bk[(size_t)p * ldb + j]);
+            acc += x * y;
+        }
+        floatX *dk = d + k * strideD + i * ldd + j;
+        float r = alpha * acc;
+        if (beta != 0.0f) r += beta * to_float(*dk);
+        if (bias) r += to_float(bias[j]);
+        *dk = to_floatX(r);
+    }
+}
+
 // ----------------------------------------------------------------------------------------
-// Matmuls through cuBLASLt, fp32 in, fp32 out, fp32 compute (no TF32: the CPU comparison
-// wants fp32 products). Written in row-major terms:
+// Matmuls through cuBLASLt: floatX inputs and outputs, fp32 accumulation and scaling
+// (CUBLAS_COMPUTE_32F; in fp32 builds that is plain fp32, no TF32: the CPU comparison wants fp32
+// products). Written in row-major terms:
 //   D (M,N) = alpha * op(A) (M,K) . op(B) (K,N) + beta * D, each matrix row-major with its own
 //   leading dimension; op(A) = A stored (M,K), or A^T with A stored (K,M) when transA.
 // `batch` matrices at the given element strides (strided batch). bias (N), when given, is
 // added to every row (beta must be 0 then). cuBLASLt is column-major, so it computes
-// D^T = op(B)^T . op(A)^T: the row-major B is its first operand.
+// D^T = op(B)^T . op(A)^T: the row-major B is its first operand. With beta != 0 cuBLASLt reads
+// D, adds in fp32 and rounds once: parameter gradients (dw +=) get one rounding per call.
 
+// The alignment in bytes (256 at most, one element at least) that a pointer and, in a strided
+// batch, every batch's pointer share.
 static size_t alignment_of(const void *p, long long stride_elems, int batch) {
     uintptr_t a = (uintptr_t)p;
-    if (batch > 1) a |= (uintptr_t)(stride_elems * (long long)sizeof(float));
+    if (batch > 1) a |= (uintptr_t)(stride_elems * (long long)sizeof(floatX));
     size_t al = 256;
-    while (al > 4 && (a & (al - 1))) al >>= 1;
+    while (al > sizeof(floatX) && (a & (al - 1))) al >>= 1;
     return al;
 }
 
-static void matmul_lt(float *d, const float *a, const float *b, const float *bias, int M, int N, int K, int transA,
+static void matmul_lt(floatX *d, const floatX *a, const floatX *b, const floatX *bias, int M, int N, int K, int transA,
                       int transB, int lda, int ldb, int ldd, float alpha, float beta, int batch = 1,
                       long long strideA = 0, long long strideB = 0, long long strideD = 0) {
     int bias_epilogue = bias && ((uintptr_t)bias % 16) == 0;
@@ -416,14 +528,16 @@ static void matmul_lt(float *d, const float *a, const float *b, const float *bia
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)));
     if (bias_epilogue) {
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        int32_t bias_type = FLOATX_CUDA; // D's type is the default; said explicitly, as the bias is floatX by contract
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
     // column-major views: first operand = row-major B, second = row-major A, D is (N rows, M cols)
     cublasLtMatrixLayout_t la, lb, ld;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, transB ? K : N, transB ? N : K, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, transA ? M : K, transA ? K : M, lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, N, M, ldd));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, FLOATX_CUDA, transB ? K : N, transB ? N : K, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, FLOATX_CUDA, transA ? M : K, transA ? K : M, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, FLOATX_CUDA, N, M, ldd));
     if (batch > 1) {
         cublasLtMatrixLayout_t ls[3] = {la, lb, ld};
         long long st[3] = {strideB, strideA, strideD};
@@ -437,7 +551,8 @@ static void matmul_lt(float *d, const float *a, const float *b, const float *bia
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                       &gpu.workspace_bytes, sizeof(gpu.workspace_bytes)));
     // Tell the heuristic how aligned the pointers (and every batch's pointer) really are, so
-    // it never picks a kernel that needs more: tensor offsets inside a unit can be 4-aligned.
+    // it never picks a kernel that needs more: tensor offsets inside a unit, a head's columns
+    // inside qkv and the sampler's odd sequence lengths can leave as little as one element.
     uint32_t al[3] = {(uint32_t)alignment_of(b, strideB, batch), (uint32_t)alignment_of(a, strideA, batch),
                       (uint32_t)alignment_of(d, strideD, batch)};
     cublasLtMatmulPreferenceAttributes_t which[4] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
@@ -446,20 +561,33 @@ static void matmul_lt(float *d, const float *a, const float *b, const float *bia
     for (int i = 0; i < 4; i++) CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &vals[i], sizeof(vals[i])));
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(gpu.lt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
-    if (found == 0) {
-        char msg[160];
-        snprintf(msg, sizeof(msg), "no cuBLASLt algorithm for M=%d N=%d K=%d transA=%d transB=%d batch=%d", M, N, K,
-                 transA, transB, batch);
-        gpu_fatal("cublasLtMatmulAlgoGetHeuristic", msg, __FILE__, __LINE__);
-    }
-    CUBLAS_CHECK(cublasLtMatmul(gpu.lt, desc, &alpha, b, la, a, lb, &beta, d, ld, d, ld, &heur.algo,
-                                gpu.workspace, gpu.workspace_bytes, gpu.compute));
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(gpu.lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
+    if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(hs);
+    if (hs == CUBLAS_STATUS_SUCCESS && found > 0)
+        CUBLAS_CHECK(cublasLtMatmul(gpu.lt, desc, &alpha, b, la, a, lb, &beta, d, ld, d, ld, &heur.algo,
+                                    gpu.workspace, gpu.workspace_bytes, gpu.compute));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
     CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+    if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+        // No cuBLASLt kernel for this shape and these alignments (16-bit operands one element
+        // aligned, say): compute it anyway, slowly, and say so once per process, so that a
+        // slow shape is visible rather than fatal.
+        static int warned = 0;
+        if (!warned) {
+            warned = 1;
+            fprintf(stderr, "warning: no cuBLASLt algorithm for M=%d N=%d K=%d transA=%d transB=%d batch=%d (alignments "
+                            "%u/%u/%u bytes): a plain CUDA kernel computes it (slow); further cases are not reported\n",
+                    M, N, K, transA, transB, batch, al[1], al[0], al[2]);
+        }
+        dim3 grid(ceil_div((size_t)M, 16), ceil_div((size_t)N, 16), batch < 65535 ? batch : 65535);
+        matmul_fallback_kernel<<<grid, dim3(16, 16), 0, gpu.compute>>>(d, a, b, bias, M, N, K, transA, transB, lda, ldb,
+                                                                       ldd, alpha, beta, batch, strideA, strideB, strideD);
+        LAUNCH_CHECK();
+        return;
+    }
     if (bias && !bias_epilogue) {
         for (int k = 0; k < batch; k++) {
             add_bias_kernel<<<grid_for((size_t)M * N, 256), 256, 0, gpu.compute>>>(d + k * strideD, bias, M, N);
@@ -469,18 +597,18 @@ static void matmul_lt(float *d, const float *a, const float *b, const float *bia
 }
 
 // out (N,OC) = inp (N,C) . w^T + bias; w (OC,C) as PyTorch's Linear; bias (OC) or NULL.
-// w16: the weight's 16-bit copy (model.h's gpt2_x16), or NULL. These matmuls are fp32 and the
-// storage hooks below never hand one over (UnitParams.x16 is NULL), so it is unused; the bf16
-// kernels will read it, as the CPU trainer's bf16 matmuls do.
-static void matmul_forward(float *out, const float *inp, const float *w, const void *w16, const float *bias, int N, int C,
-                           int OC) {
+// w16: the weight's 16-bit copy (model.h's gpt2_x16), or NULL. Here the weights themselves
+// are floatX already, so the storage hooks never hand one over (UnitParams.x16 is NULL): it is
+// the CPU trainer's, whose fp32 kernels need a separate 16-bit copy for its bf16 matmuls.
+static void matmul_forward(floatX *out, const floatX *inp, const floatX *w, const void *w16, const floatX *bias, int N,
+                           int C, int OC) {
     (void)w16;
     matmul_lt(out, inp, w, bias, N, OC, C, 0, 1, C, C, OC, 1.0f, 0.0f);
 }
 // dinp (N,C) = dout (N,OC) . w;  dw (OC,C) += dout^T . inp;  dbias (OC) += column sums of dout
 // (w16 as in matmul_forward)
-static void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
-                            const void *w16, int N, int C, int OC) {
+static void matmul_backward(floatX *dinp, floatX *dw, floatX *dbias, const floatX *dout, const floatX *inp,
+                            const floatX *w, const void *w16, int N, int C, int OC) {
     (void)w16;
     matmul_lt(dinp, dout, w, NULL, N, C, OC, 0, 0, OC, C, C, 1.0f, 0.0f);
     matmul_lt(dw, dout, inp, NULL, OC, C, N, 1, 0, OC, C, C, 1.0f, 1.0f);
@@ -490,13 +618,13 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
     }
 }
 
-static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+static void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *w, const floatX *b,
                               int N, int C) {
     layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, gpu.compute>>>(out, mean, rstd, inp, w, b, N, C);
     LAUNCH_CHECK();
 }
-static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                               const float *mean, const float *rstd, int N, int C) {
+static void layernorm_backward(floatX *dinp, floatX *dw, floatX *db, const floatX *dout, const floatX *inp,
+                               const floatX *w, const float *mean, const float *rstd, int N, int C) {
     layernorm_backward_input_kernel<<<ceil_div(N, 8), 256, 0, gpu.compute>>>(dinp, dout, inp, w, mean, rstd, N, C);
     LAUNCH_CHECK();
     column_grads_kernel<<<ceil_div(C, 32), dim3(32, 32), 0, gpu.compute>>>(dw, db, dout, inp, mean, rstd, N, C);
@@ -521,27 +649,27 @@ static HeadLoop head_loop(int B, int T, int C, int NH) {
     }
     return h;
 }
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+static void attention_forward(floatX *out, floatX *att, const floatX *qkv, int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     HeadLoop h = head_loop(B, T, C, NH);
     for (int o = 0; o < h.outer; o++) { // S = scale * Q K^T   (T,T) per head
-        const float *q = qkv + o * h.oq;
+        const floatX *q = qkv + o * h.oq;
         matmul_lt(att + o * h.oatt, q, q + C, NULL, T, T, hs, 0, 1, C3, C3, T, scale, 0.0f, h.batch, h.sq, h.sq, h.satt);
     }
     int rows = B * NH * T;
     softmax_causal_kernel<<<ceil_div(rows, 8), 256, 0, gpu.compute>>>(att, rows, T);
     LAUNCH_CHECK();
     for (int o = 0; o < h.outer; o++) { // Y = P V   (T,hs) per head, written into out (B,T,C)
-        const float *q = qkv + o * h.oq;
+        const floatX *q = qkv + o * h.oq;
         matmul_lt(out + o * h.oy, att + o * h.oatt, q + 2 * C, NULL, T, hs, T, 0, 0, T, C3, C, 1.0f, 0.0f, h.batch,
                   h.satt, h.sq, h.sy);
     }
 }
 // dqkv (B,T,3C), OVERWRITTEN, from dout (B,T,C), qkv, the output y (B,T,C) and att, whose
 // probabilities are replaced by the scores' gradient on the way (att is not needed again).
-static void attention_backward(float *dqkv, float *att, const float *dout, const float *qkv, const float *y, int B,
-                               int T, int C, int NH) {
+static void attention_backward(floatX *dqkv, floatX *att, const floatX *dout, const floatX *qkv, const floatX *y,
+                               int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     HeadLoop h = head_loop(B, T, C, NH);
@@ -552,23 +680,23 @@ static void attention_backward(float *dqkv, float *att, const float *dout, const
     attention_softmax_backward_kernel<<<ceil_div(rows, 8), 256, 0, gpu.compute>>>(att, dout, y, qkv, B, T, C, NH, scale);
     LAUNCH_CHECK();
     for (int o = 0; o < h.outer; o++) {
-        const float *q = qkv + o * h.oq;
-        float *dq = dqkv + o * h.oq;
+        const floatX *q = qkv + o * h.oq;
+        floatX *dq = dqkv + o * h.oq;
         // dQ = dS K,  dK = dS^T Q  (dS carries the scale)
         matmul_lt(dq, att + o * h.oatt, q + C, NULL, T, hs, T, 0, 0, T, C3, C3, 1.0f, 0.0f, h.batch, h.satt, h.sq, h.sq);
         matmul_lt(dq + C, att + o * h.oatt, q, NULL, T, hs, T, 1, 0, T, C3, C3, 1.0f, 0.0f, h.batch, h.satt, h.sq, h.sq);
     }
 }
 
-static void residual_forward(float *out, const float *a, const float *b, size_t n) {
+static void residual_forward(floatX *out, const floatX *a, const floatX *b, size_t n) {
     residual_forward_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(out, a, b, n);
     LAUNCH_CHECK();
 }
-static void gelu_forward(float *out, const float *inp, size_t n) {
+static void gelu_forward(floatX *out, const floatX *inp, size_t n) {
     gelu_forward_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(out, inp, n);
     LAUNCH_CHECK();
 }
-static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+static void gelu_backward(floatX *dinp, const floatX *inp, const floatX *dout, size_t n) {
     gelu_backward_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(dinp, inp, dout, n);
     LAUNCH_CHECK();
 }
@@ -831,29 +959,37 @@ static ZeroBackend nccl_backend(NcclBackend *b) {
 // The model. Parameters, gradients and optimizer state live where zero.h put them (device
 // memory, through the backend); the forward and backward ask it unit by unit.
 
-
 typedef struct {
     GPT2Config cfg;
     Zero z;
-    Activations acts;              // device
-    float *acts_memory;
+    Activations acts;              // device: floatX, the statistics and losses fp32
+    void *acts_memory;
     size_t bytes_activations;
     size_t bytes_scratch;          // device memory outside the plan: cuBLASLt workspace, norm partials, tokens
     int B, T;
     int *inputs, *targets;         // host (pinned), what the dataloader fills
     int *d_inputs, *d_targets;     // device copies
     const int *dev_inputs, *dev_targets; // what model.h's kernels read: the device copies
-    float *h_losses, *h_row;       // pinned: losses (B*T), one logits row (Vp)
+    float *h_losses, *h_row;       // pinned: losses (B*T), one logits row (Vp) widened to fp32
+    floatX *h_row_x;               // pinned: that row as the device holds it
+    int *h_groups, *d_groups;      // pinned / device: the batch's positions grouped by token (3*B*T + 1)
+    int *token_group, *group_fill; // host: a token's group while grouping (-1 otherwise, Vp); fill cursors (B*T)
+    cudaEvent_t groups_sent;       // the last upload of h_groups has been read
     double *d_partials, *d_sumsq, *h_sumsq;
 } GPT2;
 
-// dtype: the element type of parameters, gradients and ZeRO's buffers. Always ZC_F32 here:
-// config.h refuses bf16 and fp16 for this trainer, and every kernel and hook below reads fp32;
-// the check is the defence should a 16-bit run ever get this far.
+// The token groups of the last upload_batch, for encoder_backward (whose signature, model.h's,
+// carries no model): `count` groups, group k is token tok[k] at positions pos[start[k]] ..
+// pos[start[k+1]-1]. Device pointers into GPT2.d_groups.
+static struct { const int *start, *pos, *tok; int count; } token_groups;
+
+// dtype: the element type of parameters, gradients and ZeRO's buffers: floatX's. config.h
+// refuses every other precision for this binary; the check is the defence should one ever get
+// this far (every kernel and hook below reads floatX).
 static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, int rank, int world, int dtype,
                        ZeroBackend be) {
-    if (dtype != ZC_F32) {
-        fprintf(stderr, "error: rank %d: the GPU trainer computes in fp32 only, not %s\n", rank,
+    if (dtype != FLOATX_DTYPE) {
+        fprintf(stderr, "error: rank %d: this GPU trainer was built for %s, not %s\n", rank, precision_names[FLOATX_DTYPE],
                 dtype >= 0 && dtype < PRECISION_NUM ? precision_names[dtype] : "an unknown type");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -862,26 +998,37 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, 
     size_t free0 = 0, free1 = 0, total_dev = 0;
     CUDA_CHECK(cudaMemGetInfo(&free0, &total_dev));
     zero_init(&m->z, cfg, stage, rank, world, dtype, be);
-    // Every layer's activations in fp32 (layer_slots = L: no 16-bit layer store), and no
-    // workspace: the kernels read ZeRO's fp32 buffers directly (MEM_WORKSPACE stays 0).
-    m->bytes_activations = gpt2_activation_bytes(cfg, B, T, 0);
+    // Every layer's activations in floatX (the statistics and losses fp32), each tensor 256-byte
+    // aligned: gpt2_gpu_activation_bytes, the planner's formula for this trainer, which also
+    // gives the offsets. No workspace: the kernels read ZeRO's floatX buffers directly
+    // (MEM_WORKSPACE stays 0).
+    size_t offset[NUM_ACTIVATIONS];
+    m->bytes_activations = gpt2_gpu_activation_bytes(cfg, B, T, sizeof(floatX), offset);
     CUDA_CHECK(cudaMalloc(&m->acts_memory, m->bytes_activations));
     CUDA_CHECK(cudaMemset(m->acts_memory, 0, m->bytes_activations));
     m->z.mem[MEM_ACTIVATIONS] = m->bytes_activations;
-    gpt2_activations_wire(&m->acts, m->acts_memory, cfg, B, T, cfg->num_layers);
+    gpt2_activations_wire_at(&m->acts, m->acts_memory, offset);
     m->B = B;
     m->T = T;
-    size_t bt = (size_t)B * T;
+    size_t bt = (size_t)B * T, Vp = (size_t)cfg->padded_vocab_size;
     CUDA_CHECK(cudaMallocHost(&m->inputs, bt * sizeof(int)));
     CUDA_CHECK(cudaMallocHost(&m->targets, bt * sizeof(int)));
     CUDA_CHECK(cudaMallocHost(&m->h_losses, bt * sizeof(float)));
-    CUDA_CHECK(cudaMallocHost(&m->h_row, (size_t)cfg->padded_vocab_size * sizeof(float)));
+    CUDA_CHECK(cudaMallocHost(&m->h_row, Vp * sizeof(float)));
+    CUDA_CHECK(cudaMallocHost(&m->h_row_x, Vp * sizeof(floatX)));
+    CUDA_CHECK(cudaMallocHost(&m->h_groups, (3 * bt + 1) * sizeof(int)));
     CUDA_CHECK(cudaMallocHost(&m->h_sumsq, sizeof(double)));
+    m->token_group = (int *)xmalloc(Vp * sizeof(int));
+    for (size_t v = 0; v < Vp; v++) m->token_group[v] = -1;
+    m->group_fill = (int *)xmalloc(bt * sizeof(int));
+    CUDA_CHECK(cudaEventCreateWithFlags(&m->groups_sent, cudaEventDisableTiming));
     CUDA_CHECK(cudaMalloc(&m->d_inputs, bt * sizeof(int)));
     CUDA_CHECK(cudaMalloc(&m->d_targets, bt * sizeof(int)));
+    CUDA_CHECK(cudaMalloc(&m->d_groups, (3 * bt + 1) * sizeof(int)));
     CUDA_CHECK(cudaMalloc(&m->d_partials, (size_t)m->z.lay.num_units * NORM_BLOCKS * sizeof(double)));
     CUDA_CHECK(cudaMalloc(&m->d_sumsq, sizeof(double)));
-    m->bytes_scratch = gpu.workspace_bytes + 2 * bt * sizeof(int) + ((size_t)m->z.lay.num_units * NORM_BLOCKS + 1) * sizeof(double);
+    m->bytes_scratch = gpu.workspace_bytes + (5 * bt + 1) * sizeof(int) +
+                       ((size_t)m->z.lay.num_units * NORM_BLOCKS + 1) * sizeof(double);
     CUDA_CHECK(cudaMemGetInfo(&free1, &total_dev));
     // The memory log entries carry zero.h's counts and the activations, which are exactly the
     // bytes asked of cudaMalloc; the device's own view (allocation granularity included) and
@@ -900,33 +1047,80 @@ static void gpt2_free(GPT2 *m) {
     gpu_sync(&nccl, "the last kernels");
     zero_free(&m->z);
     CUDA_CHECK(cudaFree(m->acts_memory));
-    CUDA_CHECK(cudaFree(m->d_inputs)); CUDA_CHECK(cudaFree(m->d_targets));
+    CUDA_CHECK(cudaFree(m->d_inputs)); CUDA_CHECK(cudaFree(m->d_targets)); CUDA_CHECK(cudaFree(m->d_groups));
     CUDA_CHECK(cudaFree(m->d_partials)); CUDA_CHECK(cudaFree(m->d_sumsq));
     CUDA_CHECK(cudaFreeHost(m->inputs)); CUDA_CHECK(cudaFreeHost(m->targets));
-    CUDA_CHECK(cudaFreeHost(m->h_losses)); CUDA_CHECK(cudaFreeHost(m->h_row)); CUDA_CHECK(cudaFreeHost(m->h_sumsq));
+    CUDA_CHECK(cudaFreeHost(m->h_losses)); CUDA_CHECK(cudaFreeHost(m->h_row)); CUDA_CHECK(cudaFreeHost(m->h_row_x));
+    CUDA_CHECK(cudaFreeHost(m->h_groups)); CUDA_CHECK(cudaFreeHost(m->h_sumsq));
+    CUDA_CHECK(cudaEventDestroy(m->groups_sent));
+    free(m->token_group); free(m->group_fill);
 }
 
 // --- what model.h needs beyond the kernel wrappers above -------------------------------
 
-static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C) {
+static void encoder_forward(floatX *out, const int *inp, const floatX *wte, const floatX *wpe, int B, int T, int C) {
     size_t n = (size_t)B * T * C;
     encoder_forward_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(out, inp, wte, wpe, B * T, T, C);
     LAUNCH_CHECK();
 }
-static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C) {
-    encoder_backward_wte_kernel<<<grid_for((size_t)B * T * C, 256), 256, 0, gpu.compute>>>(dwte, dout, inp, B * T, C);
-    LAUNCH_CHECK();
+// inp is read through the token groups upload_batch built from the same batch (model.h runs the
+// backward right after the forward over the same inputs).
+static void encoder_backward(floatX *dwte, floatX *dwpe, const floatX *dout, const int *inp, int B, int T, int C) {
+    (void)inp;
+    if (token_groups.count > 0) { // channels per thread: whole warps, at most 256 threads
+        int threads = C >= 256 ? 256 : (int)ceil_div((size_t)C, WARP) * WARP;
+        encoder_backward_wte_kernel<<<token_groups.count, threads, 0, gpu.compute>>>(dwte, dout, token_groups.start,
+                                                                                    token_groups.pos, token_groups.tok, C);
+        LAUNCH_CHECK();
+    }
     encoder_backward_wpe_kernel<<<grid_for((size_t)T * C, 256), 256, 0, gpu.compute>>>(dwpe, dout, B, T, C);
     LAUNCH_CHECK();
 }
-static void zero_fill(float *p, size_t n) { CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), gpu.compute)); }
-// The batch goes to the device on the compute stream, ahead of the kernels that read it.
+static void zero_fill(floatX *p, size_t n) { CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(floatX), gpu.compute)); }
+
+// The batch's positions grouped by token into h_groups: start (count+1), then pos (N), then tok
+// (count), where group k is token tok[k] at positions pos[start[k]] .. pos[start[k+1]-1] in
+// increasing order; groups in order of first appearance. Two passes over the batch, touching
+// only the tokens present (token_group is left all -1 again). Returns the number of groups.
+static int group_tokens(GPT2 *m, const int *inputs, int N) {
+    int *start = m->h_groups, *pos = start + N + 1, *tok = pos + N, count = 0;
+    int Vp = m->cfg.padded_vocab_size;
+    for (int n = 0; n < N; n++) {
+        int t = inputs[n];
+        if (t < 0 || t >= Vp) { // the dataloader and the sampler never produce one: a bug, not bad data
+            fprintf(stderr, "error: rank %d: token %d at position %d is outside the vocabulary (%d rows)\n", m->z.rank, t,
+                    n, Vp);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        if (m->token_group[t] < 0) { m->token_group[t] = count; tok[count] = t; start[count + 1] = 0; count++; }
+        start[m->token_group[t] + 1]++;
+    }
+    start[0] = 0;
+    for (int k = 0; k < count; k++) { start[k + 1] += start[k]; m->group_fill[k] = start[k]; }
+    for (int n = 0; n < N; n++) pos[m->group_fill[m->token_group[inputs[n]]]++] = n;
+    for (int k = 0; k < count; k++) m->token_group[tok[k]] = -1;
+    return count;
+}
+
+// The batch goes to the device on the compute stream, ahead of the kernels that read it, with
+// its token groups (for the embedding's backward). The pinned h_groups is rewritten only once
+// the previous upload of it has completed (in practice long since: every forward ends in a
+// host sync).
 static void upload_batch(GPT2 *m, const int *inputs, const int *targets, int N) {
     CUDA_CHECK(cudaMemcpyAsync(m->d_inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, gpu.compute));
     if (targets)
         CUDA_CHECK(cudaMemcpyAsync(m->d_targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, gpu.compute));
     m->dev_inputs = m->d_inputs;
     m->dev_targets = m->d_targets;
+    wait_event_watchdog(&nccl, m->groups_sent, "the previous batch's upload");
+    int count = group_tokens(m, inputs, N);
+    size_t ints = (size_t)2 * N + 1 + count;
+    CUDA_CHECK(cudaMemcpyAsync(m->d_groups, m->h_groups, ints * sizeof(int), cudaMemcpyHostToDevice, gpu.compute));
+    CUDA_CHECK(cudaEventRecord(m->groups_sent, gpu.compute));
+    token_groups.start = m->d_groups;
+    token_groups.pos = m->d_groups + N + 1;
+    token_groups.tok = m->d_groups + 2 * (size_t)N + 1;
+    token_groups.count = count;
 }
 // The fused classifier over the logits, and the mean loss summed on the host in order, as the
 // CPU trainer does.
@@ -941,15 +1135,15 @@ static float classifier_loss(GPT2 *m, int N, float dloss) {
     return (float)(sum / N);
 }
 
-// The storage hooks. The kernels compute in the storage type, fp32, so they pass zero.h's
-// pointers straight through (the CPU trainer converts 16-bit storage here; a bf16 GPU run will
-// hand its matmuls the 16-bit weights as UnitParams.x16 instead). Every layer's activations
-// stay where the forward computed them, for the backward.
+// The storage hooks. The kernels compute on the storage type, floatX, so they pass zero.h's
+// pointers straight through (the CPU trainer converts 16-bit storage here) and need no 16-bit
+// copy beside them (x16 NULL). Every layer's activations stay where the forward computed them,
+// for the backward.
 static UnitParams gpt2_unit_params(GPT2 *m, int u, int next) {
-    UnitParams up = {(float *)zero_params(&m->z, u, next), NULL};
+    UnitParams up = {(floatX *)zero_params(&m->z, u, next), NULL};
     return up;
 }
-static float *gpt2_unit_grads(GPT2 *m, int u) { return (float *)zero_grads(&m->z, u); }
+static floatX *gpt2_unit_grads(GPT2 *m, int u) { return (floatX *)zero_grads(&m->z, u); }
 static void gpt2_unit_grads_done(GPT2 *m, int u) { zero_grads_done(&m->z, u); }
 static LayerActs gpt2_layer_acts_forward(GPT2 *m, int l, int B, int T) {
     return gpt2_layer_acts(&m->acts, &m->cfg, l, m->cfg.num_layers, B, T);
@@ -959,12 +1153,13 @@ static LayerActs gpt2_layer_acts_backward(GPT2 *m, int l, int B, int T) { return
 
 #include "model.h" // gpt2_forward, gpt2_backward: the same passes as the CPU trainer's
 
-// The global L2 norm: each unit's sum of squares in fixed-size partials, one fixed-order sum,
-// one copy to the host, then zero.h's sum over ranks.
+// The global L2 norm of the floatX gradient: each unit's sum of squares in fixed-size
+// partials, one fixed-order sum, one copy to the host, then zero.h's sum over ranks. An
+// overflowed (fp16) gradient gives an Inf or NaN norm on every rank: trainer.h skips the step.
 static float gpt2_grad_norm(GPT2 *m) {
     Zero *z = &m->z;
     for (int u = 0; u < z->lay.num_units; u++) {
-        const float *g = (const float *)zero_update_grads(z, u); // fp32: gpt2_build refuses other types
+        const floatX *g = (const floatX *)zero_update_grads(z, u);
         sumsq_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, gpu.compute>>>(m->d_partials + (size_t)u * NORM_BLOCKS, g,
                                                                      zero_update_count(z, u));
         LAUNCH_CHECK();
@@ -983,9 +1178,12 @@ static void gpt2_update(GPT2 *m, const AdamWStep *step) {
     gpu_sync(&nccl, "the update"); // the step ends here: its time is the device's, not the launches'
 }
 
+// The sampler's row: copied as the device holds it, widened on the host (exact; the CPU's own
+// conversion code).
 static const float *gpt2_logits_row(GPT2 *m, int t) {
     size_t Vp = (size_t)m->cfg.padded_vocab_size;
-    d2h(m->h_row, m->acts.logits + (size_t)t * Vp, Vp * sizeof(float), "the sampler's logits");
+    d2h(m->h_row_x, m->acts.logits + (size_t)t * Vp, Vp * sizeof(floatX), "the sampler's logits");
+    zc_widen(m->h_row, m->h_row_x, Vp, FLOATX_DTYPE);
     return m->h_row;
 }
 
@@ -1043,8 +1241,10 @@ static void gpu_init(void) {
     gpu.workspace_bytes = (size_t)32 << 20;
     CUDA_CHECK(cudaMalloc(&gpu.workspace, gpu.workspace_bytes));
     if (rank == 0)
-        printf("device: %s (sm_%d%d, %d SMs, %.1f GiB), fp32 with fp32 cuBLASLt compute\n", gpu.prop.name, gpu.prop.major,
-               gpu.prop.minor, gpu.sm_count, gpu.prop.totalGlobalMem / 1073741824.0);
+        printf("device: %s (sm_%d%d, %d SMs, %.1f GiB); this build: %s parameters, gradients and activations, "
+               "cuBLASLt with fp32 accumulation%s\n", gpu.prop.name, gpu.prop.major, gpu.prop.minor, gpu.sm_count,
+               gpu.prop.totalGlobalMem / 1073741824.0, precision_names[FLOATX_DTYPE],
+               FLOATX_DTYPE == ZC_F32 ? " (no TF32)" : ", fp32 master weights");
 }
 
 static void gpu_shutdown(void) {

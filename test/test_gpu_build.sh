@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # The GPU trainer builds, and behaves, on a machine without a GPU:
-#   - `make train_gpt` (nvcc, sm_80 + sm_90, -Werror for nvcc and the host compiler) succeeds
-#     and prints no warning at all;
+#   - `make train_gpt` (nvcc, sm_80 + sm_90, -Werror for nvcc and the host compiler) builds the
+#     default precision, bf16, and prints no warning at all; the other two precisions build the
+#     same way under their own names (make train_gpt_fp16 train_gpt_fp32: both architectures,
+#     about as long as the first build each), so that train_gpt itself is never another precision;
 #   - every shared header compiles on its own as CUDA C++ (trainer.h and model.h are compiled through
 #     train_gpt.cu: it needs the including trainer's definitions);
-#   - the binary needs no GPU for what needs none: --help, option errors (the same line as the
-#     CPU trainer), --plan (the same table); and without a usable GPU a run fails at once with
-#     one line naming the CUDA error (no hang).
+#   - each binary needs no GPU for what needs none: --help (its default precision is the one it
+#     was built for), --precision refusing the other two with one line, option errors (the same
+#     line as the CPU trainer), --plan (the CPU trainer's model states and buffers, its own
+#     activations, computed here independently, and no workspace); and without a usable GPU a
+#     run fails at once with one line naming the CUDA error (no hang).
 # Skips (exit 77) only when nvcc is absent. Running on a GPU: test/gpu/run_gpu_checks.sh.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 NVCC=${NVCC:-$CUDA_HOME/bin/nvcc}
+PY=${PYTHON:-python3}
 if [ ! -x "$NVCC" ]; then
   echo "nvcc not found at $NVCC (set CUDA_HOME or NVCC): the GPU trainer was not built"
   exit 77
@@ -21,17 +26,24 @@ fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 d=test/out/gpu_build
 rm -rf "$d"; mkdir -p "$d"
 
-echo "== make train_gpt (sm_80 + sm_90, no warnings)"
-start=$(date +%s)
-rm -f train_gpt
-if make --no-print-directory train_gpt >"$d/build.log" 2>&1; then
-  echo "ok   built in $(( $(date +%s) - start )) s"
-  # -Werror turns warnings into errors, but nvcc's driver prints some of its own that are not
-  # ("nvcc warning : ..."): any warning line is a failure too (gcc "warning:", cudafe "warning #").
-  if grep -iE 'warning ?[:#]' "$d/build.log"; then fail "the build printed warnings"; fi
-else
-  cat "$d/build.log"; fail "make train_gpt"
-fi
+# -Werror turns warnings into errors, but nvcc's driver prints some of its own that are not
+# ("nvcc warning : ..."): any warning line is a failure too (gcc "warning:", cudafe "warning #").
+build() { # build TARGET [make variables...]
+  local target=$1; shift
+  local start; start=$(date +%s)
+  rm -f "$target"
+  if env -u PRECISION make --no-print-directory "$target" "$@" >"$d/build_$target.log" 2>&1; then
+    echo "ok   $target built in $(( $(date +%s) - start )) s"
+    if grep -iE 'warning ?[:#]' "$d/build_$target.log"; then fail "$target: the build printed warnings"; fi
+  else
+    cat "$d/build_$target.log"; fail "make $target"
+  fi
+}
+echo "== make train_gpt (bf16, the default; sm_80 + sm_90, no warnings)"
+build train_gpt
+echo "== make train_gpt_fp16 train_gpt_fp32 (the other precisions, under their own names)"
+build train_gpt_fp16
+build train_gpt_fp32
 
 echo "== every shared header compiles alone as CUDA C++"
 for h in *.h; do
@@ -45,29 +57,92 @@ for h in *.h; do
   fi
 done
 
-if [ -x train_gpt ]; then
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  echo "== no GPU needed: --help, option errors, --plan"
-  if timeout 60 ./train_gpt --help >"$d/help.txt" 2>&1 && grep -q "^usage:" "$d/help.txt"; then echo "ok   --help"
-  else cat "$d/help.txt"; fail "--help"; fi
-  [ -x train_gpt_cpu ] || make --no-print-directory train_gpt_cpu >/dev/null 2>&1
-  for args in "--bogus" "--zero-stage 7" "--batch 0"; do
-    # shellcheck disable=SC2086
-    timeout 60 ./train_gpt $args >"$d/err_gpu.txt" 2>&1; rg=$?
-    # shellcheck disable=SC2086
-    timeout 60 ./train_gpt_cpu $args >"$d/err_cpu.txt" 2>&1; rc=$?
-    if [ $rg -ne 0 ] && [ $rg -eq $rc ] && diff -q "$d/err_gpu.txt" "$d/err_cpu.txt" >/dev/null; then
-      echo "ok   '$args' fails as the CPU trainer does: $(head -n 1 "$d/err_gpu.txt")"
-    else
-      echo "gpu (rc $rg):"; cat "$d/err_gpu.txt"; echo "cpu (rc $rc):"; cat "$d/err_cpu.txt"
-      fail "'$args' differs from the CPU trainer"
-    fi
-  done
-  if timeout 60 ./train_gpt --plan --model d12 --zero-stage 3 --world 8 >"$d/plan_gpu.txt" 2>&1 &&
-     timeout 60 ./train_gpt_cpu --plan --model d12 --zero-stage 3 --world 8 >"$d/plan_cpu.txt" 2>&1 &&
-     diff "$d/plan_gpu.txt" "$d/plan_cpu.txt"; then echo "ok   --plan prints the CPU trainer's table"
-  else cat "$d/plan_gpu.txt"; fail "--plan"; fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+[ -x train_gpt_cpu ] || make --no-print-directory train_gpt_cpu >/dev/null 2>&1
 
+# The GPU trainer's activation bytes, computed here from the list in gpt2.h's order: every
+# tensor at the element size but the fp32 LayerNorm statistics and losses, all L layers, each
+# tensor starting on a 256-byte boundary.
+gpu_activations() { # L C NH Vp B T elem
+  "$PY" - "$@" <<'EOF'
+import sys
+L, C, NH, Vp, B, T, e = map(int, sys.argv[1:])
+BT = B * T
+tensors = [  # (elements, fp32?)
+    (BT * C, 0), (L * BT * C, 0), (L * BT, 1), (L * BT, 1), (L * BT * 3 * C, 0), (L * BT * C, 0),
+    (L * B * NH * T * T, 0), (L * BT * C, 0), (L * BT * C, 0), (L * BT, 1), (L * BT, 1), (L * BT * 4 * C, 0),
+    (L * BT * 4 * C, 0), (L * BT * C, 0), (BT * C, 0), (BT, 1), (BT, 1), (BT * Vp, 0), (BT, 1),
+    (BT * C, 0), (BT * C, 0), (BT * 4 * C, 0), (BT * 3 * C, 0)]
+at = 0
+for n, f32 in tensors:
+    at = (at + 255) // 256 * 256 + n * (4 if f32 else e)
+print(at)
+EOF
+}
+
+for p in bf16 fp16 fp32; do
+  bin=./train_gpt_$p; [ $p = bf16 ] && bin=./train_gpt
+  [ -x "$bin" ] || continue
+  echo "== $bin: no GPU needed: --help, --precision, option errors, --plan"
+  if timeout 60 "$bin" --help >"$d/help_$p.txt" 2>&1 && grep -q "^usage:" "$d/help_$p.txt" &&
+     grep -q -- "--precision P .*(default $p)" "$d/help_$p.txt"; then echo "ok   --help (default precision $p)"
+  else cat "$d/help_$p.txt"; fail "$bin --help"; fi
+  if timeout 60 "$bin" --precision $p --help >/dev/null 2>&1; then echo "ok   --precision $p accepted"
+  else fail "$bin --precision $p"; fi
+  for q in fp32 bf16 fp16; do
+    [ $q = $p ] && continue
+    timeout 60 "$bin" --precision $q --steps 1 >"$d/refuse_${p}_$q.txt" 2>&1; rc=$?
+    want="error: --precision $q: this binary was built for $p (make train_gpt PRECISION=$(echo $q | tr a-z A-Z))"
+    if [ $rc -ne 0 ] && [ "$(cat "$d/refuse_${p}_$q.txt")" = "$want" ]; then echo "ok   --precision $q refused: $want"
+    else cat "$d/refuse_${p}_$q.txt"; fail "$bin --precision $q (rc $rc)"; fi
+  done
+  if [ $p = bf16 ]; then # option errors read as the CPU trainer's (the precision lines aside)
+    for args in "--bogus" "--zero-stage 7" "--batch 0"; do
+      # shellcheck disable=SC2086
+      timeout 60 "$bin" $args >"$d/err_gpu.txt" 2>&1; rg=$?
+      # shellcheck disable=SC2086
+      timeout 60 ./train_gpt_cpu $args >"$d/err_cpu.txt" 2>&1; rc=$?
+      if [ $rg -ne 0 ] && [ $rg -eq $rc ] && diff -q "$d/err_gpu.txt" "$d/err_cpu.txt" >/dev/null; then
+        echo "ok   '$args' fails as the CPU trainer does: $(head -n 1 "$d/err_gpu.txt")"
+      else
+        echo "gpu (rc $rg):"; cat "$d/err_gpu.txt"; echo "cpu (rc $rc):"; cat "$d/err_cpu.txt"
+        fail "'$args' differs from the CPU trainer"
+      fi
+    done
+    if "$PY" test/planner_check.py cli "$bin" --plan >"$d/plan_cli.txt" 2>&1; then echo "ok   --plan's command line"
+    else cat "$d/plan_cli.txt"; fail "$bin --plan command line"; fi
+  fi
+  # --plan: model states and buffers as the CPU trainer's planner says; activations this
+  # trainer's own; no workspace. d12 at ZeRO-3 on 8 ranks, and a small odd shape on 1.
+  elem=2; [ $p = fp32 ] && elem=4
+  for shape in "d12 --model d12 --zero-stage 3 --world 8 --batch 4 --seq-len 64" \
+               "odd --layers 3 --channels 48 --heads 3 --vocab-size 300 --max-seq-len 16 --seq-len 7 --batch 3"; do
+    set -- $shape; name=$1; shift
+    # shellcheck disable=SC2068
+    if timeout 60 "$bin" --plan --precision $p $@ --json >"$d/plan_gpu_${p}_$name.json" 2>&1 &&
+       timeout 60 ./train_gpt_cpu --plan --precision $p $@ --json >"$d/plan_cpu_${p}_$name.json" 2>&1; then
+      if [ $name = d12 ]; then want=$(gpu_activations 12 768 12 50304 4 64 $elem)
+      else want=$(gpu_activations 3 48 3 384 3 7 $elem); fi
+      if "$PY" - "$d/plan_gpu_${p}_$name.json" "$d/plan_cpu_${p}_$name.json" "$want" <<'EOF'; then
+import json, sys
+g, c, want = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
+bad = [k for k in ("params", "grads", "master", "adam_m", "adam_v", "buffers", "model_states", "num_params") if g[k] != c[k]]
+if bad: print("differ from the CPU plan:", bad)
+if g["activations"] != want: print(f"activations {g['activations']} != {want} computed independently"); bad.append(1)
+if g["workspace"] != 0: print(f"workspace {g['workspace']} != 0"); bad.append(1)
+if g["total"] != g["model_states"] + g["buffers"] + g["activations"]: print("total is not the sum"); bad.append(1)
+print(f"activations {g['activations']} (CPU trainer {c['activations']}), workspace 0, the rest as the CPU trainer's")
+sys.exit(1 if bad else 0)
+EOF
+        echo "ok   --plan $name"
+      else fail "$bin --plan $name"; fi
+    else cat "$d/plan_gpu_${p}_$name.json" "$d/plan_cpu_${p}_$name.json"; fail "$bin --plan $name"; fi
+  done
+  if timeout 60 "$bin" --plan --model d12 --json | grep -q "\"precision\":\"$p\""; then echo "ok   --plan defaults to $p"
+  else fail "$bin --plan's default precision"; fi
+done
+
+if [ -x train_gpt ]; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     echo "== a GPU is present: test/gpu/run_gpu_checks.sh runs the GPU checks (not part of this suite)"
   else
