@@ -328,13 +328,17 @@ static inline size_t gpt2_activation_bytes(const GPT2Config *c, int B, int T, in
 // the final LayerNorm, one layer) before rounding it into 16-bit storage, and in bf16 rounds
 // the operands of its bf16 matmuls into one staging area ((B,T) rows of the widest pair of
 // a matmul's output gradient and input: the LM head's, or the MLP's). Bytes; 0 in fp32.
+// Elements of the bf16 staging area: (B,T) rows of max(Vp + C, 5C).
+static inline size_t gpt2_bf16_staging_elems(const GPT2Config *c, int B, int T) {
+    size_t C = c->channels, Vp = c->padded_vocab_size;
+    return (size_t)B * T * (Vp + C > 5 * C ? Vp + C : 5 * C);
+}
 static inline size_t gpt2_workspace_bytes(const ParamLayout *lay, const GPT2Config *c, int B, int T, int dtype_bf16,
                                           int mixed) {
     if (!mixed) return 0;
     size_t embed = gpt2_unit_padded(lay, 0), fin = gpt2_unit_padded(lay, c->num_layers + 1), layer = gpt2_unit_padded(lay, 1);
     size_t floats = (embed + fin + 2 * layer) + (embed + fin + layer);
-    size_t C = c->channels, widest = c->padded_vocab_size + C > 5 * C ? c->padded_vocab_size + C : 5 * C;
-    size_t staging = dtype_bf16 ? (size_t)B * T * widest : 0;
+    size_t staging = dtype_bf16 ? gpt2_bf16_staging_elems(c, B, T) : 0;
     return floats * sizeof(float) + staging * 2;
 }
 

@@ -331,10 +331,6 @@ static inline void zc_narrow(void *dst, const float *src, size_t n, int t) {
     else if (t == ZC_BF16) f32_to_bf16_array((bf16_t *)dst, src, n);
     else f32_to_fp16_array((fp16_t *)dst, src, n);
 }
-static inline int zc_has_inf_or_nan(const void *x, size_t n, int t) {
-    return t == ZC_F32 ? has_inf_or_nan_f32((const float *)x, n)
-         : t == ZC_BF16 ? has_inf_or_nan_bf16((const bf16_t *)x, n) : has_inf_or_nan_fp16((const fp16_t *)x, n);
-}
 
 // ----------------------------------------------------------------------------
 // fp16 loss scaler (DeepSpeed's DynamicLossScaler, and its static LossScaler)

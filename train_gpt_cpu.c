@@ -593,13 +593,12 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, 
         m->gacc_final = xcalloc_floats(fin);
         m->gacc_layer = xcalloc_floats(layer);
         *work += (embed + fin + layer) * sizeof(float);
-        size_t C = cfg->channels, Vp = cfg->padded_vocab_size, widest = Vp + C > 5 * C ? Vp + C : 5 * C;
+        bf16_staging_elems = gpt2_bf16_staging_elems(cfg, B, T);
         if (dtype == ZC_BF16) {
-            m->staging = (bf16_t *)xcalloc_bytes((size_t)B * T * widest * sizeof(bf16_t));
-            *work += (size_t)B * T * widest * sizeof(bf16_t);
+            m->staging = (bf16_t *)xcalloc_bytes(bf16_staging_elems * sizeof(bf16_t));
+            *work += bf16_staging_elems * sizeof(bf16_t);
         }
         bf16_staging = m->staging;
-        bf16_staging_elems = (size_t)B * T * widest;
         const char *via = getenv("ZEROC_BF16_MATMUL");
         bf16_via_sgemm = (via && !strcmp(via, "sgemm")) || gemm_bf16_best_path() == GEMM_BF16_SCALAR;
         if (dtype == ZC_BF16 && rank == 0)
@@ -655,18 +654,21 @@ static UnitParams gpt2_unit_params(GPT2 *m, int u, int next) {
     return up;
 }
 
+// The fp32 accumulator unit u's gradient collects in (16-bit runs)
+static float *grad_acc(const GPT2 *m, int u) {
+    return u == UNIT_EMBED ? m->gacc_embed : u == gpt2_final_unit(&m->z.lay) ? m->gacc_final : m->gacc_layer;
+}
 static float *gpt2_unit_grads(GPT2 *m, int u) {
     void *g = zero_grads(&m->z, u);
     if (!m->mixed) return (float *)g;
     m->grad_target[u] = g;
-    float *acc = u == UNIT_EMBED ? m->gacc_embed : u == gpt2_final_unit(&m->z.lay) ? m->gacc_final : m->gacc_layer;
+    float *acc = grad_acc(m, u);
     zero_fill(acc, gpt2_unit_padded(&m->z.lay, u));
     return acc;
 }
 static void gpt2_unit_grads_done(GPT2 *m, int u) {
     if (m->mixed) {
-        float *acc = u == UNIT_EMBED ? m->gacc_embed : u == gpt2_final_unit(&m->z.lay) ? m->gacc_final : m->gacc_layer;
-        add_to(m->grad_target[u], acc, gpt2_unit_padded(&m->z.lay, u), m->dtype);
+        add_to(m->grad_target[u], grad_acc(m, u), gpt2_unit_padded(&m->z.lay, u), m->dtype);
     }
     zero_grads_done(&m->z, u);
 }

@@ -343,16 +343,6 @@ static inline float *zero_update_moment(const Zero *z, const float *moment, int 
     return (float *)moment + (z->stage == 0 ? z->lay.unit_offset[u] : zero_shard_offset(z, u));
 }
 
-// Is there an Inf or NaN in the gradient this rank updates from (after the reductions)?
-// (Host memory only: the CPU trainer's check. Any rank's Inf reaches the norm, so the trainer
-// can also read overflow off the global norm.)
-static inline int zero_grads_overflowed(const Zero *z) {
-    int bad = 0;
-    for (int u = 0; u < z->lay.num_units && !bad; u++)
-        bad = zc_has_inf_or_nan(zero_update_grads(z, u), zero_update_count(z, u), z->dtype);
-    return bad;
-}
-
 // The global gradient norm from this rank's sum of squares over its zero_update_grads.
 // Under stage 0 every rank holds the whole averaged gradient, so its local sum is already the
 // global one (adding the ranks' sums would count every element N times); otherwise each rank
