@@ -58,6 +58,25 @@ FORCE:
 gpu_check: train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_cpu
 	bash test/gpu/run_gpu_checks.sh
 
+# The GPU trainer on the CUDA emulator (test/cuda_emu/, for machines without a GPU): g++
+# compiles train_gpt.cu against the emulator's CUDA, cuBLASLt and NCCL headers, with each
+# `kernel<<<grid, block, smem, stream>>>(` launch rewritten to `emu_launch(kernel, "kernel",
+# grid, block, smem, stream)(` (#line keeps messages pointing at train_gpt.cu). The kernels and
+# the host code are train_gpt.cu's own; test_gpu_emu runs test/gpu/run_gpu_checks.sh on these.
+EMU_HEADERS := $(wildcard test/cuda_emu/*.h)
+EMU_CXX     := g++ -std=c++17 -D_GNU_SOURCE -O2 -g -fopenmp -Wall -Wextra -Werror -Itest/cuda_emu -I. $(shell mpicc -showme:compile 2>/dev/null)
+EMU_LDLIBS  := $(LDLIBS) $(shell mpicc -showme:link 2>/dev/null)
+emu_source   = { echo '\#line 1 "$(1)"'; sed -E 's/([A-Za-z_][A-Za-z_0-9]*)<<<(.*)>>>\(/emu_launch(\1, "\1", \2)(/' $(1); } > $(2)
+test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32: test/bin/train_gpt_emu_%: train_gpt.cu $(HEADERS) $(EMU_HEADERS)
+	@mkdir -p test/bin
+	$(call emu_source,$<,$@.cpp)
+	$(EMU_CXX) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) -x c++ $@.cpp -o $@ $(EMU_LDLIBS)
+# The emulator's own checks (test_gpu_emu runs each case)
+test/bin/cuda_emu_selftest: test/cuda_emu_selftest.cu $(EMU_HEADERS)
+	@mkdir -p test/bin
+	$(call emu_source,$<,$@.cpp)
+	$(EMU_CXX) -x c++ $@.cpp -o $@ $(EMU_LDLIBS)
+
 # Unit-test programs: test/foo.c -> test/bin/foo (normal) and test/bin/foo_asan (sanitized).
 test/bin/%: test/%.c $(HEADERS)
 	@mkdir -p test/bin

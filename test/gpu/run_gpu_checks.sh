@@ -25,6 +25,12 @@
 #          --steps N (benchmark steps, default 10)   --tol REL (fp32 gradient tolerance, default 1e-3)
 #          --skip-bench   --only-bench
 # Results go to test/out/gpu_checks/ (summary.txt is what to paste into the README).
+# EMULATED=1 runs the checks without a GPU, on the CUDA emulator (test/cuda_emu/; what
+# test/test_gpu_emu.sh does): GPU_BIN names the binaries (default ./train_gpt_, then the
+# precision), NGPU the number of emulated GPUs (ranks, default 2), ZERO_STEPS the steps of each
+# stage-equivalence run (default 4; 2 keeps the emulated suite short), no benchmark, results in
+# test/out/gpu_checks_emu/ (or OUT). Numbers from the emulator are no GPU's: it computes the
+# kernels' and cuBLASLt's arithmetic on the CPU, with its own summation orders.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 peak="" bench_B=16 bench_steps=10 tol=1e-3 do_bench=1 do_checks=1
@@ -41,11 +47,18 @@ while [ $# -gt 0 ]; do
 done
 PY=${PYTHON:-python3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { echo "no NVIDIA GPU here (nvidia-smi -L failed)"; exit 77; }
-ngpu=$(nvidia-smi -L | wc -l)
-gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-make -s train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_cpu || { echo "FAIL: build"; exit 1; }
-d=test/out/gpu_checks
+gpu=${GPU_BIN:-./train_gpt_}
+if [ "${EMULATED:-0}" = 1 ]; then
+  ngpu=${NGPU:-2} gpu_name="the CUDA emulator (CPU)" do_bench=0
+  d=${OUT:-test/out/gpu_checks_emu}
+  make -s train_gpt_cpu || { echo "FAIL: build"; exit 1; }
+else
+  command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { echo "no NVIDIA GPU here (nvidia-smi -L failed)"; exit 77; }
+  ngpu=$(nvidia-smi -L | wc -l)
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+  d=${OUT:-test/out/gpu_checks}
+  make -s train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_cpu || { echo "FAIL: build"; exit 1; }
+fi
 rm -rf "$d"; mkdir -p "$d"
 summary=$d/summary.txt
 echo "GPU checks on $ngpu x $gpu_name, $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null)" | tee "$summary"
@@ -70,7 +83,7 @@ if [ $do_checks -eq 1 ]; then
     for shape in "2 128" "8 64"; do # B <= NH and B > NH
       set -- $shape; B=$1; T=$2; k=${p}_B$B
       for t in cpu gpu; do
-        bin=./train_gpt_cpu; [ $t = gpu ] && bin=./train_gpt_$p
+        bin=./train_gpt_cpu; [ $t = gpu ] && bin=$gpu$p
         # shellcheck disable=SC2046
         $bin --init "$d/init/model_00000001.bin" --batch "$B" --seq-len "$T" --steps 1 "${common[@]}" --precision $p \
           $(prec_opts $p) --dump-grads "$d/grads_${t}_$k.bin" --log "$d/log_${t}_$k.jsonl" >"$d/run_${t}_$k.log" 2>&1 ||
@@ -89,17 +102,17 @@ if [ $do_checks -eq 1 ]; then
   echo "== 2. ZeRO stages 0-3 on $ngpu GPU(s), 2 micro-steps per step: the same losses" | tee -a "$summary"
   for p in fp32 bf16; do
     for s in 0 1 2 3; do
-      mpi "$ngpu" ./train_gpt_$p --init "$d/init/model_00000001.bin" --batch 4 --seq-len 64 --grad-accum 2 --steps 4 \
+      mpi "$ngpu" $gpu$p --init "$d/init/model_00000001.bin" --batch 4 --seq-len 64 --grad-accum 2 --steps "${ZERO_STEPS:-4}" \
         "${common[@]}" --zero-stage "$s" --log "$d/zero_${p}_$s.jsonl" >"$d/zero_${p}_$s.log" 2>&1 ||
         { tail -n 20 "$d/zero_${p}_$s.log"; fail "$p ZeRO-$s run"; }
     done
-    if $PY - "$d" "$p" "$(loss_tol $p)" <<'EOF' | tee -a "$summary"; then :; else fail "$p: ZeRO stages disagree"; fi
+    if $PY - "$d" "$p" "$(loss_tol $p)" "${ZERO_STEPS:-4}" <<'EOF' | tee -a "$summary"; then :; else fail "$p: ZeRO stages disagree"; fi
 import json, sys
-d, p, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+d, p, tol, steps = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
 loss = {}
 for s in range(4):
     loss[s] = [json.loads(l)["loss"] for l in open(f"{d}/zero_{p}_{s}.jsonl") if '"loss"' in l and '"step"' in l]
-ok = all(len(loss[s]) == 4 for s in loss)
+ok = all(len(loss[s]) == steps for s in loss)
 worst = max((abs(a - b) / max(1.0, abs(a)) for s in (1, 2, 3) for a, b in zip(loss[0], loss[s])), default=0.0)
 ok = ok and worst <= tol
 print(f"{'ok  ' if ok else 'FAIL'} {p} losses by stage: " + "; ".join(f"{s}: " + " ".join(f"{x:.6f}" for x in loss[s]) for s in loss)

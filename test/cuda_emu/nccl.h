@@ -1,0 +1,112 @@
+// nccl.h, the emulator's (see cuda_runtime.h): NCCL's collectives over MPI, queued on the stream
+// they are issued on and run when it gets there. NCCL's rules are checked: device buffers,
+// counts within them, and in-place only in NCCL's exact layouts (all-reduce: send == recv;
+// reduce-scatter: recv == send + rank * count; all-gather: send == recv + rank * count); any
+// other overlap is an error. 16-bit sums are computed in fp32 and rounded per pair.
+#pragma once
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1 // MPI's C API only
+#endif
+#include <mpi.h>
+#include "cuda_runtime.h"
+#include "cuda_bf16.h"
+#include "cuda_fp16.h"
+
+typedef enum { ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3,
+               ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclRemoteError = 6, ncclInProgress = 7 } ncclResult_t;
+typedef enum { ncclInt8 = 0, ncclUint8 = 1, ncclInt32 = 2, ncclUint32 = 3, ncclInt64 = 4, ncclUint64 = 5, ncclFloat16 = 6,
+               ncclHalf = 6, ncclFloat32 = 7, ncclFloat = 7, ncclFloat64 = 8, ncclDouble = 8, ncclBfloat16 = 9 } ncclDataType_t;
+typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
+typedef struct { char internal[128]; } ncclUniqueId;
+struct EmuNcclComm { MPI_Comm comm; int rank, nranks; };
+typedef EmuNcclComm *ncclComm_t;
+
+static inline const char *ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "emulated NCCL error"; }
+static inline ncclResult_t ncclGetUniqueId(ncclUniqueId *id) { memset(id, 0x42, sizeof(*id)); return ncclSuccess; }
+static inline ncclResult_t ncclCommInitRank(ncclComm_t *c, int nranks, ncclUniqueId id, int rank) {
+    (void)id;
+    int wr, ws;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+    MPI_Comm_size(MPI_COMM_WORLD, &ws);
+    if (wr != rank || ws != nranks) emu_fatal("ncclCommInitRank(%d of %d) in MPI rank %d of %d", rank, nranks, wr, ws);
+    *c = new EmuNcclComm{MPI_COMM_NULL, rank, nranks};
+    MPI_Comm_dup(MPI_COMM_WORLD, &(*c)->comm);
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclCommDestroy(ncclComm_t c) { emu_drain_all("ncclCommDestroy"); MPI_Comm_free(&c->comm); delete c; return ncclSuccess; }
+static inline ncclResult_t ncclCommAbort(ncclComm_t c) { (void)c; return ncclSuccess; }
+static inline ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r) { (void)c; *r = ncclSuccess; return ncclSuccess; }
+
+static inline void emu_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *t) {
+    (void)t;
+    __nv_bfloat16 *a = (__nv_bfloat16 *)in, *b = (__nv_bfloat16 *)inout;
+    for (int i = 0; i < *len; i++) b[i] = __float2bfloat16_rn(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+}
+static inline void emu_sum_fp16(void *in, void *inout, int *len, MPI_Datatype *t) {
+    (void)t;
+    __half *a = (__half *)in, *b = (__half *)inout;
+    for (int i = 0; i < *len; i++) b[i] = __float2half_rn(__half2float(a[i]) + __half2float(b[i]));
+}
+static inline size_t emu_nccl_size(ncclDataType_t t) {
+    switch (t) {
+    case ncclFloat: return 4;
+    case ncclDouble: return 8;
+    case ncclBfloat16: case ncclHalf: return 2;
+    default: emu_fatal("NCCL data type %d is not emulated", (int)t);
+    }
+}
+static inline MPI_Datatype emu_nccl_mpi_type(ncclDataType_t t) {
+    return t == ncclFloat ? MPI_FLOAT : t == ncclDouble ? MPI_DOUBLE : MPI_UINT16_T;
+}
+static inline MPI_Op emu_nccl_op(ncclDataType_t t, ncclRedOp_t op) {
+    static MPI_Op bf16 = MPI_OP_NULL, fp16 = MPI_OP_NULL;
+    if (op != ncclSum) emu_fatal("NCCL reduction %d is not emulated", (int)op);
+    if (t == ncclBfloat16) { if (bf16 == MPI_OP_NULL) MPI_Op_create(emu_sum_bf16, 1, &bf16); return bf16; }
+    if (t == ncclHalf) { if (fp16 == MPI_OP_NULL) MPI_Op_create(emu_sum_fp16, 1, &fp16); return fp16; }
+    return MPI_SUM;
+}
+static inline int count_too_big(size_t bytes) { return bytes / 2 > 2147483647u; }
+static inline int emu_overlap(const void *a, size_t an, const void *b, size_t bn) {
+    return (const char *)a < (const char *)b + bn && (const char *)b < (const char *)a + an;
+}
+static inline void emu_nccl_check(const char *fn, const void *send, size_t send_bytes, const void *recv, size_t recv_bytes, int in_place) {
+    if (count_too_big(send_bytes) || count_too_big(recv_bytes)) emu_fatal("%s: counts beyond INT_MAX are not emulated", fn);
+    if (send_bytes) emu_check_range(send, send_bytes, 1, fn, "send buffer");
+    if (recv_bytes) emu_check_range(recv, recv_bytes, 1, fn, "receive buffer");
+    if (!in_place && emu_overlap(send, send_bytes, recv, recv_bytes))
+        emu_fatal("%s: send and receive buffers overlap without being NCCL's in-place layout", fn);
+}
+static inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
+                                  cudaStream_t s) {
+    size_t bytes = count * emu_nccl_size(t);
+    emu_nccl_check("ncclAllReduce", send, bytes, recv, bytes, send == recv);
+    MPI_Op mop = emu_nccl_op(t, op);
+    MPI_Datatype mt = emu_nccl_mpi_type(t);
+    emu_enqueue(s, [=] { MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, mt, mop, c->comm); });
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
+                                      cudaStream_t s) {
+    size_t esz = emu_nccl_size(t), bytes = count * esz;
+    int in_place = (const char *)recv == (const char *)send + (size_t)c->rank * bytes;
+    emu_nccl_check("ncclReduceScatter", send, bytes * c->nranks, recv, bytes, in_place);
+    MPI_Op mop = emu_nccl_op(t, op);
+    MPI_Datatype mt = emu_nccl_mpi_type(t);
+    int n = c->nranks;
+    emu_enqueue(s, [=] { // MPI's in-place layout is not NCCL's: reduce from a copy
+        std::vector<char> copy((const char *)send, (const char *)send + bytes * n);
+        MPI_Reduce_scatter_block(copy.data(), recv, (int)count, mt, mop, c->comm);
+    });
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c, cudaStream_t s) {
+    size_t bytes = count * emu_nccl_size(t);
+    int in_place = (const char *)send == (const char *)recv + (size_t)c->rank * bytes;
+    emu_nccl_check("ncclAllGather", send, bytes, recv, bytes * c->nranks, in_place);
+    MPI_Datatype mt = emu_nccl_mpi_type(t);
+    emu_enqueue(s, [=] { // MPI's in-place all-gather is NCCL's layout
+        if (in_place) MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)count, mt, c->comm);
+        else MPI_Allgather(send, (int)count, mt, recv, (int)count, mt, c->comm);
+    });
+    return ncclSuccess;
+}

@@ -1,0 +1,135 @@
+// The CUDA emulator's own checks, one case per run (`cuda_emu_selftest CASE`), for
+// test_gpu_emu.sh: a correct kernel computes the right numbers, and each kind of mistake the
+// emulator exists to catch is caught (the script expects the message or the signal). Compiled
+// like train_gpt.cu: against test/cuda_emu/, launches rewritten by the Makefile.
+#include <cuda_runtime.h>
+#include <cublasLt.h>
+#include <nccl.h>
+
+#define CHECK(x) do { if ((x) != 0) { fprintf(stderr, "selftest: %s failed\n", #x); exit(2); } } while (0)
+
+// Sum of in[0..n) by one block: per-warp shuffles, then warp partials through shared memory.
+static __global__ void block_sum(float *out, const float *in, int n) {
+    __shared__ float part[32];
+    float v = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) v += in[i];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (unsigned w = 0; w < blockDim.x / 32; w++) s += part[w];
+        out[blockIdx.x] = s;
+    }
+}
+static __global__ void sync_after_return(float *out) {
+    if (threadIdx.x >= 16) return;
+    __syncthreads();
+    out[threadIdx.x] = 1.0f;
+}
+static __global__ void shuffle_after_return(float *out) {
+    if (threadIdx.x < 16) return;
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+static __global__ void fill(float *p, int n, float v) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) p[i] = v;
+}
+static __global__ void copy(float *dst, const float *src, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+
+static float *dev_floats(int n) {
+    float *p;
+    CHECK(cudaMalloc(&p, (size_t)n * sizeof(float)));
+    return p;
+}
+static void to_host(float *h, const float *d, int n) { CHECK(cudaMemcpy(h, d, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost)); }
+
+int main(int argc, char **argv) {
+    if (argc != 2) { fprintf(stderr, "usage: cuda_emu_selftest CASE\n"); return 2; }
+    const char *c = argv[1];
+    cudaStream_t s1, s2;
+    CHECK(cudaStreamCreate(&s1));
+    CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    if (!strcmp(c, "sum")) { // 3 blocks of 256 threads, each the sum 1..1000
+        int n = 1000;
+        float h[1000], r[3];
+        for (int i = 0; i < n; i++) h[i] = (float)(i + 1);
+        float *in = dev_floats(n), *out = dev_floats(3);
+        CHECK(cudaMemcpy(in, h, sizeof(h), cudaMemcpyHostToDevice));
+        block_sum<<<3, 256, 0, s1>>>(out, in, n);
+        CHECK(cudaGetLastError());
+        to_host(r, out, 3);
+        printf("sum %.0f %.0f %.0f\n", r[0], r[1], r[2]);
+        return r[0] == 500500.0f && r[1] == 500500.0f && r[2] == 500500.0f ? 0 : 1;
+    }
+    if (!strcmp(c, "sync_after_return")) { float *o = dev_floats(64); sync_after_return<<<1, 64, 0, s1>>>(o); cudaDeviceSynchronize(); return 0; }
+    if (!strcmp(c, "shuffle_after_return")) { float *o = dev_floats(32); shuffle_after_return<<<1, 32, 0, s1>>>(o); cudaDeviceSynchronize(); return 0; }
+    if (!strcmp(c, "write_past_end")) { // 8 floats past a 100-float buffer: the canary
+        float *p = dev_floats(100);
+        fill<<<1, 32, 0, s1>>>(p, 108, 1.0f);
+        cudaDeviceSynchronize();
+        return 0;
+    }
+    if (!strcmp(c, "host_reads_device")) { float *p = dev_floats(4); printf("%f\n", p[0]); return 0; } // faults
+    if (!strcmp(c, "launch_limits")) { // reported through cudaGetLastError, as on hardware
+        float *p = dev_floats(4);
+        fill<<<1, 2048, 0, s1>>>(p, 4, 1.0f);
+        cudaError_t a = cudaGetLastError();
+        fill<<<0, 32, 0, s1>>>(p, 4, 1.0f);
+        cudaError_t b = cudaGetLastError();
+        fill<<<dim3(1, 70000), 32, 0, s1>>>(p, 4, 1.0f);
+        cudaError_t d = cudaGetLastError();
+        printf("%s / %s / %s\n", cudaGetErrorString(a), cudaGetErrorString(b), cudaGetErrorString(d));
+        return a == cudaErrorInvalidConfiguration && b == cudaErrorInvalidConfiguration && d == cudaErrorInvalidConfiguration ? 0 : 1;
+    }
+    if (!strcmp(c, "host_pointer_argument")) { float h[4]; fill<<<1, 32, 0, s1>>>(h, 4, 1.0f); return 0; }
+    if (!strcmp(c, "wait") || !strcmp(c, "no_wait")) {
+        // s1 writes x = 7; s2 copies x to y, after an event wait or without one. Prints y.
+        float *x = dev_floats(1), *y = dev_floats(1), hy;
+        fill<<<1, 32, 0, s1>>>(x, 1, 0.0f);
+        cudaDeviceSynchronize();
+        cudaEvent_t e;
+        CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        fill<<<1, 32, 0, s1>>>(x, 1, 7.0f);
+        CHECK(cudaEventRecord(e, s1));
+        if (!strcmp(c, "wait")) CHECK(cudaStreamWaitEvent(s2, e, 0));
+        copy<<<1, 32, 0, s2>>>(y, x, 1);
+        cudaDeviceSynchronize();
+        to_host(&hy, y, 1);
+        printf("y = %g\n", hy);
+        return 0;
+    }
+    if (!strcmp(c, "cublaslt_alignment")) { // a pointer less aligned than promised to the heuristic
+        cublasLtHandle_t lt;
+        CHECK(cublasLtCreate(&lt));
+        float *a = dev_floats(64), *d = dev_floats(64);
+        cublasLtMatmulDesc_t desc;
+        cublasLtMatrixLayout_t l;
+        cublasLtMatmulPreference_t pref;
+        CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        CHECK(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, 4, 4, 4));
+        CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        uint32_t al = 16;
+        CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof(al)));
+        cublasLtMatmulHeuristicResult_t h;
+        int found = 0;
+        CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, l, l, l, l, pref, 1, &h, &found));
+        float one = 1.0f, zero = 0.0f;
+        CHECK(cublasLtMatmul(lt, desc, &one, a + 1, l, a, l, &zero, d, l, d, l, &h.algo, NULL, 0, s1));
+        return 0;
+    }
+    if (!strcmp(c, "nccl_overlap")) { // an all-gather whose buffers overlap outside NCCL's in-place layout
+        MPI_Init(&argc, &argv);
+        ncclUniqueId id;
+        ncclComm_t comm;
+        CHECK(ncclGetUniqueId(&id));
+        CHECK(ncclCommInitRank(&comm, 1, id, 0));
+        float *p = dev_floats(8);
+        ncclAllGather(p + 1, p, 4, ncclFloat, comm, s1);
+        MPI_Finalize();
+        return 0;
+    }
+    fprintf(stderr, "unknown case %s\n", c);
+    return 2;
+}

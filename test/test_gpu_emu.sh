@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The GPU trainer run without a GPU: train_gpt.cu built against the CUDA emulator
+# (test/cuda_emu/: kernels as fibers on the CPU, cuBLASLt and NCCL emulated) and put through
+# the checks written for GPU machines (test/gpu/run_gpu_checks.sh), so its kernels, its
+# cuBLASLt descriptors, its NCCL calls and its stream ordering are all exercised here.
+#   1. the emulator's own checks bite (cuda_emu_selftest): a correct block reduction is right;
+#      a __syncthreads or shuffle after threads exited, a write past an allocation, a host read
+#      of device memory, a host pointer given to a kernel, an over-promised alignment, an
+#      overlapping all-gather are each caught; a missing event wait shows under one schedule.
+#   2. run_gpu_checks.sh, emulated: loss and every gradient against the CPU trainer in fp32,
+#      bf16 and fp16 (two shapes), ZeRO stages 0-3 on 2 ranks agreeing (fp32, bf16).
+#   3. the ZeRO runs again with collectives scheduled as early as their events allow
+#      (EMU_SCHEDULE=comm-first) instead of as late as their waits allow: the same losses, bit
+#      for bit. A collective ordered wrongly against the kernels around it changes them.
+#   4. no cuBLASLt algorithm for any matmul (EMU_CUBLASLT_MIN_ALIGN=512): every product by the
+#      trainer's fallback kernel, gradients against the CPU trainer's as in 2.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+PY=${PYTHON:-python3}
+# Debian's OpenBLAS takes its slowest kernels on CPUs it does not know (see pick_openblas_core in
+# train_gpt_cpu.c); the emulated cuBLASLt calls it too.
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo; then
+  export OPENBLAS_CORETYPE=SkylakeX
+fi
+make -s test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32 test/bin/cuda_emu_selftest \
+  train_gpt_cpu || { echo "FAIL: build"; exit 1; }
+d=test/out/gpu_emu
+rm -rf "$d"; mkdir -p "$d"
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+
+echo "== 1. the emulator's checks"
+selftest() { # case, expected exit status, expected text in the output
+  local out rc
+  out=$(test/bin/cuda_emu_selftest "$1" 2>&1); rc=$?
+  if [ "$rc" -eq "$2" ] && grep -qF -- "$3" <<<"$out"; then echo "ok   $1: $(grep -F -- "$3" <<<"$out" | head -n 1)"
+  else fail "$1: exit $rc (expected $2), output: $(head -c 300 <<<"$out")"; fi
+}
+selftest sum 0 "sum 500500 500500 500500"
+selftest sync_after_return 134 "48 of the block's 64 threads have exited before it"
+selftest shuffle_after_return 134 "while 16 lanes of its warp have exited"
+selftest write_past_end 134 "a write past the end of the 400-byte device allocation"
+selftest host_reads_device 139 "the host touched device memory"
+selftest launch_limits 0 "invalid configuration argument / invalid configuration argument / invalid configuration argument"
+selftest host_pointer_argument 134 "pointer argument 0"
+selftest cublaslt_alignment 134 "less aligned than the 16 bytes promised"
+selftest nccl_overlap 134 "overlap without being NCCL's in-place layout"
+selftest wait 0 "y = 7"
+EMU_SCHEDULE=comm-first selftest wait 0 "y = 7"
+selftest no_wait 0 "y = 7"                      # the writer's stream runs first
+EMU_SCHEDULE=comm-first selftest no_wait 0 "y = 0" # the reader's runs first: the race shows
+
+echo "== 2. run_gpu_checks.sh on the emulator"
+EMULATED=1 GPU_BIN=test/bin/train_gpt_emu_ NGPU=2 ZERO_STEPS=2 OUT="$d/checks" bash test/gpu/run_gpu_checks.sh ||
+  fail "run_gpu_checks.sh on the emulator"
+
+echo "== 3. collectives as early as possible: the same losses, bit for bit"
+common=(--train-data "data/brown_train_*.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
+for s in 1 2 3; do
+  ref=$d/checks/zero_bf16_$s.jsonl out=$d/early_bf16_$s.jsonl
+  EMU_SCHEDULE=comm-first mpirun -np 2 --oversubscribe --bind-to none test/bin/train_gpt_emu_bf16 \
+    --init "$d/checks/init/model_00000001.bin" --batch 4 --seq-len 64 --grad-accum 2 --steps 2 "${common[@]}" \
+    --zero-stage "$s" --log "$out" >"$d/early_bf16_$s.log" 2>&1 || { tail -n 5 "$d/early_bf16_$s.log"; fail "ZeRO-$s comm-first run"; continue; }
+  a=$(grep '"step"' "$ref" | sed -n 's/.*"loss":\([^,]*\),.*/\1/p' | tr '\n' ' ')
+  b=$(grep '"step"' "$out" | sed -n 's/.*"loss":\([^,]*\),.*/\1/p' | tr '\n' ' ')
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok   ZeRO-$s bf16, comm-first = compute-first: $b"
+  else fail "ZeRO-$s bf16: compute-first '$a', comm-first '$b'"; fi
+done
+
+echo "== 4. every matmul by the fallback kernel (no cuBLASLt algorithm)"
+EMU_CUBLASLT_MIN_ALIGN=512 test/bin/train_gpt_emu_bf16 --init "$d/checks/init/model_00000001.bin" --batch 2 --seq-len 128 \
+  --steps 1 "${common[@]}" --dump-grads "$d/grads_fallback.bin" >"$d/fallback.log" 2>&1 || { tail -n 5 "$d/fallback.log"; fail "fallback run"; }
+if grep -q "no cuBLASLt algorithm" "$d/fallback.log" &&
+   $PY test/gpu/compare_grads.py "$d/checks/grads_cpu_bf16_B2.bin" "$d/grads_fallback.bin" --tol 5e-2 >"$d/fallback_cmp.txt"; then
+  echo "ok   bf16 B=2 T=128 fallback matmuls, gradients: $(tail -n 1 "$d/fallback_cmp.txt")"
+else cat "$d/fallback_cmp.txt" 2>/dev/null; fail "fallback matmuls: no warning, or gradients differ from the CPU's"; fi
+
+echo "$fails failures"
+[ $fails -eq 0 ]
