@@ -19,9 +19,13 @@ API
     int  gemm_bf16(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc)   fastest path, own scratch
     int  gemm_bf16_ex(path, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc, scratch, bytes)
     int  gemm_bf16_forward / _backward_data / _backward_weight(const GemmBf16Ctx *ctx or NULL, ...)
+    int  gemm_bf16_acc16(path, transA, transB, M, N, K, A, lda, B, ldb, C16, ldc, scratch, bytes)
+    int  gemm_bf16_backward_weight_acc16(ctx, dw16, dout, inp, N, C, OC)
+         C is bf16 and the product is added into it, rounded once per element (see there): a
+         16-bit gradient accumulates a weight's gradient without an fp32 buffer in between.
     int  gemm_bf16_path_supported(path)    GemmBf16Path gemm_bf16_best_path(void)
     const char *gemm_bf16_path_name(path)
-    size_t gemm_bf16_scratch_bytes(M, N, K)
+    size_t gemm_bf16_scratch_bytes(M, N, K)    gemm_bf16_acc16_scratch_bytes(M, N, K)
   All return 0 on success and -1 (touching nothing) on bad arguments (negative sizes or sizes
   over INT_MAX - 64, leading dimensions too small, NULL pointers, transA/transB not 0 or 1), on a
   path this machine cannot run, or when the scratch could not be allocated.
@@ -297,6 +301,17 @@ static inline void zc_gb_tile_in(float *t, const float *C, size_t ldc, int mv, i
     for (int i = 0; i < mv; i++) memcpy(t + i * 16, C + (size_t)i * ldc, (size_t)nv * sizeof(float));
 }
 
+// gemm_bf16_acc16's epilogue (ZcGbAddFn): C16 (mv x nv of a 32 x 32 block, row stride ldc) =
+// f32_to_bf16(bf16_to_f32(C16) + t), t the block's fp32 sums (row stride 32), mv, nv <= 32.
+typedef void (*ZcGbAddFn)(bf16_t *C16, size_t ldc, const float *t, int mv, int nv);
+static inline void zc_gb_add_bf16_scalar(bf16_t *C16, size_t ldc, const float *t, int mv, int nv) {
+    for (int i = 0; i < mv; i++)
+        for (int j = 0; j < nv; j++) {
+            bf16_t *d = C16 + (size_t)i * ldc + j;
+            *d = f32_to_bf16(bf16_to_f32(*d) + t[i * 32 + j]);
+        }
+}
+
 static inline float zc_gb_f32(bf16_t h) {  // widening is exact; NaN quieting is irrelevant here
     uint32_t u = (uint32_t)h << 16;
     float f;
@@ -392,6 +407,31 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_pack_avx512(bf16_t *dst, const bf16
             if (!vnni) zc_gb_transpose16_epi32(v);
         }
         for (int i = 0; i < 16; i++) _mm512_storeu_si512((void *)(d + i * 32), v[i]);
+    }
+}
+
+// zc_gb_add_bf16_scalar, 16 lanes at a time with the same integer steps as bf16_to_f32 (quiet
+// NaNs) and f32_to_bf16 (round to nearest even on the bits; NaN keeps its top payload, quiet),
+// so the results are bit-identical to it; only the fp32 add is a float instruction.
+ZC_GB_TARGET_AVX512 static inline void zc_gb_add_bf16_avx512(bf16_t *C16, size_t ldc, const float *t, int mv, int nv) {
+    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    const __m512i quiet32 = _mm512_set1_epi32(0x00400000), quiet16 = _mm512_set1_epi32(0x0040);
+    const __m512i half = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
+    for (int i = 0; i < mv; i++) {
+        bf16_t *d = C16 + (size_t)i * ldc;
+        for (int j = 0; j < nv; j += 16) {
+            int n = nv - j < 16 ? nv - j : 16;
+            __mmask16 m = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
+            __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, d + j)), 16);
+            u = _mm512_mask_or_epi32(u, _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf), u, quiet32);
+            __m512 x = _mm512_add_ps(_mm512_castsi512_ps(u), _mm512_maskz_loadu_ps(m, t + i * 32 + j));
+            __m512i v = _mm512_castps_si512(x);
+            __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(v, abs_mask), inf);
+            __m512i r = _mm512_add_epi32(v, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(v, 16), one)));
+            r = _mm512_srli_epi32(r, 16);
+            r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(v, 16), quiet16);
+            _mm256_mask_storeu_epi16(d + j, m, _mm512_cvtepi32_epi16(r));
+        }
     }
 }
 
@@ -518,7 +558,9 @@ typedef struct {
     size_t bytes;    // scratch needed, including 64 bytes of alignment slack
 } ZcGbPlan;
 
-static inline ZcGbPlan zc_gb_plan(int M, int N, int K) {
+// full_k: one K block of all of K (gemm_bf16_acc16 needs each C element's whole sum before it
+// rounds it into C).
+static inline ZcGbPlan zc_gb_plan(int M, int N, int K, int full_k) {
     ZcGbPlan p;
     int nt = 1;
 #ifdef _OPENMP
@@ -532,7 +574,7 @@ static inline ZcGbPlan zc_gb_plan(int M, int N, int K) {
     if (sext < 1) sext = 1;
     int kp = zc_gb_round32(K > 0 ? K : 1);
     p.rc = zc_gb_min(GEMM_BF16_RC, zc_gb_round32(rext));
-    p.kc = zc_gb_min(GEMM_BF16_KC, kp);
+    p.kc = full_k ? kp : zc_gb_min(GEMM_BF16_KC, kp);
     p.res_elems = (size_t)p.rc * kp;
     // Each work item re-reads the whole resident block. When that does not fit in L2 (the LM
     // head's backward-data product: 256 x 50304), use fewer, wider items: about 2 per thread.
@@ -549,7 +591,11 @@ static inline ZcGbPlan zc_gb_plan(int M, int N, int K) {
 
 static inline size_t gemm_bf16_scratch_bytes(int M, int N, int K) {
     if (M <= 0 || N <= 0 || K <= 0) return 0;
-    return zc_gb_plan(M, N, K).bytes;
+    return zc_gb_plan(M, N, K, 0).bytes;
+}
+static inline size_t gemm_bf16_acc16_scratch_bytes(int M, int N, int K) {
+    if (M <= 0 || N <= 0 || K <= 0) return 0;
+    return zc_gb_plan(M, N, K, 1).bytes;
 }
 
 static inline void zc_gb_pause(void) {
@@ -566,9 +612,11 @@ static inline int zc_gb_thread_num(void) {
 #endif
 }
 
-static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M, int N, int K,
-                               const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta,
-                               float *C, int ldc, void *scratch, size_t scratch_bytes) {
+// The driver of gemm_bf16_ex (C16 NULL: fp32 C with beta) and gemm_bf16_acc16 (C NULL, beta 1:
+// each element's sum over all of K rounded into C16, which it is added to).
+static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, int N, int K,
+                            const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta,
+                            float *C, bf16_t *C16, int ldc, void *scratch, size_t scratch_bytes) {
     if (M < 0 || N < 0 || K < 0 || M > INT_MAX - 64 || N > INT_MAX - 64 || K > INT_MAX - 64) return -1;
     if ((transA != 0 && transA != 1) || (transB != 0 && transB != 1)) return -1;
     if (lda < (transA ? (M > 1 ? M : 1) : (K > 1 ? K : 1))) return -1;
@@ -577,17 +625,20 @@ static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M,
     if (path == GEMM_BF16_AUTO) path = gemm_bf16_best_path();
     else if (!gemm_bf16_path_supported(path)) return -1;
     if (M == 0 || N == 0) return 0;
-    if (!C || (K > 0 && (!A || !B))) return -1;
+    if ((!C && !C16) || (K > 0 && (!A || !B))) return -1;
+    if (C16 && K == 0) return 0;  // adds nothing
 
     ZcGbPackFn pack = zc_gb_pack_scalar;
     ZcGbKernelFn kernel = zc_gb_kernel_scalar;
+    ZcGbAddFn add_bf16 = zc_gb_add_bf16_scalar;
 #ifdef ZC_GB_X86
     if (path == GEMM_BF16_AVX512BF16) { pack = zc_gb_pack_avx512; kernel = zc_gb_kernel_avx512bf16; }
     if (path == GEMM_BF16_AMX) { pack = zc_gb_pack_avx512; kernel = zc_gb_kernel_amx; }
+    if (path != GEMM_BF16_SCALAR) add_bf16 = zc_gb_add_bf16_avx512;
 #endif
     const int amx = path == GEMM_BF16_AMX;
 
-    const ZcGbPlan pl = zc_gb_plan(M, N, K);
+    const ZcGbPlan pl = zc_gb_plan(M, N, K, C16 != NULL);
     void *mem = NULL;
     if (K > 0 && (!scratch || scratch_bytes < pl.bytes)) {
         mem = malloc(pl.bytes);
@@ -621,7 +672,7 @@ static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M,
     const int nKt = zc_gb_round32(K) / 32;
     const size_t rstrip = (size_t)nKt * 512;  // resident strip stride (elements)
     const int nchunks = (sext + SC - 1) / SC;
-    const int acc0 = beta != 0.0f;
+    const int acc0 = !C16 && beta != 0.0f;  // acc16 sums into a zeroed local block
     bf16_t *rbuf = (bf16_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     bf16_t *sbuf0 = rbuf + pl.res_elems;
     const size_t ldcz = (size_t)ldc;
@@ -638,6 +689,7 @@ static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M,
     {
         const int tid = zc_gb_thread_num();
         bf16_t *sbuf = sbuf0 + (size_t)tid * pl.str_elems;
+        float cblk[32 * 32] __attribute__((aligned(64)));
 #ifdef ZC_GB_X86
         if (amx) zc_gb_amx_begin();
 #endif
@@ -674,9 +726,20 @@ static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M,
                         for (int rb = 0; rb < rc; rb += 32) {
                             const bf16_t *pr = rbuf + (size_t)(rb / 16) * rstrip + (size_t)(k0 / 32) * 512;
                             const int row0 = a_res ? r0 + rb : s0 + sb, col0 = a_res ? s0 + sb : r0 + rb;
-                            float *c = C + (size_t)row0 * ldcz + col0;
-                            if (a_res) kernel(pr, rstrip, ps, sstrip, nkt, c, ldcz, M - row0, N - col0, acc);
-                            else kernel(ps, sstrip, pr, rstrip, nkt, c, ldcz, M - row0, N - col0, acc);
+                            if (row0 >= M || col0 >= N) continue;
+                            // acc16: the block's whole sum (one K block) in a local tile, then added
+                            float *c = C16 ? cblk : C + (size_t)row0 * ldcz + col0;
+                            const size_t ldk = C16 ? 32 : ldcz;
+                            const int mv = zc_gb_min(M - row0, C16 ? 32 : M), nv = zc_gb_min(N - col0, C16 ? 32 : N);
+                            // The block's 32 rows of C16 lie a row apart in memory (a weight
+                            // gradient, read once): ask for them now, so that they arrive while
+                            // the kernel computes instead of one miss at a time in the add.
+                            if (C16)
+                                for (int i = 0; i < zc_gb_min(mv, 32); i++)
+                                    __builtin_prefetch(C16 + (size_t)(row0 + i) * ldcz + col0, 1, 3);
+                            if (a_res) kernel(pr, rstrip, ps, sstrip, nkt, c, ldk, mv, nv, acc);
+                            else kernel(ps, sstrip, pr, rstrip, nkt, c, ldk, mv, nv, acc);
+                            if (C16) add_bf16(C16 + (size_t)row0 * ldcz + col0, ldcz, cblk, mv, nv);
                         }
                     }
                 }
@@ -689,6 +752,23 @@ static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M,
     (void)amx;
     free(mem);
     return 0;
+}
+
+static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M, int N, int K,
+                               const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta,
+                               float *C, int ldc, void *scratch, size_t scratch_bytes) {
+    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, beta, C, NULL, ldc, scratch, scratch_bytes);
+}
+
+// C (bf16, M x N) = round(C + op(A) · op(B)): each element's product summed over all of K in
+// fp32, then added to the element widened and rounded to nearest even (f32_to_bf16). That is
+// gemm_bf16_ex with beta 0 into an fp32 buffer followed by that add, bit for bit, without the
+// buffer's memory traffic (where K > GEMM_BF16_KC the non-AMX paths sum the K blocks in another
+// order than gemm_bf16_ex: this sums all of K in one block). K = 0 leaves C as it is.
+static inline int gemm_bf16_acc16(GemmBf16Path path, int transA, int transB, int M, int N, int K,
+                                  const bf16_t *A, int lda, const bf16_t *B, int ldb, bf16_t *C, int ldc,
+                                  void *scratch, size_t scratch_bytes) {
+    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, 1.0f, NULL, C, ldc, scratch, scratch_bytes);
 }
 
 static inline int gemm_bf16(int transA, int transB, int M, int N, int K, const bf16_t *A, int lda,
@@ -716,6 +796,14 @@ static inline int gemm_bf16_backward_weight(const GemmBf16Ctx *ctx, float *dw, c
     GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
     if (!ctx) ctx = &d;
     return gemm_bf16_ex(ctx->path, 1, 0, OC, C, N, dout, OC, inp, C, beta, dw, C, ctx->scratch, ctx->scratch_bytes);
+}
+
+// dw (OC,C) bf16 = round(dw + doutᵀ · inp): the weight gradient rounded straight into 16 bits
+static inline int gemm_bf16_backward_weight_acc16(const GemmBf16Ctx *ctx, bf16_t *dw, const bf16_t *dout,
+                                                  const bf16_t *inp, int N, int C, int OC) {
+    GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
+    if (!ctx) ctx = &d;
+    return gemm_bf16_acc16(ctx->path, 1, 0, OC, C, N, dout, OC, inp, C, dw, C, ctx->scratch, ctx->scratch_bytes);
 }
 
 #endif  // ZC_GEMM_BF16_H

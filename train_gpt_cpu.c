@@ -161,6 +161,13 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
 static bf16_t *bf16_staging;
 static size_t bf16_staging_elems;
 static int bf16_via_sgemm;
+// A layer's weight gradients skip the fp32 accumulator in bf16 runs on gemm_bf16: each weight's
+// product is rounded straight into its 16-bit gradient (gemm_bf16_acc16), bit for bit what
+// accumulating it in fp32 and rounding that into the 16-bit gradient gives (one product per
+// weight per micro-step), without writing, zeroing and re-reading 4 bytes of fp32 per weight.
+// While a layer's backward runs, its accumulator [acc, acc + n) maps onto the 16-bit gradient
+// g16 (set by gpt2_unit_grads, cleared by gpt2_unit_grads_done); kernels take no context.
+static struct { const float *acc; size_t n; bf16_t *g16; } grads16_direct;
 
 static void die_gemm(void) { fprintf(stderr, "error: gemm_bf16 refused its arguments\n"); exit(1); }
 
@@ -198,7 +205,11 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
         f32_to_bf16_array(dout16, dout, (size_t)N * OC);
         f32_to_bf16_array(inp16, inp, (size_t)N * C);
         if (gemm_bf16_backward_data(NULL, dinp, dout16, (const bf16_t *)w16, N, C, OC, 0.0f)) die_gemm();
-        if (gemm_bf16_backward_weight(NULL, dw, dout16, inp16, N, C, OC, 1.0f)) die_gemm();
+        uintptr_t at = (uintptr_t)dw, lo = (uintptr_t)grads16_direct.acc;
+        if (grads16_direct.acc && at >= lo && at < lo + grads16_direct.n * sizeof(float)) {
+            bf16_t *dw16 = grads16_direct.g16 + (dw - grads16_direct.acc);
+            if (gemm_bf16_backward_weight_acc16(NULL, dw16, dout16, inp16, N, C, OC)) die_gemm();
+        } else if (gemm_bf16_backward_weight(NULL, dw, dout16, inp16, N, C, OC, 1.0f)) die_gemm();
     } else if (w16) { // rows of dout and inp rounded, as many as fit in the staging's bytes as fp32
         int rows = (int)(bf16_staging_elems / 2 / ((size_t)OC + C));
         for (int r0 = 0; r0 < N; r0 += rows) {
@@ -324,7 +335,14 @@ static void residual_forward(float *out, const float *a, const float *b, size_t 
 #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
-static void zero_fill(float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
+// Zeroing is memory-bound (gradient accumulators of hundreds of MB): one memset per thread on
+// large buffers, so that the second core's bandwidth is not left idle.
+static void zero_bytes(void *p, size_t bytes) {
+    size_t chunk = (size_t)1 << 20, nchunks = (bytes + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+    for (size_t i = 0; i < nchunks; i++) memset((char *)p + i * chunk, 0, i + 1 < nchunks ? chunk : bytes - i * chunk);
+}
+static void zero_fill(float *p, size_t n) { zero_bytes(p, n * sizeof(float)); }
 
 // The LM head's loss, fused: for each of N rows of logits (N,Vp), the softmax over the first V
 // columns (padded columns never enter it), the cross-entropy against targets (N) into losses (N),
@@ -461,7 +479,7 @@ static void mpi_sum_doubles(void *ctx, double *x, int n) {
 static void mpi_set_step(void *ctx, int step) { ((MpiBackend *)ctx)->step = step; }
 static void *host_alloc(void *ctx, size_t bytes) { (void)ctx; return xcalloc_bytes(bytes); }
 static void host_free(void *ctx, void *p) { (void)ctx; free(p); }
-static void host_zero(void *ctx, void *p, size_t bytes) { (void)ctx; memset(p, 0, bytes); }
+static void host_zero(void *ctx, void *p, size_t bytes) { (void)ctx; zero_bytes(p, bytes); }
 
 // dst (of type dtype) += src (fp32), rounded to dtype: gradients accumulate so. (One loop per
 // type, so that each vectorises.)
@@ -557,6 +575,7 @@ typedef struct {
     int B, T;                      // the largest batch the activations hold
     int *inputs, *targets;         // (B,T)
     const int *dev_inputs, *dev_targets; // where the kernels read the batch: here, the same arrays
+    int batch_n;                   // B*T of the batch uploaded last
 } GPT2;
 
 static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, int rank, int world, int dtype,
@@ -628,12 +647,14 @@ static int view_of(const GPT2 *m, int u) {
 }
 // Widen one run of a unit's 16-bit parameters into its fp32 view. A bf16 run's matmuls read the
 // 16-bit weights, so only what other kernels read is widened: everything but the layers'
-// weight matrices (the embeddings are read by the token lookup).
-typedef struct { float *dst; const void *src; size_t base; int dtype, skip_matrices; } WidenRun;
+// weight matrices, and of the token embedding (the LM head's weights too) only the rows of the
+// batch's tokens, which the token lookup reads (wte is unit 0's first tensor: [0, wte_end)).
+typedef struct { float *dst; const void *src; size_t base, wte_end; int dtype, skip_matrices; } WidenRun;
 static void widen_segment(const ParamSegment *seg, void *ctx) {
     WidenRun *w = (WidenRun *)ctx;
     if (w->skip_matrices && seg->kind == SEG_DECAY) return;
     size_t lo = seg->begin - w->base;
+    if (lo < w->wte_end) return; // (a segment never straddles a tensor's end)
     zc_widen(w->dst + lo, (const uint16_t *)w->src + lo, seg->end - seg->begin, w->dtype);
 }
 static UnitParams gpt2_unit_params(GPT2 *m, int u, int next) {
@@ -644,8 +665,16 @@ static UnitParams gpt2_unit_params(GPT2 *m, int u, int next) {
     int k = view_of(m, u);
     if (m->view_unit[k] != u || m->view_forward[k] != z->forwards) {
         size_t begin = z->lay.unit_offset[u];
-        WidenRun w = {m->view[k], p, begin, m->dtype, m->dtype == ZC_BF16 && !bf16_via_sgemm && zero_is_layer(z, u)};
+        int bf16_gemm = m->dtype == ZC_BF16 && !bf16_via_sgemm, rows_only = bf16_gemm && u == UNIT_EMBED;
+        size_t C = (size_t)m->cfg.channels;
+        WidenRun w = {m->view[k], p, begin, rows_only ? gpt2_tensor_numel(&m->cfg, P_WTE) : 0, m->dtype,
+                      bf16_gemm && zero_is_layer(z, u)};
         gpt2_for_each_segment(&z->lay, begin, begin + gpt2_unit_padded(&z->lay, u), widen_segment, &w);
+        if (rows_only) // the batch is uploaded before the forward asks for the embeddings
+            for (int i = 0; i < m->batch_n; i++) {
+                size_t row = (size_t)m->dev_inputs[i] * C;
+                zc_widen(m->view[k] + row, (const uint16_t *)p + row, C, m->dtype);
+            }
         m->view_unit[k] = u;
         m->view_forward[k] = z->forwards;
     }
@@ -658,17 +687,43 @@ static UnitParams gpt2_unit_params(GPT2 *m, int u, int next) {
 static float *grad_acc(const GPT2 *m, int u) {
     return u == UNIT_EMBED ? m->gacc_embed : u == gpt2_final_unit(&m->z.lay) ? m->gacc_final : m->gacc_layer;
 }
+// A layer's weight matrices go straight into 16 bits (grads16_direct) in bf16 runs on gemm_bf16.
+static int grads_direct(const GPT2 *m, int u) {
+    return m->dtype == ZC_BF16 && !bf16_via_sgemm && zero_is_layer(&m->z, u);
+}
+// The fp32 accumulator's part of unit u that gradients collect in: all of it, or all but the
+// weight matrices (SEG_DECAY in a layer) when those go straight into 16 bits. Zeroed when the
+// unit's backward starts; added into the 16-bit gradient when it is done.
+typedef struct { float *acc; void *target; size_t base; int dtype, skip_matrices, add; } AccRun;
+static void acc_segment(const ParamSegment *seg, void *ctx) {
+    AccRun *r = (AccRun *)ctx;
+    if (r->skip_matrices && seg->kind == SEG_DECAY) return;
+    size_t lo = seg->begin - r->base, n = seg->end - seg->begin;
+    if (r->add) add_to((char *)r->target + lo * zc_dtype_size(r->dtype), r->acc + lo, n, r->dtype);
+    else zero_fill(r->acc + lo, n);
+}
+static void acc_pass(GPT2 *m, int u, int add) {
+    size_t begin = m->z.lay.unit_offset[u];
+    AccRun r = {grad_acc(m, u), m->grad_target[u], begin, m->dtype, grads_direct(m, u), add};
+    gpt2_for_each_segment(&m->z.lay, begin, begin + gpt2_unit_padded(&m->z.lay, u), acc_segment, &r);
+}
 static float *gpt2_unit_grads(GPT2 *m, int u) {
     void *g = zero_grads(&m->z, u);
     if (!m->mixed) return (float *)g;
     m->grad_target[u] = g;
-    float *acc = grad_acc(m, u);
-    zero_fill(acc, gpt2_unit_padded(&m->z.lay, u));
-    return acc;
+    acc_pass(m, u, 0);
+    if (grads_direct(m, u)) {
+        grads16_direct.acc = grad_acc(m, u);
+        grads16_direct.n = gpt2_unit_padded(&m->z.lay, u);
+        grads16_direct.g16 = (bf16_t *)g;
+    }
+    return grad_acc(m, u);
 }
 static void gpt2_unit_grads_done(GPT2 *m, int u) {
     if (m->mixed) {
-        add_to(m->grad_target[u], grad_acc(m, u), gpt2_unit_padded(&m->z.lay, u), m->dtype);
+        acc_pass(m, u, 1);
+        grads16_direct.acc = NULL;
+        grads16_direct.n = 0;
     }
     zero_grads_done(&m->z, u);
 }
@@ -715,7 +770,7 @@ static LayerActs gpt2_layer_acts_backward(GPT2 *m, int l, int B, int T) {
 
 // The batch is already where the kernels read it.
 static void upload_batch(GPT2 *m, const int *inputs, const int *targets, int N) {
-    (void)N;
+    m->batch_n = N;
     m->dev_inputs = inputs;
     m->dev_targets = targets;
 }

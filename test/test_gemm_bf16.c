@@ -409,6 +409,66 @@ static void pick_openblas_core(char **argv) {
     execv("/proc/self/exe", argv);
 }
 
+// gemm_bf16_acc16 is gemm_bf16_ex (beta 0) into fp32 followed by C16 = f32_to_bf16(C16 + that),
+// bit for bit: on every transposition, edges (sizes not multiples of 16 or 32), leading
+// dimensions with padding (never read or written), NaN and Inf in C16 and in the products,
+// signed zeros, 1 and 2 threads. K <= GEMM_BF16_KC except on AMX, where the K blocks' sums
+// are the same anyway (the tiles carry them); K = 0 leaves C16 as it is.
+static void test_acc16(GemmBf16Path path) {
+    static const int shapes[][3] = {{1, 1, 1}, {17, 33, 31}, {64, 96, 64}, {130, 5, 70}, {3 * 96, 96, 64},
+                                    {96, 3 * 96, 64}, {70, 530, 256}, {45, 77, 900}};
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        if (K > GEMM_BF16_KC && path != GEMM_BF16_AMX) continue;
+        for (int t = 0; t < 4; t++) {
+            int tA = t >> 1, tB = t & 1, pad = s % 2 ? 3 : 0, ldc = N + pad;
+            int lda = (tA ? M : K) + pad, ldb = (tB ? K : N) + pad;
+            bf16_t *A = tA ? alloc_mat(K, M, lda) : alloc_mat(M, K, lda);
+            bf16_t *B = tB ? alloc_mat(N, K, ldb) : alloc_mat(K, N, ldb);
+            if (s == 1) { A[0] = 0x7F80; B[0] = 0xFF80; }  // Inf products (and Inf - Inf = NaN)
+            bf16_t *C16 = alloc_mat(M, N, ldc), *want = alloc_mat(M, N, ldc);
+            C16[0] = 0x7F81; if (M * N > 2) { C16[1] = 0x8000; C16[2] = 0xFF80; }  // sNaN, -0, -Inf
+            memcpy(want, C16, ((size_t)(M - 1) * ldc + N) * sizeof(bf16_t));
+            float *P = malloc((size_t)M * N * sizeof(float));
+            gemm_bf16_ex(path, tA, tB, M, N, K, A, lda, B, ldb, 0.0f, P, N, NULL, 0);
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) {
+                    bf16_t *w = want + (size_t)m * ldc + n;
+                    *w = f32_to_bf16(bf16_to_f32(*w) + P[(size_t)m * N + n]);
+                }
+            for (int threads = 1; threads <= 2; threads++) {
+                bf16_t *got = alloc_mat(M, N, ldc);
+                memcpy(got, C16, ((size_t)(M - 1) * ldc + N) * sizeof(bf16_t));
+#ifdef _OPENMP
+                int saved = omp_get_max_threads();
+                omp_set_num_threads(threads);
+#endif
+                CHECK(gemm_bf16_acc16(path, tA, tB, M, N, K, A, lda, B, ldb, got, ldc, NULL, 0) == 0, "acc16 rc");
+#ifdef _OPENMP
+                omp_set_num_threads(saved);
+#endif
+                CHECK(memcmp(got, want, ((size_t)(M - 1) * ldc + N) * sizeof(bf16_t)) == 0,
+                      "%s acc16 %dx%dx%d tA=%d tB=%d, %d threads: differs from gemm_bf16_ex + add",
+                      gemm_bf16_path_name(path), M, N, K, tA, tB, threads);
+                free(got);
+            }
+            free(A); free(B); free(C16); free(want); free(P);
+        }
+    }
+    bf16_t a = 0x3F80, b = 0x3F80, c = 0x8000;
+    CHECK(gemm_bf16_acc16(path, 0, 0, 1, 1, 0, &a, 1, &b, 1, &c, 1, NULL, 0) == 0 && c == 0x8000, "acc16 K = 0 changed C");
+    CHECK(gemm_bf16_acc16(path, 0, 0, 1, 1, 1, &a, 1, &b, 1, NULL, 1, NULL, 0) == -1, "acc16 C NULL");
+    // the layer wrapper
+    int Nt = 64, C = 96, OC = 3 * 96;
+    bf16_t *dout = alloc_mat(Nt, OC, OC), *inp = alloc_mat(Nt, C, C), *x = alloc_mat(OC, C, C), *y = alloc_mat(OC, C, C);
+    memcpy(y, x, (size_t)OC * C * sizeof(bf16_t));
+    GemmBf16Ctx ctx = {path, NULL, 0};
+    CHECK(gemm_bf16_backward_weight_acc16(&ctx, x, dout, inp, Nt, C, OC) == 0, "acc16 wrapper rc");
+    gemm_bf16_acc16(path, 1, 0, OC, C, Nt, dout, OC, inp, C, y, C, NULL, 0);
+    CHECK(memcmp(x, y, (size_t)OC * C * sizeof(bf16_t)) == 0, "%s backward-weight acc16 wrapper", gemm_bf16_path_name(path));
+    free(dout); free(inp); free(x); free(y);
+}
+
 int main(int argc, char **argv) {
     int quick = 0, do_bench = 0, no_scalar = 0;
     const char *only_path = NULL, *only_shape = NULL;
@@ -452,6 +512,7 @@ int main(int argc, char **argv) {
         test_determinism(path);
         test_specials(path);
         test_wrappers(path);
+        test_acc16(path);
         printf("path %s: %s (%.2fs more)\n", gemm_bf16_path_name(path),
                n_fail == f0 && path_fail[p] == 0 ? "ok" : "FAILED", now() - t1);
     }
