@@ -71,6 +71,12 @@ test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_f
 	@mkdir -p test/bin
 	$(call emu_source,$<,$@.cpp)
 	$(EMU_CXX) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) -x c++ $@.cpp -o $@ $(EMU_LDLIBS)
+# The same, bf16, under AddressSanitizer + UndefinedBehaviorSanitizer: the trainer's host code
+# (checkpoints, token grouping, the backend's bookkeeping) checked as the CPU trainer's is.
+test/bin/train_gpt_emu_bf16_asan: train_gpt.cu $(HEADERS) $(EMU_HEADERS)
+	@mkdir -p test/bin
+	$(call emu_source,$<,$@.cpp)
+	$(filter-out -O2,$(EMU_CXX)) $(SANFLAGS) -DGPU_PRECISION_BF16 -x c++ $@.cpp -o $@ $(EMU_LDLIBS)
 # The emulator's own checks (test_gpu_emu runs each case)
 test/bin/cuda_emu_selftest: test/cuda_emu_selftest.cu $(EMU_HEADERS)
 	@mkdir -p test/bin

@@ -14,6 +14,8 @@
 #      for bit. A collective ordered wrongly against the kernels around it changes them.
 #   4. no cuBLASLt algorithm for any matmul (EMU_CUBLASLT_MIN_ALIGN=512): every product by the
 #      trainer's fallback kernel, gradients against the CPU trainer's as in 2.
+#   5. under AddressSanitizer + UBSan, ZeRO-3 on 2 ranks: a run saved at step 2 and resumed
+#      gives the uninterrupted run's losses bit for bit (checkpoints through the device copies).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -24,6 +26,7 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw
   export OPENBLAS_CORETYPE=SkylakeX
 fi
 make -s test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32 test/bin/cuda_emu_selftest \
+  test/bin/train_gpt_emu_bf16_asan \
   train_gpt_cpu || { echo "FAIL: build"; exit 1; }
 d=test/out/gpu_emu
 rm -rf "$d"; mkdir -p "$d"
@@ -75,6 +78,21 @@ if grep -q "no cuBLASLt algorithm" "$d/fallback.log" &&
    $PY test/gpu/compare_grads.py "$d/checks/grads_cpu_bf16_B2.bin" "$d/grads_fallback.bin" --tol 5e-2 >"$d/fallback_cmp.txt"; then
   echo "ok   bf16 B=2 T=128 fallback matmuls, gradients: $(tail -n 1 "$d/fallback_cmp.txt")"
 else cat "$d/fallback_cmp.txt" 2>/dev/null; fail "fallback matmuls: no warning, or gradients differ from the CPU's"; fi
+
+echo "== 5. ASan + UBSan, ZeRO-3 on 2 ranks: save at step 2, resume, the same losses"
+export ASAN_OPTIONS=detect_leaks=0 # MPI's own allocations at exit are not ours
+$PY test/zero_check.py shard "$d/small.bin" 4096 512 5 # random tokens below 512
+small=(--batch 2 --seq-len 32 --train-data "$d/small.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0
+       --zero-stage 3)
+shape=(--layers 2 --channels 64 --heads 4 --vocab-size 512 --max-seq-len 32)
+asan() { mpirun -np 2 --oversubscribe --bind-to none test/bin/train_gpt_emu_bf16_asan "$@"; }
+if asan "${small[@]}" "${shape[@]}" --steps 4 --save-every 2 --out "$d/ck" --log "$d/a.jsonl" >"$d/asan_a.log" 2>&1 &&
+   asan "${small[@]}" --steps 4 --resume "$d/ck/step_00000002" --log "$d/b.jsonl" >"$d/asan_b.log" 2>&1; then
+  a=$(grep -E '"step":(3|4),' "$d/a.jsonl" | sed -n 's/.*"loss":\([^,]*\),.*/\1/p' | tr '\n' ' ')
+  b=$(grep -E '"step":(3|4),' "$d/b.jsonl" | sed -n 's/.*"loss":\([^,]*\),.*/\1/p' | tr '\n' ' ')
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok   steps 3-4 uninterrupted $a| resumed $b"
+  else fail "resume: uninterrupted '$a', resumed '$b'"; fi
+else tail -n 20 "$d"/asan_*.log; fail "ASan runs"; fi
 
 echo "$fails failures"
 [ $fails -eq 0 ]

@@ -58,6 +58,7 @@
 #include <vector>
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
+#include <sanitizer/asan_interface.h>
 #endif
 
 [[noreturn]] static void emu_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -254,31 +255,42 @@ __asm__(".text\n.globl emu_fiber_switch\n.type emu_fiber_switch,@function\nemu_f
         "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
         "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n  ret\n"
         ".size emu_fiber_switch, .-emu_fiber_switch\n");
-// Switches, told to AddressSanitizer when it is on (its fake stacks follow the fibers).
-static inline void emu_switch_to(void **save, void *to, const char *stack, size_t size) {
+// Switches, told to AddressSanitizer when it is on: which stack is being entered (the host's is
+// learnt on the first switch into a fiber), and its fake stacks follow the fibers.
+#if defined(__SANITIZE_ADDRESS__)
+static const void *emu_host_stack;
+static size_t emu_host_stack_size;
+#endif
+static inline void emu_enter_fiber(EmuThread *t) { // scheduler -> fiber
 #if defined(__SANITIZE_ADDRESS__)
     void *fake = NULL;
-    __sanitizer_start_switch_fiber(&fake, stack, size);
-    emu_fiber_switch(save, to);
+    __sanitizer_start_switch_fiber(&fake, t->stack, EMU_STACK);
+    emu_fiber_switch(&emu_k.sched_sp, t->sp);
     __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #else
-    (void)stack; (void)size;
-    emu_fiber_switch(save, to);
+    emu_fiber_switch(&emu_k.sched_sp, t->sp);
 #endif
 }
-static inline void emu_yield(void) { // back to the scheduler, on the host's own stack
+static inline void emu_yield(void) { // fiber -> scheduler, on the host's own stack
     EmuThread *t = emu_k.cur;
-    emu_switch_to(&t->sp, emu_k.sched_sp, NULL, 0);
+#if defined(__SANITIZE_ADDRESS__)
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(&fake, emu_host_stack, emu_host_stack_size);
+    emu_fiber_switch(&t->sp, emu_k.sched_sp);
+    __sanitizer_finish_switch_fiber(fake, &emu_host_stack, &emu_host_stack_size);
+#else
+    emu_fiber_switch(&t->sp, emu_k.sched_sp);
+#endif
 }
 static void emu_fiber_entry(void) {
 #if defined(__SANITIZE_ADDRESS__)
-    __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+    __sanitizer_finish_switch_fiber(NULL, &emu_host_stack, &emu_host_stack_size);
 #endif
     (*emu_k.body)();
     emu_k.cur->state = EMU_DONE;
     void *dead;
 #if defined(__SANITIZE_ADDRESS__)
-    __sanitizer_start_switch_fiber(NULL, NULL, 0); // this fiber's stack is done with
+    __sanitizer_start_switch_fiber(NULL, emu_host_stack, emu_host_stack_size); // NULL: this fiber is done
 #endif
     emu_fiber_switch(&dead, emu_k.sched_sp);
 }
@@ -287,6 +299,11 @@ static void emu_fiber_entry(void) {
 // with the stack alignment of a called function).
 static inline void *emu_fiber_start(char *stack, size_t size) {
     uintptr_t top = ((uintptr_t)stack + size) & ~(uintptr_t)15;
+#if defined(__SANITIZE_ADDRESS__)
+    // the previous fiber on this stack never returned from emu_fiber_entry: its frame's
+    // redzones are still poisoned where the new one starts
+    __asan_unpoison_memory_region((void *)(top - 4096), 4096);
+#endif
     void **sp = (void **)top;
     *--sp = NULL;
     *--sp = (void *)emu_fiber_entry;
@@ -354,7 +371,7 @@ static inline void emu_run_block(void) {
             EmuThread *t = &emu_k.threads[i];
             if (t->state != EMU_READY) continue;
             emu_k.cur = t;
-            emu_switch_to(&emu_k.sched_sp, t->sp, t->stack, EMU_STACK);
+            emu_enter_fiber(t);
             ran = 1;
         }
         emu_k.cur = NULL;
