@@ -517,32 +517,67 @@ static size_t alignment_of(const void *p, long long stride_elems, int batch) {
     return al;
 }
 
-static void matmul_lt(floatX *d, const floatX *a, const floatX *b, const floatX *bias, int M, int N, int K, int transA,
-                      int transB, int lda, int ldb, int ldd, float alpha, float beta, int batch = 1,
-                      long long strideA = 0, long long strideB = 0, long long strideD = 0) {
-    int bias_epilogue = bias && ((uintptr_t)bias % 16) == 0;
+// cuBLASLt's descriptors and its heuristic's choice for one shape. A training step asks for the
+// same couple of dozen shapes again and again, and asking the heuristic costs more host time
+// than many of the kernels it picks, so each shape is planned once (matmul_plan) and its plan
+// reused; only the bias pointer changes between calls (set on the descriptor before each one:
+// cuBLASLt reads descriptors when the matmul is enqueued). The key is everything the heuristic
+// saw: sizes, transposes, leading dimensions, batch and strides, the alignments the pointers
+// have and whether the bias goes through the epilogue.
+typedef struct {
+    int M, N, K, transA, transB, lda, ldb, ldd, batch, bias_epilogue;
+    long long strideA, strideB, strideD;
+    uint32_t al[3];                  // B, A, D: as told to the heuristic
+} MatmulKey;
+typedef struct {
+    MatmulKey key;
     cublasLtMatmulDesc_t desc;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t opA = transB ? CUBLAS_OP_T : CUBLAS_OP_N, opB = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)));
-    if (bias_epilogue) {
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulHeuristicResult_t heur;
+    int found;                       // 0: no cuBLASLt algorithm, the fallback kernel runs
+} MatmulPlan;
+#define MATMUL_PLANS 64              // GPT-2 uses about 20 shapes (sampler included); more are replaced in turn
+static MatmulPlan matmul_plans[MATMUL_PLANS];
+static int matmul_plans_used, matmul_plans_next;
+
+static void matmul_plan_free(MatmulPlan *p) {
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->ld));
+    CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+}
+static void matmul_plans_free(void) {
+    for (int i = 0; i < matmul_plans_used; i++) matmul_plan_free(&matmul_plans[i]);
+    matmul_plans_used = matmul_plans_next = 0;
+}
+static const MatmulPlan *matmul_plan(const MatmulKey *k) {
+    for (int i = 0; i < matmul_plans_used; i++)
+        if (!memcmp(&matmul_plans[i].key, k, sizeof(*k))) return &matmul_plans[i];
+    MatmulPlan *p;
+    if (matmul_plans_used < MATMUL_PLANS) p = &matmul_plans[matmul_plans_used++];
+    else { p = &matmul_plans[matmul_plans_next]; matmul_plans_next = (matmul_plans_next + 1) % MATMUL_PLANS; matmul_plan_free(p); }
+    memset(p, 0, sizeof(*p));
+    p->key = *k;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t opA = k->transB ? CUBLAS_OP_T : CUBLAS_OP_N, opB = k->transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)));
+    if (k->bias_epilogue) {
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
         int32_t bias_type = FLOATX_CUDA; // D's type is the default; said explicitly, as the bias is floatX by contract
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
     }
     // column-major views: first operand = row-major B, second = row-major A, D is (N rows, M cols)
-    cublasLtMatrixLayout_t la, lb, ld;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, FLOATX_CUDA, transB ? K : N, transB ? N : K, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, FLOATX_CUDA, transA ? M : K, transA ? K : M, lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, FLOATX_CUDA, N, M, ldd));
-    if (batch > 1) {
-        cublasLtMatrixLayout_t ls[3] = {la, lb, ld};
-        long long st[3] = {strideB, strideA, strideD};
+    int M = k->M, N = k->N, K = k->K;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, FLOATX_CUDA, k->transB ? K : N, k->transB ? N : K, k->ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, FLOATX_CUDA, k->transA ? M : K, k->transA ? K : M, k->lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, FLOATX_CUDA, N, M, k->ldd));
+    if (k->batch > 1) {
+        cublasLtMatrixLayout_t ls[3] = {p->la, p->lb, p->ld};
+        long long st[3] = {k->strideB, k->strideA, k->strideD};
         for (int i = 0; i < 3; i++) {
-            CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch)));
+            CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &k->batch, sizeof(k->batch)));
             CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st[i], sizeof(st[i])));
         }
     }
@@ -553,25 +588,31 @@ static void matmul_lt(floatX *d, const floatX *a, const floatX *b, const floatX 
     // Tell the heuristic how aligned the pointers (and every batch's pointer) really are, so
     // it never picks a kernel that needs more: tensor offsets inside a unit, a head's columns
     // inside qkv and the sampler's odd sequence lengths can leave as little as one element.
-    uint32_t al[3] = {(uint32_t)alignment_of(b, strideB, batch), (uint32_t)alignment_of(a, strideA, batch),
-                      (uint32_t)alignment_of(d, strideD, batch)};
     cublasLtMatmulPreferenceAttributes_t which[4] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    uint32_t vals[4] = {al[0], al[1], al[2], al[2]};
+    uint32_t vals[4] = {k->al[0], k->al[1], k->al[2], k->al[2]};
     for (int i = 0; i < 4; i++) CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &vals[i], sizeof(vals[i])));
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(gpu.lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(gpu.lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &p->heur, &p->found);
     if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(hs);
-    if (hs == CUBLAS_STATUS_SUCCESS && found > 0)
-        CUBLAS_CHECK(cublasLtMatmul(gpu.lt, desc, &alpha, b, la, a, lb, &beta, d, ld, d, ld, &heur.algo,
-                                    gpu.workspace, gpu.workspace_bytes, gpu.compute));
+    if (hs != CUBLAS_STATUS_SUCCESS) p->found = 0;
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
-    CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
-    if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+    return p;
+}
+
+static void matmul_lt(floatX *d, const floatX *a, const floatX *b, const floatX *bias, int M, int N, int K, int transA,
+                      int transB, int lda, int ldb, int ldd, float alpha, float beta, int batch = 1,
+                      long long strideA = 0, long long strideB = 0, long long strideD = 0) {
+    MatmulKey key;
+    memset(&key, 0, sizeof(key)); // the padding too: keys are compared with memcmp
+    key.M = M; key.N = N; key.K = K; key.transA = transA; key.transB = transB;
+    key.lda = lda; key.ldb = ldb; key.ldd = ldd; key.batch = batch;
+    key.strideA = strideA; key.strideB = strideB; key.strideD = strideD;
+    key.bias_epilogue = bias && ((uintptr_t)bias % 16) == 0;
+    key.al[0] = (uint32_t)alignment_of(b, strideB, batch);
+    key.al[1] = (uint32_t)alignment_of(a, strideA, batch);
+    key.al[2] = (uint32_t)alignment_of(d, strideD, batch);
+    const MatmulPlan *p = matmul_plan(&key);
+    if (!p->found) {
         // No cuBLASLt kernel for this shape and these alignments (16-bit operands one element
         // aligned, say): compute it anyway, slowly, and say so once per process, so that a
         // slow shape is visible rather than fatal.
@@ -580,7 +621,7 @@ static void matmul_lt(floatX *d, const floatX *a, const floatX *b, const floatX 
             warned = 1;
             fprintf(stderr, "warning: no cuBLASLt algorithm for M=%d N=%d K=%d transA=%d transB=%d batch=%d (alignments "
                             "%u/%u/%u bytes): a plain CUDA kernel computes it (slow); further cases are not reported\n",
-                    M, N, K, transA, transB, batch, al[1], al[0], al[2]);
+                    M, N, K, transA, transB, batch, key.al[1], key.al[0], key.al[2]);
         }
         dim3 grid(ceil_div((size_t)M, 16), ceil_div((size_t)N, 16), batch < 65535 ? batch : 65535);
         matmul_fallback_kernel<<<grid, dim3(16, 16), 0, gpu.compute>>>(d, a, b, bias, M, N, K, transA, transB, lda, ldb,
@@ -588,7 +629,11 @@ static void matmul_lt(floatX *d, const floatX *a, const floatX *b, const floatX 
         LAUNCH_CHECK();
         return;
     }
-    if (bias && !bias_epilogue) {
+    if (key.bias_epilogue)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    CUBLAS_CHECK(cublasLtMatmul(gpu.lt, p->desc, &alpha, b, p->la, a, p->lb, &beta, d, p->ld, d, p->ld, &p->heur.algo,
+                                gpu.workspace, gpu.workspace_bytes, gpu.compute));
+    if (bias && !key.bias_epilogue) {
         for (int k = 0; k < batch; k++) {
             add_bias_kernel<<<grid_for((size_t)M * N, 256), 256, 0, gpu.compute>>>(d + k * strideD, bias, M, N);
             LAUNCH_CHECK();
@@ -1253,6 +1298,7 @@ static void gpu_shutdown(void) {
         ncclCommDestroy(nccl.comm);
         cudaStreamDestroy(nccl.stream);
     }
+    matmul_plans_free();
     cublasLtDestroy(gpu.lt);
     cudaFree(gpu.workspace);
     cudaStreamDestroy(gpu.compute);
