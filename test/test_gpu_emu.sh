@@ -16,6 +16,9 @@
 #      trainer's fallback kernel, gradients against the CPU trainer's as in 2.
 #   5. under AddressSanitizer + UBSan, ZeRO-3 on 2 ranks: a run saved at step 2 and resumed
 #      gives the uninterrupted run's losses bit for bit (checkpoints through the device copies).
+#   6. a run with validation and sampling on the embedded data, fp32: the emulated GPU trainer
+#      prints the CPU trainer's losses, validation losses and sample text (its own sampler path:
+#      a logits row copied from the device).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -93,6 +96,16 @@ if asan "${small[@]}" "${shape[@]}" --steps 4 --save-every 2 --out "$d/ck" --log
   if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok   steps 3-4 uninterrupted $a| resumed $b"
   else fail "resume: uninterrupted '$a', resumed '$b'"; fi
 else tail -n 20 "$d"/asan_*.log; fail "ASan runs"; fi
+
+echo "== 6. validation and sampling, fp32: the CPU trainer's numbers and text"
+run6=(--layers 2 --channels 64 --heads 4 --batch 2 --seq-len 32 --steps 4 --val-every 2 --val-steps 2 --sample-every 4
+      --sample-len 16 --lr 1e-3)
+./train_gpt_cpu "${run6[@]}" >"$d/full_cpu.log" 2>&1 || fail "CPU run"
+test/bin/train_gpt_emu_fp32 "${run6[@]}" >"$d/full_gpu.log" 2>&1 || fail "emulated GPU run"
+pick() { grep -E "^val loss|^sample:" "$1"; grep "^step" "$1" | sed -E 's/ \| +[0-9.]+ ms.*//'; }
+if [ "$(pick "$d/full_cpu.log")" = "$(pick "$d/full_gpu.log")" ] && [ "$(pick "$d/full_cpu.log" | grep -c .)" -eq 7 ]; then
+  echo "ok   the same step and validation losses and sample: $(grep -m1 "^sample:" "$d/full_gpu.log" | cut -c1-60)..."
+else diff <(pick "$d/full_cpu.log") <(pick "$d/full_gpu.log"); fail "validation/sampling differ from the CPU trainer's"; fi
 
 echo "$fails failures"
 [ $fails -eq 0 ]
