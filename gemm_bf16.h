@@ -23,6 +23,8 @@ API
     int  gemm_bf16_backward_weight_acc16(ctx, dw16, dout, inp, N, C, OC)
          C is bf16 and the product is added into it, rounded once per element (see there): a
          16-bit gradient accumulates a weight's gradient without an fp32 buffer in between.
+    int  gemm_bf16_acc16_split(..., C16, ldc, split, C32, ldc32, ...), gemm_bf16_backward_weight_split
+         the same, but the rows flagged in split get their fp32 sums in C32 instead.
     int  gemm_bf16_path_supported(path)    GemmBf16Path gemm_bf16_best_path(void)
     const char *gemm_bf16_path_name(path)
     size_t gemm_bf16_scratch_bytes(M, N, K)    gemm_bf16_acc16_scratch_bytes(M, N, K)
@@ -613,10 +615,12 @@ static inline int zc_gb_thread_num(void) {
 }
 
 // The driver of gemm_bf16_ex (C16 NULL: fp32 C with beta) and gemm_bf16_acc16 (C NULL, beta 1:
-// each element's sum over all of K rounded into C16, which it is added to).
+// each element's sum over all of K rounded into C16, which it is added to; rows m with
+// split[m] != 0, when split is given, get their fp32 sums stored in C32 instead).
 static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, int N, int K,
                             const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta,
-                            float *C, bf16_t *C16, int ldc, void *scratch, size_t scratch_bytes) {
+                            float *C, bf16_t *C16, int ldc, const uint8_t *split, float *C32, int ldc32,
+                            void *scratch, size_t scratch_bytes) {
     if (M < 0 || N < 0 || K < 0 || M > INT_MAX - 64 || N > INT_MAX - 64 || K > INT_MAX - 64) return -1;
     if ((transA != 0 && transA != 1) || (transB != 0 && transB != 1)) return -1;
     if (lda < (transA ? (M > 1 ? M : 1) : (K > 1 ? K : 1))) return -1;
@@ -625,8 +629,12 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
     if (path == GEMM_BF16_AUTO) path = gemm_bf16_best_path();
     else if (!gemm_bf16_path_supported(path)) return -1;
     if (M == 0 || N == 0) return 0;
-    if ((!C && !C16) || (K > 0 && (!A || !B))) return -1;
-    if (C16 && K == 0) return 0;  // adds nothing
+    if ((!C && !C16) || (K > 0 && (!A || !B)) || (split && (!C32 || ldc32 < N))) return -1;
+    if (C16 && K == 0) {  // adds nothing; the split rows' sums are zeros
+        for (int m = 0; split && m < M; m++)
+            if (split[m]) memset(C32 + (size_t)m * ldc32, 0, (size_t)N * sizeof(float));
+        return 0;
+    }
 
     ZcGbPackFn pack = zc_gb_pack_scalar;
     ZcGbKernelFn kernel = zc_gb_kernel_scalar;
@@ -737,9 +745,25 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
                             if (C16)
                                 for (int i = 0; i < zc_gb_min(mv, 32); i++)
                                     __builtin_prefetch(C16 + (size_t)(row0 + i) * ldcz + col0, 1, 3);
+                            // Likewise the next block's rows of C (fp32: two lines a row), which
+                            // its kernel loads (beta 1, K blocks) or at least stores.
+                            else if (rb + 32 < rc) {
+                                const int nrow = a_res ? row0 + 32 : row0, ncol = a_res ? col0 : col0 + 32;
+                                if (nrow < M && ncol < N)
+                                    for (int i = 0; i < zc_gb_min(M - nrow, 32); i++) {
+                                        const float *q = C + (size_t)(nrow + i) * ldcz + ncol;
+                                        __builtin_prefetch(q, 1, 3);
+                                        __builtin_prefetch(q + 16, 1, 3);
+                                    }
+                            }
                             if (a_res) kernel(pr, rstrip, ps, sstrip, nkt, c, ldk, mv, nv, acc);
                             else kernel(ps, sstrip, pr, rstrip, nkt, c, ldk, mv, nv, acc);
-                            if (C16) add_bf16(C16 + (size_t)row0 * ldcz + col0, ldcz, cblk, mv, nv);
+                            if (C16 && !split) add_bf16(C16 + (size_t)row0 * ldcz + col0, ldcz, cblk, mv, nv);
+                            else if (C16)
+                                for (int i = 0; i < mv; i++) {
+                                    if (split[row0 + i]) memcpy(C32 + (size_t)(row0 + i) * ldc32 + col0, cblk + i * 32, (size_t)nv * sizeof(float));
+                                    else add_bf16(C16 + (size_t)(row0 + i) * ldcz + col0, ldcz, cblk + i * 32, 1, nv);
+                                }
                         }
                     }
                 }
@@ -757,7 +781,7 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
 static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M, int N, int K,
                                const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta,
                                float *C, int ldc, void *scratch, size_t scratch_bytes) {
-    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, beta, C, NULL, ldc, scratch, scratch_bytes);
+    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, beta, C, NULL, ldc, NULL, NULL, 0, scratch, scratch_bytes);
 }
 
 // C (bf16, M x N) = round(C + op(A) · op(B)): each element's product summed over all of K in
@@ -768,7 +792,17 @@ static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M,
 static inline int gemm_bf16_acc16(GemmBf16Path path, int transA, int transB, int M, int N, int K,
                                   const bf16_t *A, int lda, const bf16_t *B, int ldb, bf16_t *C, int ldc,
                                   void *scratch, size_t scratch_bytes) {
-    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, 1.0f, NULL, C, ldc, scratch, scratch_bytes);
+    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, 1.0f, NULL, C, ldc, NULL, NULL, 0, scratch, scratch_bytes);
+}
+// gemm_bf16_acc16, except that the rows m of C with split[m] != 0 (split: M flags) are left as
+// they are and their fp32 sums stored in C32 (M x N, row stride ldc32) instead: for a gradient
+// whose rows still have other contributions to collect in fp32 (the tied embedding's rows of
+// the batch's tokens) while the rest is final.
+static inline int gemm_bf16_acc16_split(GemmBf16Path path, int transA, int transB, int M, int N, int K,
+                                        const bf16_t *A, int lda, const bf16_t *B, int ldb, bf16_t *C, int ldc,
+                                        const uint8_t *split, float *C32, int ldc32, void *scratch, size_t scratch_bytes) {
+    if (!split) return -1;
+    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, 1.0f, NULL, C, ldc, split, C32, ldc32, scratch, scratch_bytes);
 }
 
 static inline int gemm_bf16(int transA, int transB, int M, int N, int K, const bf16_t *A, int lda,
@@ -804,6 +838,14 @@ static inline int gemm_bf16_backward_weight_acc16(const GemmBf16Ctx *ctx, bf16_t
     GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
     if (!ctx) ctx = &d;
     return gemm_bf16_acc16(ctx->path, 1, 0, OC, C, N, dout, OC, inp, C, dw, C, ctx->scratch, ctx->scratch_bytes);
+}
+
+// The same with the rows of split (OC flags) stored in fp32 into dw32 (OC,C) instead
+static inline int gemm_bf16_backward_weight_split(const GemmBf16Ctx *ctx, bf16_t *dw, const uint8_t *split, float *dw32,
+                                                  const bf16_t *dout, const bf16_t *inp, int N, int C, int OC) {
+    GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
+    if (!ctx) ctx = &d;
+    return gemm_bf16_acc16_split(ctx->path, 1, 0, OC, C, N, dout, OC, inp, C, dw, C, split, dw32, C, ctx->scratch, ctx->scratch_bytes);
 }
 
 #endif  // ZC_GEMM_BF16_H

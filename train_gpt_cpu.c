@@ -161,13 +161,25 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
 static bf16_t *bf16_staging;
 static size_t bf16_staging_elems;
 static int bf16_via_sgemm;
-// A layer's weight gradients skip the fp32 accumulator in bf16 runs on gemm_bf16: each weight's
-// product is rounded straight into its 16-bit gradient (gemm_bf16_acc16), bit for bit what
-// accumulating it in fp32 and rounding that into the 16-bit gradient gives (one product per
-// weight per micro-step), without writing, zeroing and re-reading 4 bytes of fp32 per weight.
-// While a layer's backward runs, its accumulator [acc, acc + n) maps onto the 16-bit gradient
-// g16 (set by gpt2_unit_grads, cleared by gpt2_unit_grads_done); kernels take no context.
-static struct { const float *acc; size_t n; bf16_t *g16; } grads16_direct;
+// Weight gradients skip the fp32 accumulator in bf16 runs on gemm_bf16: each weight's product is
+// rounded straight into its 16-bit gradient (gemm_bf16_acc16), bit for bit what accumulating it
+// in fp32 and rounding that into the 16-bit gradient gives (one product per weight per
+// micro-step), without writing, zeroing and re-reading 4 bytes of fp32 per weight. The tied
+// embedding's rows of the batch's tokens are the exception: the token lookup's gradient adds to
+// them at the end of the backward, so the LM head leaves their fp32 sums in the accumulator
+// (gemm_bf16_acc16_split), and only those rows are rounded in when the unit is done.
+// While a unit's backward runs, its accumulator [acc, acc + n) maps onto the 16-bit gradient g16
+// (set by gpt2_unit_grads, cleared by gpt2_unit_grads_done; kernels take no context): entry 0 is
+// the embeddings' wte (with the batch's tokens), entry 1 the layer in progress.
+typedef struct { const float *acc; size_t n; bf16_t *g16; const int *tokens; int ntokens; } Grads16Direct;
+static Grads16Direct grads16_direct[2];
+static const Grads16Direct *grads16_direct_of(const float *dw) {
+    for (int i = 0; i < 2; i++) {
+        uintptr_t at = (uintptr_t)dw, lo = (uintptr_t)grads16_direct[i].acc;
+        if (grads16_direct[i].acc && at >= lo && at < lo + grads16_direct[i].n * sizeof(float)) return &grads16_direct[i];
+    }
+    return NULL;
+}
 
 static void die_gemm(void) { fprintf(stderr, "error: gemm_bf16 refused its arguments\n"); exit(1); }
 
@@ -205,10 +217,14 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
         f32_to_bf16_array(dout16, dout, (size_t)N * OC);
         f32_to_bf16_array(inp16, inp, (size_t)N * C);
         if (gemm_bf16_backward_data(NULL, dinp, dout16, (const bf16_t *)w16, N, C, OC, 0.0f)) die_gemm();
-        uintptr_t at = (uintptr_t)dw, lo = (uintptr_t)grads16_direct.acc;
-        if (grads16_direct.acc && at >= lo && at < lo + grads16_direct.n * sizeof(float)) {
-            bf16_t *dw16 = grads16_direct.g16 + (dw - grads16_direct.acc);
-            if (gemm_bf16_backward_weight_acc16(NULL, dw16, dout16, inp16, N, C, OC)) die_gemm();
+        const Grads16Direct *d = grads16_direct_of(dw);
+        if (d && d->tokens) { // the LM head: the batch's rows stay in fp32 (OC flags on the stack)
+            uint8_t split[OC];
+            memset(split, 0, sizeof split);
+            for (int i = 0; i < d->ntokens; i++) split[d->tokens[i]] = 1;
+            if (gemm_bf16_backward_weight_split(NULL, d->g16 + (dw - d->acc), split, dw, dout16, inp16, N, C, OC)) die_gemm();
+        } else if (d) {
+            if (gemm_bf16_backward_weight_acc16(NULL, d->g16 + (dw - d->acc), dout16, inp16, N, C, OC)) die_gemm();
         } else if (gemm_bf16_backward_weight(NULL, dw, dout16, inp16, N, C, OC, 1.0f)) die_gemm();
     } else if (w16) { // rows of dout and inp rounded, as many as fit in the staging's bytes as fp32
         int rows = (int)(bf16_staging_elems / 2 / ((size_t)OC + C));
@@ -687,24 +703,29 @@ static UnitParams gpt2_unit_params(GPT2 *m, int u, int next) {
 static float *grad_acc(const GPT2 *m, int u) {
     return u == UNIT_EMBED ? m->gacc_embed : u == gpt2_final_unit(&m->z.lay) ? m->gacc_final : m->gacc_layer;
 }
-// A layer's weight matrices go straight into 16 bits (grads16_direct) in bf16 runs on gemm_bf16.
+// The weight matrices of the layers and wte go straight into 16 bits (grads16_direct) in bf16
+// runs on gemm_bf16.
 static int grads_direct(const GPT2 *m, int u) {
-    return m->dtype == ZC_BF16 && !bf16_via_sgemm && zero_is_layer(&m->z, u);
+    return m->dtype == ZC_BF16 && !bf16_via_sgemm && (zero_is_layer(&m->z, u) || u == UNIT_EMBED);
 }
-// The fp32 accumulator's part of unit u that gradients collect in: all of it, or all but the
-// weight matrices (SEG_DECAY in a layer) when those go straight into 16 bits. Zeroed when the
-// unit's backward starts; added into the 16-bit gradient when it is done.
-typedef struct { float *acc; void *target; size_t base; int dtype, skip_matrices, add; } AccRun;
+// The fp32 accumulator's part of unit u that gradients collect in: all of it, or, when the
+// weight matrices go straight into 16 bits, all but a layer's matrices (SEG_DECAY) and the
+// embeddings' wte, [0, wte_end) (whose rows of the batch's tokens gpt2_unit_grads_done adds).
+// Zeroed when the unit's backward starts; added into the 16-bit gradient when it is done.
+typedef struct { float *acc; void *target; size_t base, wte_end; int dtype, skip_matrices, add; } AccRun;
 static void acc_segment(const ParamSegment *seg, void *ctx) {
     AccRun *r = (AccRun *)ctx;
     if (r->skip_matrices && seg->kind == SEG_DECAY) return;
     size_t lo = seg->begin - r->base, n = seg->end - seg->begin;
+    if (lo < r->wte_end) return; // (a segment never straddles a tensor's end)
     if (r->add) add_to((char *)r->target + lo * zc_dtype_size(r->dtype), r->acc + lo, n, r->dtype);
     else zero_fill(r->acc + lo, n);
 }
 static void acc_pass(GPT2 *m, int u, int add) {
     size_t begin = m->z.lay.unit_offset[u];
-    AccRun r = {grad_acc(m, u), m->grad_target[u], begin, m->dtype, grads_direct(m, u), add};
+    int direct = grads_direct(m, u), layer = zero_is_layer(&m->z, u);
+    AccRun r = {grad_acc(m, u), m->grad_target[u], begin, direct && !layer ? gpt2_tensor_numel(&m->cfg, P_WTE) : 0,
+                m->dtype, direct && layer, add};
     gpt2_for_each_segment(&m->z.lay, begin, begin + gpt2_unit_padded(&m->z.lay, u), acc_segment, &r);
 }
 static float *gpt2_unit_grads(GPT2 *m, int u) {
@@ -713,17 +734,31 @@ static float *gpt2_unit_grads(GPT2 *m, int u) {
     m->grad_target[u] = g;
     acc_pass(m, u, 0);
     if (grads_direct(m, u)) {
-        grads16_direct.acc = grad_acc(m, u);
-        grads16_direct.n = gpt2_unit_padded(&m->z.lay, u);
-        grads16_direct.g16 = (bf16_t *)g;
+        Grads16Direct d = {grad_acc(m, u), gpt2_unit_padded(&m->z.lay, u), (bf16_t *)g, NULL, 0};
+        if (u == UNIT_EMBED) { // wte: the LM head's weights; the batch was uploaded by the forward
+            d.n = gpt2_tensor_numel(&m->cfg, P_WTE);
+            d.tokens = m->dev_inputs;
+            d.ntokens = m->batch_n;
+        }
+        grads16_direct[u == UNIT_EMBED ? 0 : 1] = d;
     }
     return grad_acc(m, u);
 }
 static void gpt2_unit_grads_done(GPT2 *m, int u) {
     if (m->mixed) {
         acc_pass(m, u, 1);
-        grads16_direct.acc = NULL;
-        grads16_direct.n = 0;
+        if (grads_direct(m, u) && u == UNIT_EMBED) { // wte's rows of the batch's tokens, once each
+            const Grads16Direct *d = &grads16_direct[0];
+            size_t C = (size_t)m->cfg.channels;
+            uint8_t seen[m->cfg.padded_vocab_size];
+            int rows[d->ntokens], n = 0;
+            memset(seen, 0, sizeof seen);
+            for (int i = 0; i < d->ntokens; i++)
+                if (!seen[d->tokens[i]]) { seen[d->tokens[i]] = 1; rows[n++] = d->tokens[i]; }
+#pragma omp parallel for schedule(static) // (each add_to then runs on its thread: nesting is off)
+            for (int i = 0; i < n; i++) add_to(d->g16 + (size_t)rows[i] * C, d->acc + (size_t)rows[i] * C, C, m->dtype);
+        }
+        if (grads_direct(m, u)) memset(&grads16_direct[u == UNIT_EMBED ? 0 : 1], 0, sizeof(Grads16Direct));
     }
     zero_grads_done(&m->z, u);
 }

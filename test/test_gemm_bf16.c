@@ -410,6 +410,7 @@ static void pick_openblas_core(char **argv) {
 }
 
 // gemm_bf16_acc16 is gemm_bf16_ex (beta 0) into fp32 followed by C16 = f32_to_bf16(C16 + that),
+// and gemm_bf16_acc16_split the same with the flagged rows' fp32 sums stored in C32 instead,
 // bit for bit: on every transposition, edges (sizes not multiples of 16 or 32), leading
 // dimensions with padding (never read or written), NaN and Inf in C16 and in the products,
 // signed zeros, 1 and 2 threads. K <= GEMM_BF16_KC except on AMX, where the K blocks' sums
@@ -452,6 +453,25 @@ static void test_acc16(GemmBf16Path path) {
                       gemm_bf16_path_name(path), M, N, K, tA, tB, threads);
                 free(got);
             }
+            // split: flagged rows keep their C16 and get the fp32 sums in C32; the rest as above
+            uint8_t *split = malloc((size_t)M);
+            for (int m = 0; m < M; m++) split[m] = (uint8_t)(rng_u64() % 3 == 0);
+            bf16_t *got = alloc_mat(M, N, ldc);
+            memcpy(got, C16, ((size_t)(M - 1) * ldc + N) * sizeof(bf16_t));
+            float *C32 = malloc((size_t)M * (N + 1) * sizeof(float));
+            for (size_t i = 0; i < (size_t)M * (N + 1); i++) C32[i] = C_SENTINEL;
+            CHECK(gemm_bf16_acc16_split(path, tA, tB, M, N, K, A, lda, B, ldb, got, ldc, split, C32, N + 1, NULL, 0) == 0,
+                  "acc16_split rc");
+            int ok = 1;
+            for (int m = 0; m < M; m++) {
+                const bf16_t *exp16 = (split[m] ? C16 : want) + (size_t)m * ldc;
+                ok &= memcmp(got + (size_t)m * ldc, exp16, (size_t)N * sizeof(bf16_t)) == 0;
+                ok &= C32[(size_t)m * (N + 1) + N] == C_SENTINEL;
+                if (split[m]) ok &= memcmp(C32 + (size_t)m * (N + 1), P + (size_t)m * N, (size_t)N * sizeof(float)) == 0;
+                else for (int n = 0; n < N; n++) ok &= C32[(size_t)m * (N + 1) + n] == C_SENTINEL;
+            }
+            CHECK(ok, "%s acc16_split %dx%dx%d tA=%d tB=%d: wrong rows", gemm_bf16_path_name(path), M, N, K, tA, tB);
+            free(split); free(got); free(C32);
             free(A); free(B); free(C16); free(want); free(P);
         }
     }
