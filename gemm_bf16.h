@@ -519,9 +519,12 @@ ZC_GB_TARGET_AMX static inline void zc_gb_amx_end(void) { __asm__ volatile("tile
         } \
     } while (0)
 
-ZC_GB_TARGET_AMX static inline void zc_gb_kernel_amx(const bf16_t *pa, size_t sa, const bf16_t *pb,
-                                                     size_t sb, int nkt, float *C, size_t ldc, int mv,
-                                                     int nv, int acc) {
+// The A tiles are k-tile kt of rows 0-15 at pa + kt * astep and of rows 16-31 at pa + sa + kt * astep,
+// their rows astride bytes apart: packed strips (astep 512, astride 64), or a row-major matrix
+// read in place (astep 32, astride its leading dimension in bytes).
+ZC_GB_TARGET_AMX static inline void zc_gb_kernel_amx_core(const bf16_t *pa, size_t sa, size_t astep, long astride,
+                                                          const bf16_t *pb, size_t sb, int nkt, float *C, size_t ldc,
+                                                          int mv, int nv, int acc) {
     const bf16_t *a0 = pa, *a1 = pa + sa, *b0 = pb, *b1 = pb + sb;
     float buf[256] __attribute__((aligned(64)));
     ZC_GB_AMX_CIN(0, 0, 0);
@@ -529,13 +532,13 @@ ZC_GB_TARGET_AMX static inline void zc_gb_kernel_amx(const bf16_t *pa, size_t sa
     ZC_GB_AMX_CIN(2, 16, 0);
     ZC_GB_AMX_CIN(3, 16, 16);
     for (int kt = 0; kt < nkt; kt++) {
-        size_t o = (size_t)kt * 512;
-        ZC_GB_TLOAD(4, a0 + o, 64);
+        size_t o = (size_t)kt * 512, oa = (size_t)kt * astep;
+        ZC_GB_TLOAD(4, a0 + oa, astride);
         ZC_GB_TLOAD(6, b0 + o, 64);
         ZC_GB_TDP(0, 4, 6);
         ZC_GB_TLOAD(7, b1 + o, 64);
         ZC_GB_TDP(1, 4, 7);
-        ZC_GB_TLOAD(5, a1 + o, 64);
+        ZC_GB_TLOAD(5, a1 + oa, astride);
         ZC_GB_TDP(2, 5, 6);
         ZC_GB_TDP(3, 5, 7);
     }
@@ -543,6 +546,30 @@ ZC_GB_TARGET_AMX static inline void zc_gb_kernel_amx(const bf16_t *pa, size_t sa
     ZC_GB_AMX_COUT(1, 0, 16);
     ZC_GB_AMX_COUT(2, 16, 0);
     ZC_GB_AMX_COUT(3, 16, 16);
+}
+ZC_GB_TARGET_AMX static inline void zc_gb_kernel_amx(const bf16_t *pa, size_t sa, const bf16_t *pb,
+                                                     size_t sb, int nkt, float *C, size_t ldc, int mv,
+                                                     int nv, int acc) {
+    zc_gb_kernel_amx_core(pa, sa, 512, 64, pb, sb, nkt, C, ldc, mv, nv, acc);
+}
+
+// A 32 x 32 fp32 block transposed between C (rows m, mv <= 32 of them valid, row stride ldc) and
+// t (rows n, 32 apart): in, t = C^T (invalid rows of C read as 0); out, C = t^T (valid rows only).
+ZC_GB_TARGET_AVX512 static inline void zc_gb_tblock(float *t, float *C, size_t ldc, int mv, int out) {
+    for (int q = 0; q < 4; q++) {
+        const int r = (q >> 1) * 16, c = (q & 1) * 16;  // quadrant of C: rows m r.., columns n c..
+        __m512i v[16];
+        if (!out) {
+            for (int i = 0; i < 16; i++)
+                v[i] = r + i < mv ? _mm512_loadu_si512((const void *)(C + (size_t)(r + i) * ldc + c)) : _mm512_setzero_si512();
+            zc_gb_transpose16_epi32(v);
+            for (int i = 0; i < 16; i++) _mm512_storeu_si512((void *)(t + (c + i) * 32 + r), v[i]);
+        } else {
+            for (int i = 0; i < 16; i++) v[i] = _mm512_loadu_si512((const void *)(t + (c + i) * 32 + r));
+            zc_gb_transpose16_epi32(v);
+            for (int i = 0; i < 16 && r + i < mv; i++) _mm512_storeu_si512((void *)(C + (size_t)(r + i) * ldc + c), v[i]);
+        }
+    }
 }
 #endif  // ZC_GB_X86
 
@@ -684,6 +711,14 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
     bf16_t *rbuf = (bf16_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     bf16_t *sbuf0 = rbuf + pl.res_elems;
     const size_t ldcz = (size_t)ldc;
+    // A linear layer's forward on AMX, C (M,N) (+)= A · Bᵀ with B (N,K) row-major (the weight):
+    // B's rows, read in place, are already A tiles of the transposed product Cᵀ = B · Aᵀ. So
+    // instead of packing (transposing) every element of the weight on every call, the resident
+    // side A is packed as Cᵀ's B operand, each 32 x 32 block of Cᵀ goes through a local block,
+    // transposed on the way in (beta 1) and out, and the sums are those of the packed path (the
+    // same products in the same order, all of K in the tiles). Needs whole tiles of B: K and N
+    // multiples of 32 (GPT-2's are); rows of B are streamed from memory a block ahead.
+    const int wdirect = amx && !C16 && transB && a_res && K % 32 == 0 && N % 32 == 0 && M <= RC;
 
     // Resident strips are packed cooperatively without a barrier: each thread claims unpacked
     // strips (starting at its own offset), packs them, marks them done, then waits only for
@@ -714,7 +749,7 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
                 const int t = (first + i) % nstrips;
                 int expect = 0;
                 if (__atomic_compare_exchange_n(&rstate[t], &expect, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-                    pack(rbuf + t * rstrip, rsrc, rld, rkc, !a_res, rext, K, r0 + 16 * t, 0, nKt);
+                    pack(rbuf + t * rstrip, rsrc, rld, rkc, wdirect || !a_res, rext, K, r0 + 16 * t, 0, nKt);
                     __atomic_store_n(&rstate[t], 2, __ATOMIC_RELEASE);
                 }
             }
@@ -723,6 +758,24 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
             ZC_GB_PRAGMA(omp for schedule(dynamic, 1) nowait)
             for (int ch = 0; ch < nchunks; ch++) {
                 const int s0 = ch * SC, sc = zc_gb_min(SC, zc_gb_round32(sext - s0));
+#ifdef ZC_GB_X86
+                for (int sb = 0; wdirect && sb < sc; sb += 32) {
+                    const bf16_t *w = B + (size_t)(s0 + sb) * ldb;
+                    // the next 32 rows of B, a share per kernel call, into L2
+                    const int ahead = s0 + sb + 32 < N, lines = 32 * (K / 32), nblk = rc / 32;
+                    for (int rb = 0; rb < rc; rb += 32) {
+                        for (int j = ahead ? rb / 32 * lines / nblk : lines; j < (rb / 32 + 1) * lines / nblk; j++)
+                            __builtin_prefetch(w + (size_t)(32 + j / (K / 32)) * ldb + (size_t)(j % (K / 32)) * 32, 0, 2);
+                        float *c = C + (size_t)(r0 + rb) * ldcz + s0 + sb;
+                        const int mv = zc_gb_min(32, M - r0 - rb);
+                        if (acc0) zc_gb_tblock(cblk, c, ldcz, mv, 0);
+                        zc_gb_kernel_amx_core(w, (size_t)16 * ldb, 32, (long)ldb * 2, rbuf + (size_t)(rb / 16) * rstrip,
+                                              rstrip, nKt, cblk, 32, 32, 32, acc0);
+                        zc_gb_tblock(cblk, c, ldcz, mv, 1);
+                    }
+                }
+                if (wdirect) continue;
+#endif
                 for (int k0 = 0; k0 < K; k0 += KC) {
                     const int nkt = zc_gb_min(KC / 32, nKt - k0 / 32);
                     const size_t sstrip = (size_t)nkt * 512;

@@ -180,6 +180,12 @@ static void test_shapes(int quick) {
     // the three GPT-2 layer shapes at small width: forward (0,1), backward data (0,0),
     // backward weight (1,0), with accumulation
     run_case(0, 1, 64, 3 * 96, 96, 0, 0.0f, 1);
+    // the forward on AMX reads the weight in place (K, N multiples of 32, M <= N): ragged M,
+    // beta 1 (the bias), padded leading dimensions, K > KC
+    run_case(0, 1, 17, 64, 64, 0, 1.0f, 1);
+    run_case(0, 1, 45, 96, 160, 3, 1.0f, 0);
+    run_case(1, 1, 40, 64, 32, 2, 0.0f, 1);
+    run_case(0, 1, 33, 64, 800, 0, 1.0f, 2);
     run_case(0, 0, 64, 96, 3 * 96, 0, 0.0f, 1);
     run_case(1, 0, 3 * 96, 96, 64, 0, 1.0f, 1);
     // general beta, and degenerate sizes
