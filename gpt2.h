@@ -259,7 +259,8 @@ enum {
     A_LN1, A_LN1_MEAN, A_LN1_RSTD,    // (L,B,T,C), (L,B,T), (L,B,T)
     A_QKV,                            // (L,B,T,3C)
     A_ATTY,                           // (L,B,T,C) attention output before its projection
-    A_ATT,                            // (L,B,NH,T,T) softmax probabilities (only t2 <= t used)
+    A_ATT,                            // (L,B,NH,T,T) softmax probabilities (only t2 <= t used); in the
+                                      // GPU trainer's flash attention (L,B,NH,T) fp32: each row's log-sum-exp
     A_RESIDUAL2,                      // (L,B,T,C) residual + attention
     A_LN2, A_LN2_MEAN, A_LN2_RSTD,    // (L,B,T,C), (L,B,T), (L,B,T)
     A_FCH, A_FCH_GELU,                // (L,B,T,4C) MLP hidden before and after GELU
@@ -366,18 +367,39 @@ static inline size_t gpt2_activation_layout(const GPT2Config *c, int B, int T, i
     return at;
 }
 
+// Whether the GPU trainer's attention is its flash kernels (16-bit builds, through tensor
+// cores, whose tiles need a head size that is a multiple of 16, at most 64: every GPT-2 size).
+// They keep no (T,T) probabilities: A_ATT holds each row's log-sum-exp instead, (L,B,NH,T) fp32,
+// from which the backward recomputes them. Otherwise (the fp32 build, other head sizes) it is
+// the matmul path with the probabilities stored, as on the CPU.
+#define GPT2_FLASH_MAX_HS 64
+static inline int gpt2_gpu_flash_attention(const GPT2Config *c, size_t elem) {
+    int hs = c->channels / c->num_heads;
+    return elem == 2 && hs % 16 == 0 && hs <= GPT2_FLASH_MAX_HS;
+}
+
 // The GPU trainer keeps every layer's activations, in its element type (elem: 2 for bf16 and
 // fp16, 4 for fp32) but for the fp32 statistics and losses, logits included (its classifier
-// reads 16-bit logits and computes the softmax and the loss in fp32). Each tensor starts on a
-// 256-byte boundary, so that cuBLASLt's fastest kernels (16-byte operands) take any shape's
-// tensors wherever the block's arithmetic would otherwise leave them (the fp32 statistics of an
-// odd B*T, say). It has no workspace: its kernels read 16 bits directly. Bytes, exactly what it
-// asks of cudaMalloc; the planner predicts GPU runs with it.
+// reads 16-bit logits and computes the softmax and the loss in fp32), and A_ATT as its attention
+// needs it (gpt2_gpu_flash_attention). Each tensor starts on a 256-byte boundary, so that
+// cuBLASLt's fastest kernels (16-byte operands) take any shape's tensors wherever the block's
+// arithmetic would otherwise leave them (the fp32 statistics of an odd B*T, say). It has no
+// workspace: its kernels read 16 bits directly. Bytes, exactly what it asks of cudaMalloc; the
+// planner predicts GPU runs with it.
 // offset (may be NULL): where each tensor starts, for gpt2_activations_wire_at.
 #define GPT2_GPU_ACT_ALIGN 256
 static inline size_t gpt2_gpu_activation_bytes(const GPT2Config *c, int B, int T, size_t elem,
                                                size_t offset[NUM_ACTIVATIONS]) {
-    return gpt2_activation_layout(c, B, T, c->num_layers, elem, GPT2_GPU_ACT_ALIGN, offset);
+    size_t n[NUM_ACTIVATIONS], at = 0;
+    gpt2_activation_numels(c, B, T, n);
+    int flash = gpt2_gpu_flash_attention(c, elem);
+    if (flash) n[A_ATT] = (size_t)c->num_layers * B * c->num_heads * T;
+    for (int i = 0; i < NUM_ACTIVATIONS; i++) {
+        at = gpt2_round_up(at, GPT2_GPU_ACT_ALIGN);
+        if (offset) offset[i] = at;
+        at += n[i] * (gpt2_activation_is_fp32(i) || (flash && i == A_ATT) ? sizeof(float) : elem);
+    }
+    return at;
 }
 
 // The activations as named pointers, in the order of the list above, and their wiring into

@@ -62,15 +62,18 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # The GPU trainer's activation bytes, computed here from the list in gpt2.h's order: every
 # tensor at the element size but the fp32 LayerNorm statistics and losses, all L layers, each
-# tensor starting on a 256-byte boundary.
+# tensor starting on a 256-byte boundary; with flash attention (bf16/fp16, head size a multiple
+# of 16 up to 64) the attention keeps fp32 log-sum-exp rows (L,B,NH,T) instead of (L,B,NH,T,T).
 gpu_activations() { # L C NH Vp B T elem
   "$PY" - "$@" <<'EOF'
 import sys
 L, C, NH, Vp, B, T, e = map(int, sys.argv[1:])
 BT = B * T
+hs = C // NH  # 16-bit builds with a head size that is a multiple of 16 up to 64 run flash attention:
+att = (L * B * NH * T, 1) if e == 2 and hs % 16 == 0 and hs <= 64 else (L * B * NH * T * T, 0)  # log-sum-exp rows
 tensors = [  # (elements, fp32?)
     (BT * C, 0), (L * BT * C, 0), (L * BT, 1), (L * BT, 1), (L * BT * 3 * C, 0), (L * BT * C, 0),
-    (L * B * NH * T * T, 0), (L * BT * C, 0), (L * BT * C, 0), (L * BT, 1), (L * BT, 1), (L * BT * 4 * C, 0),
+    att, (L * BT * C, 0), (L * BT * C, 0), (L * BT, 1), (L * BT, 1), (L * BT * 4 * C, 0),
     (L * BT * 4 * C, 0), (L * BT * C, 0), (BT * C, 0), (BT, 1), (BT, 1), (BT * Vp, 0), (BT, 1),
     (BT * C, 0), (BT * C, 0), (BT * 4 * C, 0), (BT * 3 * C, 0)]
 at = 0

@@ -16,6 +16,8 @@
 #      trainer's fallback kernel, gradients against the CPU trainer's as in 2.
 #   5. under AddressSanitizer + UBSan, ZeRO-3 on 2 ranks: a run saved at step 2 and resumed
 #      gives the uninterrupted run's losses bit for bit (checkpoints through the device copies).
+#   7. attention at other head sizes and an odd T (B=3, T=77), bf16 against the CPU trainer:
+#      hs 64 and 16 run the flash kernels (tiles partly past T), hs 24 the matmul path.
 #   6. a run with validation and sampling on the embedded data, fp32: the emulated GPU trainer
 #      prints the CPU trainer's losses, validation losses and sample text (its own sampler path:
 #      a logits row copied from the device).
@@ -106,6 +108,20 @@ pick() { grep -E "^val loss|^sample:" "$1"; grep "^step" "$1" | sed -E 's/ \| +[
 if [ "$(pick "$d/full_cpu.log")" = "$(pick "$d/full_gpu.log")" ] && [ "$(pick "$d/full_cpu.log" | grep -c .)" -eq 7 ]; then
   echo "ok   the same step and validation losses and sample: $(grep -m1 "^sample:" "$d/full_gpu.log" | cut -c1-60)..."
 else diff <(pick "$d/full_cpu.log") <(pick "$d/full_gpu.log"); fail "validation/sampling differ from the CPU trainer's"; fi
+
+echo "== 7. attention at head sizes 64, 24, 16 and T=77, bf16"
+for ch_nh in "128 2" "96 4" "64 4"; do
+  set -- $ch_nh; k=hs$(($1 / $2))
+  shape7=(--layers 2 --channels "$1" --heads "$2" --batch 3 --seq-len 77 --steps 1 "${common[@]}" --precision bf16)
+  ./train_gpt_cpu "${shape7[@]}" --dump-grads "$d/g7_cpu_$k.bin" --log "$d/l7_cpu_$k.jsonl" >"$d/r7_cpu_$k.log" 2>&1 || fail "CPU $k"
+  test/bin/train_gpt_emu_bf16 "${shape7[@]}" --dump-grads "$d/g7_gpu_$k.bin" --log "$d/l7_gpu_$k.jsonl" >"$d/r7_gpu_$k.log" 2>&1 ||
+    { tail -n 5 "$d/r7_gpu_$k.log"; fail "emulated GPU $k"; continue; }
+  lc=$(sed -n 's/.*"step":1,"loss":\([^,]*\),.*/\1/p' "$d/l7_cpu_$k.jsonl"); lg=$(sed -n 's/.*"step":1,"loss":\([^,]*\),.*/\1/p' "$d/l7_gpu_$k.jsonl")
+  if $PY -c "import sys; a,b=float('$lc'),float('$lg'); sys.exit(0 if abs(a-b) <= 5e-3*max(1,abs(a)) else 1)" &&
+     $PY test/gpu/compare_grads.py "$d/g7_cpu_$k.bin" "$d/g7_gpu_$k.bin" --tol 5e-2 >"$d/c7_$k.txt"; then
+    echo "ok   $k: loss cpu $lc, gpu $lg; gradients: $(tail -n 1 "$d/c7_$k.txt")"
+  else cat "$d/c7_$k.txt" 2>/dev/null; fail "$k: loss cpu '$lc', gpu '$lg', or gradients"; fi
+done
 
 echo "$fails failures"
 [ $fails -eq 0 ]

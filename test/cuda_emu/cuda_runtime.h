@@ -54,6 +54,7 @@
 #include <deque>
 #include <functional>
 #include <tuple>
+#include <type_traits>
 #include <map>
 #include <vector>
 #if defined(__SANITIZE_ADDRESS__)
@@ -320,6 +321,10 @@ static inline void emu_warp_barrier(void) {
     emu_yield();
 }
 static inline unsigned emu_lane(void) { return (unsigned)emu_k.cur->linear % 32u; }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    if (mask != 0xffffffffu) emu_fatal("__syncwarp in %s: mask %#x (the emulator supports full warps only)", emu_k.kernel, mask);
+    emu_warp_barrier();
+}
 template <class T> static T emu_shfl(unsigned mask, T v, int src_lane, const char *fn) {
     static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
     if (mask != 0xffffffffu) emu_fatal("%s in %s: mask %#x (the emulator supports full warps only)", fn, emu_k.kernel, mask);
@@ -699,3 +704,5 @@ static EmuLaunch<P...> emu_launch(void (*kernel)(P...), const char *name, dim3 g
 // Device math that is not in <math.h>
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __fdividef(float a, float b) { return a / b; }
+static inline int min(int a, int b) { return a < b ? a : b; } // CUDA's integer min/max
+static inline int max(int a, int b) { return a > b ? a : b; }
