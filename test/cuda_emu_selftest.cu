@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <cublasLt.h>
 #include <nccl.h>
+#include <mma.h>
 
 #define CHECK(x) do { if ((x) != 0) { fprintf(stderr, "selftest: %s failed\n", #x); exit(2); } } while (0)
 
@@ -38,6 +39,29 @@ static __global__ void copy(float *dst, const float *src, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
 }
 
+// One warp: C (16x16) = A B with A[i][k] = i + k, B[k][j] = (k == j) (the identity), so C = A;
+// each lane writes its share of A to shared memory first, with or without the __syncwarp that
+// must separate those writes from the warp's fragment loads.
+static __global__ void wmma_tile(float *out, int sync) {
+    __shared__ __half a[16][16], b[16][16];
+    __shared__ float c[16][16];
+    for (int e = threadIdx.x; e < 256; e += 32) {
+        a[e / 16][e % 16] = __float2half_rn((float)(e / 16 + e % 16));
+        b[e / 16][e % 16] = __float2half_rn(e / 16 == e % 16 ? 1.0f : 0.0f);
+    }
+    if (sync) __syncwarp();
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half, nvcuda::wmma::row_major> fa;
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __half, nvcuda::wmma::row_major> fb;
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> fc;
+    nvcuda::wmma::fill_fragment(fc, 0.0f);
+    nvcuda::wmma::load_matrix_sync(fa, &a[0][0], 16);
+    nvcuda::wmma::load_matrix_sync(fb, &b[0][0], 16);
+    nvcuda::wmma::mma_sync(fc, fa, fb, fc);
+    nvcuda::wmma::store_matrix_sync(&c[0][0], fc, 16, nvcuda::wmma::mem_row_major);
+    __syncwarp();
+    for (int e = threadIdx.x; e < 256; e += 32) out[e] = c[e / 16][e % 16];
+}
+
 static float *dev_floats(int n) {
     float *p;
     CHECK(cudaMalloc(&p, (size_t)n * sizeof(float)));
@@ -62,6 +86,15 @@ int main(int argc, char **argv) {
         to_host(r, out, 3);
         printf("sum %.0f %.0f %.0f\n", r[0], r[1], r[2]);
         return r[0] == 500500.0f && r[1] == 500500.0f && r[2] == 500500.0f ? 0 : 1;
+    }
+    if (!strcmp(c, "wmma") || !strcmp(c, "wmma_race")) {
+        float *o = dev_floats(256), h[256];
+        wmma_tile<<<1, 32, 0, s1>>>(o, !strcmp(c, "wmma"));
+        to_host(h, o, 256);
+        int bad = 0;
+        for (int e = 0; e < 256; e++) bad += h[e] != (float)(e / 16 + e % 16);
+        printf("wmma: %d of 256 elements wrong\n", bad);
+        return bad != 0;
     }
     if (!strcmp(c, "sync_after_return")) { float *o = dev_floats(64); sync_after_return<<<1, 64, 0, s1>>>(o); cudaDeviceSynchronize(); return 0; }
     if (!strcmp(c, "shuffle_after_return")) { float *o = dev_floats(32); shuffle_after_return<<<1, 32, 0, s1>>>(o); cudaDeviceSynchronize(); return 0; }
