@@ -32,8 +32,10 @@
 //   cuBLASLt   (cublasLt.h) the documented column-major semantics, computed on the host in fp32;
 //   NCCL       (nccl.h) over MPI, with NCCL's in-place conventions and 16-bit sums in fp32 that
 //              round per pair.
-// Not emulated: timing, the memory model inside a warp beyond the shuffles used, dynamic shared
-// memory, atomics (train_gpt.cu uses none). Single-threaded per process: kernels never overlap.
+//   WMMA       (mma.h) 16x16x16 fragments, every lane holding the whole tile; mma_sync checks
+//              that the warp's lanes hold the same operands.
+// Not emulated: timing, the memory model inside a warp beyond shuffles, __syncwarp and WMMA,
+// dynamic shared memory, atomics (train_gpt.cu uses neither). Single-threaded per process: kernels never overlap.
 #pragma once
 #define __CUDACC__ 1          // the shared headers take their GPU-trainer branches
 #define CUDA_EMULATOR 1
