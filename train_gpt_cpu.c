@@ -779,8 +779,14 @@ static void gpt2_layer_store(GPT2 *m, int l, int B, int T) {
     size_t n[9];
     uint16_t *dst = layer16(m, l, B, T);
     for (int i = 0; i < gpt2_layer16_tensors(&x, &m->cfg, B, T, t, n); dst += n[i], i++) {
-        zc_narrow(dst, t[i], n[i], m->dtype);
-        zc_widen(t[i], dst, n[i], m->dtype);
+        // block by block, so that the widening reads what the narrowing just wrote from cache
+        size_t nb = (n[i] + ZC_MP_BLOCK - 1) / ZC_MP_BLOCK;
+#pragma omp parallel for schedule(static) if (n[i] >= ZC_MP_OMP_MIN)
+        for (size_t b = 0; b < nb; b++) {
+            size_t lo = b * ZC_MP_BLOCK, len = n[i] - lo < ZC_MP_BLOCK ? n[i] - lo : ZC_MP_BLOCK;
+            zc_narrow(dst + lo, t[i] + lo, len, m->dtype);
+            zc_widen(t[i] + lo, dst + lo, len, m->dtype);
+        }
     }
 }
 // Layer l's activations for its backward, widened from 16 bits unless the slot still holds
