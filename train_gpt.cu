@@ -382,7 +382,9 @@ static __global__ void attention_softmax_backward_kernel(floatX *att, const floa
 // the diagonal of a warp's queries are skipped (causal). Head size hs: a multiple of 16, at most
 // FA_HS (gpt2_gpu_flash_attention), so every tile is whole; rows past T are zero-filled and
 // masked. Blocks of 4 warps; each warp owns 16 rows (queries, or keys in the dK/dV kernel); all
-// shared memory is static and under 48 KB. Synchronisation: __syncthreads around every tile load
+// shared memory is static and under 48 KB, each array 128-byte aligned (WMMA needs every tile
+// pointer 32-byte aligned and every leading dimension a multiple of 16 bytes: the tiles below
+// start at multiples of 16 elements of rows of 32 or 64). Synchronisation: __syncthreads around every tile load
 // (all warps read the shared tiles); within a warp, __syncwarp between the lanes' scalar writes
 // of a tile and the fragment loads that read it, and between a fragment store and the lanes'
 // scalar reads of it. Grid: (B*NH, ceil(T/64)).
@@ -441,8 +443,8 @@ static __device__ void fa_load(floatX (*dst)[FA_HS], const floatX *src, int b, i
 
 // out (B,T,C): head h's columns = softmax(scale Q K^T, causal) V; lse (B,NH,T).
 static __global__ void flash_forward_kernel(floatX *out, float *lse, const floatX *qkv, int T, int C, int NH) {
-    __shared__ floatX Qs[FA_ROWS][FA_HS], Ks[FA_STEP][FA_HS], Vs[FA_STEP][FA_HS], P[4][16][FA_STEP];
-    __shared__ float S[4][16][FA_STEP], O[4][16][FA_HS];
+    __shared__ __align__(128) floatX Qs[FA_ROWS][FA_HS], Ks[FA_STEP][FA_HS], Vs[FA_STEP][FA_HS], P[4][16][FA_STEP];
+    __shared__ __align__(128) float S[4][16][FA_STEP], O[4][16][FA_HS];
     int b = blockIdx.x / NH, h = blockIdx.x % NH, q0 = blockIdx.y * FA_ROWS, hs = C / NH;
     int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, r = lane / 2, half = lane % 2; // a lane pair per row
     int t = q0 + 16 * w + r, wfirst = q0 + 16 * w, last = min(q0 + FA_ROWS, T) - 1;
@@ -513,8 +515,9 @@ static __device__ void fa_row_stats(float *D, float *L, const floatX *dout, cons
 // dqkv's q part (B,T,C of its 3C), OVERWRITTEN: dQ = dS K, dS = P (dP - D) scale, dP = dY V^T.
 static __global__ void flash_backward_dq_kernel(floatX *dqkv, const float *lse, const floatX *dout, const floatX *y,
                                                 const floatX *qkv, int T, int C, int NH) {
-    __shared__ floatX Qs[FA_ROWS][FA_HS], dYs[FA_ROWS][FA_HS], Ks[FA_STEP][FA_HS], Vs[FA_STEP][FA_HS], dS[4][16][FA_STEP];
-    __shared__ float W[4][16][2 * FA_STEP]; // per warp: S | dP; at the end dQ (FA_HS <= 2 FA_STEP columns)
+    __shared__ __align__(128) floatX Qs[FA_ROWS][FA_HS], dYs[FA_ROWS][FA_HS], Ks[FA_STEP][FA_HS], Vs[FA_STEP][FA_HS],
+        dS[4][16][FA_STEP];
+    __shared__ __align__(128) float W[4][16][2 * FA_STEP]; // per warp: S | dP; at the end dQ (FA_HS <= 2 FA_STEP columns)
     __shared__ float Ds[FA_ROWS], Ls[FA_ROWS];
     int b = blockIdx.x / NH, h = blockIdx.x % NH, q0 = blockIdx.y * FA_ROWS, hs = C / NH;
     int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, r = lane / 2, half = lane % 2;
@@ -557,8 +560,9 @@ static __global__ void flash_backward_dq_kernel(floatX *dqkv, const float *lse, 
 // queries at or after them, with S^T = K Q^T and dP^T = V dY^T computed per 32-query tile.
 static __global__ void flash_backward_dkv_kernel(floatX *dqkv, const float *lse, const floatX *dout, const floatX *y,
                                                  const floatX *qkv, int T, int C, int NH) {
-    __shared__ floatX Ks[FA_ROWS][FA_HS], Vs[FA_ROWS][FA_HS], Qs[FA_STEP][FA_HS], dYs[FA_STEP][FA_HS], Ps[4][16][FA_STEP];
-    __shared__ float W[4][16][2 * FA_STEP]; // per warp: P^T (from S^T) | dP^T; at the end dK, then dV
+    __shared__ __align__(128) floatX Ks[FA_ROWS][FA_HS], Vs[FA_ROWS][FA_HS], Qs[FA_STEP][FA_HS], dYs[FA_STEP][FA_HS],
+        Ps[4][16][FA_STEP];
+    __shared__ __align__(128) float W[4][16][2 * FA_STEP]; // per warp: P^T (from S^T) | dP^T; at the end dK, then dV
     __shared__ float Ds[FA_STEP], Ls[FA_STEP];
     int b = blockIdx.x / NH, h = blockIdx.x % NH, k0 = blockIdx.y * FA_ROWS, hs = C / NH;
     int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, r = lane / 2, half = lane % 2;

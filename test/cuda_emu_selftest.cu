@@ -42,9 +42,9 @@ static __global__ void copy(float *dst, const float *src, int n) {
 // One warp: C (16x16) = A B with A[i][k] = i + k, B[k][j] = (k == j) (the identity), so C = A;
 // each lane writes its share of A to shared memory first, with or without the __syncwarp that
 // must separate those writes from the warp's fragment loads.
-static __global__ void wmma_tile(float *out, int sync) {
-    __shared__ __half a[16][16], b[16][16];
-    __shared__ float c[16][16];
+static __global__ void wmma_tile(float *out, int sync, int offset) {
+    __shared__ __align__(128) __half a[17][16], b[16][16];
+    __shared__ __align__(128) float c[16][16];
     for (int e = threadIdx.x; e < 256; e += 32) {
         a[e / 16][e % 16] = __float2half_rn((float)(e / 16 + e % 16));
         b[e / 16][e % 16] = __float2half_rn(e / 16 == e % 16 ? 1.0f : 0.0f);
@@ -54,7 +54,7 @@ static __global__ void wmma_tile(float *out, int sync) {
     nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __half, nvcuda::wmma::row_major> fb;
     nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> fc;
     nvcuda::wmma::fill_fragment(fc, 0.0f);
-    nvcuda::wmma::load_matrix_sync(fa, &a[0][0], 16);
+    nvcuda::wmma::load_matrix_sync(fa, &a[0][0] + offset, 16);
     nvcuda::wmma::load_matrix_sync(fb, &b[0][0], 16);
     nvcuda::wmma::mma_sync(fc, fa, fb, fc);
     nvcuda::wmma::store_matrix_sync(&c[0][0], fc, 16, nvcuda::wmma::mem_row_major);
@@ -87,9 +87,9 @@ int main(int argc, char **argv) {
         printf("sum %.0f %.0f %.0f\n", r[0], r[1], r[2]);
         return r[0] == 500500.0f && r[1] == 500500.0f && r[2] == 500500.0f ? 0 : 1;
     }
-    if (!strcmp(c, "wmma") || !strcmp(c, "wmma_race")) {
+    if (!strcmp(c, "wmma") || !strcmp(c, "wmma_race") || !strcmp(c, "wmma_misaligned")) {
         float *o = dev_floats(256), h[256];
-        wmma_tile<<<1, 32, 0, s1>>>(o, !strcmp(c, "wmma"));
+        wmma_tile<<<1, 32, 0, s1>>>(o, strcmp(c, "wmma_race") != 0, !strcmp(c, "wmma_misaligned") ? 8 : 0);
         to_host(h, o, 256);
         int bad = 0;
         for (int e = 0; e < 256; e++) bad += h[e] != (float)(e / 16 + e % 16);

@@ -6,7 +6,8 @@
 #   1. the emulator's own checks bite (cuda_emu_selftest): a correct block reduction is right;
 #      a __syncthreads or shuffle after threads exited, a write past an allocation, a host read
 #      of device memory, a host pointer given to a kernel, an over-promised alignment, an
-#      overlapping all-gather, a WMMA load racing the lanes' shared-memory writes are each
+#      overlapping all-gather, a WMMA load racing the lanes' shared-memory writes or from a
+#      tile that is not 32-byte aligned are each
 #      caught; a missing event wait shows under one schedule; a WMMA tile product is right.
 #   2. run_gpu_checks.sh, emulated: loss and every gradient against the CPU trainer in fp32,
 #      bf16 and fp16 (two shapes), ZeRO stages 0-3 on 2 ranks agreeing (fp32, bf16).
@@ -49,6 +50,7 @@ selftest() { # case, expected exit status, expected text in the output
 selftest sum 0 "sum 500500 500500 500500"
 selftest wmma 0 "wmma: 0 of 256 elements wrong"
 selftest wmma_race 134 "holds other operands than lane 0"
+selftest wmma_misaligned 134 "is not 32-byte aligned"
 selftest sync_after_return 134 "48 of the block's 64 threads have exited before it"
 selftest shuffle_after_return 134 "while 16 lanes of its warp have exited"
 selftest write_past_end 134 "a write past the end of the 400-byte device allocation"

@@ -45,6 +45,7 @@
 #define __forceinline__ inline
 #define __shared__ static     // one block runs at a time, its fibers share the statics
 #define __restrict__ __restrict
+#define __align__(n) __attribute__((aligned(n)))
 
 #include <stdint.h>
 #include <stdio.h>

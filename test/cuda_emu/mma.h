@@ -9,6 +9,8 @@
 //   - store_matrix_sync writes from each lane only the elements that lane "owns" (element e
 //     belongs to lane e % 32), so a lane that reads the stored tile before the others have
 //     stored (no __syncwarp in between) reads stale values and the results show it.
+//   - the pointer and leading dimension of every load and store are what the hardware needs:
+//     32-byte (256-bit) aligned, ldm a multiple of 16 bytes.
 // Products are exact in fp32 and summed in k order, as tensor cores' fp32 accumulation is
 // close to (not necessarily equal to) on hardware.
 #pragma once
@@ -33,6 +35,12 @@ template <class Use, int M, int N, int K, class T, class Layout = void> struct f
 static inline float emu_wmma_load(const __nv_bfloat16 &x) { return __bfloat162float(x); }
 static inline float emu_wmma_load(const __half &x) { return __half2float(x); }
 
+static inline void emu_wmma_check(const void *p, unsigned ldm, size_t elem, const char *fn) {
+    if ((uintptr_t)p % 32)
+        emu_fatal("%s in %s: pointer %p is not 32-byte aligned (WMMA needs 256-bit aligned tiles: __align__ the shared arrays)",
+                  fn, emu_k.kernel, p);
+    if (ldm * elem % 16) emu_fatal("%s in %s: ldm %u is not a multiple of 16 bytes", fn, emu_k.kernel, ldm);
+}
 template <class Use, class T, class Layout> static inline void fill_fragment(fragment<Use, 16, 16, 16, T, Layout> &f, float x) {
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++) f.v[r][c] = x;
@@ -40,15 +48,18 @@ template <class Use, class T, class Layout> static inline void fill_fragment(fra
 template <class Use, class T, class Layout>
 static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout> &f, const T *p, unsigned ldm) {
     static_assert(!std::is_same<Use, accumulator>::value, "an accumulator load needs its layout");
+    emu_wmma_check(p, ldm, sizeof(T), "load_matrix_sync");
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++)
             f.v[r][c] = emu_wmma_load(std::is_same<Layout, row_major>::value ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r]);
 }
 static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ldm, layout_t l) {
+    emu_wmma_check(p, ldm, sizeof(float), "load_matrix_sync");
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++) f.v[r][c] = l == mem_row_major ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
 }
 static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm, layout_t l) {
+    emu_wmma_check(p, ldm, sizeof(float), "store_matrix_sync");
     unsigned lane = emu_lane();
     for (int e = (int)lane; e < 256; e += 32) {
         int r = e / 16, c = e % 16;
