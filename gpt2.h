@@ -349,6 +349,19 @@ static inline int gpt2_activation_is_fp32(int i) {
            i == A_LNF_RSTD || i == A_LOSSES;
 }
 
+// The block itself: tensor i of n[i] elements, 4 bytes each where fp32[i], else elem, each
+// starting at a multiple of align bytes.
+static inline size_t gpt2_activation_pack(const size_t n[NUM_ACTIVATIONS], const int fp32[NUM_ACTIVATIONS], size_t elem,
+                                          size_t align, size_t offset[NUM_ACTIVATIONS]) {
+    size_t at = 0;
+    for (int i = 0; i < NUM_ACTIVATIONS; i++) {
+        at = gpt2_round_up(at, align);
+        if (offset) offset[i] = at;
+        at += n[i] * (fp32[i] ? sizeof(float) : elem);
+    }
+    return at;
+}
+
 // Where each activation starts in one block (offset[i], bytes; may be NULL) and the block's
 // bytes: the per-layer tensors for layer_slots layers, the fp32 ones at 4 bytes an element and
 // every other one at `elem` bytes, each tensor starting at a multiple of `align` bytes (a power
@@ -356,15 +369,14 @@ static inline int gpt2_activation_is_fp32(int i) {
 // tensor right after the previous one (gpt2_activation_floats' count).
 static inline size_t gpt2_activation_layout(const GPT2Config *c, int B, int T, int layer_slots, size_t elem, size_t align,
                                             size_t offset[NUM_ACTIVATIONS]) {
-    size_t n[NUM_ACTIVATIONS], at = 0;
+    size_t n[NUM_ACTIVATIONS];
+    int fp32[NUM_ACTIVATIONS];
     gpt2_activation_numels(c, B, T, n);
     for (int i = 0; i < NUM_ACTIVATIONS; i++) {
-        size_t k = gpt2_activation_is_layer16(i) ? n[i] / c->num_layers * layer_slots : n[i];
-        at = gpt2_round_up(at, align);
-        if (offset) offset[i] = at;
-        at += k * (gpt2_activation_is_fp32(i) ? sizeof(float) : elem);
+        if (gpt2_activation_is_layer16(i)) n[i] = n[i] / c->num_layers * layer_slots;
+        fp32[i] = gpt2_activation_is_fp32(i);
     }
-    return at;
+    return gpt2_activation_pack(n, fp32, elem, align, offset);
 }
 
 // Whether the GPU trainer's attention is its flash kernels (16-bit builds, through tensor
@@ -373,8 +385,8 @@ static inline size_t gpt2_activation_layout(const GPT2Config *c, int B, int T, i
 // from which the backward recomputes them. Otherwise (the fp32 build, other head sizes) it is
 // the matmul path with the probabilities stored, as on the CPU.
 #define GPT2_FLASH_MAX_HS 64
-static inline int gpt2_gpu_flash_attention(const GPT2Config *c, size_t elem) {
-    int hs = c->channels / c->num_heads;
+static inline int gpt2_gpu_flash_attention(int channels, int num_heads, size_t elem) {
+    int hs = channels / num_heads;
     return elem == 2 && hs % 16 == 0 && hs <= GPT2_FLASH_MAX_HS;
 }
 
@@ -390,16 +402,15 @@ static inline int gpt2_gpu_flash_attention(const GPT2Config *c, size_t elem) {
 #define GPT2_GPU_ACT_ALIGN 256
 static inline size_t gpt2_gpu_activation_bytes(const GPT2Config *c, int B, int T, size_t elem,
                                                size_t offset[NUM_ACTIVATIONS]) {
-    size_t n[NUM_ACTIVATIONS], at = 0;
+    size_t n[NUM_ACTIVATIONS];
+    int fp32[NUM_ACTIVATIONS];
     gpt2_activation_numels(c, B, T, n);
-    int flash = gpt2_gpu_flash_attention(c, elem);
-    if (flash) n[A_ATT] = (size_t)c->num_layers * B * c->num_heads * T;
-    for (int i = 0; i < NUM_ACTIVATIONS; i++) {
-        at = gpt2_round_up(at, GPT2_GPU_ACT_ALIGN);
-        if (offset) offset[i] = at;
-        at += n[i] * (gpt2_activation_is_fp32(i) || (flash && i == A_ATT) ? sizeof(float) : elem);
+    for (int i = 0; i < NUM_ACTIVATIONS; i++) fp32[i] = gpt2_activation_is_fp32(i);
+    if (gpt2_gpu_flash_attention(c->channels, c->num_heads, elem)) {
+        n[A_ATT] = (size_t)c->num_layers * B * c->num_heads * T;
+        fp32[A_ATT] = 1;
     }
-    return at;
+    return gpt2_activation_pack(n, fp32, elem, GPT2_GPU_ACT_ALIGN, offset);
 }
 
 // The activations as named pointers, in the order of the list above, and their wiring into

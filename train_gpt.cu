@@ -937,13 +937,7 @@ static HeadLoop head_loop(int B, int T, int C, int NH) {
 }
 // Whether this build and this head size run the flash kernels (gpt2.h decides, for the
 // activations' layout too); then att holds the log-sum-exp rows, (B,NH,T) fp32.
-static int flash_attention(int C, int NH) {
-    GPT2Config c;
-    memset(&c, 0, sizeof(c));
-    c.channels = C;
-    c.num_heads = NH;
-    return gpt2_gpu_flash_attention(&c, sizeof(floatX));
-}
+static int flash_attention(int C, int NH) { return gpt2_gpu_flash_attention(C, NH, sizeof(floatX)); }
 static void attention_forward(floatX *out, floatX *att, const floatX *qkv, int B, int T, int C, int NH) {
 #if !defined(GPU_PRECISION_FP32)
     if (flash_attention(C, NH)) {

@@ -39,6 +39,7 @@ d=test/out/gpu_emu
 rm -rf "$d"; mkdir -p "$d"
 fails=0
 fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' | tr '\n' ' '; } # of the step lines on stdin
 
 echo "== 1. the emulator's checks"
 selftest() { # case, expected exit status, expected text in the output
@@ -75,8 +76,8 @@ for s in 1 2 3; do
   EMU_SCHEDULE=comm-first mpirun -np 2 --oversubscribe --bind-to none test/bin/train_gpt_emu_bf16 \
     --init "$d/checks/init/model_00000001.bin" --batch 4 --seq-len 64 --grad-accum 2 --steps 2 "${common[@]}" \
     --zero-stage "$s" --log "$out" >"$d/early_bf16_$s.log" 2>&1 || { tail -n 5 "$d/early_bf16_$s.log"; fail "ZeRO-$s comm-first run"; continue; }
-  a=$(grep '"step"' "$ref" | sed -n 's/.*"loss":\([^,]*\),.*/\1/p' | tr '\n' ' ')
-  b=$(grep '"step"' "$out" | sed -n 's/.*"loss":\([^,]*\),.*/\1/p' | tr '\n' ' ')
+  a=$(grep '"step"' "$ref" | losses)
+  b=$(grep '"step"' "$out" | losses)
   if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok   ZeRO-$s bf16, comm-first = compute-first: $b"
   else fail "ZeRO-$s bf16: compute-first '$a', comm-first '$b'"; fi
 done
@@ -98,8 +99,8 @@ shape=(--layers 2 --channels 64 --heads 4 --vocab-size 512 --max-seq-len 32)
 asan() { mpirun -np 2 --oversubscribe --bind-to none test/bin/train_gpt_emu_bf16_asan "$@"; }
 if asan "${small[@]}" "${shape[@]}" --steps 4 --save-every 2 --out "$d/ck" --log "$d/a.jsonl" >"$d/asan_a.log" 2>&1 &&
    asan "${small[@]}" --steps 4 --resume "$d/ck/step_00000002" --log "$d/b.jsonl" >"$d/asan_b.log" 2>&1; then
-  a=$(grep -E '"step":(3|4),' "$d/a.jsonl" | sed -n 's/.*"loss":\([^,]*\),.*/\1/p' | tr '\n' ' ')
-  b=$(grep -E '"step":(3|4),' "$d/b.jsonl" | sed -n 's/.*"loss":\([^,]*\),.*/\1/p' | tr '\n' ' ')
+  a=$(grep -E '"step":(3|4),' "$d/a.jsonl" | losses)
+  b=$(grep -E '"step":(3|4),' "$d/b.jsonl" | losses)
   if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok   steps 3-4 uninterrupted $a| resumed $b"
   else fail "resume: uninterrupted '$a', resumed '$b'"; fi
 else tail -n 20 "$d"/asan_*.log; fail "ASan runs"; fi
