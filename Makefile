@@ -98,7 +98,7 @@ test/bin/test_kernels test/bin/test_kernels_asan: train_gpt_cpu.c
 test: train_gpt_cpu train_gpt_cpu_asan
 	bash test/run.sh
 
-bench: train_gpt_cpu
+bench: train_gpt_cpu test/bin/test_gemm_bf16
 	bash scripts/bench.sh
 
 # The embedded data set: Brown corpus shards and the GPT-2 tokenizer file, committed

@@ -2,7 +2,9 @@
 # Benchmark: GPT-2 124M (d12), B=4, T=64, a few optimizer steps on the embedded data, in fp32
 # and in bf16 (or only PRECISIONS="bf16"). Prints ms/step (the average after the first step),
 # tokens/s and achieved GFLOP/s (6 x params + attention FLOPs per token). Extra arguments go to
-# the trainer. Run it on an otherwise idle machine; `make bench` builds first.
+# the trainer. Then the machine's measured peaks and the step's floor (test_gemm_bf16 --floor:
+# the matmul FLOPs at the bf16 peak plus AdamW's bytes at the memory bandwidth). Run it on an
+# otherwise idle machine; `make bench` builds first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${STEPS:-6}
@@ -16,3 +18,5 @@ for p in ${PRECISIONS:-fp32 bf16}; do
     flop = 6*124475904 + 12*12*768*64;         # per token
     printf "d12 B=4 T=64 %s: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s achieved\n", p, ms, 256/(ms/1000), 256*flop/(ms/1000)/1e9 }' "$out"
 done
+make -s test/bin/test_gemm_bf16
+./test/bin/test_gemm_bf16 --floor | grep -E "^(peak|memory|floor)"

@@ -12,7 +12,9 @@
 // usage: test_gemm_bf16 [--quick]                 run the tests (--quick: fewer big shapes)
 //        test_gemm_bf16 --bench [--no-scalar] [--seconds S] [--path NAME] [--shape SUBSTRING]
 //                                                 GFLOP/s of each path and of OpenBLAS
-//                                                 cblas_sgemm (fp32) on the GPT-2 124M shapes
+//                                                 cblas_sgemm (fp32) on the GPT-2 124M shapes,
+//                                                 then the machine's peaks and a step's floor
+//        test_gemm_bf16 --floor                   only the peaks and the floor
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,6 +328,89 @@ static const BenchShape BENCH[] = {
         } \
     } while (0)
 
+// The machine's ceilings, measured: what one core's vector units do per second with every
+// operand in registers (12 independent accumulators, more than latency x throughput needs), on
+// all threads at once; and the memory bandwidth of AdamW's access pattern (read and write back
+// in place, 1 GiB of fp32 per pass). From them the floor of one GPT-2 step: its matmul FLOPs at
+// the bf16 peak plus AdamW's bytes at that bandwidth, before anything else the step does.
+#ifdef ZC_GB_X86
+#define PEAK_ITERS 50000000L
+ZC_GB_TARGET_BF16 static float peak_dpbf16(long iters) {
+    __m512 c[12];
+    for (int i = 0; i < 12; i++) c[i] = _mm512_setzero_ps();
+    __m512bh a = (__m512bh)_mm512_set1_epi16(0x3F80), b = (__m512bh)_mm512_set1_epi16(0x2F80);
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < 12; i++) c[i] = _mm512_dpbf16_ps(c[i], a, b);
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(c[i]);
+    return s;
+}
+ZC_GB_TARGET_AVX512 static float peak_fma(long iters) {
+    __m512 c[12];
+    for (int i = 0; i < 12; i++) c[i] = _mm512_setzero_ps();
+    __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(1e-9f);
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < 12; i++) c[i] = _mm512_fmadd_ps(a, b, c[i]);
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(c[i]);
+    return s;
+}
+// GFLOP/s of one of the loops above on every thread (best of 3)
+static double peak_gflops(float (*loop)(long), double flop_per_instr) {
+    double best = INFINITY, sink = 0;
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    for (int r = 0; r < 3; r++) {
+        double t0 = now();
+#pragma omp parallel reduction(+ : sink)
+        sink += loop(PEAK_ITERS);
+        double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    if (sink == 12345.0) printf(" ");  // keep the loops
+    return threads * PEAK_ITERS * 12.0 * flop_per_instr / best * 1e-9;
+}
+// GB/s of x[i] = x[i] * a + b over 1 GiB (4 bytes read and 4 written per element; best of 3)
+static double memory_gbs(void) {
+    size_t n = (size_t)1 << 28;
+    float *x = malloc(n * sizeof(float));
+    if (!x) return NAN;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] = 1.0f;
+    double best = INFINITY;
+    for (int r = 0; r < 3; r++) {
+        double t0 = now();
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) x[i] = x[i] * 0.5f + 0.5f;
+        double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    free(x);
+    return 2.0 * n * sizeof(float) / best * 1e-9;
+}
+static void bench_floor(void) {
+    int has_bf16 = gemm_bf16_path_supported(GEMM_BF16_AVX512BF16), has_avx512 = zc_gb_cpu_features() & ZC_GB_F_AVX512;
+    double bf16 = has_bf16 ? peak_gflops(peak_dpbf16, 64) : NAN;  // 16 lanes x 2 products x 2 FLOP
+    double fp32 = has_avx512 ? peak_gflops(peak_fma, 32) : NAN;   // 16 lanes x 2 FLOP
+    double gbs = memory_gbs();
+    // One step's matmuls: 6 FLOP per parameter per token (forward, backward data, backward
+    // weights), 256 tokens; attention's products are left out (under 1%). AdamW in bf16 reads
+    // and writes back the fp32 master weight, m and v, reads the 16-bit gradient and writes the
+    // 16-bit parameter: 28 bytes per parameter at the least.
+    const double params = 124475904.0, flop = 6.0 * params * 256, bytes = 28.0 * params;
+    printf("peak, every operand in registers: VDPBF16PS %.0f GFLOP/s, VFMADD (fp32) %.0f GFLOP/s%s\n", bf16, fp32,
+           gemm_bf16_path_supported(GEMM_BF16_AMX) ? " (AMX tiles not measured)" : "");
+    printf("memory, read and write in place: %.1f GB/s\n", gbs);
+    printf("floor of a d12 B=4 T=64 step: matmuls %.3fs at the bf16 peak (%.3fs at the fp32 peak)"
+           " + AdamW %.3fs at that bandwidth = %.3fs (bf16), before attention, LayerNorm, GELU, the loss\n",
+           flop / (bf16 * 1e9), flop / (fp32 * 1e9), bytes / (gbs * 1e9), flop / (bf16 * 1e9) + bytes / (gbs * 1e9));
+}
+#else
+static void bench_floor(void) { printf("peak and floor: measured on x86-64 only\n"); }
+#endif
+
 // Path-major order (all shapes on one path, then the next, with a pause in between), so that one
 // library's idle threads, which spin for a while after a call (OpenBLAS's and OpenMP's), do not
 // steal a core from the next one's timing.
@@ -402,6 +487,7 @@ static int bench(int no_scalar, double seconds, const char *only_path, const cha
     printf("%-41s", "matmul seconds per GPT-2 step (sum)");
     for (int p = 0; p < np; p++) printf(" %9.3fs", step[p]);
     printf("\n");
+    if (!only_shape) bench_floor();
     return 0;
 }
 
@@ -502,11 +588,12 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--bench")) do_bench = 1;
+        else if (!strcmp(argv[i], "--floor")) do_bench = 2;
         else if (!strcmp(argv[i], "--no-scalar")) no_scalar = 1;
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--path") && i + 1 < argc) only_path = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = argv[++i];
-        else { fprintf(stderr, "usage: %s [--quick] | --bench [--no-scalar] [--seconds S] [--path NAME] [--shape SUBSTRING]\n", argv[0]); return 2; }
+        else { fprintf(stderr, "usage: %s [--quick] | --floor | --bench [--no-scalar] [--seconds S] [--path NAME] [--shape SUBSTRING]\n", argv[0]); return 2; }
     }
 #ifdef _OPENMP
     // Start the OpenMP team before anything asks for AMX permission: the permission is per
@@ -521,6 +608,7 @@ int main(int argc, char **argv) {
         printf(" %s=%s", gemm_bf16_path_name(PATHS[p]), gemm_bf16_path_supported(PATHS[p]) ? "yes" : "no");
     printf("\n");
     if (do_bench) pick_openblas_core(argv);
+    if (do_bench == 2) { bench_floor(); return 0; }
     if (do_bench) return bench(no_scalar, seconds, only_path, only_shape);
 
     double t0 = now();
