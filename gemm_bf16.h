@@ -437,19 +437,22 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_add_bf16_avx512(bf16_t *C16, size_t
     }
 }
 
-// AVX512-BF16 micro-kernel: four passes of 8 rows x 32 columns (16 zmm accumulators).
-ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_avx512bf16(const bf16_t *pa, size_t sa, const bf16_t *pb,
-                                                             size_t sb, int nkt, float *C, size_t ldc,
-                                                             int mv, int nv, int acc) {
+// AVX512-BF16 micro-kernel: four passes of 8 rows x 32 columns (16 zmm accumulators). The A
+// side's rows 0-15 start at pa and rows 16-31 at pa + sa, row i's k-tile kt at i * arow +
+// kt * astep elements from there: packed strips (arow 32, astep 512), or a row-major matrix read
+// in place (arow its leading dimension, astep 32).
+ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_avx512bf16_core(const bf16_t *pa, size_t sa, size_t arow, size_t astep,
+                                                                  const bf16_t *pb, size_t sb, int nkt, float *C,
+                                                                  size_t ldc, int mv, int nv, int acc) {
     int nc = nv < 32 ? nv : 32;
     __mmask16 mk0 = nc >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nc) - 1u);
     __mmask16 mk1 = nc >= 32 ? (__mmask16)0xFFFF : nc <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nc - 16)) - 1u);
     for (int g = 0; g < 4 && 8 * g < mv; g++) {
-        const bf16_t *a = pa + (size_t)(g >> 1) * sa + (g & 1) * 8 * 32;
+        const bf16_t *a = pa + (size_t)(g >> 1) * sa + (size_t)(g & 1) * 8 * arow;
         __m512 c0[8], c1[8];
         for (int i = 0; i < 8; i++) { c0[i] = _mm512_setzero_ps(); c1[i] = _mm512_setzero_ps(); }
         for (int kt = 0; kt < nkt; kt++) {
-            const bf16_t *ak = a + (size_t)kt * 512;
+            const bf16_t *ak = a + (size_t)kt * astep;
             const bf16_t *b0 = pb + (size_t)kt * 512, *b1 = b0 + sb;
             for (int p = 0; p < 16; p++) {
                 __m512bh x0 = (__m512bh)_mm512_loadu_si512((const void *)(b0 + p * 32));
@@ -457,7 +460,7 @@ ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_avx512bf16(const bf16_t *pa, s
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; i++) {
                     int32_t w;
-                    memcpy(&w, ak + i * 32 + 2 * p, 4);
+                    memcpy(&w, ak + i * arow + 2 * p, 4);
                     __m512bh y = (__m512bh)_mm512_set1_epi32(w);
                     c0[i] = _mm512_dpbf16_ps(c0[i], y, x0);
                     c1[i] = _mm512_dpbf16_ps(c1[i], y, x1);
@@ -475,6 +478,12 @@ ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_avx512bf16(const bf16_t *pa, s
             if (mk1) _mm512_mask_storeu_ps(cr + 16, mk1, r1);
         }
     }
+}
+
+ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_avx512bf16(const bf16_t *pa, size_t sa, const bf16_t *pb,
+                                                             size_t sb, int nkt, float *C, size_t ldc,
+                                                             int mv, int nv, int acc) {
+    zc_gb_kernel_avx512bf16_core(pa, sa, 32, 512, pb, sb, nkt, C, ldc, mv, nv, acc);
 }
 
 // AMX. Tiles 0-3: C (0,0) (0,1) (1,0) (1,1); 4-5: A rows 0-15, 16-31; 6-7: B columns 0-15, 16-31.
@@ -711,14 +720,16 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
     bf16_t *rbuf = (bf16_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     bf16_t *sbuf0 = rbuf + pl.res_elems;
     const size_t ldcz = (size_t)ldc;
-    // A linear layer's forward on AMX, C (M,N) (+)= A · Bᵀ with B (N,K) row-major (the weight):
-    // B's rows, read in place, are already A tiles of the transposed product Cᵀ = B · Aᵀ. So
-    // instead of packing (transposing) every element of the weight on every call, the resident
-    // side A is packed as Cᵀ's B operand, each 32 x 32 block of Cᵀ goes through a local block,
-    // transposed on the way in (beta 1) and out, and the sums are those of the packed path (the
-    // same products in the same order, all of K in the tiles). Needs whole tiles of B: K and N
-    // multiples of 32 (GPT-2's are); rows of B are streamed from memory a block ahead.
-    const int wdirect = amx && !C16 && transB && a_res && K % 32 == 0 && N % 32 == 0 && M <= RC;
+    // A linear layer's forward, C (M,N) (+)= A · Bᵀ with B (N,K) row-major (the weight): B's
+    // rows, read in place, are already the A side of the transposed product Cᵀ = B · Aᵀ (AMX A
+    // tiles; AVX512-BF16 broadcasts k-pairs from rows). So instead of packing (transposing) every
+    // element of the weight on every call, the resident side A is packed as Cᵀ's B operand, each
+    // 32 x 32 block of Cᵀ goes through a local block, transposed on the way in (beta 1) and out,
+    // and each sum is formed from the same products in the same order as on the packed path,
+    // with all of K in one pass (no K blocks). Needs whole tiles of B: K and N multiples of 32
+    // (GPT-2's are); rows of B are streamed from memory a block ahead.
+    const int wdirect = (amx || path == GEMM_BF16_AVX512BF16) && !C16 && transB && a_res && K % 32 == 0 &&
+                        N % 32 == 0 && M <= RC;
 
     // Resident strips are packed cooperatively without a barrier: each thread claims unpacked
     // strips (starting at its own offset), packs them, marks them done, then waits only for
@@ -769,8 +780,9 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
                         float *c = C + (size_t)(r0 + rb) * ldcz + s0 + sb;
                         const int mv = zc_gb_min(32, M - r0 - rb);
                         if (acc0) zc_gb_tblock(cblk, c, ldcz, mv, 0);
-                        zc_gb_kernel_amx_core(w, (size_t)16 * ldb, 32, (long)ldb * 2, rbuf + (size_t)(rb / 16) * rstrip,
-                                              rstrip, nKt, cblk, 32, 32, 32, acc0);
+                        const bf16_t *pr = rbuf + (size_t)(rb / 16) * rstrip;
+                        if (amx) zc_gb_kernel_amx_core(w, (size_t)16 * ldb, 32, (long)ldb * 2, pr, rstrip, nKt, cblk, 32, 32, 32, acc0);
+                        else zc_gb_kernel_avx512bf16_core(w, (size_t)16 * ldb, (size_t)ldb, 32, pr, rstrip, nKt, cblk, 32, 32, 32, acc0);
                         zc_gb_tblock(cblk, c, ldcz, mv, 1);
                     }
                 }
