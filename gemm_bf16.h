@@ -28,6 +28,8 @@ API
     int  gemm_bf16_path_supported(path)    GemmBf16Path gemm_bf16_best_path(void)
     const char *gemm_bf16_path_name(path)
     size_t gemm_bf16_scratch_bytes(M, N, K)    gemm_bf16_acc16_scratch_bytes(M, N, K)
+    size_t gemm_bf16_linear_scratch_bytes(N, C, OC, threads)   enough for a linear layer's three
+  A call given less scratch than it needs (NULL included) allocates its own and frees it.
   All return 0 on success and -1 (touching nothing) on bad arguments (negative sizes or sizes
   over INT_MAX - 64, leading dimensions too small, NULL pointers, transA/transB not 0 or 1), on a
   path this machine cannot run, or when the scratch could not be allocated.
@@ -597,13 +599,11 @@ typedef struct {
 } ZcGbPlan;
 
 // full_k: one K block of all of K (gemm_bf16_acc16 needs each C element's whole sum before it
-// rounds it into C).
-static inline ZcGbPlan zc_gb_plan(int M, int N, int K, int full_k) {
+// rounds it into C). threads: the OpenMP threads a call may use (products under
+// GEMM_BF16_SERIAL_FLOPS run on one).
+static inline ZcGbPlan zc_gb_plan(int M, int N, int K, int full_k, int threads) {
     ZcGbPlan p;
-    int nt = 1;
-#ifdef _OPENMP
-    if (2.0 * M * N * K >= GEMM_BF16_SERIAL_FLOPS && !omp_in_parallel()) nt = omp_get_max_threads();
-#endif
+    int nt = 2.0 * M * N * K >= GEMM_BF16_SERIAL_FLOPS ? threads : 1;
     if (nt < 1) nt = 1;
     p.nt = nt;
     p.a_res = M <= N;
@@ -615,10 +615,15 @@ static inline ZcGbPlan zc_gb_plan(int M, int N, int K, int full_k) {
     p.kc = full_k ? kp : zc_gb_min(GEMM_BF16_KC, kp);
     p.res_elems = (size_t)p.rc * kp;
     // Each work item re-reads the whole resident block. When that does not fit in L2 (the LM
-    // head's backward-data product: 256 x 50304), use fewer, wider items: about 2 per thread.
+    // head's backward-data product: 256 x 50304), use fewer, wider items: about 2 per thread,
+    // each thread's chunk within that L2 budget too (with all of K in one block, as for the
+    // LM head's weight gradient at many tokens, a chunk of half the vocabulary would be
+    // hundreds of MB).
     p.sc = GEMM_BF16_SC;
     if (p.res_elems * sizeof(bf16_t) > GEMM_BF16_RES_L2_BYTES) {
         int wide = zc_gb_round32((sext + 2 * nt - 1) / (2 * nt));
+        int cap = (int)(GEMM_BF16_RES_L2_BYTES / ((size_t)p.kc * sizeof(bf16_t))) & ~31;
+        if (wide > cap) wide = cap;
         if (wide > p.sc) p.sc = wide;
     }
     p.sc = zc_gb_min(p.sc, zc_gb_round32(sext));
@@ -627,13 +632,37 @@ static inline ZcGbPlan zc_gb_plan(int M, int N, int K, int full_k) {
     return p;
 }
 
+// The threads a call made here would use: OpenMP's count for a new team, 1 inside one.
+static inline int zc_gb_threads(void) {
+#ifdef _OPENMP
+    return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
 static inline size_t gemm_bf16_scratch_bytes(int M, int N, int K) {
     if (M <= 0 || N <= 0 || K <= 0) return 0;
-    return zc_gb_plan(M, N, K, 0).bytes;
+    return zc_gb_plan(M, N, K, 0, zc_gb_threads()).bytes;
 }
 static inline size_t gemm_bf16_acc16_scratch_bytes(int M, int N, int K) {
     if (M <= 0 || N <= 0 || K <= 0) return 0;
-    return zc_gb_plan(M, N, K, 1).bytes;
+    return zc_gb_plan(M, N, K, 1, zc_gb_threads()).bytes;
+}
+// Scratch that serves all three products of a linear layer (gemm_bf16_forward,
+// gemm_bf16_backward_data and the backward_weight wrappers) over N rows, C inputs, OC outputs,
+// for calls made with up to `threads` OpenMP threads: a caller that allocates it once never has
+// gemm_bf16 allocate memory of its own.
+static inline size_t gemm_bf16_linear_scratch_bytes(int N, int C, int OC, int threads) {
+    if (N <= 0 || C <= 0 || OC <= 0) return 0;
+    size_t most = 0;
+    const int nts[2] = {1, threads > 1 ? threads : 1};  // a call inside a parallel region runs on one
+    for (int t = 0; t < 2; t++) {
+        size_t b[4] = {zc_gb_plan(N, OC, C, 0, nts[t]).bytes, zc_gb_plan(N, C, OC, 0, nts[t]).bytes,
+                       zc_gb_plan(OC, C, N, 0, nts[t]).bytes, zc_gb_plan(OC, C, N, 1, nts[t]).bytes};
+        for (int i = 0; i < 4; i++) most = b[i] > most ? b[i] : most;
+    }
+    return most;
 }
 
 static inline void zc_gb_pause(void) {
@@ -682,7 +711,7 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
 #endif
     const int amx = path == GEMM_BF16_AMX;
 
-    const ZcGbPlan pl = zc_gb_plan(M, N, K, C16 != NULL);
+    const ZcGbPlan pl = zc_gb_plan(M, N, K, C16 != NULL, zc_gb_threads());
     void *mem = NULL;
     if (K > 0 && (!scratch || scratch_bytes < pl.bytes)) {
         mem = malloc(pl.bytes);

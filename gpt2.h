@@ -23,6 +23,9 @@
 #include <unistd.h>
 #include <time.h>
 #include "mixed_precision.h"
+#ifndef __CUDACC__
+#include "gemm_bf16.h" // the CPU trainer's bf16 matmuls, whose scratch its workspace holds
+#endif
 
 #define GPT2_MAGIC 20240326
 #define GPT2_MAX_LAYERS 256
@@ -328,20 +331,36 @@ static inline size_t gpt2_activation_bytes(const GPT2Config *c, int B, int T, in
 // computing and the one prefetched), accumulates each unit's gradient in fp32 (the embeddings,
 // the final LayerNorm, one layer) before rounding it into 16-bit storage, and in bf16 rounds
 // the operands of its bf16 matmuls into one staging area ((B,T) rows of the widest pair of
-// a matmul's output gradient and input: the LM head's, or the MLP's). Bytes; 0 in fp32.
+// a matmul's output gradient and input: the LM head's, or the MLP's), with the matmuls' own
+// packing scratch (gemm_bf16.h, for the trainer's `threads` OpenMP threads) and one flag per
+// vocabulary row (the batch's tokens: the tied embedding's rows that keep fp32 sums). Bytes; 0
+// in fp32.
 // Elements of the bf16 staging area: (B,T) rows of max(Vp + C, 5C).
 static inline size_t gpt2_bf16_staging_elems(const GPT2Config *c, int B, int T) {
     size_t C = c->channels, Vp = c->padded_vocab_size;
     return (size_t)B * T * (Vp + C > 5 * C ? Vp + C : 5 * C);
 }
+#ifndef __CUDACC__
+// Scratch for every bf16 matmul of the model at (B,T): its four linear layers and the LM head.
+static inline size_t gpt2_bf16_matmul_scratch_bytes(const GPT2Config *c, int B, int T, int threads) {
+    int N = B * T, C = c->channels, io[5][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, c->padded_vocab_size}};
+    size_t most = 0;
+    for (int i = 0; i < 5; i++) {
+        size_t b = gemm_bf16_linear_scratch_bytes(N, io[i][0], io[i][1], threads);
+        most = b > most ? b : most;
+    }
+    return most;
+}
 static inline size_t gpt2_workspace_bytes(const ParamLayout *lay, const GPT2Config *c, int B, int T, int dtype_bf16,
-                                          int mixed) {
+                                          int mixed, int threads) {
     if (!mixed) return 0;
     size_t embed = gpt2_unit_padded(lay, 0), fin = gpt2_unit_padded(lay, c->num_layers + 1), layer = gpt2_unit_padded(lay, 1);
     size_t floats = (embed + fin + 2 * layer) + (embed + fin + layer);
-    size_t staging = dtype_bf16 ? gpt2_bf16_staging_elems(c, B, T) : 0;
-    return floats * sizeof(float) + staging * 2;
+    if (!dtype_bf16) return floats * sizeof(float);
+    return floats * sizeof(float) + gpt2_bf16_staging_elems(c, B, T) * 2 + gpt2_bf16_matmul_scratch_bytes(c, B, T, threads) +
+           (size_t)c->padded_vocab_size;
 }
+#endif
 
 // The activations every precision keeps in fp32: the LayerNorm statistics and the losses.
 static inline int gpt2_activation_is_fp32(int i) {

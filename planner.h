@@ -73,6 +73,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "gpt2.h"
 #include "zero.h"
 #include "config.h"
@@ -94,6 +97,8 @@ typedef struct {
     int batch, seq_len;    // micro-batch B and sequence length T
     int recompute;         // activation recompute (a plan: the trainer does not implement it)
     int offload_optimizer; // master, m, v in host memory
+    int threads;           // the CPU trainer's OpenMP threads per rank (its bf16 matmul scratch);
+                           // 0: as it picks them with all ranks on this machine (planner_threads)
 } PlanInput;
 
 typedef struct {
@@ -143,6 +148,21 @@ static inline PlanInput planner_input_from_train_config(const TrainConfig *c, in
     in.seq_len = c->seq_len;
     in.precision = c->precision; // the same order: fp32, bf16, fp16
     return in;
+}
+
+// The CPU trainer's threads per rank when PlanInput.threads is 0: OMP_NUM_THREADS if set, else
+// this machine's cores shared by `world` ranks (train_gpt_cpu.c's share_cores, for ranks that
+// all run here).
+static inline int planner_threads(const PlanInput *in) {
+    if (in->threads > 0) return in->threads;
+    const char *env = getenv("OMP_NUM_THREADS");
+    int t = env ? atoi(env) : 0;
+#ifdef _OPENMP
+    if (t < 1) t = omp_get_num_procs() / in->world;
+#else
+    if (t < 1) t = (int)(sysconf(_SC_NPROCESSORS_ONLN) / in->world);
+#endif
+    return t < 1 ? 1 : t;
 }
 
 // One message naming what is wrong with the input, or NULL.
@@ -277,7 +297,8 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         dev[MEM_WORKSPACE] = 0.0; // the GPU kernels compute on the 16-bit storage itself
 #else
         dev[MEM_WORKSPACE] = (double)gpt2_workspace_bytes(&z.lay, &in->cfg, in->batch, in->seq_len,
-                                                          in->precision == PLAN_BF16, in->precision != PLAN_FP32);
+                                                          in->precision == PLAN_BF16, in->precision != PLAN_FP32,
+                                                          planner_threads(in));
 #endif
         p->buffers_known = p->activations_known = 1;
     }
@@ -568,6 +589,8 @@ static inline void planner_help(FILE *f, const char *prog) {
             "  --seq-len T           tokens per sequence (default %d; at most --max-seq-len for GPT-2 shapes)\n"
             "  --recompute           plan activation recompute: keep each layer's input and one layer's worth\n"
             "  --offload-optimizer   optimizer state (master weights, moments) in host memory\n"
+            "  --threads N           the CPU trainer's OpenMP threads per rank, which size its bf16 matmul\n"
+            "                        scratch (default: OMP_NUM_THREADS, else this machine's cores / --world)\n"
             "output:\n"
             "  --json                one JSON object, bytes per rank (device; \"host\" for host memory)\n"
             "  --help                this text\n"
@@ -615,7 +638,7 @@ static inline int planner_main(int argc, char **argv) {
         {"vocab-size", 1, 0, 0}, {"max-seq-len", 1, 0, 0}, {"seq-len", 1, 0, 0}, {"params", 1, 0, 0},
         {"precision", 1, 0, 0}, {"optimizer", 1, 0, 0}, {"zero-stage", 1, 0, 0}, {"world", 1, 0, 0},
         {"batch", 1, 0, 0}, {"recompute", 0, 0, 0}, {"offload-optimizer", 0, 0, 0}, {"json", 0, 0, 0},
-        {"help", 0, 0, 0}, {"plan", 0, 0, 0}, {0, 0, 0, 0}};
+        {"threads", 1, 0, 0}, {"help", 0, 0, 0}, {"plan", 0, 0, 0}, {0, 0, 0, 0}};
     PlanInput in;
     planner_input_defaults(&in);
     int json = 0, shape_given = 0, idx, r = 0, max_seq_given = 0, lch = 0; // lch: bits for --layers/--channels/--heads
@@ -658,6 +681,7 @@ static inline int planner_main(int argc, char **argv) {
         else if (!strcmp(o, "zero-stage")) r = config_int(o, a, 0, 3, &in.zero_stage);
         else if (!strcmp(o, "world")) r = config_int(o, a, 1, 1 << 24, &in.world);
         else if (!strcmp(o, "batch")) r = config_int(o, a, 1, 1 << 20, &in.batch);
+        else if (!strcmp(o, "threads")) r = config_int(o, a, 1, 1 << 16, &in.threads);
         if (r) return 1;
     }
     if (optind < argc) {

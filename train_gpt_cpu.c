@@ -157,10 +157,12 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
 // same staging bytes (in row blocks where they do not fit at once) against the fp32 view of the
 // weights. ZEROC_BF16_MATMUL=sgemm chooses that fallback anywhere (the tests compare the two).
 // The staging area is the trainer's (gpt2_build sizes it: gpt2_workspace_bytes), set here
-// because kernels take no context.
+// because kernels take no context; so is gemm_bf16's packing scratch (bf16_gemm), which holds
+// enough for every matmul of the model, so that gemm_bf16 never allocates on its own.
 static bf16_t *bf16_staging;
 static size_t bf16_staging_elems;
 static int bf16_via_sgemm;
+static GemmBf16Ctx bf16_gemm;
 // Weight gradients skip the fp32 accumulator in bf16 runs on gemm_bf16: each weight's product is
 // rounded straight into its 16-bit gradient (gemm_bf16_acc16), bit for bit what accumulating it
 // in fp32 and rounding that into the 16-bit gradient gives (one product per weight per
@@ -170,8 +172,9 @@ static int bf16_via_sgemm;
 // (gemm_bf16_acc16_split), and only those rows are rounded in when the unit is done.
 // While a unit's backward runs, its accumulator [acc, acc + n) maps onto the 16-bit gradient g16
 // (set by gpt2_unit_grads, cleared by gpt2_unit_grads_done; kernels take no context): entry 0 is
-// the embeddings' wte (with the batch's tokens), entry 1 the layer in progress.
-typedef struct { const float *acc; size_t n; bf16_t *g16; const int *tokens; int ntokens; } Grads16Direct;
+// the embeddings' wte (with `rows`: one flag per vocabulary row, set for the batch's tokens),
+// entry 1 the layer in progress.
+typedef struct { const float *acc; size_t n; bf16_t *g16; const uint8_t *rows; } Grads16Direct;
 static Grads16Direct grads16_direct[2];
 static const Grads16Direct *grads16_direct_of(const float *dw) {
     for (int i = 0; i < 2; i++) {
@@ -182,6 +185,13 @@ static const Grads16Direct *grads16_direct_of(const float *dw) {
 }
 
 static void die_gemm(void) { fprintf(stderr, "error: gemm_bf16 refused its arguments\n"); exit(1); }
+// The workspace's scratch must serve every call (else gemm_bf16 would allocate memory that the
+// accounting does not see): a call it would not serve is a bug in gpt2_bf16_matmul_scratch_bytes.
+static void check_gemm_scratch(size_t need) {
+    if (need <= bf16_gemm.scratch_bytes) return;
+    fprintf(stderr, "error: a bf16 matmul needs %zu bytes of scratch, the workspace holds %zu\n", need, bf16_gemm.scratch_bytes);
+    exit(1);
+}
 
 // dst = src rounded to bf16 and widened again: bf16 values in fp32 form (n)
 static void round_to_bf16(float *dst, const float *src, size_t n) {
@@ -199,7 +209,8 @@ static void matmul_forward(float *out, const float *inp, const float *w, const v
     }
     if (w16 && !bf16_via_sgemm) {
         f32_to_bf16_array(bf16_staging, inp, (size_t)N * C);
-        if (gemm_bf16_forward(NULL, out, bf16_staging, (const bf16_t *)w16, N, C, OC, bias ? 1.0f : 0.0f)) die_gemm();
+        check_gemm_scratch(gemm_bf16_scratch_bytes(N, OC, C));
+        if (gemm_bf16_forward(&bf16_gemm, out, bf16_staging, (const bf16_t *)w16, N, C, OC, bias ? 1.0f : 0.0f)) die_gemm();
         return;
     }
     if (w16) { // (N*C floats always fit: the staging holds N*5C bf16)
@@ -216,16 +227,15 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
         bf16_t *dout16 = bf16_staging, *inp16 = bf16_staging + (size_t)N * OC;
         f32_to_bf16_array(dout16, dout, (size_t)N * OC);
         f32_to_bf16_array(inp16, inp, (size_t)N * C);
-        if (gemm_bf16_backward_data(NULL, dinp, dout16, (const bf16_t *)w16, N, C, OC, 0.0f)) die_gemm();
+        check_gemm_scratch(gemm_bf16_scratch_bytes(N, C, OC));
+        if (gemm_bf16_backward_data(&bf16_gemm, dinp, dout16, (const bf16_t *)w16, N, C, OC, 0.0f)) die_gemm();
         const Grads16Direct *d = grads16_direct_of(dw);
-        if (d && d->tokens) { // the LM head: the batch's rows stay in fp32 (OC flags on the stack)
-            uint8_t split[OC];
-            memset(split, 0, sizeof split);
-            for (int i = 0; i < d->ntokens; i++) split[d->tokens[i]] = 1;
-            if (gemm_bf16_backward_weight_split(NULL, d->g16 + (dw - d->acc), split, dw, dout16, inp16, N, C, OC)) die_gemm();
+        check_gemm_scratch(d ? gemm_bf16_acc16_scratch_bytes(OC, C, N) : gemm_bf16_scratch_bytes(OC, C, N));
+        if (d && d->rows) { // the LM head: the batch's rows stay in fp32
+            if (gemm_bf16_backward_weight_split(&bf16_gemm, d->g16 + (dw - d->acc), d->rows, dw, dout16, inp16, N, C, OC)) die_gemm();
         } else if (d) {
-            if (gemm_bf16_backward_weight_acc16(NULL, d->g16 + (dw - d->acc), dout16, inp16, N, C, OC)) die_gemm();
-        } else if (gemm_bf16_backward_weight(NULL, dw, dout16, inp16, N, C, OC, 1.0f)) die_gemm();
+            if (gemm_bf16_backward_weight_acc16(&bf16_gemm, d->g16 + (dw - d->acc), dout16, inp16, N, C, OC)) die_gemm();
+        } else if (gemm_bf16_backward_weight(&bf16_gemm, dw, dout16, inp16, N, C, OC, 1.0f)) die_gemm();
     } else if (w16) { // rows of dout and inp rounded, as many as fit in the staging's bytes as fp32
         int rows = (int)(bf16_staging_elems / 2 / ((size_t)OC + C));
         for (int r0 = 0; r0 < N; r0 += rows) {
@@ -587,6 +597,8 @@ typedef struct {
     float *gacc_embed, *gacc_final, *gacc_layer; // 16-bit runs: fp32 gradient accumulators
     void *grad_target[GPT2_MAX_UNITS];           // where a unit's fp32 gradient is rounded into
     bf16_t *staging;               // bf16 runs: the matmuls' rounded operands
+    void *gemm_scratch;            // bf16 runs: gemm_bf16's packing scratch (bf16_gemm)
+    uint8_t *batch_rows;           // bf16 runs: a flag per vocabulary row, set for the batch's tokens
     size_t bytes_activations;
     int B, T;                      // the largest batch the activations hold
     int *inputs, *targets;         // (B,T)
@@ -632,6 +644,12 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, 
         if (dtype == ZC_BF16) {
             m->staging = (bf16_t *)xcalloc_bytes(bf16_staging_elems * sizeof(bf16_t));
             *work += bf16_staging_elems * sizeof(bf16_t);
+            size_t scratch = gpt2_bf16_matmul_scratch_bytes(cfg, B, T, omp_get_max_threads());
+            m->gemm_scratch = xcalloc_bytes(scratch);
+            *work += scratch;
+            bf16_gemm = (GemmBf16Ctx){GEMM_BF16_AUTO, m->gemm_scratch, scratch};
+            m->batch_rows = (uint8_t *)xcalloc_bytes((size_t)cfg->padded_vocab_size);
+            *work += (size_t)cfg->padded_vocab_size;
         }
         bf16_staging = m->staging;
         const char *via = getenv("ZEROC_BF16_MATMUL");
@@ -653,6 +671,7 @@ static void gpt2_free(GPT2 *m) {
     zero_free(&m->z);
     for (int k = 0; k < NUM_VIEWS; k++) free(m->view[k]);
     free(m->gacc_embed); free(m->gacc_final); free(m->gacc_layer); free(m->staging); free(m->acts16);
+    free(m->gemm_scratch); free(m->batch_rows);
     free(m->acts_memory); free(m->inputs); free(m->targets);
 }
 
@@ -734,11 +753,12 @@ static float *gpt2_unit_grads(GPT2 *m, int u) {
     m->grad_target[u] = g;
     acc_pass(m, u, 0);
     if (grads_direct(m, u)) {
-        Grads16Direct d = {grad_acc(m, u), gpt2_unit_padded(&m->z.lay, u), (bf16_t *)g, NULL, 0};
+        Grads16Direct d = {grad_acc(m, u), gpt2_unit_padded(&m->z.lay, u), (bf16_t *)g, NULL};
         if (u == UNIT_EMBED) { // wte: the LM head's weights; the batch was uploaded by the forward
             d.n = gpt2_tensor_numel(&m->cfg, P_WTE);
-            d.tokens = m->dev_inputs;
-            d.ntokens = m->batch_n;
+            memset(m->batch_rows, 0, (size_t)m->cfg.padded_vocab_size);
+            for (int i = 0; i < m->batch_n; i++) m->batch_rows[m->dev_inputs[i]] = 1;
+            d.rows = m->batch_rows;
         }
         grads16_direct[u == UNIT_EMBED ? 0 : 1] = d;
     }
@@ -747,16 +767,12 @@ static float *gpt2_unit_grads(GPT2 *m, int u) {
 static void gpt2_unit_grads_done(GPT2 *m, int u) {
     if (m->mixed) {
         acc_pass(m, u, 1);
-        if (grads_direct(m, u) && u == UNIT_EMBED) { // wte's rows of the batch's tokens, once each
+        if (grads_direct(m, u) && u == UNIT_EMBED) { // wte's rows of the batch's tokens
             const Grads16Direct *d = &grads16_direct[0];
             size_t C = (size_t)m->cfg.channels;
-            uint8_t seen[m->cfg.padded_vocab_size];
-            int rows[d->ntokens], n = 0;
-            memset(seen, 0, sizeof seen);
-            for (int i = 0; i < d->ntokens; i++)
-                if (!seen[d->tokens[i]]) { seen[d->tokens[i]] = 1; rows[n++] = d->tokens[i]; }
-#pragma omp parallel for schedule(static) // (each add_to then runs on its thread: nesting is off)
-            for (int i = 0; i < n; i++) add_to(d->g16 + (size_t)rows[i] * C, d->acc + (size_t)rows[i] * C, C, m->dtype);
+#pragma omp parallel for schedule(dynamic, 64) // (each add_to then runs on its thread: nesting is off)
+            for (int r = 0; r < m->cfg.padded_vocab_size; r++)
+                if (d->rows[r]) add_to(d->g16 + (size_t)r * C, d->acc + (size_t)r * C, C, m->dtype);
         }
         if (grads_direct(m, u)) memset(&grads16_direct[u == UNIT_EMBED ? 0 : 1], 0, sizeof(Grads16Direct));
     }

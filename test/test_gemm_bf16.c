@@ -190,6 +190,9 @@ static void test_shapes(int quick) {
     run_case(0, 1, 33, 64, 800, 0, 1.0f, 2);
     run_case(0, 0, 64, 96, 3 * 96, 0, 0.0f, 1);
     run_case(1, 0, 3 * 96, 96, 64, 0, 1.0f, 1);
+    // a resident block over GEMM_BF16_RES_L2_BYTES (720 rows x 736 k) and a streamed side so
+    // long that half of it per thread would exceed that budget too: capped chunks
+    if (!quick) run_case(1, 0, 2848, 720, 736, 0, 1.0f, 1);
     // general beta, and degenerate sizes
     run_case(0, 1, 37, 41, 45, 2, 0.5f, 0);
     run_case(1, 1, 33, 17, 19, 0, -2.0f, 1);
@@ -581,6 +584,29 @@ static void test_acc16(GemmBf16Path path) {
     free(dout); free(inp); free(x); free(y);
 }
 
+// gemm_bf16_linear_scratch_bytes serves each of a linear layer's products, with one thread or
+// with the team, at every size: checked against each product's own scratch_bytes.
+static void test_linear_scratch(void) {
+    static const int sizes[] = {1, 5, 31, 32, 33, 64, 100, 256, 768, 1000, 3072, 50304};
+    const int ns = (int)(sizeof sizes / sizeof sizes[0]);
+    int threads = zc_gb_threads();
+    for (int a = 0; a < ns; a++)
+        for (int b = 0; b < ns; b++)
+            for (int c = 0; c < ns; c++) {
+                int N = sizes[a], C = sizes[b], OC = sizes[c];
+                size_t have = gemm_bf16_linear_scratch_bytes(N, C, OC, threads), need = 0, x;
+                for (int nt = 1; nt <= threads; nt += threads > 1 ? threads - 1 : 1) {
+                    x = zc_gb_plan(N, OC, C, 0, nt).bytes; need = x > need ? x : need;
+                    x = zc_gb_plan(N, C, OC, 0, nt).bytes; need = x > need ? x : need;
+                    x = zc_gb_plan(OC, C, N, 0, nt).bytes; need = x > need ? x : need;
+                    x = zc_gb_plan(OC, C, N, 1, nt).bytes; need = x > need ? x : need;
+                }
+                CHECK(have >= need && have >= gemm_bf16_scratch_bytes(N, OC, C) && have >= gemm_bf16_scratch_bytes(N, C, OC) &&
+                          have >= gemm_bf16_acc16_scratch_bytes(OC, C, N),
+                      "linear scratch N=%d C=%d OC=%d: %zu bytes, a product needs %zu", N, C, OC, have, need);
+            }
+}
+
 int main(int argc, char **argv) {
     int quick = 0, do_bench = 0, no_scalar = 0;
     const char *only_path = NULL, *only_shape = NULL;
@@ -613,6 +639,7 @@ int main(int argc, char **argv) {
 
     double t0 = now();
     test_args();
+    test_linear_scratch();
     test_shapes(quick);
     printf("shapes: all paths against the reference (%.2fs)\n", now() - t0);
     for (int p = 0; p < NPATHS; p++) {

@@ -55,4 +55,25 @@ for p in "${precisions[@]}"; do
     done
   done
 done
+echo "== the CPU trainer's bf16 matmul scratch follows its threads per rank (products big enough to run on several)"
+wide="--layers 1 --channels 256 --heads 4 --vocab-size 512 --max-seq-len 16 --seq-len 16 --batch 2"
+ws() { grep -o '"workspace":[0-9]*' "$1" | head -1 | cut -d: -f2; }
+# shellcheck disable=SC2086
+"${PLAN[@]}" $wide --precision bf16 --threads 1 --json > $d/t1.plan.json
+# shellcheck disable=SC2086
+"${PLAN[@]}" $wide --precision bf16 --threads 2 --json > $d/t2.plan.json
+[ "$(ws $d/t1.plan.json)" != "$(ws $d/t2.plan.json)" ] \
+  || { echo "FAIL: the workspace does not depend on --threads: this check would prove nothing"; exit 1; }
+for run in "1 1" "1 2" "2 "; do # N, OMP_NUM_THREADS (empty: the trainer's own choice, cores / N)
+  read -r n t <<<"$run"
+  name=$d/threads_n${n}_t${t:-auto}
+  topt=(); [ -n "$t" ] && topt=(--threads "$t")
+  # shellcheck disable=SC2086
+  env ${t:+OMP_NUM_THREADS=$t} mpirun -np "$n" --oversubscribe ./train_gpt_cpu $wide --precision bf16 --steps 1 --val-every 0 \
+    --sample-every 0 --train-data $d/train.bin --log $name.jsonl > $name.out 2>&1 || { echo "FAIL: trainer $name:"; tail -5 $name.out; exit 1; }
+  # shellcheck disable=SC2086
+  "${PLAN[@]}" $wide --precision bf16 --world "$n" "${topt[@]}" --json > $name.plan.json
+  $PYTHON test/planner_check.py agree $name.jsonl $name.plan.json
+  echo "bf16 N=$n threads ${t:-auto}: plan = allocated (workspace $(ws $name.plan.json))"
+done
 echo "PASS"
