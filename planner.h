@@ -403,7 +403,7 @@ static inline void planner_row(FILE *f, const char *label, const char *formula, 
 #else
 #define PLANNER_EXACT_ACTIVATIONS(prec) ((prec) == PLAN_FP32 ? "4 B x its list" : "2 B x layers + 2 fp32")
 #define PLANNER_WORKSPACE_LABEL(prec) ((prec) == PLAN_FP32 ? "CPU workspace (none in fp32)" : "CPU fp32 workspace (16-bit runs)")
-#define PLANNER_WORKSPACE_FORMULA "views, grads, staging"
+#define PLANNER_WORKSPACE_FORMULA "gpt2_workspace_bytes"
 #endif
 
 // The table. actual: NULL, or actual_ranks x MEM_KINDS bytes the ranks really allocated
