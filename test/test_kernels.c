@@ -765,6 +765,9 @@ static void test_bf16_matmul(int N, int C, int OC) {
 #undef R16
     size_t widest = (size_t)(OC + C > 5 * C ? OC + C : 5 * C) * N;
     bf16_t *staging = (bf16_t *)xmalloc(widest * sizeof(bf16_t));
+    size_t scratch_bytes = gemm_bf16_linear_scratch_bytes(N, C, OC, omp_get_max_threads()); // as gpt2_build sizes it
+    void *scratch = xmalloc(scratch_bytes);
+    bf16_gemm = (GemmBf16Ctx){GEMM_BF16_AUTO, scratch, scratch_bytes};
     float *out = floats((size_t)N * OC), *dinp = floats((size_t)N * C), *dw = floats((size_t)OC * C);
     const char *names[3] = {"gemm_bf16", "sgemm fallback", "sgemm fallback, 3-row blocks"};
     for (int mode = 0; mode < 4; mode++) {
@@ -796,6 +799,8 @@ static void test_bf16_matmul(int N, int C, int OC) {
         else printf("  (unrounded fp32 operands: %.2e, must be > 1e-4)\n", worst);
     }
     bf16_staging = NULL; bf16_staging_elems = 0; bf16_via_sgemm = 0;
+    bf16_gemm = (GemmBf16Ctx){GEMM_BF16_AUTO, NULL, 0};
+    free(scratch);
     free(inp); free(w); free(bias); free(dout); free(w16); free(ref_out); free(ref_dinp); free(ref_dw);
     free(staging); free(out); free(dinp); free(dw);
 }
