@@ -913,9 +913,15 @@ static void share_cores(void) {
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
     MPI_Comm_size(local, &nlocal);
     MPI_Comm_free(&local);
-    int threads = omp_get_num_procs() / nlocal;
+    int threads = omp_get_num_procs() / nlocal; // the cores this rank may run on (its binding)
     if (threads < 1) threads = 1;
     if (getenv("OMP_NUM_THREADS")) threads = omp_get_max_threads(); // the user's choice
+    // OpenMPI binds each rank to one core when it starts one or two ranks: on a machine with
+    // more cores those would sit idle.
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (rank == 0 && (long)omp_get_num_procs() * nlocal < online)
+        printf("note: mpirun bound each rank to %d of this machine's %ld cores; with `mpirun --bind-to none` the "
+               "ranks here share all of them\n", omp_get_num_procs(), online);
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads); // OpenBLAS keeps its own count: tell it the same
 }

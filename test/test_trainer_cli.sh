@@ -61,5 +61,23 @@ expect token_range    "big_vocab.bin.*token"                      $small --train
 for opt in $(grep -o '{"[a-z0-9-]*", [01]' config.h | sed 's/{"\([^"]*\)".*/\1/'); do
   grep -q -- "--$opt" $d/help.txt || { echo "FAIL --help does not mention --$opt"; fails=$((fails+1)); }
 done
+# mpirun binds each of one or two ranks to a core: the trainer says so when cores sit idle, and
+# uses all of them when unbound
+cores=$(nproc)
+threads_of() { sed -n 's/^| threads per rank *| \([0-9]*\).*/\1/p' "$1"; }
+if [ "$cores" -ge 2 ]; then
+  # shellcheck disable=SC2086
+  mpirun -np 1 ./train_gpt_cpu $small > $d/bound.out 2>&1
+  # shellcheck disable=SC2086
+  mpirun -np 1 --bind-to none ./train_gpt_cpu $small > $d/unbound.out 2>&1
+  if ! grep -q "^note: mpirun bound each rank to 1 of this machine's $cores cores" $d/bound.out || [ "$(threads_of $d/bound.out)" != 1 ]; then
+    echo "FAIL bound rank: no note, or not 1 thread"; head -3 $d/bound.out; fails=$((fails+1))
+  fi
+  if grep -q "^note: mpirun bound" $d/unbound.out || [ "$(threads_of $d/unbound.out)" != "$cores" ]; then
+    echo "FAIL unbound rank: a note, or not $cores threads"; head -3 $d/unbound.out; fails=$((fails+1))
+  fi
+else
+  echo "(one core: no binding note to check)"
+fi
 echo "$fails failures"
 [ $fails -eq 0 ]
