@@ -263,86 +263,95 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
 }
 
 // Causal self-attention. qkv (B,T,3C) holds q, k, v each (NH heads of hs = C/NH channels);
-// out (B,T,C) the heads' outputs side by side; att (B,NH,T,T) the softmax probabilities,
-// row t using columns 0..t (the rest is left untouched and never read).
+// out (B,T,C) the heads' outputs side by side; att (B,NH,T,T) the softmax probabilities, row t
+// in columns 0..t and zero after (the backward multiplies whole blocks of it).
+// The products per head (q.kᵀ and att.v; in the backward attᵀ.dout, dout.vᵀ, ds.k and dsᵀ.q,
+// ds the scores' gradient) are sgemm calls on strided views of qkv, in blocks of rows along the
+// diagonal so that the causal mask costs little: rows r0..r1 only reach columns 0..r1.
+#define ATT_BLOCK 128
+static int att_blocks(int T) { return (T + ATT_BLOCK - 1) / ATT_BLOCK; }
 static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(3)
     for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) // scores: att[r0..r1, 0..r1] = scale q[r0..r1] . k[0..r1]ᵀ
+            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+                int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+                const float *q = qkv + (size_t)b * T * C3 + h * hs;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, q + (size_t)r0 * C3, C3,
+                            q + C, C3, 0.0f, att + (((size_t)b * NH + h) * T + r0) * T, T);
+            }
+#pragma omp parallel for collapse(3)
+    for (int b = 0; b < B; b++) // softmax over columns 0..t of each row; zero beyond
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
                 float *a = att + (((size_t)b * NH + h) * T + t) * T;
-                float maxv = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
-                    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                    for (int i = 0; i < hs; i++) dot += q[i] * k[i];
-                    a[t2] = dot * scale;
-                    if (a[t2] > maxv) maxv = a[t2];
-                }
-                float sum = 0.0f;
+                float maxv = -INFINITY, sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) maxv = a[t2] > maxv ? a[t2] : maxv;
                 for (int t2 = 0; t2 <= t; t2++) { a[t2] = gpt2_exp(a[t2] - maxv); sum += a[t2]; }
                 float inv = 1.0f / sum;
-                float *o = out + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++) o[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    a[t2] *= inv;
-                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
-                }
+                for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
+                for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
+            }
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) // out[r0..r1] = att[r0..r1, 0..r1] . v[0..r1]
+            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+                int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+                const float *v = qkv + (size_t)b * T * C3 + 2 * C + h * hs;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
+                            att + (((size_t)b * NH + h) * T + r0) * T, T, v, C3, 0.0f,
+                            out + ((size_t)b * T + r0) * C + h * hs, C);
             }
 }
 
-// dqkv (B,T,3C) from dout (B,T,C), the saved qkv and att (left as it is; the GPU version
-// reuses it as scratch, hence not const; out, the forward's output, is the GPU's too). Parallel
-// over (b, h): each task writes only its own head's columns, so the scatter into dk and dv
-// never races. scratch: T floats per thread.
-static void attention_backward(float *dqkv, float *att, const float *dout, const float *qkv, const float *out,
+// dqkv (B,T,3C) from dout (B,T,C), the saved qkv and att, which it overwrites with the
+// gradient of the scores; out, the forward's output, is dead by now (the GPU version reads it)
+// and holds blocks of datt = dout . vᵀ meanwhile. The products with whole blocks are sgemm
+// calls as in the forward, dv first, while att still holds the probabilities.
+static void attention_backward(float *dqkv, float *att, const float *dout, const float *qkv, float *out,
                                int B, int T, int C, int NH) {
-    (void)out;
-    int hs = C / NH, C3 = 3 * C;
+    int hs = C / NH, C3 = 3 * C, nb = att_blocks(T);
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel
-    {
-        float *datt = (float *)xmalloc((size_t)T * sizeof(float));
-#pragma omp for collapse(2)
-        for (int b = 0; b < B; b++)
-            for (int h = 0; h < NH; h++) {
-                for (int t = 0; t < T; t++) { // zero this head's slice of dq, dk, dv
-                    float *d = dqkv + ((size_t)b * T + t) * C3 + h * hs;
-                    for (int i = 0; i < hs; i++) d[i] = d[C + i] = d[2 * C + i] = 0.0f;
-                }
-                for (int t = 0; t < T; t++) {
-                    const float *a = att + (((size_t)b * NH + h) * T + t) * T;
-                    const float *dout_t = dout + ((size_t)b * T + t) * C + h * hs;
-                    const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-                    float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
-                    // through out_t = sum_t2 a[t2] v[t2]
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) // dv[c0..c1] = att[c0..T, c0..c1]ᵀ . dout[c0..T]
+            for (int i = 0; i < nb; i++) {
+                int c0 = i * ATT_BLOCK, c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f,
+                            att + (((size_t)b * NH + h) * T + c0) * T + c0, T, dout + ((size_t)b * T + c0) * C + h * hs, C,
+                            0.0f, dqkv + ((size_t)b * T + c0) * C3 + 2 * C + h * hs, C3);
+            }
+    // datt's blocks in out: rows of T floats, as many as its B*T*C floats hold
+    int rows = B * C < ATT_BLOCK ? B * C : ATT_BLOCK;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int r0 = 0; r0 < T; r0 += rows) {
+                int r1 = r0 + rows < T ? r0 + rows : T;
+                float *a = att + (((size_t)b * NH + h) * T + r0) * T;
+                const float *dout_r = dout + ((size_t)b * T + r0) * C + h * hs;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f, dout_r, C,
+                            qkv + (size_t)b * T * C3 + 2 * C + h * hs, C3, 0.0f, out, T);
+#pragma omp parallel for
+                for (int t = r0; t < r1; t++) { // att[t] := scale * att[t] * (datt - att[t] . datt), columns 0..t
+                    float *at = a + (size_t)(t - r0) * T;
+                    const float *dt = out + (size_t)(t - r0) * T;
                     float weighted = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                        float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                        for (int i = 0; i < hs; i++) { dot += dout_t[i] * v[i]; }
-                        for (int i = 0; i < hs; i++) dv[i] += a[t2] * dout_t[i];
-                        datt[t2] = dot;
-                        weighted += a[t2] * dot;
-                    }
-                    // through the softmax, then the scaled dot products q.k
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        float dpre = a[t2] * (datt[t2] - weighted) * scale;
-                        const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
-                        float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + h * hs;
-                        for (int i = 0; i < hs; i++) { dq[i] += dpre * k[i]; dk[i] += dpre * q[i]; }
-                    }
+                    for (int t2 = 0; t2 <= t; t2++) weighted += at[t2] * dt[t2];
+                    for (int t2 = 0; t2 <= t; t2++) at[t2] *= (dt[t2] - weighted) * scale;
                 }
             }
-        free(datt);
-    }
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const float *ds = att + ((size_t)b * NH + h) * T * T, *q = qkv + (size_t)b * T * C3 + h * hs;
+            float *dq = dqkv + (size_t)b * T * C3 + h * hs;
+            for (int i = 0; i < nb; i++) {
+                int r0 = i * ATT_BLOCK, r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+                // dq[r0..r1] = ds[r0..r1, 0..r1] . k[0..r1];  dk[r0..r1] = ds[r0..T, r0..r1]ᵀ . q[r0..T]
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, ds + (size_t)r0 * T, T,
+                            q + C, C3, 0.0f, dq + (size_t)r0 * C3, C3);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, hs, T - r0, 1.0f, ds + (size_t)r0 * T + r0, T,
+                            q + (size_t)r0 * C3, C3, 0.0f, dq + C + (size_t)r0 * C3, C3);
+            }
+        }
 }
 
 // GELU elementwise (gpt2_gelu in gpt2.h, shared with the GPU kernels); (n) -> (n)

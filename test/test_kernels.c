@@ -393,7 +393,7 @@ static void test_attention(int B, int T, int C, int NH) {
     // |q.k| / sqrt(hs) up to ~4: the softmax is far from uniform, so its backward matters
     fill_uniform(qkv, nq, -2, 2);
     fill_uniform(r, no, -1, 1);
-    fill_nan(att, na); // the forward leaves the upper triangle alone; the backward must not read it
+    fill_nan(att, na); // the forward must write all of it (zeros above the diagonal, which the backward reads)
     fill_nan(out, no);
     AttCtx ctx = {B, T, C, NH, qkv, out, att, r};
 
@@ -829,6 +829,7 @@ int main(void) {
     kernel_begin("attention");
     test_attention(2, 5, 8, 2);
     test_attention(1, 7, 12, 3);
+    test_attention(1, ATT_BLOCK + 13, 4, 2); // two row blocks, the second ragged; datt in 4-row blocks
     kernel_end();
     kernel_begin("gelu");
     test_gelu(97);
