@@ -150,20 +150,19 @@ static inline PlanInput planner_input_from_train_config(const TrainConfig *c, in
     return in;
 }
 
-// The CPU trainer's threads per rank when PlanInput.threads is 0: OMP_NUM_THREADS if set, else
-// this machine's cores shared by `world` ranks (train_gpt_cpu.c's share_cores, for ranks that
-// all run here).
-static inline int planner_threads(const PlanInput *in) {
-    if (in->threads > 0) return in->threads;
-    const char *env = getenv("OMP_NUM_THREADS");
-    int t = env ? atoi(env) : 0;
+// The CPU trainer's OpenMP threads per rank, for `ranks_here` ranks on this machine: the user's
+// OMP_NUM_THREADS if set, else the cores this process may run on, shared (train_gpt_cpu.c's
+// share_cores uses it; the planner too, assuming all its ranks run here).
+static inline int cpu_threads_per_rank(int ranks_here) {
 #ifdef _OPENMP
-    if (t < 1) t = omp_get_num_procs() / in->world;
+    if (getenv("OMP_NUM_THREADS")) return omp_get_max_threads();
+    int t = omp_get_num_procs() / ranks_here;
 #else
-    if (t < 1) t = (int)(sysconf(_SC_NPROCESSORS_ONLN) / in->world);
+    int t = (int)(sysconf(_SC_NPROCESSORS_ONLN) / ranks_here);
 #endif
     return t < 1 ? 1 : t;
 }
+static inline int planner_threads(const PlanInput *in) { return in->threads > 0 ? in->threads : cpu_threads_per_rank(in->world); }
 
 // One message naming what is wrong with the input, or NULL.
 static inline const char *planner_input_problem(const PlanInput *in) {

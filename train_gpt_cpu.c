@@ -269,14 +269,14 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
 // ds the scores' gradient) are sgemm calls on strided views of qkv, in blocks of rows along the
 // diagonal so that the causal mask costs little: rows r0..r1 only reach columns 0..r1.
 #define ATT_BLOCK 128
-static int att_blocks(int T) { return (T + ATT_BLOCK - 1) / ATT_BLOCK; }
+static int block_end(int r0, int rows, int T) { return r0 + rows < T ? r0 + rows : T; }
 static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) // scores: att[r0..r1, 0..r1] = scale q[r0..r1] . k[0..r1]ᵀ
             for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-                int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+                int r1 = block_end(r0, ATT_BLOCK, T);
                 const float *q = qkv + (size_t)b * T * C3 + h * hs;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, q + (size_t)r0 * C3, C3,
                             q + C, C3, 0.0f, att + (((size_t)b * NH + h) * T + r0) * T, T);
@@ -296,7 +296,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) // out[r0..r1] = att[r0..r1, 0..r1] . v[0..r1]
             for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-                int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+                int r1 = block_end(r0, ATT_BLOCK, T);
                 const float *v = qkv + (size_t)b * T * C3 + 2 * C + h * hs;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
                             att + (((size_t)b * NH + h) * T + r0) * T, T, v, C3, 0.0f,
@@ -310,12 +310,12 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
 // calls as in the forward, dv first, while att still holds the probabilities.
 static void attention_backward(float *dqkv, float *att, const float *dout, const float *qkv, float *out,
                                int B, int T, int C, int NH) {
-    int hs = C / NH, C3 = 3 * C, nb = att_blocks(T);
+    int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) // dv[c0..c1] = att[c0..T, c0..c1]ᵀ . dout[c0..T]
-            for (int i = 0; i < nb; i++) {
-                int c0 = i * ATT_BLOCK, c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
+            for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+                int c1 = block_end(c0, ATT_BLOCK, T);
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f,
                             att + (((size_t)b * NH + h) * T + c0) * T + c0, T, dout + ((size_t)b * T + c0) * C + h * hs, C,
                             0.0f, dqkv + ((size_t)b * T + c0) * C3 + 2 * C + h * hs, C3);
@@ -325,7 +325,7 @@ static void attention_backward(float *dqkv, float *att, const float *dout, const
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int r0 = 0; r0 < T; r0 += rows) {
-                int r1 = r0 + rows < T ? r0 + rows : T;
+                int r1 = block_end(r0, rows, T);
                 float *a = att + (((size_t)b * NH + h) * T + r0) * T;
                 const float *dout_r = dout + ((size_t)b * T + r0) * C + h * hs;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f, dout_r, C,
@@ -343,8 +343,8 @@ static void attention_backward(float *dqkv, float *att, const float *dout, const
         for (int h = 0; h < NH; h++) {
             const float *ds = att + ((size_t)b * NH + h) * T * T, *q = qkv + (size_t)b * T * C3 + h * hs;
             float *dq = dqkv + (size_t)b * T * C3 + h * hs;
-            for (int i = 0; i < nb; i++) {
-                int r0 = i * ATT_BLOCK, r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+                int r1 = block_end(r0, ATT_BLOCK, T);
                 // dq[r0..r1] = ds[r0..r1, 0..r1] . k[0..r1];  dk[r0..r1] = ds[r0..T, r0..r1]ᵀ . q[r0..T]
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, ds + (size_t)r0 * T, T,
                             q + C, C3, 0.0f, dq + (size_t)r0 * C3, C3);
@@ -922,9 +922,7 @@ static void share_cores(void) {
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
     MPI_Comm_size(local, &nlocal);
     MPI_Comm_free(&local);
-    int threads = omp_get_num_procs() / nlocal; // the cores this rank may run on (its binding)
-    if (threads < 1) threads = 1;
-    if (getenv("OMP_NUM_THREADS")) threads = omp_get_max_threads(); // the user's choice
+    int threads = cpu_threads_per_rank(nlocal); // the cores this rank may run on (its binding), or the user's choice
     // OpenMPI binds each rank to one core when it starts one or two ranks: on a machine with
     // more cores those would sit idle.
     long online = sysconf(_SC_NPROCESSORS_ONLN);
