@@ -10,7 +10,9 @@ CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -fno-math-errno -fopenmp -Wall -Wextra
 BLASDIR  := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp))
 LDLIBS   := $(if $(BLASDIR),-L$(BLASDIR) -Wl$(comma)-rpath$(comma)$(BLASDIR)) -lopenblas -lcjson -lm
 SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
-HEADERS  := $(wildcard *.h)
+# The shared headers at the root and each layer's folder (core/, run/, cpu/, gpu/, data/).
+HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
+GPU_HEADERS := $(wildcard gpu/*.cuh)
 
 .PHONY: all test bench setup clean data fuzz gpu_check FORCE
 all: train_gpt_cpu
@@ -48,9 +50,9 @@ check_precision = $(if $(filter $(1),$(GPU_PRECISIONS)),,$(error PRECISION=$(1):
 .train_gpt_precision: FORCE
 	$(call check_precision,$(PRECISION))
 	@echo $(PRECISION) | cmp -s - $@ || echo $(PRECISION) > $@
-train_gpt: train_gpt.cu $(HEADERS) .train_gpt_precision
+train_gpt: train_gpt.cu $(HEADERS) $(GPU_HEADERS) .train_gpt_precision
 	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(PRECISION) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
-train_gpt_bf16 train_gpt_fp16 train_gpt_fp32: train_gpt_%: train_gpt.cu $(HEADERS)
+train_gpt_bf16 train_gpt_fp16 train_gpt_fp32: train_gpt_%: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
 	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
 FORCE:
 # On a machine with GPUs: GPU vs CPU loss and gradients (each precision), ZeRO stage
@@ -64,17 +66,23 @@ gpu_check: train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_cpu
 # grid, block, smem, stream)(` (#line keeps messages pointing at train_gpt.cu; gcc does not know
 # nvcc's `#pragma unroll`, hence -Wno-unknown-pragmas). The kernels and
 # the host code are train_gpt.cu's own; test_gpu_emu runs test/gpu/run_gpu_checks.sh on these.
+# The pieces under gpu/ get the same rewrite, into test/bin/emu/gpu/, which -Itest/bin/emu puts
+# ahead of the originals.
 EMU_HEADERS := $(wildcard test/cuda_emu/*.h)
-EMU_CXX     := g++ -std=c++17 -D_GNU_SOURCE -O2 -g -fopenmp -Wall -Wextra -Werror -Wno-unknown-pragmas -Itest/cuda_emu -I. $(shell mpicc -showme:compile 2>/dev/null)
+EMU_CXX     := g++ -std=c++17 -D_GNU_SOURCE -O2 -g -fopenmp -Wall -Wextra -Werror -Wno-unknown-pragmas -Itest/cuda_emu -Itest/bin/emu -I. $(shell mpicc -showme:compile 2>/dev/null)
 EMU_LDLIBS  := $(LDLIBS) $(shell mpicc -showme:link 2>/dev/null)
 emu_source   = { echo '\#line 1 "$(1)"'; sed -E 's/([A-Za-z_][A-Za-z_0-9]*)<<<(.*)>>>\(/emu_launch(\1, "\1", \2)(/' $(1); } > $(2)
-test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32: test/bin/train_gpt_emu_%: train_gpt.cu $(HEADERS) $(EMU_HEADERS)
+EMU_GPU_HEADERS := $(patsubst gpu/%,test/bin/emu/gpu/%,$(GPU_HEADERS))
+test/bin/emu/gpu/%.cuh: gpu/%.cuh
+	@mkdir -p test/bin/emu/gpu
+	$(call emu_source,$<,$@)
+test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32: test/bin/train_gpt_emu_%: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
 	@mkdir -p test/bin
 	$(call emu_source,$<,$@.cpp)
 	$(EMU_CXX) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) -x c++ $@.cpp -o $@ $(EMU_LDLIBS)
 # The same, bf16, under AddressSanitizer + UndefinedBehaviorSanitizer: the trainer's host code
 # (checkpoints, token grouping, the backend's bookkeeping) checked as the CPU trainer's is.
-test/bin/train_gpt_emu_bf16_asan: train_gpt.cu $(HEADERS) $(EMU_HEADERS)
+test/bin/train_gpt_emu_bf16_asan: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
 	@mkdir -p test/bin
 	$(call emu_source,$<,$@.cpp)
 	$(filter-out -O2,$(EMU_CXX)) $(SANFLAGS) -DGPU_PRECISION_BF16 -x c++ $@.cpp -o $@ $(EMU_LDLIBS)
@@ -116,7 +124,7 @@ data:
 # most 4 KB, so an allocation over 16 MB or a run over 10 s counts as a crash too:
 # it means a size from the file was trusted before it was checked.
 FUZZ_SECONDS ?= 60
-test/bin/fuzz_dataloader_libfuzzer: test/fuzz_dataloader.c dataloader.h tokenizer.h
+test/bin/fuzz_dataloader_libfuzzer: test/fuzz_dataloader.c dataloader.h data/tokenizer.h
 	@mkdir -p test/bin
 	clang -std=c11 -D_GNU_SOURCE -DZERO_LIBFUZZER -g -O1 -I. -fsanitize=fuzzer,address,undefined \
 		-fno-sanitize-recover=undefined $< -o $@
@@ -125,7 +133,7 @@ test/bin/fuzz_dataloader_libfuzzer: test/fuzz_dataloader.c dataloader.h tokenize
 # guided by test/ds_config.dict; crashes go to test/fuzz_regressions/ds_config/, replayed by
 # test/test_ds_config_fuzz_regressions.sh.
 FUZZ_DS_SECONDS ?= 60
-test/bin/fuzz_ds_config_libfuzzer: test/fuzz_ds_config.c ds_config.h config.h optimizer.h gpt2.h
+test/bin/fuzz_ds_config_libfuzzer: test/fuzz_ds_config.c $(HEADERS)
 	@mkdir -p test/bin
 	clang -std=c11 -D_GNU_SOURCE -DZERO_LIBFUZZER -g -O1 -I. -fsanitize=fuzzer,address,undefined \
 		-fno-sanitize-recover=undefined $< -o $@ -lcjson -lm

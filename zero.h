@@ -55,8 +55,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
-#include "gpt2.h"
-#include "optimizer.h"
+#include "core/gpt2.h"
+#include "core/optimizer.h"
 #include "mixed_precision.h"
 
 #define ZERO_ALIGN 16 // elements: every slice starts on a 64-byte boundary in fp32

@@ -2,8 +2,8 @@
 // warnings, the way train_gpt.cu will include it. Built by test/test_ds_config.sh when nvcc
 // exists; it needs no GPU.
 #include <stdio.h>
-#include "ds_config.h"
-#include "optimizer.h"
+#include "run/ds_config.h"
+#include "core/optimizer.h"
 
 int host_side(const char *path) {
     TrainConfig c;

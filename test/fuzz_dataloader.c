@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "dataloader.h"
-#include "tokenizer.h"
+#include "data/tokenizer.h"
 
 static char fuzz_dir[256];
 

@@ -25,8 +25,8 @@
 #include <string.h>
 #include <math.h>
 
-#include "ds_config.h"
-#include "optimizer.h"
+#include "run/ds_config.h"
+#include "core/optimizer.h"
 
 static FILE *sink(void) {
     static FILE *f = NULL;

@@ -289,7 +289,7 @@ else fail "make train_gpt_cpu_asan"; fi
 
 echo "== the header compiles as C++ (nvcc includes it)"
 if command -v g++ >/dev/null; then
-  g++ -x c++ -std=c++17 -Wall -Wextra -Werror -fsyntax-only -I. ds_config.h && echo "ok   g++" || fail "g++ -x c++ ds_config.h"
+  g++ -x c++ -std=c++17 -Wall -Wextra -Werror -fsyntax-only -I. run/ds_config.h && echo "ok   g++" || fail "g++ -x c++ run/ds_config.h"
 fi
 NVCC=/usr/local/cuda/bin/nvcc
 if [ -x $NVCC ]; then

@@ -26,7 +26,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#include "gemm_bf16.h"
+#include "cpu/gemm_bf16.h"
 
 static long n_checks = 0, n_fail = 0;
 #define CHECK(cond, ...) do { \

@@ -46,14 +46,15 @@ build train_gpt_fp16
 build train_gpt_fp32
 
 echo "== every shared header compiles alone as CUDA C++"
-for h in *.h; do
-  case "$h" in trainer.h|model.h) continue ;; esac # need the including trainer's GPT2, kernels and functions
-  printf '#include "%s"\n' "$h" >"$d/hdr_$h.cu"
+for h in *.h core/*.h run/*.h data/*.h; do
+  case "$h" in run/trainer.h|core/model.h) continue ;; esac # need the including trainer's GPT2, kernels and functions
+  n=${h//\//_}
+  printf '#include "%s"\n' "$h" >"$d/hdr_$n.cu"
   if "$NVCC" -std=c++17 -D_GNU_SOURCE -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -I. \
-       -c "$d/hdr_$h.cu" -o "$d/hdr_$h.o" >"$d/hdr_$h.log" 2>&1; then
+       -c "$d/hdr_$n.cu" -o "$d/hdr_$n.o" >"$d/hdr_$n.log" 2>&1; then
     echo "ok   $h"
   else
-    cat "$d/hdr_$h.log"; fail "$h as CUDA C++"
+    cat "$d/hdr_$n.log"; fail "$h as CUDA C++"
   fi
 done
 

@@ -4,7 +4,7 @@
 //   test/bin/test_planner              run the checks; exit 0 when all pass
 //   test/bin/test_planner plan ARGS    the planner's command line (planner_main), for the
 //                                      shell test until `train_gpt_cpu --plan` exists
-#include "planner.h"
+#include "run/planner.h"
 
 // The textbook model-state bytes per rank in fp32 + Adam (parameters are their own master):
 // 16P, 8P + 8P/N, 4P + 12P/N, 16P/N. Written here, apart from the planner, as its oracle.

@@ -58,7 +58,7 @@ $PYTHON test/zero_check.py shard $d/big_vocab.bin 5000 1000 2
 expect token_range    "big_vocab.bin.*token"                      $small --train-data $d/big_vocab.bin
 # --help names every long option the parser accepts
 ./train_gpt_cpu --help > $d/help.txt || { echo "FAIL --help exit code"; fails=$((fails+1)); }
-for opt in $(grep -o '{"[a-z0-9-]*", [01]' config.h | sed 's/{"\([^"]*\)".*/\1/'); do
+for opt in $(grep -o '{"[a-z0-9-]*", [01]' run/config.h | sed 's/{"\([^"]*\)".*/\1/'); do
   grep -q -- "--$opt" $d/help.txt || { echo "FAIL --help does not mention --$opt"; fails=$((fails+1)); }
 done
 # mpirun binds each of one or two ranks to a core: the trainer says so when cores sit idle, and

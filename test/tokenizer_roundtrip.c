@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer.h"
+#include "data/tokenizer.h"
 
 static int check_piece(const Tokenizer *t, int id, const char *want, int want_len) {
     int len = -1;

@@ -76,9 +76,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#include "gpt2.h"
+#include "core/gpt2.h"
 #include "zero.h"
-#include "config.h"
+#include "run/config.h"
 
 enum { PLAN_FP32, PLAN_BF16, PLAN_FP16, PLAN_NUM_PRECISIONS };
 static const char *const planner_precision_names[PLAN_NUM_PRECISIONS] = {"fp32", "bf16", "fp16"};

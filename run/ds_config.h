@@ -46,7 +46,7 @@
 #include <strings.h>
 #include <math.h>
 #include <cjson/cJSON.h>
-#include "config.h"
+#include "run/config.h"
 
 #define DS_MAX_FILE_BYTES (1 << 20) // a DeepSpeed config is a few KB; anything this big is not one
 

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
-#include "gpt2.h"
+#include "core/gpt2.h"
 
 // lr schedules: ours (linear warmup, then constant / linear / cosine down to min_lr_frac) and
 // DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR (optimizer.h has the formulas).

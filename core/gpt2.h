@@ -24,7 +24,7 @@
 #include <time.h>
 #include "mixed_precision.h"
 #ifndef __CUDACC__
-#include "gemm_bf16.h" // the CPU trainer's bf16 matmuls, whose scratch its workspace holds
+#include "cpu/gemm_bf16.h" // the CPU trainer's bf16 matmuls, whose scratch its workspace holds
 #endif
 
 #define GPT2_MAGIC 20240326

@@ -35,7 +35,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
-#include "gpt2.h"
+#include "core/gpt2.h"
 #include "zero.h"
 #include "dataloader.h"
 

@@ -13,7 +13,7 @@
 #define OPTIMIZER_H
 
 #include <math.h>
-#include "config.h"
+#include "run/config.h"
 
 #ifndef ZC_HD
 #ifdef __CUDACC__

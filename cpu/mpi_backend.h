@@ -1,0 +1,178 @@
+// cpu/mpi_backend.h: the ZeroBackend of the CPU trainer: MPI's non-blocking collectives (16-bit
+// elements summed by our own MPI operations), the watchdog, and host memory with the optimizer's
+// update. It performs what zero.h hands it and decides nothing. Included by train_gpt_cpu.c after
+// its kernels (it uses xcalloc_bytes and zero_bytes).
+#ifndef CPU_MPI_BACKEND_H
+#define CPU_MPI_BACKEND_H
+
+// ----------------------------------------------------------------------------------------
+// Communication: the MPI backend that zero.h drives. It performs collectives, nothing more.
+
+#define MAX_PENDING (GPT2_MAX_UNITS + 8)
+typedef struct {
+    MPI_Comm comm;
+    int rank, world, step;
+    double timeout;                 // --comm-timeout: seconds before the watchdog aborts
+    MPI_Request req[MAX_PENDING];
+    int busy[MAX_PENDING];
+    char *move_from[MAX_PENDING], *move_to[MAX_PENDING]; // MPI's in-place reduce-scatter
+    size_t move_bytes[MAX_PENDING];                      // leaves the result at the top
+    MPI_Op sum16[3];                                     // sums of bf16 / fp16 elements
+} MpiBackend;
+
+// MPI has no 16-bit float types: 16-bit elements travel as MPI_UINT16_T and are summed by
+// these operations, in fp32 and rounded back, one pair of elements at a time (the reduction
+// order is MPI's, as the ring's is NCCL's).
+static void mpi_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const bf16_t *a = (const bf16_t *)in;
+    bf16_t *b = (bf16_t *)inout;
+    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+static void mpi_sum_fp16(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const fp16_t *a = (const fp16_t *)in;
+    fp16_t *b = (fp16_t *)inout;
+    for (int i = 0; i < *len; i++) b[i] = f32_to_fp16(fp16_to_f32(a[i]) + fp16_to_f32(b[i]));
+}
+static MPI_Datatype mpi_type(int dtype) { return dtype == ZC_F32 ? MPI_FLOAT : MPI_UINT16_T; }
+static MPI_Op mpi_sum(MpiBackend *b, int dtype) { return dtype == ZC_F32 ? MPI_SUM : b->sum16[dtype]; }
+
+static int mpi_slot(MpiBackend *b) {
+    for (int h = 0; h < MAX_PENDING; h++)
+        if (!b->busy[h]) { b->busy[h] = 1; b->move_bytes[h] = 0; return h; }
+    fprintf(stderr, "error: rank %d: more than %d collectives in flight\n", b->rank, MAX_PENDING);
+    MPI_Abort(b->comm, 1);
+    return -1;
+}
+static int mpi_all_reduce(void *ctx, void *buf, size_t n, int dtype) {
+    MpiBackend *b = (MpiBackend *)ctx;
+    int h = mpi_slot(b);
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dtype), mpi_sum(b, dtype), b->comm, &b->req[h]);
+    return h;
+}
+static int mpi_reduce_scatter(void *ctx, void *send, void *recv, size_t n, int dtype) {
+    MpiBackend *b = (MpiBackend *)ctx;
+    int h = mpi_slot(b);
+    size_t bytes = n * zc_dtype_size(dtype);
+    if ((char *)recv == (char *)send + (size_t)b->rank * bytes) {
+        MPI_Ireduce_scatter_block(MPI_IN_PLACE, send, (int)n, mpi_type(dtype), mpi_sum(b, dtype), b->comm, &b->req[h]);
+        b->move_from[h] = (char *)send; b->move_to[h] = (char *)recv; b->move_bytes[h] = bytes;
+    } else {
+        MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_type(dtype), mpi_sum(b, dtype), b->comm, &b->req[h]);
+    }
+    return h;
+}
+static int mpi_all_gather(void *ctx, const void *send, void *recv, size_t n, int dtype) {
+    MpiBackend *b = (MpiBackend *)ctx;
+    int h = mpi_slot(b);
+    if ((const char *)send == (char *)recv + (size_t)b->rank * n * zc_dtype_size(dtype))
+        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)n, mpi_type(dtype), b->comm, &b->req[h]);
+    else
+        MPI_Iallgather(send, (int)n, mpi_type(dtype), recv, (int)n, mpi_type(dtype), b->comm, &b->req[h]);
+    return h;
+}
+// Waits by polling, so that a collective that never completes (a peer stuck or gone) ends
+// the job with a message instead of a silent hang. Polling sleeps a little between tests so
+// that ranks sharing cores leave them to those still computing.
+static void mpi_wait_request(MpiBackend *b, MPI_Request *req, const char *what) {
+    double start = MPI_Wtime();
+    for (int spins = 0;; spins++) {
+        int done = 0;
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+        if (MPI_Wtime() - start > b->timeout) {
+            fprintf(stderr, "error: rank %d: %s did not complete within %g s at step %d; "
+                            "a peer is stuck or gone (--comm-timeout); aborting the job\n",
+                    b->rank, what, b->timeout, b->step);
+            MPI_Abort(b->comm, 3);
+        }
+        if (spins > 100) { struct timespec ts = {0, 50000}; nanosleep(&ts, NULL); }
+    }
+}
+static void mpi_wait(void *ctx, int h, const char *what) {
+    MpiBackend *b = (MpiBackend *)ctx;
+    mpi_wait_request(b, &b->req[h], what);
+    if (b->move_bytes[h] && b->move_to[h] != b->move_from[h])
+        memmove(b->move_to[h], b->move_from[h], b->move_bytes[h]);
+    b->busy[h] = 0;
+}
+static void mpi_progress(void *ctx) {
+    MpiBackend *b = (MpiBackend *)ctx;
+    for (int h = 0; h < MAX_PENDING; h++) {
+        int done; // a completed request becomes MPI_REQUEST_NULL; mpi_wait then returns at once
+        if (b->busy[h]) MPI_Test(&b->req[h], &done, MPI_STATUS_IGNORE);
+    }
+}
+static void mpi_sum_doubles(void *ctx, double *x, int n) {
+    MpiBackend *b = (MpiBackend *)ctx;
+    MPI_Request req;
+    MPI_Iallreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, b->comm, &req);
+    mpi_wait_request(b, &req, "all_reduce of scalars (loss, norm, reports)");
+}
+static void mpi_set_step(void *ctx, int step) { ((MpiBackend *)ctx)->step = step; }
+static void *host_alloc(void *ctx, size_t bytes) { (void)ctx; return xcalloc_bytes(bytes); }
+static void host_free(void *ctx, void *p) { (void)ctx; free(p); }
+static void host_zero(void *ctx, void *p, size_t bytes) { (void)ctx; zero_bytes(p, bytes); }
+
+// dst (of type dtype) += src (fp32), rounded to dtype: gradients accumulate so. (One loop per
+// type, so that each vectorises.)
+static void add_to(void *dst, const float *src, size_t n, int dtype) {
+    if (dtype == ZC_F32) {
+        float *d = (float *)dst;
+#pragma omp parallel for simd
+        for (size_t i = 0; i < n; i++) d[i] += src[i];
+    } else if (dtype == ZC_BF16) {
+        bf16_t *d = (bf16_t *)dst;
+#pragma omp parallel for simd
+        for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(bf16_to_f32(d[i]) + src[i]);
+    } else {
+        fp16_t *d = (fp16_t *)dst;
+#pragma omp parallel for
+        for (size_t i = 0; i < n; i++) d[i] = f32_to_fp16(fp16_to_f32(d[i]) + src[i]);
+    }
+}
+static void host_add(void *ctx, void *dst, const void *src, size_t n, int dtype) {
+    (void)ctx;
+    if (dtype == ZC_F32) { add_to(dst, (const float *)src, n, dtype); return; }
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) zc_store(dst, i, zc_load(dst, i, dtype) + zc_load(src, i, dtype), dtype);
+}
+static void host_to_host(void *ctx, float *host, const void *src, size_t n, int dtype) { (void)ctx; zc_widen(host, src, n, dtype); }
+static void host_from_host(void *ctx, void *dst, const float *host, size_t n, int dtype) { (void)ctx; zc_narrow(dst, host, n, dtype); }
+
+// AdamW over one run of elements of one kind (zero.h walks the runs this rank owns): in
+// mixed precision p is the master weight, g is 16-bit, and the result is rounded into p16.
+static void host_adamw(void *ctx, float *p, float *m, float *v, const void *g, void *p16, size_t n, int dtype,
+                       const AdamWStep *step, int decay) {
+    (void)ctx;
+    if (!p16) {
+        const float *gf = (const float *)g;
+#pragma omp parallel for simd
+        for (size_t i = 0; i < n; i++) adamw_element(&p[i], &m[i], &v[i], gf[i], step, decay);
+    } else if (dtype == ZC_BF16) {
+        const bf16_t *gh = (const bf16_t *)g;
+        bf16_t *ph = (bf16_t *)p16;
+#pragma omp parallel for simd
+        for (size_t i = 0; i < n; i++) {
+            adamw_element(&p[i], &m[i], &v[i], bf16_to_f32(gh[i]), step, decay);
+            ph[i] = f32_to_bf16(p[i]);
+        }
+    } else {
+        const fp16_t *gh = (const fp16_t *)g;
+        fp16_t *ph = (fp16_t *)p16;
+#pragma omp parallel for
+        for (size_t i = 0; i < n; i++) {
+            adamw_element(&p[i], &m[i], &v[i], fp16_to_f32(gh[i]), step, decay);
+            ph[i] = f32_to_fp16(p[i]);
+        }
+    }
+}
+
+static ZeroBackend mpi_backend(MpiBackend *b) {
+    ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_set_step, mpi_progress, mpi_sum_doubles,
+                      host_alloc, host_free, host_zero, host_add, host_to_host, host_from_host, host_adamw};
+    return be;
+}
+
+#endif // CPU_MPI_BACKEND_H

@@ -1,0 +1,174 @@
+// gpu/matmul.cuh: matmuls through cuBLASLt, planned once per shape, and the linear layer's forward
+// and backward that model.h calls.
+#ifndef GPU_MATMUL_CUH
+#define GPU_MATMUL_CUH
+#include "gpu/kernels.cuh"
+
+// ----------------------------------------------------------------------------------------
+// Matmuls through cuBLASLt: floatX inputs and outputs, fp32 accumulation and scaling
+// (CUBLAS_COMPUTE_32F; in fp32 builds that is plain fp32, no TF32: the CPU comparison wants fp32
+// products). Written in row-major terms:
+//   D (M,N) = alpha * op(A) (M,K) . op(B) (K,N) + beta * D, each matrix row-major with its own
+//   leading dimension; op(A) = A stored (M,K), or A^T with A stored (K,M) when transA.
+// `batch` matrices at the given element strides (strided batch). bias (N), when given, is
+// added to every row (beta must be 0 then). cuBLASLt is column-major, so it computes
+// D^T = op(B)^T . op(A)^T: the row-major B is its first operand. With beta != 0 cuBLASLt reads
+// D, adds in fp32 and rounds once: parameter gradients (dw +=) get one rounding per call.
+
+// The alignment in bytes (256 at most, one element at least) that a pointer and, in a strided
+// batch, every batch's pointer share.
+static size_t alignment_of(const void *p, long long stride_elems, int batch) {
+    uintptr_t a = (uintptr_t)p;
+    if (batch > 1) a |= (uintptr_t)(stride_elems * (long long)sizeof(floatX));
+    size_t al = 256;
+    while (al > sizeof(floatX) && (a & (al - 1))) al >>= 1;
+    return al;
+}
+
+// cuBLASLt's descriptors and its heuristic's choice for one shape. A training step asks for the
+// same couple of dozen shapes again and again, and asking the heuristic costs more host time
+// than many of the kernels it picks, so each shape is planned once (matmul_plan) and its plan
+// reused; only the bias pointer changes between calls (set on the descriptor before each one:
+// cuBLASLt reads descriptors when the matmul is enqueued). The key is everything the heuristic
+// saw: sizes, transposes, leading dimensions, batch and strides, the alignments the pointers
+// have and whether the bias goes through the epilogue.
+typedef struct {
+    int M, N, K, transA, transB, lda, ldb, ldd, batch, bias_epilogue;
+    long long strideA, strideB, strideD;
+    uint32_t al[3];                  // B, A, D: as told to the heuristic
+} MatmulKey;
+typedef struct {
+    MatmulKey key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulHeuristicResult_t heur;
+    int found;                       // 0: no cuBLASLt algorithm, the fallback kernel runs
+} MatmulPlan;
+#define MATMUL_PLANS 64              // GPT-2 uses about 20 shapes (sampler included); more are replaced in turn
+static MatmulPlan matmul_plans[MATMUL_PLANS];
+static int matmul_plans_used, matmul_plans_next;
+
+static void matmul_plan_free(MatmulPlan *p) {
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->ld));
+    CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+}
+static void matmul_plans_free(void) {
+    for (int i = 0; i < matmul_plans_used; i++) matmul_plan_free(&matmul_plans[i]);
+    matmul_plans_used = matmul_plans_next = 0;
+}
+static const MatmulPlan *matmul_plan(const MatmulKey *k) {
+    for (int i = 0; i < matmul_plans_used; i++)
+        if (!memcmp(&matmul_plans[i].key, k, sizeof(*k))) return &matmul_plans[i];
+    MatmulPlan *p;
+    if (matmul_plans_used < MATMUL_PLANS) p = &matmul_plans[matmul_plans_used++];
+    else { p = &matmul_plans[matmul_plans_next]; matmul_plans_next = (matmul_plans_next + 1) % MATMUL_PLANS; matmul_plan_free(p); }
+    memset(p, 0, sizeof(*p));
+    p->key = *k;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t opA = k->transB ? CUBLAS_OP_T : CUBLAS_OP_N, opB = k->transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)));
+    if (k->bias_epilogue) {
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        int32_t bias_type = FLOATX_CUDA; // D's type is the default; said explicitly, as the bias is floatX by contract
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    }
+    // column-major views: first operand = row-major B, second = row-major A, D is (N rows, M cols)
+    int M = k->M, N = k->N, K = k->K;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, FLOATX_CUDA, k->transB ? K : N, k->transB ? N : K, k->ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, FLOATX_CUDA, k->transA ? M : K, k->transA ? K : M, k->lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, FLOATX_CUDA, N, M, k->ldd));
+    if (k->batch > 1) {
+        cublasLtMatrixLayout_t ls[3] = {p->la, p->lb, p->ld};
+        long long st[3] = {k->strideB, k->strideA, k->strideD};
+        for (int i = 0; i < 3; i++) {
+            CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &k->batch, sizeof(k->batch)));
+            CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st[i], sizeof(st[i])));
+        }
+    }
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &gpu.workspace_bytes, sizeof(gpu.workspace_bytes)));
+    // Tell the heuristic how aligned the pointers (and every batch's pointer) really are, so
+    // it never picks a kernel that needs more: tensor offsets inside a unit, a head's columns
+    // inside qkv and the sampler's odd sequence lengths can leave as little as one element.
+    cublasLtMatmulPreferenceAttributes_t which[4] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    uint32_t vals[4] = {k->al[0], k->al[1], k->al[2], k->al[2]};
+    for (int i = 0; i < 4; i++) CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &vals[i], sizeof(vals[i])));
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(gpu.lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &p->heur, &p->found);
+    if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(hs);
+    if (hs != CUBLAS_STATUS_SUCCESS) p->found = 0;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    return p;
+}
+
+static void matmul_lt(floatX *d, const floatX *a, const floatX *b, const floatX *bias, int M, int N, int K, int transA,
+                      int transB, int lda, int ldb, int ldd, float alpha, float beta, int batch = 1,
+                      long long strideA = 0, long long strideB = 0, long long strideD = 0) {
+    MatmulKey key;
+    memset(&key, 0, sizeof(key)); // the padding too: keys are compared with memcmp
+    key.M = M; key.N = N; key.K = K; key.transA = transA; key.transB = transB;
+    key.lda = lda; key.ldb = ldb; key.ldd = ldd; key.batch = batch;
+    key.strideA = strideA; key.strideB = strideB; key.strideD = strideD;
+    key.bias_epilogue = bias && ((uintptr_t)bias % 16) == 0;
+    key.al[0] = (uint32_t)alignment_of(b, strideB, batch);
+    key.al[1] = (uint32_t)alignment_of(a, strideA, batch);
+    key.al[2] = (uint32_t)alignment_of(d, strideD, batch);
+    const MatmulPlan *p = matmul_plan(&key);
+    if (!p->found) {
+        // No cuBLASLt kernel for this shape and these alignments (16-bit operands one element
+        // aligned, say): compute it anyway, slowly, and say so once per process, so that a
+        // slow shape is visible rather than fatal.
+        static int warned = 0;
+        if (!warned) {
+            warned = 1;
+            fprintf(stderr, "warning: no cuBLASLt algorithm for M=%d N=%d K=%d transA=%d transB=%d batch=%d (alignments "
+                            "%u/%u/%u bytes): a plain CUDA kernel computes it (slow); further cases are not reported\n",
+                    M, N, K, transA, transB, batch, key.al[1], key.al[0], key.al[2]);
+        }
+        dim3 grid(ceil_div((size_t)M, 16), ceil_div((size_t)N, 16), batch < 65535 ? batch : 65535);
+        matmul_fallback_kernel<<<grid, dim3(16, 16), 0, gpu.compute>>>(d, a, b, bias, M, N, K, transA, transB, lda, ldb,
+                                                                       ldd, alpha, beta, batch, strideA, strideB, strideD);
+        LAUNCH_CHECK();
+        return;
+    }
+    if (key.bias_epilogue)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    CUBLAS_CHECK(cublasLtMatmul(gpu.lt, p->desc, &alpha, b, p->la, a, p->lb, &beta, d, p->ld, d, p->ld, &p->heur.algo,
+                                gpu.workspace, gpu.workspace_bytes, gpu.compute));
+    if (bias && !key.bias_epilogue) {
+        for (int k = 0; k < batch; k++) {
+            add_bias_kernel<<<grid_for((size_t)M * N, 256), 256, 0, gpu.compute>>>(d + k * strideD, bias, M, N);
+            LAUNCH_CHECK();
+        }
+    }
+}
+
+// out (N,OC) = inp (N,C) . w^T + bias; w (OC,C) as PyTorch's Linear; bias (OC) or NULL.
+// w16: the weight's 16-bit copy (model.h's gpt2_x16), or NULL. Here the weights themselves
+// are floatX already, so the storage hooks never hand one over (UnitParams.x16 is NULL): it is
+// the CPU trainer's, whose fp32 kernels need a separate 16-bit copy for its bf16 matmuls.
+static void matmul_forward(floatX *out, const floatX *inp, const floatX *w, const void *w16, const floatX *bias, int N,
+                           int C, int OC) {
+    (void)w16;
+    matmul_lt(out, inp, w, bias, N, OC, C, 0, 1, C, C, OC, 1.0f, 0.0f);
+}
+// dinp (N,C) = dout (N,OC) . w;  dw (OC,C) += dout^T . inp;  dbias (OC) += column sums of dout
+// (w16 as in matmul_forward)
+static void matmul_backward(floatX *dinp, floatX *dw, floatX *dbias, const floatX *dout, const floatX *inp,
+                            const floatX *w, const void *w16, int N, int C, int OC) {
+    (void)w16;
+    matmul_lt(dinp, dout, w, NULL, N, C, OC, 0, 0, OC, C, C, 1.0f, 0.0f);
+    matmul_lt(dw, dout, inp, NULL, OC, C, N, 1, 0, OC, C, C, 1.0f, 1.0f);
+    if (dbias) {
+        column_grads_kernel<<<ceil_div(OC, 32), dim3(32, 32), 0, gpu.compute>>>(NULL, dbias, dout, NULL, NULL, NULL, N, OC);
+        LAUNCH_CHECK();
+    }
+}
+
+#endif // GPU_MATMUL_CUH

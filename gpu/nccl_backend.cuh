@@ -1,0 +1,262 @@
+// gpu/nccl_backend.cuh: the ZeroBackend of the GPU trainer: NCCL collectives ordered against the
+// compute stream with events, the watchdog, and device memory (allocation, copies through the host,
+// the optimizer's update kernel) that zero.h asks for.
+#ifndef GPU_NCCL_BACKEND_CUH
+#define GPU_NCCL_BACKEND_CUH
+#include "gpu/kernels.cuh"
+
+// ----------------------------------------------------------------------------------------
+// Communication: the NCCL backend that zero.h drives. MPI only launched the processes and
+// carried NCCL's unique id.
+//
+// Ordering. A collective is issued on the communication stream after an event recorded on
+// the compute stream at that moment, so it sees every kernel the schedule enqueued before
+// asking for it (the backward that produced a gradient; the last reader of a gather buffer it
+// overwrites). wait() does not block the host: it makes the compute stream wait for the
+// collective's completion event, so the next kernel that reads the result is ordered after
+// it while the host runs ahead enqueuing work (gradient reductions overlap the backward;
+// stage-3 gathers of the next layer overlap this one). All collectives share one stream and
+// one communicator, issued in the schedule's order, the same on every rank.
+//
+// Watchdog. The host blocks only in gpu_sync(), which polls with --comm-timeout: when the
+// device does not get there in time, it names the oldest collective that has not completed,
+// in the CPU trainer's words, and aborts the job (ncclCommAbort, then MPI_Abort). NCCL's
+// asynchronous errors (a peer gone) are checked at every poll and unit boundary.
+
+#define MAX_PENDING (GPT2_MAX_UNITS + 8)
+enum { SLOT_FREE, SLOT_INFLIGHT, SLOT_WAITED };
+typedef struct {
+    ncclComm_t comm;
+    cudaStream_t stream;           // communication
+    int rank, world, step;
+    double timeout;
+    cudaEvent_t ready;             // recorded on compute before each collective
+    cudaEvent_t done[MAX_PENDING]; // recorded on the comm stream after it
+    int state[MAX_PENDING];
+    char what[MAX_PENDING][112];
+    unsigned long seq[MAX_PENDING], next_seq;
+    double *d_scalars, *h_scalars; // sum_doubles' buffers (device, pinned host)
+    int scalar_cap;
+    size_t allocated;              // bytes asked of cudaMalloc through the backend's alloc
+} NcclBackend;
+
+static NcclBackend nccl;
+
+static void comm_abort(NcclBackend *b, const char *what, const char *why) {
+    fprintf(stderr, "error: rank %d: %s %s at step %d; a peer is stuck or gone (--comm-timeout); aborting the job\n",
+            b->rank, what, why, b->step);
+    if (b->comm) ncclCommAbort(b->comm);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+}
+static void comm_check_async(NcclBackend *b) {
+    if (!b->comm) return;
+    ncclResult_t r = ncclSuccess;
+    ncclCommGetAsyncError(b->comm, &r);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        char why[160];
+        snprintf(why, sizeof(why), "failed (%s)", ncclGetErrorString(r));
+        comm_abort(b, "a collective", why);
+    }
+}
+// Free the slots whose collective completed and was waited for.
+static void comm_reclaim(NcclBackend *b) {
+    for (int h = 0; h < MAX_PENDING; h++)
+        if (b->state[h] == SLOT_WAITED && cudaEventQuery(b->done[h]) == cudaSuccess) b->state[h] = SLOT_FREE;
+}
+
+// Block the host until `ev` (recorded on a stream) completes, within --comm-timeout.
+static void wait_event_watchdog(NcclBackend *b, cudaEvent_t ev, const char *what) {
+    double start = now_seconds();
+    for (int spins = 0;; spins++) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) gpu_fatal(what, cudaGetErrorString(e), __FILE__, __LINE__);
+        comm_check_async(b);
+        if (now_seconds() - start > b->timeout) {
+            // name the oldest collective still running; otherwise the device was just slow
+            int oldest = -1;
+            for (int h = 0; h < MAX_PENDING; h++)
+                if (b->state[h] != SLOT_FREE && cudaEventQuery(b->done[h]) == cudaErrorNotReady &&
+                    (oldest < 0 || b->seq[h] < b->seq[oldest])) oldest = h;
+            char why[64];
+            snprintf(why, sizeof(why), "did not complete within %g s", b->timeout);
+            comm_abort(b, oldest >= 0 ? b->what[oldest] : what, why);
+        }
+        if (spins > 100) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
+    }
+}
+// The host waits for everything enqueued on the compute stream so far.
+static void gpu_sync(NcclBackend *b, const char *what) {
+    cudaEvent_t ev;
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(ev, gpu.compute));
+    wait_event_watchdog(b, ev, what);
+    CUDA_CHECK(cudaEventDestroy(ev));
+    comm_reclaim(b);
+}
+
+static int comm_begin(NcclBackend *b, const char *kind) {
+    int h = -1;
+    for (int pass = 0; pass < 2 && h < 0; pass++) {
+        if (pass == 1) comm_reclaim(b);
+        for (int k = 0; k < MAX_PENDING; k++)
+            if (b->state[k] == SLOT_FREE) { h = k; break; }
+    }
+    if (h < 0) { // every slot busy (a very deep model between two host syncs): wait for the oldest
+        for (int k = 0; k < MAX_PENDING; k++)
+            if (b->state[k] == SLOT_WAITED && (h < 0 || b->seq[k] < b->seq[h])) h = k;
+        if (h < 0) {
+            fprintf(stderr, "error: rank %d: more than %d collectives in flight, none waited for\n", b->rank, MAX_PENDING);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        wait_event_watchdog(b, b->done[h], b->what[h]);
+    }
+    b->state[h] = SLOT_INFLIGHT;
+    b->seq[h] = b->next_seq++;
+    snprintf(b->what[h], sizeof(b->what[h]), "%s", kind);
+    CUDA_CHECK(cudaEventRecord(b->ready, gpu.compute));
+    CUDA_CHECK(cudaStreamWaitEvent(b->stream, b->ready, 0));
+    return h;
+}
+static int comm_end(NcclBackend *b, int h) {
+    CUDA_CHECK(cudaEventRecord(b->done[h], b->stream));
+    return h;
+}
+// zero.h's element types as NCCL's: its 16-bit sums round as they go, which is zero.h's
+// contract (and what the CPU's MPI operations do one pair at a time).
+static ncclDataType_t nccl_type(int dtype) {
+    return dtype == ZC_BF16 ? ncclBfloat16 : dtype == ZC_FP16 ? ncclHalf : ncclFloat;
+}
+static int nccl_all_reduce(void *ctx, void *buf, size_t n, int dtype) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    int h = comm_begin(b, "all_reduce");
+    NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type(dtype), ncclSum, b->comm, b->stream));
+    return comm_end(b, h);
+}
+// In place exactly when recv == send + rank * n elements, in bytes: n * zc_dtype_size(dtype)
+// each. That is NCCL's own convention (it compares the addresses), and zero.h's: nothing to
+// check or move here, whatever the element size.
+static int nccl_reduce_scatter(void *ctx, void *send, void *recv, size_t n, int dtype) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    int h = comm_begin(b, "reduce_scatter");
+    NCCL_CHECK(ncclReduceScatter(send, recv, n, nccl_type(dtype), ncclSum, b->comm, b->stream));
+    return comm_end(b, h);
+}
+// In place exactly when send == recv + rank * n elements (bytes as above), again NCCL's convention.
+static int nccl_all_gather(void *ctx, const void *send, void *recv, size_t n, int dtype) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    int h = comm_begin(b, "all_gather");
+    NCCL_CHECK(ncclAllGather(send, recv, n, nccl_type(dtype), b->comm, b->stream));
+    return comm_end(b, h);
+}
+static void nccl_wait(void *ctx, int h, const char *what) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    snprintf(b->what[h], sizeof(b->what[h]), "%s", what);
+    CUDA_CHECK(cudaStreamWaitEvent(gpu.compute, b->done[h], 0));
+    b->state[h] = SLOT_WAITED;
+}
+static void nccl_set_step(void *ctx, int step) { ((NcclBackend *)ctx)->step = step; }
+static void nccl_progress(void *ctx) { comm_check_async((NcclBackend *)ctx); } // NCCL progresses by itself
+static void nccl_sum_doubles(void *ctx, double *x, int n) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    if (n > b->scalar_cap) {
+        if (b->d_scalars) { CUDA_CHECK(cudaFree(b->d_scalars)); CUDA_CHECK(cudaFreeHost(b->h_scalars)); }
+        b->scalar_cap = n < 64 ? 64 : n;
+        CUDA_CHECK(cudaMalloc(&b->d_scalars, (size_t)b->scalar_cap * sizeof(double)));
+        CUDA_CHECK(cudaMallocHost(&b->h_scalars, (size_t)b->scalar_cap * sizeof(double)));
+    }
+    memcpy(b->h_scalars, x, (size_t)n * sizeof(double));
+    // on the comm stream: after the collectives already issued, as on every other rank
+    CUDA_CHECK(cudaMemcpyAsync(b->d_scalars, b->h_scalars, (size_t)n * sizeof(double), cudaMemcpyHostToDevice, b->stream));
+    NCCL_CHECK(ncclAllReduce(b->d_scalars, b->d_scalars, (size_t)n, ncclDouble, ncclSum, b->comm, b->stream));
+    CUDA_CHECK(cudaMemcpyAsync(b->h_scalars, b->d_scalars, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, b->stream));
+    cudaEvent_t ev;
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(ev, b->stream));
+    wait_event_watchdog(b, ev, "all_reduce of scalars (loss, norm, reports)");
+    CUDA_CHECK(cudaEventDestroy(ev));
+    memcpy(x, b->h_scalars, (size_t)n * sizeof(double));
+}
+// zero.h's memory, zeroed. `allocated` counts exactly the bytes asked for, as zero.h's `mem`
+// does, so the start-up line compares like with like (a request for 0 bytes still gets a
+// valid pointer: 1 byte, counted as 0).
+static void *dev_alloc(void *ctx, size_t bytes) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    void *p = NULL;
+    size_t got = bytes ? bytes : 1;
+    cudaError_t e = cudaMalloc(&p, got);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        fprintf(stderr, "error: rank %d: cudaMalloc of %.1f MiB failed (%s; %.1f of %.1f MiB free); try a higher "
+                        "--zero-stage, a smaller --batch, or ./train_gpt --plan\n",
+                b->rank, got / 1048576.0, cudaGetErrorString(e), free_b / 1048576.0, total_b / 1048576.0);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    CUDA_CHECK(cudaMemset(p, 0, got));
+    b->allocated += bytes;
+    return p;
+}
+static void dev_free(void *ctx, void *p) { (void)ctx; CUDA_CHECK(cudaFree(p)); }
+static void dev_zero(void *ctx, void *p, size_t bytes) {
+    (void)ctx;
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, gpu.compute));
+}
+static void dev_add(void *ctx, void *dst, const void *src, size_t n, int dtype) {
+    (void)ctx;
+    add_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(dst, src, n, dtype);
+    LAUNCH_CHECK();
+}
+
+
+// Host <-> device copies on the compute stream, complete when they return.
+static void d2h(void *host, const void *dev, size_t bytes, const char *what) {
+    CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, gpu.compute));
+    gpu_sync(&nccl, what);
+}
+// The host side of to_host / from_host is fp32. fp32 buffers copy straight through; 16-bit ones
+// are widened (exact) or rounded on the device, through an fp32 staging buffer taken from the
+// stream-ordered pool on the compute stream and given back before the call returns. These
+// copies stage one unit or slice at a time (initialisation, model files, checkpoints), so the
+// staging is transient, outside the memory plan, and never exists in fp32 runs.
+static float *staging_floats(size_t n) {
+    float *s = NULL;
+    CUDA_CHECK(cudaMallocAsync((void **)&s, n * sizeof(float), gpu.compute));
+    return s;
+}
+static void dev_to_host(void *ctx, float *host, const void *src, size_t n, int dtype) {
+    (void)ctx;
+    if (n == 0) return;
+    if (dtype == ZC_F32) { d2h(host, src, n * sizeof(float), "a device-to-host copy"); return; }
+    float *s = staging_floats(n);
+    widen_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(s, src, n, dtype);
+    LAUNCH_CHECK();
+    d2h(host, s, n * sizeof(float), "a device-to-host copy");
+    CUDA_CHECK(cudaFreeAsync(s, gpu.compute));
+}
+static void dev_from_host(void *ctx, void *dst, const float *host, size_t n, int dtype) {
+    (void)ctx;
+    if (n == 0) return;
+    float *s = dtype == ZC_F32 ? (float *)dst : staging_floats(n);
+    CUDA_CHECK(cudaMemcpyAsync(s, host, n * sizeof(float), cudaMemcpyHostToDevice, gpu.compute));
+    if (dtype != ZC_F32) {
+        narrow_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(dst, s, n, dtype);
+        LAUNCH_CHECK();
+        CUDA_CHECK(cudaFreeAsync(s, gpu.compute));
+    }
+    gpu_sync(&nccl, "a host-to-device copy"); // the host buffer may be reused at once
+}
+static void dev_adamw(void *ctx, float *p, float *m, float *v, const void *g, void *p16, size_t n, int dtype,
+                      const AdamWStep *step, int decay) {
+    (void)ctx;
+    adamw_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(p, m, v, g, p16, n, dtype, *step, decay);
+    LAUNCH_CHECK();
+}
+
+static ZeroBackend nccl_backend(NcclBackend *b) {
+    ZeroBackend be = {b, nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_wait, nccl_set_step, nccl_progress,
+                      nccl_sum_doubles, dev_alloc, dev_free, dev_zero, dev_add, dev_to_host, dev_from_host, dev_adamw};
+    return be;
+}
+
+#endif // GPU_NCCL_BACKEND_CUH
