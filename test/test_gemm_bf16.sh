@@ -53,7 +53,7 @@ run "portable build (-march=x86-64)" ./test/bin/test_gemm_bf16_portable --quick
 run "tiny-block build" ./test/bin/test_gemm_bf16_tiny --quick
 
 echo "== header compiles warning-free on its own: C11 -Wpedantic, without OpenMP, C++17"
-gcc -std=c11 -fopenmp -Wall -Wextra -Wpedantic -Werror -fsyntax-only -x c cpu/gemm_bf16.h
-gcc -std=c11 -march=x86-64 -Wall -Wextra -Werror -fsyntax-only -x c cpu/gemm_bf16.h
-g++ -std=c++17 -fopenmp -Wall -Wextra -Werror -fsyntax-only -x c++ cpu/gemm_bf16.h
+gcc -std=c11 -fopenmp -Wall -Wextra -Wpedantic -Werror -fsyntax-only -I. -x c cpu/gemm_bf16.h
+gcc -std=c11 -march=x86-64 -Wall -Wextra -Werror -fsyntax-only -I. -x c cpu/gemm_bf16.h
+g++ -std=c++17 -fopenmp -Wall -Wextra -Werror -fsyntax-only -I. -x c++ cpu/gemm_bf16.h
 echo ok
