@@ -82,14 +82,18 @@ static int dump_grads(const char *path, GPT2 *m) {
 static uint32_t rng_u32(uint64_t *s) { return (uint32_t)(gpt2_splitmix64(s) >> 32); }
 static float rng_f32(uint64_t *s) { return (rng_u32(s) >> 8) / 16777216.0f; }
 
-// Draws from softmax(logits[0..V)) at temperature 1.
+// Draws from softmax(logits[0..V)) at temperature 1. The sums are double: in float, a CDF of
+// ~50k terms near 1 each moves in steps of ~0.004, so logits that differ in their last bit (the
+// CPU's and the GPU's) picked different tokens every few draws; in double the draw depends on
+// the logits' values, not on how the running sum happened to round.
 static int sample_token(const float *logits, int V, float coin) {
-    float maxv = -INFINITY, sum = 0.0f;
+    float maxv = -INFINITY;
+    double sum = 0.0;
     for (int i = 0; i < V; i++) maxv = logits[i] > maxv ? logits[i] : maxv;
-    for (int i = 0; i < V; i++) sum += expf(logits[i] - maxv);
-    float cdf = 0.0f, r = coin * sum;
+    for (int i = 0; i < V; i++) sum += exp((double)logits[i] - maxv);
+    double cdf = 0.0, r = coin * sum;
     for (int i = 0; i < V; i++) {
-        cdf += expf(logits[i] - maxv);
+        cdf += exp((double)logits[i] - maxv);
         if (r < cdf) return i;
     }
     return V - 1;
