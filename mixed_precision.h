@@ -24,6 +24,8 @@ Contract
   zc_mp_simd_path() names the path compiled in.
 - Overflow detection (host only): has_inf_or_nan_f32/_bf16/_fp16(x, n) -> 1 if any element is
   Inf or NaN. zc_isfinite_f32 (ZC_HD) for one value. Bit tests, so -ffast-math cannot remove them.
+- The precision enum ZC_F32 / ZC_BF16 / ZC_FP16 (names zc_dtype_names: "fp32", "bf16",
+  "fp16"): a run's --precision and the element type of its parameters and gradients, one enum.
 - LossScaler: DeepSpeed's DynamicLossScaler as a small state machine; see the comment above
   loss_scaler_update for every rule. Host only.
 - ZC_HD expands to __host__ __device__ under nvcc and to nothing in C; other headers may define
@@ -305,10 +307,13 @@ static inline int has_inf_or_nan_fp16(const fp16_t *x, size_t n) {
 }
 
 // ----------------------------------------------------------------------------
-// Element types of the model states, for code that handles all three (zero.h's buffers, the
-// backends' collectives). The order is the trainer's --precision order: fp32, bf16, fp16.
+// The precision of a run, which is also the element type of its model states: the ONE enum for
+// both (--precision, the planner, zero.h's buffers, the backends' collectives all use it).
+// fp32; bf16 or fp16 mixed precision (16-bit parameters, gradients and activations, fp32 master
+// weights).
 
-enum { ZC_F32, ZC_BF16, ZC_FP16 };
+enum { ZC_F32, ZC_BF16, ZC_FP16, ZC_NUM_DTYPES };
+static const char *const zc_dtype_names[ZC_NUM_DTYPES] = {"fp32", "bf16", "fp16"};
 ZC_HD static inline size_t zc_dtype_size(int t) { return t == ZC_F32 ? 4 : 2; }
 // Element i of an array of type t, as a float; and stored, rounded to nearest even.
 ZC_HD static inline float zc_load(const void *p, size_t i, int t) {

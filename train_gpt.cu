@@ -77,25 +77,24 @@ typedef __nv_bfloat16 floatX;
 #include "data/tokenizer.h"
 #include "run/ds_config.h"
 #include "run/checkpoint.h"
+#include "gpu/layout.h"
 
-// zero.h's dtypes and config.h's precisions share one order (fp32, bf16, fp16)
-static_assert((int)FLOATX_DTYPE == (int)CONFIG_GPU_PRECISION, "train_gpt.cu and config.h read GPU_PRECISION_* differently");
 static_assert(sizeof(floatX) == (FLOATX_DTYPE == ZC_F32 ? 4 : 2), "floatX is not the size of zero.h's dtype");
 #include "gpu/common.cuh"
 #include "gpu/kernels.cuh"
 #include "gpu/flash_attention.cuh"
 #include "gpu/matmul.cuh"
 
-static void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *w, const floatX *b,
+static void layernorm_forward(GpuKernels *kc, floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *w, const floatX *b,
                               int N, int C) {
-    layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, gpu.compute>>>(out, mean, rstd, inp, w, b, N, C);
+    layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, kc->gpu->compute>>>(out, mean, rstd, inp, w, b, N, C);
     LAUNCH_CHECK();
 }
-static void layernorm_backward(floatX *dinp, floatX *dw, floatX *db, const floatX *dout, const floatX *inp,
+static void layernorm_backward(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *db, const floatX *dout, const floatX *inp,
                                const floatX *w, const float *mean, const float *rstd, int N, int C) {
-    layernorm_backward_input_kernel<<<ceil_div(N, 8), 256, 0, gpu.compute>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    layernorm_backward_input_kernel<<<ceil_div(N, 8), 256, 0, kc->gpu->compute>>>(dinp, dout, inp, w, mean, rstd, N, C);
     LAUNCH_CHECK();
-    column_grads_kernel<<<ceil_div(C, 32), dim3(32, 32), 0, gpu.compute>>>(dw, db, dout, inp, mean, rstd, N, C);
+    column_grads_kernel<<<ceil_div(C, 32), dim3(32, 32), 0, kc->gpu->compute>>>(dw, db, dout, inp, mean, rstd, N, C);
     LAUNCH_CHECK();
 }
 
@@ -119,11 +118,11 @@ static HeadLoop head_loop(int B, int T, int C, int NH) {
 }
 // Whether this build and this head size run the flash kernels (gpt2.h decides, for the
 // activations' layout too); then att holds the log-sum-exp rows, (B,NH,T) fp32.
-static int flash_attention(int C, int NH) { return gpt2_gpu_flash_attention(C, NH, sizeof(floatX)); }
-static void attention_forward(floatX *out, floatX *att, const floatX *qkv, int B, int T, int C, int NH) {
+static int flash_attention(int C, int NH) { return gpu_flash_attention(C, NH, sizeof(floatX)); }
+static void attention_forward(GpuKernels *kc, floatX *out, floatX *att, const floatX *qkv, int B, int T, int C, int NH) {
 #if !defined(GPU_PRECISION_FP32)
     if (flash_attention(C, NH)) {
-        flash_forward_kernel<<<dim3(B * NH, ceil_div(T, FA_ROWS)), FA_THREADS, 0, gpu.compute>>>(out, (float *)(void *)att, qkv, T, C, NH);
+        flash_forward_kernel<<<dim3(B * NH, ceil_div(T, FA_ROWS)), FA_THREADS, 0, kc->gpu->compute>>>(out, (float *)(void *)att, qkv, T, C, NH);
         LAUNCH_CHECK();
         return;
     }
@@ -133,28 +132,28 @@ static void attention_forward(floatX *out, floatX *att, const floatX *qkv, int B
     HeadLoop h = head_loop(B, T, C, NH);
     for (int o = 0; o < h.outer; o++) { // S = scale * Q K^T   (T,T) per head
         const floatX *q = qkv + o * h.oq;
-        matmul_lt(att + o * h.oatt, q, q + C, NULL, T, T, hs, 0, 1, C3, C3, T, scale, 0.0f, h.batch, h.sq, h.sq, h.satt);
+        matmul_lt(kc, att + o * h.oatt, q, q + C, NULL, T, T, hs, 0, 1, C3, C3, T, scale, 0.0f, h.batch, h.sq, h.sq, h.satt);
     }
     int rows = B * NH * T;
-    softmax_causal_kernel<<<ceil_div(rows, 8), 256, 0, gpu.compute>>>(att, rows, T);
+    softmax_causal_kernel<<<ceil_div(rows, 8), 256, 0, kc->gpu->compute>>>(att, rows, T);
     LAUNCH_CHECK();
     for (int o = 0; o < h.outer; o++) { // Y = P V   (T,hs) per head, written into out (B,T,C)
         const floatX *q = qkv + o * h.oq;
-        matmul_lt(out + o * h.oy, att + o * h.oatt, q + 2 * C, NULL, T, hs, T, 0, 0, T, C3, C, 1.0f, 0.0f, h.batch,
+        matmul_lt(kc, out + o * h.oy, att + o * h.oatt, q + 2 * C, NULL, T, hs, T, 0, 0, T, C3, C, 1.0f, 0.0f, h.batch,
                   h.satt, h.sq, h.sy);
     }
 }
 // dqkv (B,T,3C), OVERWRITTEN, from dout (B,T,C), qkv, the output y (B,T,C) and att, whose
 // probabilities are replaced by the scores' gradient on the way (att is not needed again).
-static void attention_backward(floatX *dqkv, floatX *att, const floatX *dout, const floatX *qkv, const floatX *y,
+static void attention_backward(GpuKernels *kc, floatX *dqkv, floatX *att, const floatX *dout, const floatX *qkv, const floatX *y,
                                int B, int T, int C, int NH) {
 #if !defined(GPU_PRECISION_FP32)
     if (flash_attention(C, NH)) {
         dim3 grid(B * NH, ceil_div(T, FA_ROWS));
         const float *lse = (const float *)(const void *)att;
-        flash_backward_dq_kernel<<<grid, FA_THREADS, 0, gpu.compute>>>(dqkv, lse, dout, y, qkv, T, C, NH);
+        flash_backward_dq_kernel<<<grid, FA_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, dout, y, qkv, T, C, NH);
         LAUNCH_CHECK();
-        flash_backward_dkv_kernel<<<grid, FA_THREADS, 0, gpu.compute>>>(dqkv, lse, dout, y, qkv, T, C, NH);
+        flash_backward_dkv_kernel<<<grid, FA_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, dout, y, qkv, T, C, NH);
         LAUNCH_CHECK();
         return;
     }
@@ -163,30 +162,30 @@ static void attention_backward(floatX *dqkv, floatX *att, const floatX *dout, co
     float scale = 1.0f / sqrtf((float)hs);
     HeadLoop h = head_loop(B, T, C, NH);
     for (int o = 0; o < h.outer; o++) // dV = P^T dY
-        matmul_lt(dqkv + o * h.oq + 2 * C, att + o * h.oatt, dout + o * h.oy, NULL, T, hs, T, 1, 0, T, C, C3, 1.0f, 0.0f,
+        matmul_lt(kc, dqkv + o * h.oq + 2 * C, att + o * h.oatt, dout + o * h.oy, NULL, T, hs, T, 1, 0, T, C, C3, 1.0f, 0.0f,
                   h.batch, h.satt, h.sy, h.sq);
     int rows = B * NH * T;
-    attention_softmax_backward_kernel<<<ceil_div(rows, 8), 256, 0, gpu.compute>>>(att, dout, y, qkv, B, T, C, NH, scale);
+    attention_softmax_backward_kernel<<<ceil_div(rows, 8), 256, 0, kc->gpu->compute>>>(att, dout, y, qkv, B, T, C, NH, scale);
     LAUNCH_CHECK();
     for (int o = 0; o < h.outer; o++) {
         const floatX *q = qkv + o * h.oq;
         floatX *dq = dqkv + o * h.oq;
         // dQ = dS K,  dK = dS^T Q  (dS carries the scale)
-        matmul_lt(dq, att + o * h.oatt, q + C, NULL, T, hs, T, 0, 0, T, C3, C3, 1.0f, 0.0f, h.batch, h.satt, h.sq, h.sq);
-        matmul_lt(dq + C, att + o * h.oatt, q, NULL, T, hs, T, 1, 0, T, C3, C3, 1.0f, 0.0f, h.batch, h.satt, h.sq, h.sq);
+        matmul_lt(kc, dq, att + o * h.oatt, q + C, NULL, T, hs, T, 0, 0, T, C3, C3, 1.0f, 0.0f, h.batch, h.satt, h.sq, h.sq);
+        matmul_lt(kc, dq + C, att + o * h.oatt, q, NULL, T, hs, T, 1, 0, T, C3, C3, 1.0f, 0.0f, h.batch, h.satt, h.sq, h.sq);
     }
 }
 
-static void residual_forward(floatX *out, const floatX *a, const floatX *b, size_t n) {
-    residual_forward_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(out, a, b, n);
+static void residual_forward(GpuKernels *kc, floatX *out, const floatX *a, const floatX *b, size_t n) {
+    residual_forward_kernel<<<grid_for(kc->gpu, n, 256), 256, 0, kc->gpu->compute>>>(out, a, b, n);
     LAUNCH_CHECK();
 }
-static void gelu_forward(floatX *out, const floatX *inp, size_t n) {
-    gelu_forward_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(out, inp, n);
+static void gelu_forward(GpuKernels *kc, floatX *out, const floatX *inp, size_t n) {
+    gelu_forward_kernel<<<grid_for(kc->gpu, n, 256), 256, 0, kc->gpu->compute>>>(out, inp, n);
     LAUNCH_CHECK();
 }
-static void gelu_backward(floatX *dinp, const floatX *inp, const floatX *dout, size_t n) {
-    gelu_backward_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(dinp, inp, dout, n);
+static void gelu_backward(GpuKernels *kc, floatX *dinp, const floatX *inp, const floatX *dout, size_t n) {
+    gelu_backward_kernel<<<grid_for(kc->gpu, n, 256), 256, 0, kc->gpu->compute>>>(dinp, inp, dout, n);
     LAUNCH_CHECK();
 }
 
@@ -213,34 +212,34 @@ typedef struct {
     int *token_group, *group_fill; // host: a token's group while grouping (-1 otherwise, Vp); fill cursors (B*T)
     cudaEvent_t groups_sent;       // the last upload of h_groups has been read
     double *d_partials, *d_sumsq, *h_sumsq;
+    GpuKernels kern;               // the kernels' context: device, matmul plans, backend, token groups
+    MatmulPlans plans;             // cuBLASLt's descriptors and algorithms, per matmul shape
 } GPT2;
-
-// The token groups of the last upload_batch, for encoder_backward (whose signature, model.h's,
-// carries no model): `count` groups, group k is token tok[k] at positions pos[start[k]] ..
-// pos[start[k+1]-1]. Device pointers into GPT2.d_groups.
-static struct { const int *start, *pos, *tok; int count; } token_groups;
 
 // dtype: the element type of parameters, gradients and ZeRO's buffers: floatX's. config.h
 // refuses every other precision for this binary; the check is the defence should one ever get
 // this far (every kernel and hook below reads floatX).
 static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, int rank, int world, int dtype,
-                       ZeroBackend be) {
+                       int optimizer, ZeroBackend be) {
     if (dtype != FLOATX_DTYPE) {
-        fprintf(stderr, "error: rank %d: this GPU trainer was built for %s, not %s\n", rank, precision_names[FLOATX_DTYPE],
-                dtype >= 0 && dtype < PRECISION_NUM ? precision_names[dtype] : "an unknown type");
+        fprintf(stderr, "error: rank %d: this GPU trainer was built for %s, not %s\n", rank, zc_dtype_names[FLOATX_DTYPE],
+                dtype >= 0 && dtype < ZC_NUM_DTYPES ? zc_dtype_names[dtype] : "an unknown type");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
+    m->kern.comm = (NcclBackend *)be.ctx;
+    m->kern.gpu = m->kern.comm->gpu;
+    m->kern.plans = &m->plans;
     size_t free0 = 0, free1 = 0, total_dev = 0;
     CUDA_CHECK(cudaMemGetInfo(&free0, &total_dev));
-    zero_init(&m->z, cfg, stage, rank, world, dtype, be);
+    zero_init(&m->z, cfg, stage, rank, world, dtype, optimizer, be);
     // Every layer's activations in floatX (the statistics and losses fp32), each tensor 256-byte
-    // aligned: gpt2_gpu_activation_bytes, the planner's formula for this trainer, which also
+    // aligned: gpu_activation_bytes (gpu/layout.h), the planner's formula for this trainer, which also
     // gives the offsets. No workspace: the kernels read ZeRO's floatX buffers directly
     // (MEM_WORKSPACE stays 0).
     size_t offset[NUM_ACTIVATIONS];
-    m->bytes_activations = gpt2_gpu_activation_bytes(cfg, B, T, sizeof(floatX), offset);
+    m->bytes_activations = gpu_activation_bytes(cfg, B, T, sizeof(floatX), offset);
     CUDA_CHECK(cudaMalloc(&m->acts_memory, m->bytes_activations));
     CUDA_CHECK(cudaMemset(m->acts_memory, 0, m->bytes_activations));
     m->z.mem[MEM_ACTIVATIONS] = m->bytes_activations;
@@ -264,7 +263,7 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, 
     CUDA_CHECK(cudaMalloc(&m->d_groups, (3 * bt + 1) * sizeof(int)));
     CUDA_CHECK(cudaMalloc(&m->d_partials, (size_t)m->z.lay.num_units * NORM_BLOCKS * sizeof(double)));
     CUDA_CHECK(cudaMalloc(&m->d_sumsq, sizeof(double)));
-    m->bytes_scratch = gpu.workspace_bytes + (5 * bt + 1) * sizeof(int) +
+    m->bytes_scratch = m->kern.gpu->workspace_bytes + (5 * bt + 1) * sizeof(int) +
                        ((size_t)m->z.lay.num_units * NORM_BLOCKS + 1) * sizeof(double);
     CUDA_CHECK(cudaMemGetInfo(&free1, &total_dev));
     // The memory log entries carry zero.h's counts and the activations, which are exactly the
@@ -281,7 +280,8 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, 
 }
 
 static void gpt2_free(GPT2 *m) {
-    gpu_sync(&nccl, "the last kernels");
+    gpu_sync(m->kern.comm, "the last kernels");
+    matmul_plans_free(&m->plans);
     zero_free(&m->z);
     CUDA_CHECK(cudaFree(m->acts_memory));
     CUDA_CHECK(cudaFree(m->d_inputs)); CUDA_CHECK(cudaFree(m->d_targets)); CUDA_CHECK(cudaFree(m->d_groups));
@@ -295,25 +295,25 @@ static void gpt2_free(GPT2 *m) {
 
 // --- what model.h needs beyond the kernel wrappers above -------------------------------
 
-static void encoder_forward(floatX *out, const int *inp, const floatX *wte, const floatX *wpe, int B, int T, int C) {
+static void encoder_forward(GpuKernels *kc, floatX *out, const int *inp, const floatX *wte, const floatX *wpe, int B, int T, int C) {
     size_t n = (size_t)B * T * C;
-    encoder_forward_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(out, inp, wte, wpe, B * T, T, C);
+    encoder_forward_kernel<<<grid_for(kc->gpu, n, 256), 256, 0, kc->gpu->compute>>>(out, inp, wte, wpe, B * T, T, C);
     LAUNCH_CHECK();
 }
 // inp is read through the token groups upload_batch built from the same batch (model.h runs the
 // backward right after the forward over the same inputs).
-static void encoder_backward(floatX *dwte, floatX *dwpe, const floatX *dout, const int *inp, int B, int T, int C) {
+static void encoder_backward(GpuKernels *kc, floatX *dwte, floatX *dwpe, const floatX *dout, const int *inp, int B, int T, int C) {
     (void)inp;
-    if (token_groups.count > 0) { // channels per thread: whole warps, at most 256 threads
+    if (kc->groups.count > 0) { // channels per thread: whole warps, at most 256 threads
         int threads = C >= 256 ? 256 : (int)ceil_div((size_t)C, WARP) * WARP;
-        encoder_backward_wte_kernel<<<token_groups.count, threads, 0, gpu.compute>>>(dwte, dout, token_groups.start,
-                                                                                    token_groups.pos, token_groups.tok, C);
+        encoder_backward_wte_kernel<<<kc->groups.count, threads, 0, kc->gpu->compute>>>(dwte, dout, kc->groups.start,
+                                                                                    kc->groups.pos, kc->groups.tok, C);
         LAUNCH_CHECK();
     }
-    encoder_backward_wpe_kernel<<<grid_for((size_t)T * C, 256), 256, 0, gpu.compute>>>(dwpe, dout, B, T, C);
+    encoder_backward_wpe_kernel<<<grid_for(kc->gpu, (size_t)T * C, 256), 256, 0, kc->gpu->compute>>>(dwpe, dout, B, T, C);
     LAUNCH_CHECK();
 }
-static void zero_fill(floatX *p, size_t n) { CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(floatX), gpu.compute)); }
+static void zero_fill(GpuKernels *kc, floatX *p, size_t n) { CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(floatX), kc->gpu->compute)); }
 
 // The batch's positions grouped by token into h_groups: start (count+1), then pos (N), then tok
 // (count), where group k is token tok[k] at positions pos[start[k]] .. pos[start[k+1]-1] in
@@ -344,29 +344,31 @@ static int group_tokens(GPT2 *m, const int *inputs, int N) {
 // the previous upload of it has completed (in practice long since: every forward ends in a
 // host sync).
 static void upload_batch(GPT2 *m, const int *inputs, const int *targets, int N) {
-    CUDA_CHECK(cudaMemcpyAsync(m->d_inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, gpu.compute));
+    cudaStream_t stream = m->kern.gpu->compute;
+    CUDA_CHECK(cudaMemcpyAsync(m->d_inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, stream));
     if (targets)
-        CUDA_CHECK(cudaMemcpyAsync(m->d_targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, gpu.compute));
+        CUDA_CHECK(cudaMemcpyAsync(m->d_targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, stream));
     m->dev_inputs = m->d_inputs;
     m->dev_targets = m->d_targets;
-    wait_event_watchdog(&nccl, m->groups_sent, "the previous batch's upload");
+    wait_event_watchdog(m->kern.comm, m->groups_sent, "the previous batch's upload");
     int count = group_tokens(m, inputs, N);
     size_t ints = (size_t)2 * N + 1 + count;
-    CUDA_CHECK(cudaMemcpyAsync(m->d_groups, m->h_groups, ints * sizeof(int), cudaMemcpyHostToDevice, gpu.compute));
-    CUDA_CHECK(cudaEventRecord(m->groups_sent, gpu.compute));
-    token_groups.start = m->d_groups;
-    token_groups.pos = m->d_groups + N + 1;
-    token_groups.tok = m->d_groups + 2 * (size_t)N + 1;
-    token_groups.count = count;
+    CUDA_CHECK(cudaMemcpyAsync(m->d_groups, m->h_groups, ints * sizeof(int), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaEventRecord(m->groups_sent, stream));
+    TokenGroups *g = &m->kern.groups; // for encoder_backward
+    g->start = m->d_groups;
+    g->pos = m->d_groups + N + 1;
+    g->tok = m->d_groups + 2 * (size_t)N + 1;
+    g->count = count;
 }
 // The fused classifier over the logits, and the mean loss summed on the host in order, as the
 // CPU trainer does.
 static float classifier_loss(GPT2 *m, int N, float dloss) {
     const GPT2Config *c = &m->cfg;
-    crossentropy_softmax_kernel<<<N, CLS_THREADS, 0, gpu.compute>>>(m->acts.logits, m->acts.losses, m->d_targets,
+    crossentropy_softmax_kernel<<<N, CLS_THREADS, 0, m->kern.gpu->compute>>>(m->acts.logits, m->acts.losses, m->d_targets,
                                                                     c->vocab_size, c->padded_vocab_size, dloss);
     LAUNCH_CHECK();
-    d2h(m->h_losses, m->acts.losses, (size_t)N * sizeof(float), "the forward pass (loss)");
+    d2h(m->kern.comm, m->h_losses, m->acts.losses, (size_t)N * sizeof(float), "the forward pass (loss)");
     double sum = 0.0;
     for (int i = 0; i < N; i++) sum += m->h_losses[i];
     return (float)(sum / N);
@@ -391,6 +393,7 @@ static LayerActs gpt2_layer_acts_forward(GPT2 *m, int l, int B, int T) {
 static void gpt2_layer_store(GPT2 *m, int l, int B, int T) { (void)m; (void)l; (void)B; (void)T; }
 static LayerActs gpt2_layer_acts_backward(GPT2 *m, int l, int B, int T) { return gpt2_layer_acts_forward(m, l, B, T); }
 
+static void gpt2_backward_done(GPT2 *m) { zero_end_backward(&m->z); }
 #include "core/model.h" // gpt2_forward, gpt2_backward: the same passes as the CPU trainer's
 
 // The global L2 norm of the floatX gradient: each unit's sum of squares in fixed-size
@@ -400,29 +403,29 @@ static float gpt2_grad_norm(GPT2 *m) {
     Zero *z = &m->z;
     for (int u = 0; u < z->lay.num_units; u++) {
         const floatX *g = (const floatX *)zero_update_grads(z, u);
-        sumsq_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, gpu.compute>>>(m->d_partials + (size_t)u * NORM_BLOCKS, g,
+        sumsq_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, m->kern.gpu->compute>>>(m->d_partials + (size_t)u * NORM_BLOCKS, g,
                                                                      zero_update_count(z, u));
         LAUNCH_CHECK();
     }
-    sum_partials_kernel<<<1, NORM_THREADS, 0, gpu.compute>>>(m->d_sumsq, m->d_partials, z->lay.num_units * NORM_BLOCKS);
+    sum_partials_kernel<<<1, NORM_THREADS, 0, m->kern.gpu->compute>>>(m->d_sumsq, m->d_partials, z->lay.num_units * NORM_BLOCKS);
     LAUNCH_CHECK();
-    d2h(m->h_sumsq, m->d_sumsq, sizeof(double), "the gradient norm");
+    d2h(m->kern.comm, m->h_sumsq, m->d_sumsq, sizeof(double), "the gradient norm");
     return zero_global_grad_norm(z, *m->h_sumsq);
 }
 
 // AdamW over the elements this rank owns, one launch per run of one kind (a partition
 // boundary can cut through any tensor; frozen runs, padding and unused vocabulary rows, are
 // never touched and stay zero).
-static void gpt2_update(GPT2 *m, const AdamWStep *step) {
+static void gpt2_update(GPT2 *m, const OptStep *step) {
     zero_update(&m->z, step);
-    gpu_sync(&nccl, "the update"); // the step ends here: its time is the device's, not the launches'
+    gpu_sync(m->kern.comm, "the update"); // the step ends here: its time is the device's, not the launches'
 }
 
 // The sampler's row: copied as the device holds it, widened on the host (exact; the CPU's own
 // conversion code).
 static const float *gpt2_logits_row(GPT2 *m, int t) {
     size_t Vp = (size_t)m->cfg.padded_vocab_size;
-    d2h(m->h_row_x, m->acts.logits + (size_t)t * Vp, Vp * sizeof(floatX), "the sampler's logits");
+    d2h(m->kern.comm, m->h_row_x, m->acts.logits + (size_t)t * Vp, Vp * sizeof(floatX), "the sampler's logits");
     zc_widen(m->h_row, m->h_row_x, Vp, FLOATX_DTYPE);
     return m->h_row;
 }
@@ -433,14 +436,14 @@ static const float *gpt2_logits_row(GPT2 *m, int t) {
 
 struct Run;
 static ZeroBackend trainer_backend(struct Run *r);
-static void gpu_init(void);
+static void gpu_init(Gpu *gpu);
 #include "run/trainer.h"
 
 // This rank's collectives: NCCL over all ranks, created here (setup calls this on every rank
 // at the same point), with the watchdog's timeout from the options.
 static ZeroBackend trainer_backend(Run *r) {
     NcclBackend *b = (NcclBackend *)r->backend;
-    if (!gpu.lt) gpu_init(); // here, not in main: --help and option errors need no GPU
+    if (!b->gpu->lt) gpu_init(b->gpu); // here, not in main: --help and option errors need no GPU
     b->rank = r->rank;
     b->world = r->world;
     b->timeout = r->cfg.comm_timeout;
@@ -461,7 +464,7 @@ static ZeroBackend trainer_backend(Run *r) {
 }
 
 // One GPU per process: the process's rank among those on its node picks the device.
-static void gpu_init(void) {
+static void gpu_init(Gpu *gpu) {
     MPI_Comm local;
     int rank, lrank, ndev = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -470,45 +473,66 @@ static void gpu_init(void) {
     MPI_Comm_free(&local);
     CUDA_CHECK(cudaGetDeviceCount(&ndev));
     if (ndev < 1) gpu_fatal("cudaGetDeviceCount", "no CUDA device", __FILE__, __LINE__);
-    gpu.device = lrank % ndev;
+    gpu->device = lrank % ndev;
     if (lrank >= ndev && rank == 0)
         fprintf(stderr, "warning: more processes per node than GPUs (%d): several share a device\n", ndev);
-    CUDA_CHECK(cudaSetDevice(gpu.device));
-    CUDA_CHECK(cudaGetDeviceProperties(&gpu.prop, gpu.device));
-    gpu.sm_count = gpu.prop.multiProcessorCount;
-    CUDA_CHECK(cudaStreamCreate(&gpu.compute));
-    CUBLAS_CHECK(cublasLtCreate(&gpu.lt));
-    gpu.workspace_bytes = (size_t)32 << 20;
-    CUDA_CHECK(cudaMalloc(&gpu.workspace, gpu.workspace_bytes));
+    CUDA_CHECK(cudaSetDevice(gpu->device));
+    CUDA_CHECK(cudaGetDeviceProperties(&gpu->prop, gpu->device));
+    gpu->sm_count = gpu->prop.multiProcessorCount;
+    CUDA_CHECK(cudaStreamCreate(&gpu->compute));
+    CUBLAS_CHECK(cublasLtCreate(&gpu->lt));
+    gpu->workspace_bytes = (size_t)32 << 20;
+    CUDA_CHECK(cudaMalloc(&gpu->workspace, gpu->workspace_bytes));
     if (rank == 0)
         printf("device: %s (sm_%d%d, %d SMs, %.1f GiB); this build: %s parameters, gradients and activations, "
-               "cuBLASLt with fp32 accumulation%s\n", gpu.prop.name, gpu.prop.major, gpu.prop.minor, gpu.sm_count,
-               gpu.prop.totalGlobalMem / 1073741824.0, precision_names[FLOATX_DTYPE],
+               "cuBLASLt with fp32 accumulation%s\n", gpu->prop.name, gpu->prop.major, gpu->prop.minor, gpu->sm_count,
+               gpu->prop.totalGlobalMem / 1073741824.0, zc_dtype_names[FLOATX_DTYPE],
                FLOATX_DTYPE == ZC_F32 ? " (no TF32)" : ", fp32 master weights");
 }
 
-static void gpu_shutdown(void) {
-    if (!gpu.lt) return;
-    if (nccl.comm) {
-        ncclCommDestroy(nccl.comm);
-        cudaStreamDestroy(nccl.stream);
+static void gpu_shutdown(NcclBackend *b) {
+    Gpu *gpu = b->gpu;
+    if (!gpu->lt) return;
+    if (b->comm) {
+        ncclCommDestroy(b->comm);
+        cudaStreamDestroy(b->stream);
     }
-    matmul_plans_free();
-    cublasLtDestroy(gpu.lt);
-    cudaFree(gpu.workspace);
-    cudaStreamDestroy(gpu.compute);
+    cublasLtDestroy(gpu->lt);
+    cudaFree(gpu->workspace);
+    cudaStreamDestroy(gpu->compute);
 }
+
+// The one precision this binary runs (its kernels are compiled for floatX), for the options.
+static const ConfigBuild gpu_build = {
+    1u << FLOATX_DTYPE, FLOATX_DTYPE,
+#if defined(GPU_PRECISION_FP32)
+    {NULL, "this binary was built for fp32 (make train_gpt PRECISION=BF16)", "this binary was built for fp32 (make train_gpt PRECISION=FP16)"},
+    "bf16, fp16: make train_gpt PRECISION=BF16 or FP16"
+#elif defined(GPU_PRECISION_FP16)
+    {"this binary was built for fp16 (make train_gpt PRECISION=FP32)", "this binary was built for fp16 (make train_gpt PRECISION=BF16)", NULL},
+    "bf16, fp32: make train_gpt PRECISION=BF16 or FP32"
+#else
+    {"this binary was built for bf16 (make train_gpt PRECISION=FP32)", NULL, "this binary was built for bf16 (make train_gpt PRECISION=FP16)"},
+    "fp16, fp32: make train_gpt PRECISION=FP16 or FP32"
+#endif
+};
 
 #ifndef TESTING
 int main(int argc, char **argv) {
+    PlanBackend plan_backend = gpu_plan_backend(FLOATX_DTYPE);
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--plan")) return planner_main(argc, argv); // arithmetic only
+        if (!strcmp(argv[i], "--plan")) return planner_main(argc, argv, &plan_backend); // arithmetic only
     if (argc > 1 && !strcmp(argv[1], "--export")) return export_main(argc, argv);
     MPI_Init(&argc, &argv);
     static Run run;
+    static Gpu gpu;
+    static NcclBackend nccl;
+    nccl.gpu = &gpu;
     run.backend = &nccl;
+    run.build = &gpu_build;
+    run.plan_backend = &plan_backend;
     int rc = trainer_run(&run, argc, argv);
-    gpu_shutdown();
+    gpu_shutdown(&nccl);
     MPI_Finalize();
     return rc;
 }

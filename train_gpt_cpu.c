@@ -34,6 +34,7 @@
 #include "run/checkpoint.h"
 #include "mixed_precision.h"
 #include "cpu/gemm_bf16.h"
+#include "cpu/workspace.h"
 
 // ----------------------------------------------------------------------------------------
 // Utilities
@@ -65,8 +66,35 @@ static float *xcalloc_floats(size_t n) { return (float *)xcalloc_bytes(n * sizeo
 // Backward kernels ACCUMULATE (+=) into parameter gradients, because gradients accumulate
 // over micro-steps, and OVERWRITE activation gradients unless their comment says otherwise.
 
+// The kernels' context. bf16 runs' matmuls (below) round their operands into a staging area,
+// the trainer's (gpt2_build sizes it: cpu_workspace_bytes), and so is gemm_bf16's packing
+// scratch, which holds enough for every matmul of the model, so that gemm_bf16 never
+// allocates on its own. Both reach the matmuls through the context.
+// Weight gradients skip the fp32 accumulator in bf16 runs on gemm_bf16: each weight's product is
+// rounded straight into its 16-bit gradient (gemm_bf16_acc16), bit for bit what accumulating it
+// in fp32 and rounding that into the 16-bit gradient gives (one product per weight per
+// micro-step), without writing, zeroing and re-reading 4 bytes of fp32 per weight. The tied
+// embedding's rows of the batch's tokens are the exception: the token lookup's gradient adds to
+// them at the end of the backward, so the LM head leaves their fp32 sums in the accumulator
+// (gemm_bf16_acc16_split), and only those rows are rounded in when the unit is done.
+// While a unit's backward runs, its accumulator [acc, acc + n) maps onto the 16-bit gradient g16
+// (set by gpt2_unit_grads, cleared by gpt2_unit_grads_done, in the context): entry 0 is the
+// embeddings' wte (with `rows`: one flag per vocabulary row, set for the batch's tokens), entry
+// 1 the layer in progress.
+typedef struct { const float *acc; size_t n; bf16_t *g16; const uint8_t *rows; } Grads16Direct;
+
+// The kernels' per-run context (model.h hands it to every kernel; most need none of it).
+typedef struct {
+    bf16_t *staging;             // bf16 runs: the matmuls' rounded operands
+    size_t staging_elems;
+    int via_sgemm;               // bf16 products through sgemm on rounded operands (no AMX/AVX512-BF16)
+    GemmBf16Ctx gemm;            // gemm_bf16's path and packing scratch
+    Grads16Direct direct[2];     // weight gradients rounded straight into 16 bits, by accumulator range
+} CpuKernels;
+
 // out (B,T,C) = wte[inp[b,t]] + wpe[t]; inp (B,T) token ids; wte (Vp,C); wpe (maxT,C)
-static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C) {
+static void encoder_forward(CpuKernels *k, float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C) {
+    (void)k;
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
@@ -77,7 +105,8 @@ static void encoder_forward(float *out, const int *inp, const float *wte, const 
 }
 
 // dwte (Vp,C) += scatter of dout by token; dwpe (maxT,C) += sum over b of dout
-static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C) {
+static void encoder_backward(CpuKernels *k, float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C) {
+    (void)k;
     // Parallel over channel blocks: two positions with the same token then never race.
 #pragma omp parallel for
     for (int c0 = 0; c0 < C; c0 += 32) {
@@ -92,8 +121,9 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
 }
 
 // out (N,C) = (inp - mean) * rstd * w + b per row; mean, rstd (N) kept for the backward
-static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+static void layernorm_forward(CpuKernels *k, float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C) {
+    (void)k;
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -113,8 +143,9 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
 
 // dinp (N,C) += through the normalisation; dw, db (C) += ; dout (N,C)
 // dinp accumulates because the LayerNorm input is the residual stream, whose gradient sums.
-static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+static void layernorm_backward(CpuKernels *k, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                const float *w, const float *mean, const float *rstd, int N, int C) {
+    (void)k;
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
@@ -156,40 +187,20 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
 // ~6x slower than sgemm) the same products through sgemm: the rounded operands as fp32 in the
 // same staging bytes (in row blocks where they do not fit at once) against the fp32 view of the
 // weights. ZEROC_BF16_MATMUL=sgemm chooses that fallback anywhere (the tests compare the two).
-// The staging area is the trainer's (gpt2_build sizes it: gpt2_workspace_bytes), set here
-// because kernels take no context; so is gemm_bf16's packing scratch (bf16_gemm), which holds
-// enough for every matmul of the model, so that gemm_bf16 never allocates on its own.
-static bf16_t *bf16_staging;
-static size_t bf16_staging_elems;
-static int bf16_via_sgemm;
-static GemmBf16Ctx bf16_gemm;
-// Weight gradients skip the fp32 accumulator in bf16 runs on gemm_bf16: each weight's product is
-// rounded straight into its 16-bit gradient (gemm_bf16_acc16), bit for bit what accumulating it
-// in fp32 and rounding that into the 16-bit gradient gives (one product per weight per
-// micro-step), without writing, zeroing and re-reading 4 bytes of fp32 per weight. The tied
-// embedding's rows of the batch's tokens are the exception: the token lookup's gradient adds to
-// them at the end of the backward, so the LM head leaves their fp32 sums in the accumulator
-// (gemm_bf16_acc16_split), and only those rows are rounded in when the unit is done.
-// While a unit's backward runs, its accumulator [acc, acc + n) maps onto the 16-bit gradient g16
-// (set by gpt2_unit_grads, cleared by gpt2_unit_grads_done; kernels take no context): entry 0 is
-// the embeddings' wte (with `rows`: one flag per vocabulary row, set for the batch's tokens),
-// entry 1 the layer in progress.
-typedef struct { const float *acc; size_t n; bf16_t *g16; const uint8_t *rows; } Grads16Direct;
-static Grads16Direct grads16_direct[2];
-static const Grads16Direct *grads16_direct_of(const float *dw) {
+static const Grads16Direct *grads16_direct_of(const CpuKernels *k, const float *dw) {
     for (int i = 0; i < 2; i++) {
-        uintptr_t at = (uintptr_t)dw, lo = (uintptr_t)grads16_direct[i].acc;
-        if (grads16_direct[i].acc && at >= lo && at < lo + grads16_direct[i].n * sizeof(float)) return &grads16_direct[i];
+        uintptr_t at = (uintptr_t)dw, lo = (uintptr_t)k->direct[i].acc;
+        if (k->direct[i].acc && at >= lo && at < lo + k->direct[i].n * sizeof(float)) return &k->direct[i];
     }
     return NULL;
 }
 
 static void die_gemm(void) { fprintf(stderr, "error: gemm_bf16 refused its arguments\n"); exit(1); }
 // The workspace's scratch must serve every call (else gemm_bf16 would allocate memory that the
-// accounting does not see): a call it would not serve is a bug in gpt2_bf16_matmul_scratch_bytes.
-static void check_gemm_scratch(size_t need) {
-    if (need <= bf16_gemm.scratch_bytes) return;
-    fprintf(stderr, "error: a bf16 matmul needs %zu bytes of scratch, the workspace holds %zu\n", need, bf16_gemm.scratch_bytes);
+// accounting does not see): a call it would not serve is a bug in cpu_bf16_matmul_scratch_bytes.
+static void check_gemm_scratch(const CpuKernels *k, size_t need) {
+    if (need <= k->gemm.scratch_bytes) return;
+    fprintf(stderr, "error: a bf16 matmul needs %zu bytes of scratch, the workspace holds %zu\n", need, k->gemm.scratch_bytes);
     exit(1);
 }
 
@@ -201,46 +212,46 @@ static void round_to_bf16(float *dst, const float *src, size_t n) {
 
 // out (N,OC) = inp (N,C) . w^T + bias, w (OC,C) as in PyTorch's Linear; bias (OC) or NULL;
 // w16: w in bf16, or NULL.
-static void matmul_forward(float *out, const float *inp, const float *w, const void *w16, const float *bias,
+static void matmul_forward(CpuKernels *k, float *out, const float *inp, const float *w, const void *w16, const float *bias,
                            int N, int C, int OC) {
     if (bias) { // start from the bias, and let the product add to it
 #pragma omp parallel for
         for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
     }
-    if (w16 && !bf16_via_sgemm) {
-        f32_to_bf16_array(bf16_staging, inp, (size_t)N * C);
-        check_gemm_scratch(gemm_bf16_scratch_bytes(N, OC, C));
-        if (gemm_bf16_forward(&bf16_gemm, out, bf16_staging, (const bf16_t *)w16, N, C, OC, bias ? 1.0f : 0.0f)) die_gemm();
+    if (w16 && !k->via_sgemm) {
+        f32_to_bf16_array(k->staging, inp, (size_t)N * C);
+        check_gemm_scratch(k, gemm_bf16_scratch_bytes(N, OC, C));
+        if (gemm_bf16_forward(&k->gemm, out, k->staging, (const bf16_t *)w16, N, C, OC, bias ? 1.0f : 0.0f)) die_gemm();
         return;
     }
     if (w16) { // (N*C floats always fit: the staging holds N*5C bf16)
-        round_to_bf16((float *)bf16_staging, inp, (size_t)N * C);
-        inp = (const float *)bf16_staging;
+        round_to_bf16((float *)k->staging, inp, (size_t)N * C);
+        inp = (const float *)k->staging;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, bias ? 1.0f : 0.0f, out, OC);
 }
 
 // dinp (N,C) = dout (N,OC) . w;  dw (OC,C) += dout^T . inp;  dbias (OC) += column sums of dout
-static void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                             const float *w, const void *w16, int N, int C, int OC) {
-    if (w16 && !bf16_via_sgemm) {
-        bf16_t *dout16 = bf16_staging, *inp16 = bf16_staging + (size_t)N * OC;
+    if (w16 && !k->via_sgemm) {
+        bf16_t *dout16 = k->staging, *inp16 = k->staging + (size_t)N * OC;
         f32_to_bf16_array(dout16, dout, (size_t)N * OC);
         f32_to_bf16_array(inp16, inp, (size_t)N * C);
-        check_gemm_scratch(gemm_bf16_scratch_bytes(N, C, OC));
-        if (gemm_bf16_backward_data(&bf16_gemm, dinp, dout16, (const bf16_t *)w16, N, C, OC, 0.0f)) die_gemm();
-        const Grads16Direct *d = grads16_direct_of(dw);
-        check_gemm_scratch(d ? gemm_bf16_acc16_scratch_bytes(OC, C, N) : gemm_bf16_scratch_bytes(OC, C, N));
+        check_gemm_scratch(k, gemm_bf16_scratch_bytes(N, C, OC));
+        if (gemm_bf16_backward_data(&k->gemm, dinp, dout16, (const bf16_t *)w16, N, C, OC, 0.0f)) die_gemm();
+        const Grads16Direct *d = grads16_direct_of(k, dw);
+        check_gemm_scratch(k, d ? gemm_bf16_acc16_scratch_bytes(OC, C, N) : gemm_bf16_scratch_bytes(OC, C, N));
         if (d && d->rows) { // the LM head: the batch's rows stay in fp32
-            if (gemm_bf16_backward_weight_split(&bf16_gemm, d->g16 + (dw - d->acc), d->rows, dw, dout16, inp16, N, C, OC)) die_gemm();
+            if (gemm_bf16_backward_weight_split(&k->gemm, d->g16 + (dw - d->acc), d->rows, dw, dout16, inp16, N, C, OC)) die_gemm();
         } else if (d) {
-            if (gemm_bf16_backward_weight_acc16(&bf16_gemm, d->g16 + (dw - d->acc), dout16, inp16, N, C, OC)) die_gemm();
-        } else if (gemm_bf16_backward_weight(&bf16_gemm, dw, dout16, inp16, N, C, OC, 1.0f)) die_gemm();
+            if (gemm_bf16_backward_weight_acc16(&k->gemm, d->g16 + (dw - d->acc), dout16, inp16, N, C, OC)) die_gemm();
+        } else if (gemm_bf16_backward_weight(&k->gemm, dw, dout16, inp16, N, C, OC, 1.0f)) die_gemm();
     } else if (w16) { // rows of dout and inp rounded, as many as fit in the staging's bytes as fp32
-        int rows = (int)(bf16_staging_elems / 2 / ((size_t)OC + C));
+        int rows = (int)(k->staging_elems / 2 / ((size_t)OC + C));
         for (int r0 = 0; r0 < N; r0 += rows) {
             int r = N - r0 < rows ? N - r0 : rows;
-            float *d32 = (float *)bf16_staging, *i32 = d32 + (size_t)r * OC;
+            float *d32 = (float *)k->staging, *i32 = d32 + (size_t)r * OC;
             round_to_bf16(d32, dout + (size_t)r0 * OC, (size_t)r * OC);
             round_to_bf16(i32, inp + (size_t)r0 * C, (size_t)r * C);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, C, OC, 1.0f, d32, OC, w, C, 0.0f, dinp + (size_t)r0 * C, C);
@@ -270,7 +281,8 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
 // diagonal so that the causal mask costs little: rows r0..r1 only reach columns 0..r1.
 #define ATT_BLOCK 128
 static int block_end(int r0, int rows, int T) { return r0 + rows < T ? r0 + rows : T; }
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+static void attention_forward(CpuKernels *k, float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    (void)k;
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     for (int b = 0; b < B; b++)
@@ -308,8 +320,9 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
 // gradient of the scores; out, the forward's output, is dead by now (the GPU version reads it)
 // and holds blocks of datt = dout . vᵀ meanwhile. The products with whole blocks are sgemm
 // calls as in the forward, dv first, while att still holds the probabilities.
-static void attention_backward(float *dqkv, float *att, const float *dout, const float *qkv, float *out,
+static void attention_backward(CpuKernels *k, float *dqkv, float *att, const float *dout, const float *qkv, float *out,
                                int B, int T, int C, int NH) {
+    (void)k;
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     for (int b = 0; b < B; b++)
@@ -355,18 +368,21 @@ static void attention_backward(float *dqkv, float *att, const float *dout, const
 }
 
 // GELU elementwise (gpt2_gelu in gpt2.h, shared with the GPU kernels); (n) -> (n)
-static void gelu_forward(float *out, const float *inp, size_t n) {
+static void gelu_forward(CpuKernels *k, float *out, const float *inp, size_t n) {
+    (void)k;
 #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) out[i] = gpt2_gelu(inp[i]);
 }
 // dinp = gelu'(inp) * dout, elementwise; dinp may be the same buffer as dout
-static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+static void gelu_backward(CpuKernels *k, float *dinp, const float *inp, const float *dout, size_t n) {
+    (void)k;
 #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) dinp[i] = gpt2_gelu_grad(inp[i]) * dout[i];
 }
 
 // out = a + b, elementwise (n): the residual connections
-static void residual_forward(float *out, const float *a, const float *b, size_t n) {
+static void residual_forward(CpuKernels *k, float *out, const float *a, const float *b, size_t n) {
+    (void)k;
 #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
@@ -377,7 +393,7 @@ static void zero_bytes(void *p, size_t bytes) {
 #pragma omp parallel for schedule(static) if (nchunks > 1)
     for (size_t i = 0; i < nchunks; i++) memset((char *)p + i * chunk, 0, i + 1 < nchunks ? chunk : bytes - i * chunk);
 }
-static void zero_fill(float *p, size_t n) { zero_bytes(p, n * sizeof(float)); }
+static void zero_fill(CpuKernels *k, float *p, size_t n) { (void)k; zero_bytes(p, n * sizeof(float)); }
 
 // The LM head's loss, fused: for each of N rows of logits (N,Vp), the softmax over the first V
 // columns (padded columns never enter it), the cross-entropy against targets (N) into losses (N),
@@ -429,7 +445,7 @@ typedef struct {
     int dtype, mixed;              // ZC_F32 / ZC_BF16 / ZC_FP16; mixed = dtype != ZC_F32
     Activations acts;              // fp32; in 16-bit runs the per-layer tensors hold 2 layers
     float *acts_memory;
-    uint16_t *acts16;              // 16-bit runs: every layer's gpt2_activation_is_layer16 tensors
+    uint16_t *acts16;              // 16-bit runs: every layer's cpu_activation_is_layer16 tensors
     int slot_layer[2];             // the layer whose activations the fp32 slot holds (-1: none)
     int act_slots;                 // layers the fp32 per-layer tensors hold: L, or 2
     float *view[NUM_VIEWS];        // 16-bit runs: fp32 views of units' parameters
@@ -437,8 +453,8 @@ typedef struct {
     unsigned long view_forward[NUM_VIEWS]; // ...valid while zero.h's forward count is unchanged
     float *gacc_embed, *gacc_final, *gacc_layer; // 16-bit runs: fp32 gradient accumulators
     void *grad_target[GPT2_MAX_UNITS];           // where a unit's fp32 gradient is rounded into
-    bf16_t *staging;               // bf16 runs: the matmuls' rounded operands
-    void *gemm_scratch;            // bf16 runs: gemm_bf16's packing scratch (bf16_gemm)
+    CpuKernels kern;               // the kernels' context: the bf16 staging and scratch, direct gradients
+    void *gemm_scratch;            // bf16 runs: gemm_bf16's packing scratch (kern.gemm)
     uint8_t *batch_rows;           // bf16 runs: a flag per vocabulary row, set for the batch's tokens
     size_t bytes_activations;
     int B, T;                      // the largest batch the activations hold
@@ -448,23 +464,23 @@ typedef struct {
 } GPT2;
 
 static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, int rank, int world, int dtype,
-                       ZeroBackend be) {
+                       int optimizer, ZeroBackend be) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->dtype = dtype;
     m->mixed = dtype != ZC_F32;
-    zero_init(&m->z, cfg, stage, rank, world, dtype, be);
+    zero_init(&m->z, cfg, stage, rank, world, dtype, optimizer, be);
     // Every allocation below is counted as it is made; the planner predicts the totals
-    // (gpt2_activation_bytes, gpt2_workspace_bytes) and test_planner compares the two.
+    // (cpu_activation_bytes, cpu_workspace_bytes) and test_planner compares the two.
     size_t *act = &m->z.mem[MEM_ACTIVATIONS], *work = &m->z.mem[MEM_WORKSPACE];
     m->act_slots = m->mixed ? 2 : cfg->num_layers;
-    size_t act_floats = gpt2_activation_floats(cfg, B, T, m->act_slots);
+    size_t act_floats = cpu_activation_floats(cfg, B, T, m->act_slots);
     m->acts_memory = xcalloc_floats(act_floats);
     *act += act_floats * sizeof(float);
     gpt2_activations_wire(&m->acts, m->acts_memory, cfg, B, T, m->act_slots);
     m->slot_layer[0] = m->slot_layer[1] = -1;
     if (m->mixed) {
-        size_t n16 = (size_t)cfg->num_layers * gpt2_layer16_numel(cfg, B, T);
+        size_t n16 = (size_t)cfg->num_layers * cpu_layer16_numel(cfg, B, T);
         m->acts16 = (uint16_t *)xmalloc(n16 * sizeof(uint16_t));
         memset(m->acts16, 0, n16 * sizeof(uint16_t));
         *act += n16 * sizeof(uint16_t);
@@ -481,22 +497,22 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, 
         m->gacc_final = xcalloc_floats(fin);
         m->gacc_layer = xcalloc_floats(layer);
         *work += (embed + fin + layer) * sizeof(float);
-        bf16_staging_elems = gpt2_bf16_staging_elems(cfg, B, T);
+        CpuKernels *k = &m->kern;
+        k->staging_elems = cpu_bf16_staging_elems(cfg, B, T);
         if (dtype == ZC_BF16) {
-            m->staging = (bf16_t *)xcalloc_bytes(bf16_staging_elems * sizeof(bf16_t));
-            *work += bf16_staging_elems * sizeof(bf16_t);
-            size_t scratch = gpt2_bf16_matmul_scratch_bytes(cfg, B, T, omp_get_max_threads());
+            k->staging = (bf16_t *)xcalloc_bytes(k->staging_elems * sizeof(bf16_t));
+            *work += k->staging_elems * sizeof(bf16_t);
+            size_t scratch = cpu_bf16_matmul_scratch_bytes(cfg, B, T, omp_get_max_threads());
             m->gemm_scratch = xcalloc_bytes(scratch);
             *work += scratch;
-            bf16_gemm = (GemmBf16Ctx){GEMM_BF16_AUTO, m->gemm_scratch, scratch};
+            k->gemm = (GemmBf16Ctx){GEMM_BF16_AUTO, m->gemm_scratch, scratch};
             m->batch_rows = (uint8_t *)xcalloc_bytes((size_t)cfg->padded_vocab_size);
             *work += (size_t)cfg->padded_vocab_size;
         }
-        bf16_staging = m->staging;
         const char *via = getenv("ZEROC_BF16_MATMUL");
-        bf16_via_sgemm = (via && !strcmp(via, "sgemm")) || gemm_bf16_best_path() == GEMM_BF16_SCALAR;
+        k->via_sgemm = (via && !strcmp(via, "sgemm")) || gemm_bf16_best_path() == GEMM_BF16_SCALAR;
         if (dtype == ZC_BF16 && rank == 0)
-            printf("bf16 matmuls: %s\n", !bf16_via_sgemm ? (gemm_bf16_best_path() == GEMM_BF16_AMX ? "gemm_bf16 on AMX tiles"
+            printf("bf16 matmuls: %s\n", !k->via_sgemm ? (gemm_bf16_best_path() == GEMM_BF16_AMX ? "gemm_bf16 on AMX tiles"
                                                                                                  : "gemm_bf16 on AVX512-BF16")
                                        : via && !strcmp(via, "sgemm") ? "sgemm on bf16-rounded operands (ZEROC_BF16_MATMUL=sgemm)"
                                                                       : "sgemm on bf16-rounded operands (no AMX or AVX512-BF16 here)");
@@ -511,7 +527,7 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, 
 static void gpt2_free(GPT2 *m) {
     zero_free(&m->z);
     for (int k = 0; k < NUM_VIEWS; k++) free(m->view[k]);
-    free(m->gacc_embed); free(m->gacc_final); free(m->gacc_layer); free(m->staging); free(m->acts16);
+    free(m->gacc_embed); free(m->gacc_final); free(m->gacc_layer); free(m->kern.staging); free(m->acts16);
     free(m->gemm_scratch); free(m->batch_rows);
     free(m->acts_memory); free(m->inputs); free(m->targets);
 }
@@ -541,7 +557,7 @@ static UnitParams gpt2_unit_params(GPT2 *m, int u, int next) {
     int k = view_of(m, u);
     if (m->view_unit[k] != u || m->view_forward[k] != z->forwards) {
         size_t begin = z->lay.unit_offset[u];
-        int bf16_gemm = m->dtype == ZC_BF16 && !bf16_via_sgemm, rows_only = bf16_gemm && u == UNIT_EMBED;
+        int bf16_gemm = m->dtype == ZC_BF16 && !m->kern.via_sgemm, rows_only = bf16_gemm && u == UNIT_EMBED;
         size_t C = (size_t)m->cfg.channels;
         WidenRun w = {m->view[k], p, begin, rows_only ? gpt2_tensor_numel(&m->cfg, P_WTE) : 0, m->dtype,
                       bf16_gemm && zero_is_layer(z, u)};
@@ -566,7 +582,7 @@ static float *grad_acc(const GPT2 *m, int u) {
 // The weight matrices of the layers and wte go straight into 16 bits (grads16_direct) in bf16
 // runs on gemm_bf16.
 static int grads_direct(const GPT2 *m, int u) {
-    return m->dtype == ZC_BF16 && !bf16_via_sgemm && (zero_is_layer(&m->z, u) || u == UNIT_EMBED);
+    return m->dtype == ZC_BF16 && !m->kern.via_sgemm && (zero_is_layer(&m->z, u) || u == UNIT_EMBED);
 }
 // The fp32 accumulator's part of unit u that gradients collect in: all of it, or, when the
 // weight matrices go straight into 16 bits, all but a layer's matrices (SEG_DECAY) and the
@@ -579,7 +595,7 @@ static void acc_segment(const ParamSegment *seg, void *ctx) {
     size_t lo = seg->begin - r->base, n = seg->end - seg->begin;
     if (lo < r->wte_end) return; // (a segment never straddles a tensor's end)
     if (r->add) add_to((char *)r->target + lo * zc_dtype_size(r->dtype), r->acc + lo, n, r->dtype);
-    else zero_fill(r->acc + lo, n);
+    else zero_bytes(r->acc + lo, n * sizeof(float));
 }
 static void acc_pass(GPT2 *m, int u, int add) {
     size_t begin = m->z.lay.unit_offset[u];
@@ -601,7 +617,7 @@ static float *gpt2_unit_grads(GPT2 *m, int u) {
             for (int i = 0; i < m->batch_n; i++) m->batch_rows[m->dev_inputs[i]] = 1;
             d.rows = m->batch_rows;
         }
-        grads16_direct[u == UNIT_EMBED ? 0 : 1] = d;
+        m->kern.direct[u == UNIT_EMBED ? 0 : 1] = d;
     }
     return grad_acc(m, u);
 }
@@ -609,19 +625,19 @@ static void gpt2_unit_grads_done(GPT2 *m, int u) {
     if (m->mixed) {
         acc_pass(m, u, 1);
         if (grads_direct(m, u) && u == UNIT_EMBED) { // wte's rows of the batch's tokens
-            const Grads16Direct *d = &grads16_direct[0];
+            const Grads16Direct *d = &m->kern.direct[0];
             size_t C = (size_t)m->cfg.channels;
 #pragma omp parallel for schedule(dynamic, 64) // (each add_to then runs on its thread: nesting is off)
             for (int r = 0; r < m->cfg.padded_vocab_size; r++)
                 if (d->rows[r]) add_to(d->g16 + (size_t)r * C, d->acc + (size_t)r * C, C, m->dtype);
         }
-        if (grads_direct(m, u)) memset(&grads16_direct[u == UNIT_EMBED ? 0 : 1], 0, sizeof(Grads16Direct));
+        if (grads_direct(m, u)) memset(&m->kern.direct[u == UNIT_EMBED ? 0 : 1], 0, sizeof(Grads16Direct));
     }
     zero_grads_done(&m->z, u);
 }
 
 // Layer l's 16-bit tensors: layer-major, each layer packed at the batch's (B,T).
-static uint16_t *layer16(const GPT2 *m, int l, int B, int T) { return m->acts16 + (size_t)l * gpt2_layer16_numel(&m->cfg, B, T); }
+static uint16_t *layer16(const GPT2 *m, int l, int B, int T) { return m->acts16 + (size_t)l * cpu_layer16_numel(&m->cfg, B, T); }
 
 static LayerActs gpt2_layer_acts_forward(GPT2 *m, int l, int B, int T) {
     m->slot_layer[l % 2] = l;
@@ -635,7 +651,7 @@ static void gpt2_layer_store(GPT2 *m, int l, int B, int T) {
     float *t[9];
     size_t n[9];
     uint16_t *dst = layer16(m, l, B, T);
-    for (int i = 0; i < gpt2_layer16_tensors(&x, &m->cfg, B, T, t, n); dst += n[i], i++) {
+    for (int i = 0; i < cpu_layer16_tensors(&x, &m->cfg, B, T, t, n); dst += n[i], i++) {
         // block by block, so that the widening reads what the narrowing just wrote from cache
         size_t nb = (n[i] + ZC_MP_BLOCK - 1) / ZC_MP_BLOCK;
 #pragma omp parallel for schedule(static) if (n[i] >= ZC_MP_OMP_MIN)
@@ -653,14 +669,14 @@ static LayerActs gpt2_layer_acts_backward(GPT2 *m, int l, int B, int T) {
     if (!m->mixed) return x;
     float *t[9];
     size_t n[9];
-    int k = gpt2_layer16_tensors(&x, &m->cfg, B, T, t, n);
+    int k = cpu_layer16_tensors(&x, &m->cfg, B, T, t, n);
     if (m->slot_layer[l % 2] != l) {
         const uint16_t *src = layer16(m, l, B, T);
         for (int i = 0; i < k; src += n[i], i++) zc_widen(t[i], src, n[i], m->dtype);
         m->slot_layer[l % 2] = l;
     }
     if (l > 0 && m->slot_layer[(l - 1) % 2] != l - 1) { // residual3 is the last of a layer's tensors
-        zc_widen(x.residual, layer16(m, l - 1, B, T) + gpt2_layer16_numel(&m->cfg, B, T) - n[k - 1], n[k - 1], m->dtype);
+        zc_widen(x.residual, layer16(m, l - 1, B, T) + cpu_layer16_numel(&m->cfg, B, T) - n[k - 1], n[k - 1], m->dtype);
         m->slot_layer[(l - 1) % 2] = -1; // holds only that
     }
     return x;
@@ -681,6 +697,7 @@ static float classifier_loss(GPT2 *m, int N, float dloss) {
     return (float)(sum / N);
 }
 
+static void gpt2_backward_done(GPT2 *m) { zero_end_backward(&m->z); }
 #include "core/model.h" // gpt2_forward, gpt2_backward: the same passes as the GPU trainer's
 
 // The global L2 norm of the gradient (padding and padded vocabulary rows hold zeros). In
@@ -708,7 +725,7 @@ static float gpt2_grad_norm(GPT2 *m) {
     return zero_global_grad_norm(z, sum);
 }
 
-static void gpt2_update(GPT2 *m, const AdamWStep *step) { zero_update(&m->z, step); }
+static void gpt2_update(GPT2 *m, const OptStep *step) { zero_update(&m->z, step); }
 
 // The logits (Vp floats) of position t of row 0, on the host: what the sampler draws from.
 static const float *gpt2_logits_row(GPT2 *m, int t) { return m->acts.logits + (size_t)t * m->cfg.padded_vocab_size; }
@@ -768,7 +785,7 @@ static void share_cores(void) {
 #ifndef TESTING
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--plan")) return planner_main(argc, argv); // arithmetic only: no MPI
+        if (!strcmp(argv[i], "--plan")) return planner_main(argc, argv, &cpu_plan_backend); // arithmetic only: no MPI
     if (argc > 1 && !strcmp(argv[1], "--export")) return export_main(argc, argv);
     pick_openblas_core(argv);
     MPI_Init(&argc, &argv);
@@ -776,6 +793,7 @@ int main(int argc, char **argv) {
     static Run run; // large: keep it off the stack
     static MpiBackend mpi;
     run.backend = &mpi;
+    run.plan_backend = &cpu_plan_backend;
     int rc = trainer_run(&run, argc, argv);
     MPI_Finalize();
     return rc;

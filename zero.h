@@ -9,8 +9,11 @@
 //   Padding elements are zero, stay zero through the update, and add nothing to the gradient norm.
 //
 //   What a rank keeps. In fp32 the parameters are their own master copy; in bf16/fp16
-//   (mixed precision) parameters, gradients and every buffer are 16-bit, and the optimizer
-//   state is fp32 master weights + Adam m and v, K = 12 bytes/param, partitioned like m and v:
+//   (mixed precision) parameters, gradients and every buffer are 16-bit, and fp32 master
+//   weights are kept with the optimizer's state. The optimizer's state is `nstate` fp32 arrays
+//   laid out like the parameters (optimizer.h's slices: AdamW's m and v, Lion's m, ...), which
+//   this header partitions and hands to the update without interpreting them. With AdamW
+//   K = 4 (master) + 8 (m, v) = 12 bytes/param, partitioned like m and v:
 //                                                                 fp32          16-bit
 //     stage 0: everything in full                                 16            2 + 2 + 12
 //     stage 1: parameters and gradients in full, the rest shard   8 + 8/N       2 + 2 + 12/N
@@ -43,9 +46,12 @@
 //   The backend (ZeroBackend) performs what it is handed: non-blocking collectives identified
 //   by a small integer, a wait and a progress poke, a blocking sum of a few doubles, and
 //   memory (allocate, zero, add). It never decides what to communicate.
-//   Mixed precision: the update reads the 16-bit gradient (times AdamWStep.grad_scale, which
+//   Mixed precision: the update reads the 16-bit gradient (times OptStep.grad_scale, which
 //   also removes the loss scale), updates the fp32 master weight and rounds it to nearest even
 //   into the 16-bit parameter; collectives run in 16 bits (sums rounded as they go, as NCCL's).
+//   Checkpoints read and write the master weights and the state arrays through
+//   zero_get_slice / zero_set_unit and zero_get_state_slice / zero_set_state_unit, one unit's
+//   slice at a time, without knowing where a stage keeps them.
 // No global state; compiles as C11 and as CUDA C++.
 #ifndef ZERO_H
 #define ZERO_H
@@ -64,11 +70,19 @@
 enum { ZC_ALL_REDUCE, ZC_REDUCE_SCATTER, ZC_ALL_GATHER, ZC_NUM_COLLECTIVES };
 static const char *const zero_collective_names[ZC_NUM_COLLECTIVES] = {"all_reduce", "reduce_scatter", "all_gather"};
 
-// workspace: what a trainer needs beyond these to compute (the CPU trainer's fp32 working
-// copies in 16-bit runs; gpt2_workspace_bytes), counted by the trainer.
-enum { MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_ADAM_M, MEM_ADAM_V, MEM_BUFFERS, MEM_ACTIVATIONS, MEM_WORKSPACE, MEM_KINDS };
-static const char *const zero_memory_names[MEM_KINDS] = {"params", "grads", "master", "adam_m", "adam_v", "buffers",
-                                                         "activations", "workspace"};
+// The kinds of memory a rank holds. MEM_STATE + k is the optimizer's state array k (named by
+// optimizer.h: "adam_m", "adam_v", "lion_m", ...). activations and workspace (what a trainer
+// needs beyond these to compute: the CPU trainer's fp32 working copies in 16-bit runs) are
+// counted by the trainer.
+enum { MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_BUFFERS = MEM_STATE + OPT_MAX_SLICES, MEM_ACTIVATIONS,
+       MEM_WORKSPACE, MEM_KINDS };
+// The kind's name in logs and plans; NULL for a state array the optimizer does not keep.
+static inline const char *zero_memory_name(int optimizer, int kind) {
+    static const char *const names[MEM_KINDS] = {"params", "grads", "master", "state0", "state1", "buffers",
+                                                 "activations", "workspace"};
+    if (kind >= MEM_STATE && kind < MEM_STATE + OPT_MAX_SLICES) return optimizer_info(optimizer)->slice_names[kind - MEM_STATE];
+    return names[kind];
+}
 
 typedef struct {
     void *ctx;
@@ -101,11 +115,12 @@ typedef struct {
     // slice) at a time through the host.
     void (*to_host)(void *ctx, float *host, const void *src, size_t n, int dtype);
     void (*from_host)(void *ctx, void *dst, const float *host, size_t n, int dtype);
-    // AdamW (optimizer.h's adamw_element) over n elements of one kind (decay 1 or 0): p, m, v
-    // fp32, g of type dtype. p16 NULL: p is the parameter (fp32). Otherwise p is the master
-    // weight and the result is also rounded into p16 (of type dtype).
-    void (*adamw)(void *ctx, float *p, float *m, float *v, const void *g, void *p16, size_t n, int dtype,
-                  const AdamWStep *step, int decay);
+    // The optimizer's update (optimizer.h's optimizer_element) over n elements of one kind
+    // (decay 1 or 0): p and the state arrays (state[k] for k < the optimizer's slices) fp32, g of
+    // type dtype. p16 NULL: p is the parameter (fp32). Otherwise p is the master weight and the
+    // result is also rounded into p16 (of type dtype).
+    void (*update)(void *ctx, const OptStep *step, float *p, float *const *state, const void *g, void *p16, size_t n,
+                   int dtype, int decay);
 } ZeroBackend;
 
 typedef struct {
@@ -118,7 +133,8 @@ typedef struct {
     void *params;                  // full (stages 0-2) or shard (stage 3)
     void *grads;                   // full (stages 0, 1) or shard accumulator (stages 2, 3)
     float *master;                 // mixed precision: fp32 weights, full (stage 0) or shard; else NULL
-    float *adam_m, *adam_v;        // full (stage 0) or shard
+    int optimizer, nstate;         // optimizer.h's kind, and its number of state arrays
+    float *state[OPT_MAX_SLICES];  // its state arrays: full (stage 0) or shard
     // bounded buffers
     void *gather_embed, *gather_final, *gather_layer[2]; // stage 3
     void *bucket_embed, *bucket_final, *bucket_layer[2]; // stages 2, 3
@@ -152,26 +168,29 @@ static inline int zero_is_layer(const Zero *z, int u) { return u >= 1 && u < gpt
 // Element i of a buffer of the model's element type.
 static inline void *zero_at(const Zero *z, const void *p, size_t i) { return (char *)p + i * z->esize; }
 
-// n elements of a kind's element size (fp32 for the optimizer state, z->dtype otherwise).
+// n elements of a kind's element size (fp32 for the master weights and optimizer state,
+// z->dtype otherwise).
 static inline void *zero_alloc(Zero *z, int kind, size_t n) {
-    size_t e = kind == MEM_MASTER || kind == MEM_ADAM_M || kind == MEM_ADAM_V ? sizeof(float) : z->esize;
+    size_t e = kind == MEM_MASTER || (kind >= MEM_STATE && kind < MEM_BUFFERS) ? sizeof(float) : z->esize;
     z->mem[kind] += n * e;
     return z->be.alloc(z->be.ctx, n * e);
 }
 
 // Sets up the partition and allocates this rank's model states and buffers. dtype: ZC_F32,
-// or ZC_BF16 / ZC_FP16 for mixed precision.
-static inline void zero_init(Zero *z, const GPT2Config *cfg, int stage, int rank, int world, int dtype, ZeroBackend be) {
+// or ZC_BF16 / ZC_FP16 for mixed precision; optimizer: optimizer.h's kind (its state arrays).
+static inline void zero_init(Zero *z, const GPT2Config *cfg, int stage, int rank, int world, int dtype, int optimizer,
+                             ZeroBackend be) {
     memset(z, 0, sizeof(*z));
     z->stage = stage; z->rank = rank; z->world = world; z->be = be;
     z->dtype = dtype; z->esize = zc_dtype_size(dtype);
+    z->optimizer = optimizer;
+    z->nstate = optimizer_info(optimizer)->slices;
     gpt2_layout_init(&z->lay, cfg, (size_t)world * ZERO_ALIGN);
     size_t full = z->lay.num_flat, shard = zero_shard_size(z);
     z->params = zero_alloc(z, MEM_PARAMS, stage == 3 ? shard : full);
     z->grads = zero_alloc(z, MEM_GRADS, stage >= 2 ? shard : full);
     if (dtype != ZC_F32) z->master = (float *)zero_alloc(z, MEM_MASTER, stage == 0 ? full : shard);
-    z->adam_m = (float *)zero_alloc(z, MEM_ADAM_M, stage == 0 ? full : shard);
-    z->adam_v = (float *)zero_alloc(z, MEM_ADAM_V, stage == 0 ? full : shard);
+    for (int k = 0; k < z->nstate; k++) z->state[k] = (float *)zero_alloc(z, MEM_STATE + k, stage == 0 ? full : shard);
     int F = gpt2_final_unit(&z->lay);
     if (stage >= 2) {
         z->bucket_embed = zero_alloc(z, MEM_BUFFERS, gpt2_unit_padded(&z->lay, UNIT_EMBED));
@@ -202,7 +221,7 @@ static inline size_t zero_buffer_floats(const Zero *z) {
 }
 
 static inline void zero_free(Zero *z) {
-    void *all[] = {z->params, z->grads, z->master, z->adam_m, z->adam_v, z->gather_embed, z->gather_final,
+    void *all[] = {z->params, z->grads, z->master, z->state[0], z->state[1], z->gather_embed, z->gather_final,
                     z->gather_layer[0], z->gather_layer[1], z->bucket_embed, z->bucket_final,
                     z->bucket_layer[0], z->bucket_layer[1], z->scatter_recv[0], z->scatter_recv[1],
                     z->scatter_recv[2]};
@@ -338,7 +357,7 @@ static inline void *zero_update_grads(const Zero *z, int u) {
 static inline void *zero_update_params(const Zero *z, int u) {
     return zero_at(z, z->params, z->stage == 3 ? zero_shard_offset(z, u) : zero_update_begin(z, u));
 }
-// The moments and master weights are laid out alike: in full under stage 0, else the shard.
+// The state arrays and master weights are laid out alike: in full under stage 0, else the shard.
 static inline float *zero_update_moment(const Zero *z, const float *moment, int u) {
     return (float *)moment + (z->stage == 0 ? z->lay.unit_offset[u] : zero_shard_offset(z, u));
 }
@@ -364,26 +383,28 @@ static inline void zero_gather_updated_params(Zero *z) {
     for (int u = 0; u < z->lay.num_units; u++) zero_wait(z, u, "all_gather (updated parameters)");
 }
 
-// The update: AdamW over the elements this rank owns, walked as runs of one kind (decayed,
-// not decayed, frozen: padding and unused vocabulary rows stay zero), because a partition
-// boundary can cut through any tensor; then the gather of the updated parameters.
+// The update: the optimizer over the elements this rank owns, walked as runs of one kind
+// (decayed, not decayed, frozen: padding and unused vocabulary rows stay zero), because a
+// partition boundary can cut through any tensor; then the gather of the updated parameters.
 // Mixed precision: the fp32 master weights are updated and rounded into the 16-bit parameters.
-typedef struct { Zero *z; size_t base; float *p, *m, *v; void *g, *p16; const AdamWStep *step; } ZeroUpdateRun;
+typedef struct { Zero *z; size_t base; float *p, *state[OPT_MAX_SLICES]; void *g, *p16; const OptStep *step; } ZeroUpdateRun;
 static inline void zero_update_segment(const ParamSegment *seg, void *ctx) {
     ZeroUpdateRun *r = (ZeroUpdateRun *)ctx;
     if (seg->kind == SEG_FROZEN) return;
     size_t lo = seg->begin - r->base;
     Zero *z = r->z;
-    z->be.adamw(z->be.ctx, r->p + lo, r->m + lo, r->v + lo, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL,
-                seg->end - seg->begin, z->dtype, r->step, seg->kind == SEG_DECAY);
+    float *state[OPT_MAX_SLICES] = {NULL};
+    for (int k = 0; k < z->nstate; k++) state[k] = r->state[k] + lo;
+    z->be.update(z->be.ctx, r->step, r->p + lo, state, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL,
+                 seg->end - seg->begin, z->dtype, seg->kind == SEG_DECAY);
 }
-static inline void zero_update(Zero *z, const AdamWStep *step) {
+static inline void zero_update(Zero *z, const OptStep *step) {
     for (int u = 0; u < z->lay.num_units; u++) {
         size_t begin = zero_update_begin(z, u);
         void *p = zero_update_params(z, u);
-        ZeroUpdateRun r = {z, begin, z->master ? zero_update_moment(z, z->master, u) : (float *)p,
-                           zero_update_moment(z, z->adam_m, u), zero_update_moment(z, z->adam_v, u),
+        ZeroUpdateRun r = {z, begin, z->master ? zero_update_moment(z, z->master, u) : (float *)p, {NULL},
                            zero_update_grads(z, u), z->master ? p : NULL, step};
+        for (int k = 0; k < z->nstate; k++) r.state[k] = zero_update_moment(z, z->state[k], u);
         gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u), zero_update_segment, &r);
     }
     zero_gather_updated_params(z);
@@ -414,6 +435,20 @@ static inline void zero_get_slice(Zero *z, int u, float *host) {
         size_t off = z->stage == 3 ? zero_shard_offset(z, u) : zero_slice_begin(z, u);
         z->be.to_host(z->be.ctx, host, zero_at(z, z->params, off), n, z->dtype);
     }
+}
+
+// State array k's share of unit u: this rank's slice into host (fp32), and from a whole
+// padded unit (host, fp32) what this rank keeps (every element under stage 0, else its slice).
+static inline void zero_get_state_slice(Zero *z, int k, int u, float *host) {
+    size_t off = z->stage == 0 ? zero_slice_begin(z, u) : zero_shard_offset(z, u);
+    z->be.to_host(z->be.ctx, host, z->state[k] + off, zero_slice(z, u), ZC_F32);
+}
+static inline void zero_set_state_unit(Zero *z, int k, int u, const float *unit_host) {
+    if (z->stage == 0)
+        z->be.from_host(z->be.ctx, zero_update_moment(z, z->state[k], u), unit_host, gpt2_unit_padded(&z->lay, u), ZC_F32);
+    else
+        z->be.from_host(z->be.ctx, zero_update_moment(z, z->state[k], u), unit_host + (size_t)z->rank * zero_slice(z, u),
+                        zero_slice(z, u), ZC_F32);
 }
 
 // Zero the gradient accumulators at the start of a step; reset the step's counters.

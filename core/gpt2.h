@@ -10,7 +10,11 @@
 //     tensor stacked over layers; memory stores each layer contiguously (unit-major), so the
 //     reader and writer permute. Nothing else in the program needs to know the file order.
 //   - GPT-2 initialisation that depends only on (seed, tensor, layer): any rank can create any
-//     unit on its own and all ranks agree, whatever the world size.
+//   unit on its own and all ranks agree, whatever the world size.
+//   - The activations: the list of what the forward keeps for the backward (A_*), their element
+//     counts, named views and a generic packed layout (per-layer tensors in L slots or fewer).
+//     How a backend stores them (element sizes, alignment, workspace) is the backend's:
+//     cpu/workspace.h, gpu/layout.h. This header knows no backend.
 // All functions are static; no global state. Compiles as C11 and as CUDA C++.
 #ifndef GPT2_H
 #define GPT2_H
@@ -23,9 +27,6 @@
 #include <unistd.h>
 #include <time.h>
 #include "mixed_precision.h"
-#ifndef __CUDACC__
-#include "cpu/gemm_bf16.h" // the CPU trainer's bf16 matmuls, whose scratch its workspace holds
-#endif
 
 #define GPT2_MAGIC 20240326
 #define GPT2_MAX_LAYERS 256
@@ -294,79 +295,16 @@ static inline void gpt2_activation_numels(const GPT2Config *c, int B, int T, siz
     memcpy(n, v, sizeof(v));
 }
 
-// The per-layer tensors a 16-bit run of the CPU trainer stores in 16 bits (everything (L,...)
-// but the fp32 LayerNorm statistics). Such a run computes each layer in fp32 in one of two
-// layer-sized slots (the layer, and its input: the previous layer's output), and keeps all L
-// layers in 16 bits; every other activation stays fp32 (the statistics, the logits and the
-// loss are fp32 by the semantics, the rest is one (B,T,...) each). (The GPU trainer's layout is
-// gpt2_gpu_activation_bytes' below.)
-static inline int gpt2_activation_is_layer16(int i) {
-    return i == A_LN1 || i == A_QKV || i == A_ATTY || i == A_ATT || i == A_RESIDUAL2 || i == A_LN2 || i == A_FCH ||
-           i == A_FCH_GELU || i == A_RESIDUAL3;
-}
-// fp32 elements of the activation block: with slots = L every layer in fp32, with slots = 2
-// the 16-bit layout's two fp32 layer slots.
-static inline size_t gpt2_activation_floats(const GPT2Config *c, int B, int T, int slots) {
-    size_t n[NUM_ACTIVATIONS], total = 0;
-    gpt2_activation_numels(c, B, T, n);
-    for (int i = 0; i < NUM_ACTIVATIONS; i++)
-        total += gpt2_activation_is_layer16(i) ? n[i] / c->num_layers * slots : n[i];
-    return total;
-}
-// 16-bit elements one layer stores (the sum of its gpt2_activation_is_layer16 tensors)
-static inline size_t gpt2_layer16_numel(const GPT2Config *c, int B, int T) {
-    size_t n[NUM_ACTIVATIONS], total = 0;
-    gpt2_activation_numels(c, B, T, n);
-    for (int i = 0; i < NUM_ACTIVATIONS; i++) if (gpt2_activation_is_layer16(i)) total += n[i] / c->num_layers;
-    return total;
-}
-// Bytes of all activations as the CPU trainer allocates them (fp32, or mixed precision).
-static inline size_t gpt2_activation_bytes(const GPT2Config *c, int B, int T, int mixed) {
-    if (!mixed) return gpt2_activation_floats(c, B, T, c->num_layers) * sizeof(float);
-    return gpt2_activation_floats(c, B, T, 2) * sizeof(float) + (size_t)c->num_layers * gpt2_layer16_numel(c, B, T) * 2;
-}
-
-// The CPU trainer's kernels compute in fp32. In a 16-bit run it therefore widens each unit's
-// parameters into fp32 views (the embeddings, the final LayerNorm, two layers: the one
-// computing and the one prefetched), accumulates each unit's gradient in fp32 (the embeddings,
-// the final LayerNorm, one layer) before rounding it into 16-bit storage, and in bf16 rounds
-// the operands of its bf16 matmuls into one staging area ((B,T) rows of the widest pair of
-// a matmul's output gradient and input: the LM head's, or the MLP's), with the matmuls' own
-// packing scratch (gemm_bf16.h, for the trainer's `threads` OpenMP threads) and one flag per
-// vocabulary row (the batch's tokens: the tied embedding's rows that keep fp32 sums). Bytes; 0
-// in fp32.
-// Elements of the bf16 staging area: (B,T) rows of max(Vp + C, 5C).
-static inline size_t gpt2_bf16_staging_elems(const GPT2Config *c, int B, int T) {
-    size_t C = c->channels, Vp = c->padded_vocab_size;
-    return (size_t)B * T * (Vp + C > 5 * C ? Vp + C : 5 * C);
-}
-#ifndef __CUDACC__
-// Scratch for every bf16 matmul of the model at (B,T): its four linear layers and the LM head.
-static inline size_t gpt2_bf16_matmul_scratch_bytes(const GPT2Config *c, int B, int T, int threads) {
-    int N = B * T, C = c->channels, io[5][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, c->padded_vocab_size}};
-    size_t most = 0;
-    for (int i = 0; i < 5; i++) {
-        size_t b = gemm_bf16_linear_scratch_bytes(N, io[i][0], io[i][1], threads);
-        most = b > most ? b : most;
-    }
-    return most;
-}
-static inline size_t gpt2_workspace_bytes(const ParamLayout *lay, const GPT2Config *c, int B, int T, int dtype_bf16,
-                                          int mixed, int threads) {
-    if (!mixed) return 0;
-    size_t embed = gpt2_unit_padded(lay, 0), fin = gpt2_unit_padded(lay, c->num_layers + 1), layer = gpt2_unit_padded(lay, 1);
-    size_t floats = (embed + fin + 2 * layer) + (embed + fin + layer);
-    if (!dtype_bf16) return floats * sizeof(float);
-    return floats * sizeof(float) + gpt2_bf16_staging_elems(c, B, T) * 2 + gpt2_bf16_matmul_scratch_bytes(c, B, T, threads) +
-           (size_t)c->padded_vocab_size;
-}
-#endif
-
+// Tensors of one layer, (L, ...): the per-layer activations.
+static inline int gpt2_activation_is_layered(int i) { return i >= A_LN1 && i <= A_RESIDUAL3; }
 // The activations every precision keeps in fp32: the LayerNorm statistics and the losses.
 static inline int gpt2_activation_is_fp32(int i) {
     return i == A_LN1_MEAN || i == A_LN1_RSTD || i == A_LN2_MEAN || i == A_LN2_RSTD || i == A_LNF_MEAN ||
            i == A_LNF_RSTD || i == A_LOSSES;
 }
+// The per-layer tensors a layout may keep for fewer than L layers (slots; gpt2_layer_acts): every
+// layered one but the LayerNorm statistics, which always keep all L.
+static inline int gpt2_activation_in_slots(int i) { return gpt2_activation_is_layered(i) && !gpt2_activation_is_fp32(i); }
 
 // The block itself: tensor i of n[i] elements, 4 bytes each where fp32[i], else elem, each
 // starting at a multiple of align bytes.
@@ -382,54 +320,19 @@ static inline size_t gpt2_activation_pack(const size_t n[NUM_ACTIVATIONS], const
 }
 
 // Where each activation starts in one block (offset[i], bytes; may be NULL) and the block's
-// bytes: the per-layer tensors for layer_slots layers, the fp32 ones at 4 bytes an element and
-// every other one at `elem` bytes, each tensor starting at a multiple of `align` bytes (a power
-// of two; 1 packs them). The CPU trainer's block is elem = 4, align = 1: its fp32 layout, every
-// tensor right after the previous one (gpt2_activation_floats' count).
+// bytes: the per-layer tensors (gpt2_activation_in_slots) for layer_slots layers, the fp32 ones
+// at 4 bytes an element and every other one at `elem` bytes, each tensor starting at a multiple
+// of `align` bytes (a power of two; 1 packs them).
 static inline size_t gpt2_activation_layout(const GPT2Config *c, int B, int T, int layer_slots, size_t elem, size_t align,
                                             size_t offset[NUM_ACTIVATIONS]) {
     size_t n[NUM_ACTIVATIONS];
     int fp32[NUM_ACTIVATIONS];
     gpt2_activation_numels(c, B, T, n);
     for (int i = 0; i < NUM_ACTIVATIONS; i++) {
-        if (gpt2_activation_is_layer16(i)) n[i] = n[i] / c->num_layers * layer_slots;
+        if (gpt2_activation_in_slots(i)) n[i] = n[i] / c->num_layers * layer_slots;
         fp32[i] = gpt2_activation_is_fp32(i);
     }
     return gpt2_activation_pack(n, fp32, elem, align, offset);
-}
-
-// Whether the GPU trainer's attention is its flash kernels (16-bit builds, through tensor
-// cores, whose tiles need a head size that is a multiple of 16, at most 64: every GPT-2 size).
-// They keep no (T,T) probabilities: A_ATT holds each row's log-sum-exp instead, (L,B,NH,T) fp32,
-// from which the backward recomputes them. Otherwise (the fp32 build, other head sizes) it is
-// the matmul path with the probabilities stored, as on the CPU.
-#define GPT2_FLASH_MAX_HS 64
-static inline int gpt2_gpu_flash_attention(int channels, int num_heads, size_t elem) {
-    int hs = channels / num_heads;
-    return elem == 2 && hs % 16 == 0 && hs <= GPT2_FLASH_MAX_HS;
-}
-
-// The GPU trainer keeps every layer's activations, in its element type (elem: 2 for bf16 and
-// fp16, 4 for fp32) but for the fp32 statistics and losses, logits included (its classifier
-// reads 16-bit logits and computes the softmax and the loss in fp32), and A_ATT as its attention
-// needs it (gpt2_gpu_flash_attention). Each tensor starts on a 256-byte boundary, so that
-// cuBLASLt's fastest kernels (16-byte operands) take any shape's tensors wherever the block's
-// arithmetic would otherwise leave them (the fp32 statistics of an odd B*T, say). It has no
-// workspace: its kernels read 16 bits directly. Bytes, exactly what it asks of cudaMalloc; the
-// planner predicts GPU runs with it.
-// offset (may be NULL): where each tensor starts, for gpt2_activations_wire_at.
-#define GPT2_GPU_ACT_ALIGN 256
-static inline size_t gpt2_gpu_activation_bytes(const GPT2Config *c, int B, int T, size_t elem,
-                                               size_t offset[NUM_ACTIVATIONS]) {
-    size_t n[NUM_ACTIVATIONS];
-    int fp32[NUM_ACTIVATIONS];
-    gpt2_activation_numels(c, B, T, n);
-    for (int i = 0; i < NUM_ACTIVATIONS; i++) fp32[i] = gpt2_activation_is_fp32(i);
-    if (gpt2_gpu_flash_attention(c->channels, c->num_heads, elem)) {
-        n[A_ATT] = (size_t)c->num_layers * B * c->num_heads * T;
-        fp32[A_ATT] = 1;
-    }
-    return gpt2_activation_pack(n, fp32, elem, GPT2_GPU_ACT_ALIGN, offset);
 }
 
 // The activations as named pointers, in the order of the list above, and their wiring into
@@ -460,9 +363,8 @@ static inline void gpt2_activations_wire_at(Activations *a, void *memory, const 
 #undef GPT2_ACT_F
 }
 
-// The packed layout in the kernels' element type: the CPU trainer's block (fp32, tensors back
-// to back). layer_slots: layers the per-layer tensors hold (L, or 2 for the 16-bit layout's
-// fp32 slots).
+// The packed layout in the kernels' element type, tensors back to back. layer_slots: layers the
+// per-layer tensors hold (L, or fewer).
 static inline void gpt2_activations_wire(Activations *a, void *memory, const GPT2Config *c, int B, int T,
                                          int layer_slots) {
     size_t offset[NUM_ACTIVATIONS];
@@ -490,19 +392,6 @@ static inline LayerActs gpt2_layer_acts(const Activations *a, const GPT2Config *
     x.residual3 = a->residual3 + s * btc;
     return x;
 }
-// The 16-bit-stored tensors of a layer view, in gpt2_activation_is_layer16's order, with their
-// element counts at (B,T): what a 16-bit run of the CPU trainer converts when it stores or loads
-// a layer.
-static inline int gpt2_layer16_tensors(const LayerActs *x, const GPT2Config *c, int B, int T, GPT2_FLOATX *t[9],
-                                       size_t n[9]) {
-    size_t btc = (size_t)B * T * c->channels;
-    GPT2_FLOATX *p[9] = {x->ln1, x->qkv, x->atty, x->att, x->residual2, x->ln2, x->fch, x->fch_gelu, x->residual3};
-    size_t k[9] = {btc, 3 * btc, btc, (size_t)B * c->num_heads * T * T, btc, btc, 4 * btc, 4 * btc, btc};
-    memcpy(t, p, sizeof(p));
-    memcpy(n, k, sizeof(k));
-    return 9;
-}
-
 // ----------------------------------------------------------------------------------------
 // Elementwise math of the model, written once for the CPU kernels and the GPU kernels.
 

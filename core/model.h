@@ -1,15 +1,18 @@
 // model.h: GPT-2's forward and backward passes, written once for both trainers.
 //
 // Contract. The including trainer defines, before including this header, its GPT2 struct
-// (with at least GPT2Config cfg; Zero z; Activations acts; const int *dev_inputs, *dev_targets)
-// and these kernels, with exactly these signatures and the shapes their comments in
-// train_gpt_cpu.c give (the CPU runs them with OpenMP and OpenBLAS, the GPU launches them):
-//   encoder_forward(out, inp, wte, wpe, B, T, C)          encoder_backward(dwte, dwpe, dout, inp, B, T, C)
-//   layernorm_forward(out, mean, rstd, inp, w, b, N, C)   layernorm_backward(dinp+=, dw+=, db+=, dout, inp, w, mean, rstd, N, C)
-//   matmul_forward(out, inp, w, w16, bias, N, C, OC)      matmul_backward(dinp, dw+=, dbias+=, dout, inp, w, w16, N, C, OC)
-//   attention_forward(out, att, qkv, B, T, C, NH)         attention_backward(dqkv, att, dout, qkv, out, B, T, C, NH)
-//   gelu_forward(out, inp, n)                             gelu_backward(dinp, inp, dout, n)
-//   residual_forward(out, a, b, n)                        zero_fill(p, n)
+// (with at least GPT2Config cfg; Activations acts; const int *dev_inputs, *dev_targets;
+// and `kern`, its kernels' per-run context, of whatever type its kernels take) and these
+// kernels, each taking that context first (k), with exactly these signatures and the shapes
+// their comments in train_gpt_cpu.c give (the CPU runs them with OpenMP and OpenBLAS, the GPU
+// launches them on the context's stream):
+//   encoder_forward(k, out, inp, wte, wpe, B, T, C)       encoder_backward(k, dwte, dwpe, dout, inp, B, T, C)
+//   layernorm_forward(k, out, mean, rstd, inp, w, b, N, C)
+//   layernorm_backward(k, dinp+=, dw+=, db+=, dout, inp, w, mean, rstd, N, C)
+//   matmul_forward(k, out, inp, w, w16, bias, N, C, OC)   matmul_backward(k, dinp, dw+=, dbias+=, dout, inp, w, w16, N, C, OC)
+//   attention_forward(k, out, att, qkv, B, T, C, NH)      attention_backward(k, dqkv, att, dout, qkv, out, B, T, C, NH)
+//   gelu_forward(k, out, inp, n)                          gelu_backward(k, dinp, inp, dout, n)
+//   residual_forward(k, out, a, b, n)                     zero_fill(k, p, n)
 //   upload_batch(m, inputs, targets, N): sets m->dev_inputs / dev_targets (the GPU copies)
 //   classifier_loss(m, N, dloss) -> mean loss: the fused softmax + cross-entropy (+ gradient)
 // (w16: the weight's 16-bit copy from UnitParams.x16, or NULL). Every tensor argument is a
@@ -19,6 +22,7 @@
 //   gpt2_unit_params(m, u, next) -> UnitParams      (next: the unit needed after this one)
 //   gpt2_unit_grads(m, u) -> GPT2_FLOATX *          where the backward accumulates unit u's gradient
 //   gpt2_unit_grads_done(m, u)                      the backward is done with it
+//   gpt2_backward_done(m)                           ... and with every unit
 //   gpt2_layer_acts_forward(m, l, B, T) -> LayerActs, gpt2_layer_store(m, l, B, T): layer l's
 //     activations to compute the forward into, and the forward is done with them
 //   gpt2_layer_acts_backward(m, l, B, T) -> LayerActs: layer l's activations for its backward
@@ -41,37 +45,37 @@ static inline const void *gpt2_x16(UnitParams p, const GPT2_FLOATX *t) {
 // (ZeRO-3 gathers).
 static float gpt2_forward(GPT2 *m, const int *inputs, const int *targets, int B, int T, float dloss) {
     const GPT2Config *c = &m->cfg;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, F = gpt2_final_unit(&m->z.lay);
+    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, F = gpt2_unit_of_layer(L); // the final LayerNorm's unit
     size_t btc = (size_t)N * C;
     Activations *a = &m->acts;
     upload_batch(m, inputs, targets, N);
     UnitParams ep = gpt2_unit_params(m, UNIT_EMBED, gpt2_unit_of_layer(0));
     EmbedTensors emb = gpt2_embed_tensors(c, ep.f32);
-    encoder_forward(a->encoded, m->dev_inputs, emb.wte, emb.wpe, B, T, C);
+    encoder_forward(&m->kern, a->encoded, m->dev_inputs, emb.wte, emb.wpe, B, T, C);
     for (int l = 0; l < L; l++) {
         int u = gpt2_unit_of_layer(l);
         UnitParams up = gpt2_unit_params(m, u, u + 1); // u + 1: the next layer, or F
         LayerTensors w = gpt2_layer_tensors(c, up.f32);
         LayerActs x = gpt2_layer_acts_forward(m, l, B, T);
-        layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, w.ln1w, w.ln1b, N, C);
-        matmul_forward(x.qkv, x.ln1, w.qkvw, gpt2_x16(up, w.qkvw), w.qkvb, N, C, 3 * C);
-        attention_forward(x.atty, x.att, x.qkv, B, T, C, NH);
+        layernorm_forward(&m->kern, x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, w.ln1w, w.ln1b, N, C);
+        matmul_forward(&m->kern, x.qkv, x.ln1, w.qkvw, gpt2_x16(up, w.qkvw), w.qkvb, N, C, 3 * C);
+        attention_forward(&m->kern, x.atty, x.att, x.qkv, B, T, C, NH);
         // the projections land in dbtc (free during the forward), then the residual adds
-        matmul_forward(a->dbtc, x.atty, w.attprojw, gpt2_x16(up, w.attprojw), w.attprojb, N, C, C);
-        residual_forward(x.residual2, x.residual, a->dbtc, btc);
-        layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
-        matmul_forward(x.fch, x.ln2, w.fcw, gpt2_x16(up, w.fcw), w.fcb, N, C, 4 * C);
-        gelu_forward(x.fch_gelu, x.fch, 4 * btc);
-        matmul_forward(a->dbtc, x.fch_gelu, w.fcprojw, gpt2_x16(up, w.fcprojw), w.fcprojb, N, 4 * C, C);
-        residual_forward(x.residual3, x.residual2, a->dbtc, btc);
+        matmul_forward(&m->kern, a->dbtc, x.atty, w.attprojw, gpt2_x16(up, w.attprojw), w.attprojb, N, C, C);
+        residual_forward(&m->kern, x.residual2, x.residual, a->dbtc, btc);
+        layernorm_forward(&m->kern, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
+        matmul_forward(&m->kern, x.fch, x.ln2, w.fcw, gpt2_x16(up, w.fcw), w.fcb, N, C, 4 * C);
+        gelu_forward(&m->kern, x.fch_gelu, x.fch, 4 * btc);
+        matmul_forward(&m->kern, a->dbtc, x.fch_gelu, w.fcprojw, gpt2_x16(up, w.fcprojw), w.fcprojb, N, 4 * C, C);
+        residual_forward(&m->kern, x.residual3, x.residual2, a->dbtc, btc);
         gpt2_layer_store(m, l, B, T);
     }
     FinalTensors fin = gpt2_final_tensors(c, gpt2_unit_params(m, F, -1).f32);
     LayerActs top = gpt2_layer_acts_forward(m, L - 1, B, T); // (already computed: its output)
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, top.residual3, fin.lnfw, fin.lnfb, N, C);
+    layernorm_forward(&m->kern, a->lnf, a->lnf_mean, a->lnf_rstd, top.residual3, fin.lnfw, fin.lnfb, N, C);
     ep = gpt2_unit_params(m, UNIT_EMBED, -1); // (ZeRO-3 has kept it gathered)
     emb = gpt2_embed_tensors(c, ep.f32);
-    matmul_forward(a->logits, a->lnf, emb.wte, gpt2_x16(ep, emb.wte), NULL, N, C, c->padded_vocab_size); // tied LM head
+    matmul_forward(&m->kern, a->logits, a->lnf, emb.wte, gpt2_x16(ep, emb.wte), NULL, N, C, c->padded_vocab_size); // tied LM head
     if (!targets) return 0.0f;
     return classifier_loss(m, N, dloss);
 }
@@ -80,8 +84,7 @@ static float gpt2_forward(GPT2 *m, const int *inputs, const int *targets, int B,
 // is handed on as soon as it is complete, so its reduction overlaps the rest.
 static void gpt2_backward(GPT2 *m, int B, int T) {
     const GPT2Config *c = &m->cfg;
-    Zero *z = &m->z;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, F = gpt2_final_unit(&z->lay);
+    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, F = gpt2_unit_of_layer(L);
     size_t btc = (size_t)N * C;
     Activations *a = &m->acts;
     // The embeddings are used first and last: their gradient collects the LM head's share now
@@ -92,9 +95,9 @@ static void gpt2_backward(GPT2 *m, int B, int T) {
     FinalTensors fin = gpt2_final_tensors(c, gpt2_unit_params(m, F, gpt2_unit_of_layer(L - 1)).f32);
     FinalTensors dfin = gpt2_final_tensors(c, gpt2_unit_grads(m, F));
     LayerActs top = gpt2_layer_acts_backward(m, L - 1, B, T);
-    matmul_backward(a->dbtc, demb.wte, NULL, a->logits, a->lnf, emb.wte, gpt2_x16(ep, emb.wte), N, C, c->padded_vocab_size);
-    zero_fill(a->dresidual, btc);
-    layernorm_backward(a->dresidual, dfin.lnfw, dfin.lnfb, a->dbtc, top.residual3, fin.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+    matmul_backward(&m->kern, a->dbtc, demb.wte, NULL, a->logits, a->lnf, emb.wte, gpt2_x16(ep, emb.wte), N, C, c->padded_vocab_size);
+    zero_fill(&m->kern, a->dresidual, btc);
+    layernorm_backward(&m->kern, a->dresidual, dfin.lnfw, dfin.lnfb, a->dbtc, top.residual3, fin.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
     gpt2_unit_grads_done(m, F);
     // dresidual is the gradient of the residual stream; each block adds its branches to it.
     for (int l = L - 1; l >= 0; l--) {
@@ -104,20 +107,20 @@ static void gpt2_backward(GPT2 *m, int B, int T) {
         LayerTensors g = gpt2_layer_tensors(c, gpt2_unit_grads(m, u));
         LayerActs x = gpt2_layer_acts_backward(m, l, B, T);
         // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        matmul_backward(a->dbt4c, g.fcprojw, g.fcprojb, a->dresidual, x.fch_gelu, w.fcprojw, gpt2_x16(up, w.fcprojw), N, 4 * C, C);
-        gelu_backward(a->dbt4c, x.fch, a->dbt4c, 4 * btc);
-        matmul_backward(a->dbtc, g.fcw, g.fcb, a->dbt4c, x.ln2, w.fcw, gpt2_x16(up, w.fcw), N, C, 4 * C);
-        layernorm_backward(a->dresidual, g.ln2w, g.ln2b, a->dbtc, x.residual2, w.ln2w, x.ln2_mean, x.ln2_rstd, N, C);
+        matmul_backward(&m->kern, a->dbt4c, g.fcprojw, g.fcprojb, a->dresidual, x.fch_gelu, w.fcprojw, gpt2_x16(up, w.fcprojw), N, 4 * C, C);
+        gelu_backward(&m->kern, a->dbt4c, x.fch, a->dbt4c, 4 * btc);
+        matmul_backward(&m->kern, a->dbtc, g.fcw, g.fcb, a->dbt4c, x.ln2, w.fcw, gpt2_x16(up, w.fcw), N, C, 4 * C);
+        layernorm_backward(&m->kern, a->dresidual, g.ln2w, g.ln2b, a->dbtc, x.residual2, w.ln2w, x.ln2_mean, x.ln2_rstd, N, C);
         // attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-        matmul_backward(a->dbtc, g.attprojw, g.attprojb, a->dresidual, x.atty, w.attprojw, gpt2_x16(up, w.attprojw), N, C, C);
-        attention_backward(a->dqkv, x.att, a->dbtc, x.qkv, x.atty, B, T, C, NH);
-        matmul_backward(a->dbtc, g.qkvw, g.qkvb, a->dqkv, x.ln1, w.qkvw, gpt2_x16(up, w.qkvw), N, C, 3 * C);
-        layernorm_backward(a->dresidual, g.ln1w, g.ln1b, a->dbtc, x.residual, w.ln1w, x.ln1_mean, x.ln1_rstd, N, C);
+        matmul_backward(&m->kern, a->dbtc, g.attprojw, g.attprojb, a->dresidual, x.atty, w.attprojw, gpt2_x16(up, w.attprojw), N, C, C);
+        attention_backward(&m->kern, a->dqkv, x.att, a->dbtc, x.qkv, x.atty, B, T, C, NH);
+        matmul_backward(&m->kern, a->dbtc, g.qkvw, g.qkvb, a->dqkv, x.ln1, w.qkvw, gpt2_x16(up, w.qkvw), N, C, 3 * C);
+        layernorm_backward(&m->kern, a->dresidual, g.ln1w, g.ln1b, a->dbtc, x.residual, w.ln1w, x.ln1_mean, x.ln1_rstd, N, C);
         gpt2_unit_grads_done(m, u);
     }
-    encoder_backward(demb.wte, demb.wpe, a->dresidual, m->dev_inputs, B, T, C);
+    encoder_backward(&m->kern, demb.wte, demb.wpe, a->dresidual, m->dev_inputs, B, T, C);
     gpt2_unit_grads_done(m, UNIT_EMBED);
-    zero_end_backward(z);
+    gpt2_backward_done(m);
 }
 
 #endif // MODEL_H

@@ -1,19 +1,36 @@
-// optimizer.h: AdamW and the learning-rate schedule, shared by both trainers.
+// optimizer.h: the optimizers (AdamW, Lion, SGD) as elementwise updates over fp32 state slices,
+// and the learning-rate schedules. Shared by both trainers.
 //
 // Contract
-//   - adamw_element(): the update of one parameter, exactly torch.optim.AdamW's arithmetic
-//     (decoupled decay first, then bias-corrected moments). Written once for host and device.
-//   - AdamWStep: the per-step scalars (lr, bias corrections, clip scale), computed once per step
-//     on the host by adamw_step_begin() so that kernels only do elementwise work.
-//   - lr_at_step(): linear warmup, then constant / linear / cosine down to min_lr_frac; or one of
-//     DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR with DeepSpeed's arithmetic and its
-//     engine's step indexing (see lr_deepspeed()).
-// No global state.
+//   - An optimizer is one row of optimizer_table(): its name (--optimizer), the DeepSpeed type
+//     names that select it, and the fp32 state it keeps per parameter as `slices`: arrays laid out
+//     like the parameters, named (AdamW: m and v; Lion: m; SGD with momentum: the momentum
+//     buffer; plain SGD: none). Bytes of state per parameter: 4 x slices. What partitions,
+//     places and schedules those slices is ZeRO's business (zero.h): it keeps `slices` fp32
+//     arrays it does not interpret. Mixed precision's fp32 master weights are ZeRO's too, not
+//     an optimizer's.
+//   - OptimizerHyper: the hyperparameters; optimizer_step_begin() turns them, the step's lr, the
+//     update count and the global gradient norm into OptStep, the per-step scalars (bias
+//     corrections, the clip scale), computed once on the host so that kernels only do
+//     elementwise work.
+//   - optimizer_element(): the update of one parameter, written once for host and device
+//     (ZC_HD), dispatching on the kind; adamw_element, lion_element, sgd_element are the same
+//     updates for loops that dispatch once outside (the CPU's, which then vectorise).
+//       AdamW: torch.optim.AdamW's arithmetic (decoupled decay first, then bias-corrected moments).
+//       Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"):
+//         c = b1 m + (1 - b1) g;  p = p (1 - lr wd) - lr sign(c);  m = b2 m + (1 - b2) g.
+//       SGD (torch.optim.SGD, dampening 0, not Nesterov): g += wd p;  with momentum mu:
+//         buf = mu buf + g, g = buf;  p -= lr g.
+//     `decay` (0 or 1) says whether this element takes weight decay (2-D weights do; biases and
+//     LayerNorm parameters do not): the caller knows the tensors, this header does not.
+//   - LrSchedule + lr_at_step(): linear warmup, then constant / linear / cosine down to
+//     min_lr_frac; or DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR with DeepSpeed's
+//     arithmetic and its engine's step indexing (see lr_deepspeed()).
+// Depends on nothing above it (no ZeRO, no options, no command line). No global state.
 #ifndef OPTIMIZER_H
 #define OPTIMIZER_H
 
 #include <math.h>
-#include "run/config.h"
 
 #ifndef ZC_HD
 #ifdef __CUDACC__
@@ -23,11 +40,123 @@
 #endif
 #endif
 
+// ----------------------------------------------------------------------------------------
+// The optimizers
+
+enum { OPT_ADAMW, OPT_LION, OPT_SGD_MOMENTUM, OPT_SGD, OPT_NUM };
+#define OPT_MAX_SLICES 2
+static const char *const optimizer_names[OPT_NUM] = {"adamw", "lion", "sgd-momentum", "sgd"}; // --optimizer
+// Which hyperparameters of OptimizerHyper an optimizer reads (besides the lr and weight decay).
+enum { OPT_USES_BETAS = 1, OPT_USES_EPS = 2, OPT_USES_MOMENTUM = 4 };
+
 typedef struct {
-    float lr, beta1, beta2, eps, weight_decay;
-    float bias_correction1, bias_correction2_sqrt; // 1 - beta1^t, sqrt(1 - beta2^t)
+    const char *name;                          // optimizer_names[kind]
+    const char *ds_types[2];                   // DeepSpeed's optimizer.type values (matched ignoring case)
+    unsigned uses;                             // OPT_USES_*
+    int slices;                                // fp32 state arrays per parameter
+    const char *slice_names[OPT_MAX_SLICES];   // as logged and planned ("adam_m", ...)
+    const char *slice_labels[OPT_MAX_SLICES];  // for people ("Adam m", ...)
+} OptimizerInfo;
+
+static inline const OptimizerInfo *optimizer_table(void) {
+    static const OptimizerInfo t[OPT_NUM] = {
+        {"adamw", {"AdamW", "Adam"}, OPT_USES_BETAS | OPT_USES_EPS, 2, {"adam_m", "adam_v"}, {"Adam m", "Adam v"}},
+        {"lion", {"Lion", NULL}, OPT_USES_BETAS, 1, {"lion_m", NULL}, {"Lion m", NULL}},
+        {"sgd-momentum", {NULL, NULL}, OPT_USES_MOMENTUM, 1, {"momentum", NULL}, {"momentum buffer", NULL}},
+        {"sgd", {"SGD", NULL}, 0, 0, {NULL, NULL}, {NULL, NULL}}, // DeepSpeed's "SGD" with momentum > 0: sgd-momentum
+    };
+    return t;
+}
+static inline const OptimizerInfo *optimizer_info(int kind) { return &optimizer_table()[kind]; }
+
+typedef struct {
+    int kind;                         // OPT_*
+    float beta1, beta2, eps, weight_decay;
+    float momentum;                   // sgd-momentum's mu
+    float grad_clip;                  // clip the global gradient norm to this; 0: off
+} OptimizerHyper;
+
+// The per-step scalars every element of one update shares.
+typedef struct {
+    int kind;
+    float lr, beta1, beta2, eps, weight_decay, momentum;
+    float bias_correction1, bias_correction2_sqrt; // AdamW: 1 - beta1^t, sqrt(1 - beta2^t)
     float grad_scale; // multiplies every gradient: global-norm clipping (and loss-scale removal)
-} AdamWStep;
+} OptStep;
+
+// t: the number of this update, counting from 1 (steps skipped for overflow do not count).
+// grad_norm: global norm of the (unscaled) gradient; clipping applies when grad_clip > 0.
+static inline OptStep optimizer_step_begin(const OptimizerHyper *h, float lr, int t, float grad_norm) {
+    OptStep s;
+    s.kind = h->kind;
+    s.lr = lr; s.beta1 = h->beta1; s.beta2 = h->beta2; s.eps = h->eps; s.weight_decay = h->weight_decay;
+    s.momentum = h->momentum;
+    s.bias_correction1 = (float)(1.0 - pow(h->beta1, t));
+    s.bias_correction2_sqrt = (float)sqrt(1.0 - pow(h->beta2, t));
+    s.grad_scale = 1.0f;
+    if (h->grad_clip > 0.0f && grad_norm > h->grad_clip) s.grad_scale = h->grad_clip / grad_norm;
+    return s;
+}
+
+// One parameter p with gradient g; m, v its state (unused ones may be NULL); decay 0 or 1.
+ZC_HD static inline void adamw_element(const OptStep *s, float *p, float *m, float *v, float g, int decay) {
+    g *= s->grad_scale;
+    float param = *p;
+    if (decay) param *= 1.0f - s->lr * s->weight_decay;
+    float mt = s->beta1 * *m + (1.0f - s->beta1) * g;
+    float vt = s->beta2 * *v + (1.0f - s->beta2) * g * g;
+    float denom = sqrtf(vt) / s->bias_correction2_sqrt + s->eps;
+    param -= (s->lr / s->bias_correction1) * (mt / denom);
+    *m = mt; *v = vt; *p = param;
+}
+ZC_HD static inline void lion_element(const OptStep *s, float *p, float *m, float g, int decay) {
+    g *= s->grad_scale;
+    float param = *p;
+    if (decay) param *= 1.0f - s->lr * s->weight_decay;
+    float c = s->beta1 * *m + (1.0f - s->beta1) * g;
+    param -= s->lr * (c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f));
+    *m = s->beta2 * *m + (1.0f - s->beta2) * g;
+    *p = param;
+}
+// buf: the momentum buffer, or NULL for plain SGD.
+ZC_HD static inline void sgd_element(const OptStep *s, float *p, float *buf, float g, int decay) {
+    g *= s->grad_scale;
+    float param = *p;
+    if (decay) g += s->weight_decay * param;
+    if (buf) { g += s->momentum * *buf; *buf = g; }
+    *p = param - s->lr * g;
+}
+ZC_HD static inline void optimizer_element(const OptStep *s, float *p, float *s0, float *s1, float g, int decay) {
+    switch (s->kind) {
+    case OPT_LION: lion_element(s, p, s0, g, decay); break;
+    case OPT_SGD_MOMENTUM: sgd_element(s, p, s0, g, decay); break;
+    case OPT_SGD: sgd_element(s, p, (float *)0, g, decay); break;
+    default: adamw_element(s, p, s0, s1, g, decay); break;
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// Learning-rate schedules
+
+// ours (linear warmup, then constant / linear / cosine down to min_lr_frac) and DeepSpeed's
+// WarmupLR, WarmupDecayLR, WarmupCosineLR
+enum { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_DS_WARMUP, LR_DS_WARMUP_DECAY, LR_DS_WARMUP_COSINE, LR_NUM_SCHEDULES };
+enum { LR_WARMUP_LOG, LR_WARMUP_LINEAR }; // warmup_type of DeepSpeed's schedules
+static const char *const lr_schedule_names[LR_NUM_SCHEDULES] = {"constant", "linear", "cosine",
+                                                                "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
+static const char *const lr_warmup_type_names[2] = {"log", "linear"};
+
+typedef struct {
+    int kind;                // LR_*
+    float lr;                // the peak (DeepSpeed's warmup_max_lr, or lr_opt for the cosine)
+    int warmup;              // warmup steps
+    float min_lr_frac;       // ours: the final lr as a fraction of the peak; WarmupCosineLR's cos_min_ratio
+    int steps;               // ours: the step the decay reaches min_lr_frac
+    float warmup_min_lr;     // WarmupLR, WarmupDecayLR: where the warmup starts
+    float warmup_min_ratio;  // WarmupCosineLR: warmup starts from this times lr
+    int warmup_type;         // LR_WARMUP_LOG or LR_WARMUP_LINEAR
+    int total_steps;         // WarmupDecayLR, WarmupCosineLR: total_num_steps
+} LrSchedule;
 
 // DeepSpeed's schedulers (deepspeed/runtime/lr_schedules.py), with W = max(2, warmup_num_steps),
 // T = total_num_steps, and i the scheduler's last_batch_iteration:
@@ -41,14 +170,13 @@ typedef struct {
 // lr of the first update (min_lr for WarmupLR and WarmupDecayLR, 0 for WarmupCosineLR), and it
 // steps once after each applied update (not after an fp16 overflow skip). So update s (0-based,
 // counting applied updates) runs with i = s - 1: the first two updates both use the i = -1 and
-// i = 0 values, which are equal. Here max_lr and lr_opt are --lr, min_lr --warmup-min-lr,
-// min_ratio --warmup-min-ratio, cos_min --min-lr-frac, T --lr-total-steps (default --steps).
-static inline double lr_deepspeed(const TrainConfig *c, int s) {
+// i = 0 values, which are equal.
+static inline double lr_deepspeed(const LrSchedule *c, int s) {
     int i = s - 1, w = c->warmup < 2 ? 2 : c->warmup;
-    int total = c->lr_total_steps > 0 ? c->lr_total_steps : c->steps;
+    int total = c->total_steps;
     double peak = c->lr, min_lr = c->warmup_min_lr;
     double g = c->warmup_type == LR_WARMUP_LINEAR ? (double)i / w : log((double)i + 1.0) / log((double)w);
-    if (c->lr_schedule == LR_DS_WARMUP_COSINE) {
+    if (c->kind == LR_DS_WARMUP_COSINE) {
         if (i < 0) return 0.0;
         double r0 = c->warmup_min_ratio, cmin = c->min_lr_frac;
         if (i < w) return peak * (r0 + g * (1.0 - r0));
@@ -59,7 +187,7 @@ static inline double lr_deepspeed(const TrainConfig *c, int s) {
     if (i < 0) return min_lr;
     if (i >= w) {
         g = 1.0;
-        if (c->lr_schedule == LR_DS_WARMUP_DECAY) {
+        if (c->kind == LR_DS_WARMUP_DECAY) {
             double span = total - w > 1 ? (double)(total - w) : 1.0;
             g = (double)(total - i) / span;
             if (g < 0.0) g = 0.0;
@@ -70,42 +198,18 @@ static inline double lr_deepspeed(const TrainConfig *c, int s) {
 
 // Learning rate of update s (0-based): linear warmup to the peak over `warmup` steps, then the
 // schedule from the peak down to min_lr_frac of it, reached at the last step; or DeepSpeed's.
-static inline float lr_at_step(const TrainConfig *c, int s) {
-    if (c->lr_schedule >= LR_DS_WARMUP) return (float)lr_deepspeed(c, s);
+static inline float lr_at_step(const LrSchedule *c, int s) {
+    if (c->kind >= LR_DS_WARMUP) return (float)lr_deepspeed(c, s);
     if (s < c->warmup) return (float)((double)c->lr * (s + 1) / c->warmup);
     double peak = c->lr, min_lr = peak * c->min_lr_frac;
     int span = c->steps - c->warmup;
     double p = (double)(s - c->warmup) / (span > 1 ? span : 1);
     if (p > 1.0) p = 1.0;
-    switch (c->lr_schedule) {
+    switch (c->kind) {
     case LR_LINEAR: return (float)(min_lr + (peak - min_lr) * (1.0 - p));
     case LR_COSINE: return (float)(min_lr + (peak - min_lr) * 0.5 * (1.0 + cos(3.141592653589793 * p)));
     default: return (float)peak;
     }
-}
-
-// t: the number of this update, counting from 1 (steps skipped for overflow do not count).
-// grad_norm: global norm of the (unscaled) gradient; clipping applies when grad_clip > 0.
-static inline AdamWStep adamw_step_begin(const TrainConfig *c, float lr, int t, float grad_norm) {
-    AdamWStep s;
-    s.lr = lr; s.beta1 = c->beta1; s.beta2 = c->beta2; s.eps = c->eps; s.weight_decay = c->weight_decay;
-    s.bias_correction1 = (float)(1.0 - pow(c->beta1, t));
-    s.bias_correction2_sqrt = (float)sqrt(1.0 - pow(c->beta2, t));
-    s.grad_scale = 1.0f;
-    if (c->grad_clip > 0.0f && grad_norm > c->grad_clip) s.grad_scale = c->grad_clip / grad_norm;
-    return s;
-}
-
-// One parameter p with gradient g and moments m, v; decay is 0 or 1 for this element.
-ZC_HD static inline void adamw_element(float *p, float *m, float *v, float g, const AdamWStep *s, int decay) {
-    g *= s->grad_scale;
-    float param = *p;
-    if (decay) param *= 1.0f - s->lr * s->weight_decay;
-    float mt = s->beta1 * *m + (1.0f - s->beta1) * g;
-    float vt = s->beta2 * *v + (1.0f - s->beta2) * g * g;
-    float denom = sqrtf(vt) / s->bias_correction2_sqrt + s->eps;
-    param -= (s->lr / s->bias_correction1) * (mt / denom);
-    *m = mt; *v = vt; *p = param;
 }
 
 #endif // OPTIMIZER_H

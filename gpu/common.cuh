@@ -23,7 +23,8 @@ static void gpu_fatal(const char *what, const char *detail, const char *file, in
 // After a launch: configuration errors show at once; faults show at the next sync.
 #define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
 
-// The device state every kernel launch and matmul uses: one process drives one GPU.
+// The device state every kernel launch and matmul uses: one process drives one GPU. The run
+// owns it (train_gpt.cu's main); the backend and the kernels' context point at it.
 typedef struct {
     int device, sm_count;
     cudaDeviceProp prop;
@@ -32,12 +33,28 @@ typedef struct {
     void *workspace;           // cuBLASLt's
     size_t workspace_bytes;
 } Gpu;
-static Gpu gpu;
+
+// The batch's positions grouped by token, for the embedding's backward (train_gpt.cu's
+// upload_batch builds them): `count` groups, group k is token tok[k] at positions
+// pos[start[k]] .. pos[start[k+1]-1]. Device pointers.
+typedef struct { const int *start, *pos, *tok; int count; } TokenGroups;
+
+// The kernels' per-run context, which model.h hands to every kernel wrapper: the device (its
+// compute stream, cuBLASLt), the matmul plans (gpu/matmul.cuh), the backend whose watchdog the
+// host's waits go through, and the batch's token groups.
+struct MatmulPlans;
+struct NcclBackend;
+typedef struct {
+    Gpu *gpu;
+    struct MatmulPlans *plans;
+    struct NcclBackend *comm;
+    TokenGroups groups;
+} GpuKernels;
 
 static inline unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 // Grid for a grid-stride elementwise loop: enough blocks to fill the GPU, never zero.
-static inline unsigned grid_for(size_t n, int block) {
-    size_t want = (n + block - 1) / block, cap = (size_t)gpu.sm_count * 32;
+static inline unsigned grid_for(const Gpu *gpu, size_t n, int block) {
+    size_t want = (n + block - 1) / block, cap = (size_t)gpu->sm_count * 32;
     if (want > cap) want = cap;
     return want ? (unsigned)want : 1u;
 }

@@ -1,5 +1,5 @@
 // gpu/flash_attention.cuh: causal self-attention on tensor cores without the (T,T) matrix (16-bit
-// builds; the fp32 build and head sizes gpt2_gpu_flash_attention refuses take the matmul path).
+// builds; the fp32 build and head sizes gpu_flash_attention refuses take the matmul path).
 #ifndef GPU_FLASH_ATTENTION_CUH
 #define GPU_FLASH_ATTENTION_CUH
 #include "gpu/kernels.cuh"
@@ -11,7 +11,7 @@
 // accumulation); softmax statistics, the rescaling and dS are fp32, and P and dS are rounded
 // to floatX as the tensor cores' operands (as FlashAttention-2 does). Key tiles entirely above
 // the diagonal of a warp's queries are skipped (causal). Head size hs: a multiple of 16, at most
-// FA_HS (gpt2_gpu_flash_attention), so every tile is whole; rows past T are zero-filled and
+// FA_HS (gpu_flash_attention), so every tile is whole; rows past T are zero-filled and
 // masked. Blocks of 4 warps; each warp owns 16 rows (queries, or keys in the dK/dV kernel); all
 // shared memory is static and under 48 KB, each array 128-byte aligned (WMMA needs every tile
 // pointer 32-byte aligned and every leading dimension a multiple of 16 bytes: the tiles below
@@ -21,7 +21,7 @@
 // scalar reads of it. Grid: (B*NH, ceil(T/64)).
 #define FA_ROWS 64  // rows a block owns: queries (forward, dQ) or keys (dK, dV): 4 warps x 16
 #define FA_STEP 32  // the inner loop's tile: keys (forward, dQ) or queries (dK, dV)
-#define FA_HS GPT2_FLASH_MAX_HS
+#define FA_HS GPU_FLASH_MAX_HS
 #define FA_THREADS 128
 #if !defined(GPU_PRECISION_FP32)
 namespace wmma = nvcuda::wmma;

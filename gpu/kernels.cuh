@@ -309,14 +309,15 @@ static __global__ void crossentropy_softmax_kernel(floatX *logits, float *losses
         l[i] = to_floatX(i < V ? expf(to_float(l[i]) - M) * inv * dloss - (i == tgt ? dloss : 0.0f) : 0.0f);
 }
 
-// AdamW over one run of elements of one kind (decayed or not): adamw_element is optimizer.h's,
-// the same code the CPU trainer runs. p, m, v (n) fp32; g (n) of type dtype, widened. p16 NULL:
-// p is the parameter. Otherwise p is the fp32 master weight and the result is also rounded
-// into p16 (n, dtype), as the CPU's host_adamw does. Grid-stride; each element is independent.
-static __global__ void adamw_kernel(float *p, float *m, float *v, const void *g, void *p16, size_t n, int dtype,
-                                    AdamWStep step, int decay) {
+// The optimizer over one run of elements of one kind (decayed or not): optimizer_element is
+// optimizer.h's, the same arithmetic the CPU trainer runs. p and the state arrays s0, s1 (n; NULL
+// where the optimizer keeps fewer) fp32; g (n) of type dtype, widened. p16 NULL: p is the
+// parameter. Otherwise p is the fp32 master weight and the result is also rounded into p16 (n,
+// dtype), as the CPU's host_update does. Grid-stride; each element is independent.
+static __global__ void optimizer_kernel(OptStep step, float *p, float *s0, float *s1, const void *g, void *p16, size_t n,
+                                        int dtype, int decay) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        adamw_element(&p[i], &m[i], &v[i], zc_load(g, i, dtype), &step, decay);
+        optimizer_element(&step, &p[i], s0 ? &s0[i] : NULL, s1 ? &s1[i] : NULL, zc_load(g, i, dtype), decay);
         if (p16) zc_store(p16, i, p[i], dtype);
     }
 }

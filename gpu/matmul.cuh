@@ -45,8 +45,7 @@ typedef struct {
     int found;                       // 0: no cuBLASLt algorithm, the fallback kernel runs
 } MatmulPlan;
 #define MATMUL_PLANS 64              // GPT-2 uses about 20 shapes (sampler included); more are replaced in turn
-static MatmulPlan matmul_plans[MATMUL_PLANS];
-static int matmul_plans_used, matmul_plans_next;
+typedef struct MatmulPlans { MatmulPlan plan[MATMUL_PLANS]; int used, next; } MatmulPlans;
 
 static void matmul_plan_free(MatmulPlan *p) {
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
@@ -54,16 +53,16 @@ static void matmul_plan_free(MatmulPlan *p) {
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->ld));
     CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
 }
-static void matmul_plans_free(void) {
-    for (int i = 0; i < matmul_plans_used; i++) matmul_plan_free(&matmul_plans[i]);
-    matmul_plans_used = matmul_plans_next = 0;
+static void matmul_plans_free(MatmulPlans *ps) {
+    for (int i = 0; i < ps->used; i++) matmul_plan_free(&ps->plan[i]);
+    ps->used = ps->next = 0;
 }
-static const MatmulPlan *matmul_plan(const MatmulKey *k) {
-    for (int i = 0; i < matmul_plans_used; i++)
-        if (!memcmp(&matmul_plans[i].key, k, sizeof(*k))) return &matmul_plans[i];
+static const MatmulPlan *matmul_plan(const Gpu *gpu, MatmulPlans *ps, const MatmulKey *k) {
+    for (int i = 0; i < ps->used; i++)
+        if (!memcmp(&ps->plan[i].key, k, sizeof(*k))) return &ps->plan[i];
     MatmulPlan *p;
-    if (matmul_plans_used < MATMUL_PLANS) p = &matmul_plans[matmul_plans_used++];
-    else { p = &matmul_plans[matmul_plans_next]; matmul_plans_next = (matmul_plans_next + 1) % MATMUL_PLANS; matmul_plan_free(p); }
+    if (ps->used < MATMUL_PLANS) p = &ps->plan[ps->used++];
+    else { p = &ps->plan[ps->next]; ps->next = (ps->next + 1) % MATMUL_PLANS; matmul_plan_free(p); }
     memset(p, 0, sizeof(*p));
     p->key = *k;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -92,7 +91,7 @@ static const MatmulPlan *matmul_plan(const MatmulKey *k) {
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &gpu.workspace_bytes, sizeof(gpu.workspace_bytes)));
+                                                      &gpu->workspace_bytes, sizeof(gpu->workspace_bytes)));
     // Tell the heuristic how aligned the pointers (and every batch's pointer) really are, so
     // it never picks a kernel that needs more: tensor offsets inside a unit, a head's columns
     // inside qkv and the sampler's odd sequence lengths can leave as little as one element.
@@ -100,14 +99,14 @@ static const MatmulPlan *matmul_plan(const MatmulKey *k) {
                                                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     uint32_t vals[4] = {k->al[0], k->al[1], k->al[2], k->al[2]};
     for (int i = 0; i < 4; i++) CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &vals[i], sizeof(vals[i])));
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(gpu.lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &p->heur, &p->found);
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(gpu->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &p->heur, &p->found);
     if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(hs);
     if (hs != CUBLAS_STATUS_SUCCESS) p->found = 0;
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     return p;
 }
 
-static void matmul_lt(floatX *d, const floatX *a, const floatX *b, const floatX *bias, int M, int N, int K, int transA,
+static void matmul_lt(GpuKernels *kc, floatX *d, const floatX *a, const floatX *b, const floatX *bias, int M, int N, int K, int transA,
                       int transB, int lda, int ldb, int ldd, float alpha, float beta, int batch = 1,
                       long long strideA = 0, long long strideB = 0, long long strideD = 0) {
     MatmulKey key;
@@ -119,7 +118,8 @@ static void matmul_lt(floatX *d, const floatX *a, const floatX *b, const floatX 
     key.al[0] = (uint32_t)alignment_of(b, strideB, batch);
     key.al[1] = (uint32_t)alignment_of(a, strideA, batch);
     key.al[2] = (uint32_t)alignment_of(d, strideD, batch);
-    const MatmulPlan *p = matmul_plan(&key);
+    const Gpu *gpu = kc->gpu;
+    const MatmulPlan *p = matmul_plan(gpu, kc->plans, &key);
     if (!p->found) {
         // No cuBLASLt kernel for this shape and these alignments (16-bit operands one element
         // aligned, say): compute it anyway, slowly, and say so once per process, so that a
@@ -132,18 +132,18 @@ static void matmul_lt(floatX *d, const floatX *a, const floatX *b, const floatX 
                     M, N, K, transA, transB, batch, key.al[1], key.al[0], key.al[2]);
         }
         dim3 grid(ceil_div((size_t)M, 16), ceil_div((size_t)N, 16), batch < 65535 ? batch : 65535);
-        matmul_fallback_kernel<<<grid, dim3(16, 16), 0, gpu.compute>>>(d, a, b, bias, M, N, K, transA, transB, lda, ldb,
+        matmul_fallback_kernel<<<grid, dim3(16, 16), 0, gpu->compute>>>(d, a, b, bias, M, N, K, transA, transB, lda, ldb,
                                                                        ldd, alpha, beta, batch, strideA, strideB, strideD);
         LAUNCH_CHECK();
         return;
     }
     if (key.bias_epilogue)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    CUBLAS_CHECK(cublasLtMatmul(gpu.lt, p->desc, &alpha, b, p->la, a, p->lb, &beta, d, p->ld, d, p->ld, &p->heur.algo,
-                                gpu.workspace, gpu.workspace_bytes, gpu.compute));
+    CUBLAS_CHECK(cublasLtMatmul(gpu->lt, p->desc, &alpha, b, p->la, a, p->lb, &beta, d, p->ld, d, p->ld, &p->heur.algo,
+                                gpu->workspace, gpu->workspace_bytes, gpu->compute));
     if (bias && !key.bias_epilogue) {
         for (int k = 0; k < batch; k++) {
-            add_bias_kernel<<<grid_for((size_t)M * N, 256), 256, 0, gpu.compute>>>(d + k * strideD, bias, M, N);
+            add_bias_kernel<<<grid_for(gpu, (size_t)M * N, 256), 256, 0, gpu->compute>>>(d + k * strideD, bias, M, N);
             LAUNCH_CHECK();
         }
     }
@@ -153,20 +153,20 @@ static void matmul_lt(floatX *d, const floatX *a, const floatX *b, const floatX 
 // w16: the weight's 16-bit copy (model.h's gpt2_x16), or NULL. Here the weights themselves
 // are floatX already, so the storage hooks never hand one over (UnitParams.x16 is NULL): it is
 // the CPU trainer's, whose fp32 kernels need a separate 16-bit copy for its bf16 matmuls.
-static void matmul_forward(floatX *out, const floatX *inp, const floatX *w, const void *w16, const floatX *bias, int N,
+static void matmul_forward(GpuKernels *kc, floatX *out, const floatX *inp, const floatX *w, const void *w16, const floatX *bias, int N,
                            int C, int OC) {
     (void)w16;
-    matmul_lt(out, inp, w, bias, N, OC, C, 0, 1, C, C, OC, 1.0f, 0.0f);
+    matmul_lt(kc, out, inp, w, bias, N, OC, C, 0, 1, C, C, OC, 1.0f, 0.0f);
 }
 // dinp (N,C) = dout (N,OC) . w;  dw (OC,C) += dout^T . inp;  dbias (OC) += column sums of dout
 // (w16 as in matmul_forward)
-static void matmul_backward(floatX *dinp, floatX *dw, floatX *dbias, const floatX *dout, const floatX *inp,
+static void matmul_backward(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *dbias, const floatX *dout, const floatX *inp,
                             const floatX *w, const void *w16, int N, int C, int OC) {
     (void)w16;
-    matmul_lt(dinp, dout, w, NULL, N, C, OC, 0, 0, OC, C, C, 1.0f, 0.0f);
-    matmul_lt(dw, dout, inp, NULL, OC, C, N, 1, 0, OC, C, C, 1.0f, 1.0f);
+    matmul_lt(kc, dinp, dout, w, NULL, N, C, OC, 0, 0, OC, C, C, 1.0f, 0.0f);
+    matmul_lt(kc, dw, dout, inp, NULL, OC, C, N, 1, 0, OC, C, C, 1.0f, 1.0f);
     if (dbias) {
-        column_grads_kernel<<<ceil_div(OC, 32), dim3(32, 32), 0, gpu.compute>>>(NULL, dbias, dout, NULL, NULL, NULL, N, OC);
+        column_grads_kernel<<<ceil_div(OC, 32), dim3(32, 32), 0, kc->gpu->compute>>>(NULL, dbias, dout, NULL, NULL, NULL, N, OC);
         LAUNCH_CHECK();
     }
 }

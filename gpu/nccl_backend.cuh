@@ -25,7 +25,8 @@
 
 #define MAX_PENDING (GPT2_MAX_UNITS + 8)
 enum { SLOT_FREE, SLOT_INFLIGHT, SLOT_WAITED };
-typedef struct {
+typedef struct NcclBackend {
+    Gpu *gpu;                      // the device: its compute stream orders against the collectives
     ncclComm_t comm;
     cudaStream_t stream;           // communication
     int rank, world, step;
@@ -39,8 +40,6 @@ typedef struct {
     int scalar_cap;
     size_t allocated;              // bytes asked of cudaMalloc through the backend's alloc
 } NcclBackend;
-
-static NcclBackend nccl;
 
 static void comm_abort(NcclBackend *b, const char *what, const char *why) {
     fprintf(stderr, "error: rank %d: %s %s at step %d; a peer is stuck or gone (--comm-timeout); aborting the job\n",
@@ -89,7 +88,7 @@ static void wait_event_watchdog(NcclBackend *b, cudaEvent_t ev, const char *what
 static void gpu_sync(NcclBackend *b, const char *what) {
     cudaEvent_t ev;
     CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(ev, gpu.compute));
+    CUDA_CHECK(cudaEventRecord(ev, b->gpu->compute));
     wait_event_watchdog(b, ev, what);
     CUDA_CHECK(cudaEventDestroy(ev));
     comm_reclaim(b);
@@ -114,7 +113,7 @@ static int comm_begin(NcclBackend *b, const char *kind) {
     b->state[h] = SLOT_INFLIGHT;
     b->seq[h] = b->next_seq++;
     snprintf(b->what[h], sizeof(b->what[h]), "%s", kind);
-    CUDA_CHECK(cudaEventRecord(b->ready, gpu.compute));
+    CUDA_CHECK(cudaEventRecord(b->ready, b->gpu->compute));
     CUDA_CHECK(cudaStreamWaitEvent(b->stream, b->ready, 0));
     return h;
 }
@@ -152,7 +151,7 @@ static int nccl_all_gather(void *ctx, const void *send, void *recv, size_t n, in
 static void nccl_wait(void *ctx, int h, const char *what) {
     NcclBackend *b = (NcclBackend *)ctx;
     snprintf(b->what[h], sizeof(b->what[h]), "%s", what);
-    CUDA_CHECK(cudaStreamWaitEvent(gpu.compute, b->done[h], 0));
+    CUDA_CHECK(cudaStreamWaitEvent(b->gpu->compute, b->done[h], 0));
     b->state[h] = SLOT_WAITED;
 }
 static void nccl_set_step(void *ctx, int step) { ((NcclBackend *)ctx)->step = step; }
@@ -199,63 +198,64 @@ static void *dev_alloc(void *ctx, size_t bytes) {
 }
 static void dev_free(void *ctx, void *p) { (void)ctx; CUDA_CHECK(cudaFree(p)); }
 static void dev_zero(void *ctx, void *p, size_t bytes) {
-    (void)ctx;
-    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, gpu.compute));
+    NcclBackend *b = (NcclBackend *)ctx;
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, b->gpu->compute));
 }
 static void dev_add(void *ctx, void *dst, const void *src, size_t n, int dtype) {
-    (void)ctx;
-    add_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(dst, src, n, dtype);
+    NcclBackend *b = (NcclBackend *)ctx;
+    add_kernel<<<grid_for(b->gpu, n, 256), 256, 0, b->gpu->compute>>>(dst, src, n, dtype);
     LAUNCH_CHECK();
 }
 
 
 // Host <-> device copies on the compute stream, complete when they return.
-static void d2h(void *host, const void *dev, size_t bytes, const char *what) {
-    CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, gpu.compute));
-    gpu_sync(&nccl, what);
+static void d2h(NcclBackend *b, void *host, const void *dev, size_t bytes, const char *what) {
+    CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, b->gpu->compute));
+    gpu_sync(b, what);
 }
 // The host side of to_host / from_host is fp32. fp32 buffers copy straight through; 16-bit ones
 // are widened (exact) or rounded on the device, through an fp32 staging buffer taken from the
 // stream-ordered pool on the compute stream and given back before the call returns. These
 // copies stage one unit or slice at a time (initialisation, model files, checkpoints), so the
 // staging is transient, outside the memory plan, and never exists in fp32 runs.
-static float *staging_floats(size_t n) {
+static float *staging_floats(NcclBackend *b, size_t n) {
     float *s = NULL;
-    CUDA_CHECK(cudaMallocAsync((void **)&s, n * sizeof(float), gpu.compute));
+    CUDA_CHECK(cudaMallocAsync((void **)&s, n * sizeof(float), b->gpu->compute));
     return s;
 }
 static void dev_to_host(void *ctx, float *host, const void *src, size_t n, int dtype) {
-    (void)ctx;
+    NcclBackend *b = (NcclBackend *)ctx;
     if (n == 0) return;
-    if (dtype == ZC_F32) { d2h(host, src, n * sizeof(float), "a device-to-host copy"); return; }
-    float *s = staging_floats(n);
-    widen_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(s, src, n, dtype);
+    if (dtype == ZC_F32) { d2h(b, host, src, n * sizeof(float), "a device-to-host copy"); return; }
+    float *s = staging_floats(b, n);
+    widen_kernel<<<grid_for(b->gpu, n, 256), 256, 0, b->gpu->compute>>>(s, src, n, dtype);
     LAUNCH_CHECK();
-    d2h(host, s, n * sizeof(float), "a device-to-host copy");
-    CUDA_CHECK(cudaFreeAsync(s, gpu.compute));
+    d2h(b, host, s, n * sizeof(float), "a device-to-host copy");
+    CUDA_CHECK(cudaFreeAsync(s, b->gpu->compute));
 }
 static void dev_from_host(void *ctx, void *dst, const float *host, size_t n, int dtype) {
-    (void)ctx;
+    NcclBackend *b = (NcclBackend *)ctx;
     if (n == 0) return;
-    float *s = dtype == ZC_F32 ? (float *)dst : staging_floats(n);
-    CUDA_CHECK(cudaMemcpyAsync(s, host, n * sizeof(float), cudaMemcpyHostToDevice, gpu.compute));
+    float *s = dtype == ZC_F32 ? (float *)dst : staging_floats(b, n);
+    CUDA_CHECK(cudaMemcpyAsync(s, host, n * sizeof(float), cudaMemcpyHostToDevice, b->gpu->compute));
     if (dtype != ZC_F32) {
-        narrow_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(dst, s, n, dtype);
+        narrow_kernel<<<grid_for(b->gpu, n, 256), 256, 0, b->gpu->compute>>>(dst, s, n, dtype);
         LAUNCH_CHECK();
-        CUDA_CHECK(cudaFreeAsync(s, gpu.compute));
+        CUDA_CHECK(cudaFreeAsync(s, b->gpu->compute));
     }
-    gpu_sync(&nccl, "a host-to-device copy"); // the host buffer may be reused at once
+    gpu_sync(b, "a host-to-device copy"); // the host buffer may be reused at once
 }
-static void dev_adamw(void *ctx, float *p, float *m, float *v, const void *g, void *p16, size_t n, int dtype,
-                      const AdamWStep *step, int decay) {
-    (void)ctx;
-    adamw_kernel<<<grid_for(n, 256), 256, 0, gpu.compute>>>(p, m, v, g, p16, n, dtype, *step, decay);
+static void dev_update(void *ctx, const OptStep *step, float *p, float *const *state, const void *g, void *p16, size_t n,
+                       int dtype, int decay) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    optimizer_kernel<<<grid_for(b->gpu, n, 256), 256, 0, b->gpu->compute>>>(*step, p, state[0], state[1], g, p16, n, dtype,
+                                                                            decay);
     LAUNCH_CHECK();
 }
 
 static ZeroBackend nccl_backend(NcclBackend *b) {
     ZeroBackend be = {b, nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_wait, nccl_set_step, nccl_progress,
-                      nccl_sum_doubles, dev_alloc, dev_free, dev_zero, dev_add, dev_to_host, dev_from_host, dev_adamw};
+                      nccl_sum_doubles, dev_alloc, dev_free, dev_zero, dev_add, dev_to_host, dev_from_host, dev_update};
     return be;
 }
 

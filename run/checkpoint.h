@@ -3,11 +3,12 @@
 // Contract
 //   A checkpoint is a directory DIR/step_NNNNNNNN/ holding
 //     model_rankRRRRR.bin  each rank's slice of every unit's parameters (fp32 master weights)
-//     optim_rankRRRRR.bin  each rank's slice of Adam m and v, unit by unit (m then v)
+//     optim_rankRRRRR.bin  each rank's slice of the optimizer's state arrays, unit by unit
+//                          (optimizer.h's slices in order: AdamW's m then v; Lion's m; ...)
 //     state.bin            the step, Adam's update count, the sampling rng, the dataloader
 //                          position, the fp16 loss scaler
-//     manifest.json        model shape, world size, stage, precision, and every file's size and
-//                          checksum (FNV-1a over 64-bit words)
+//     manifest.json        model shape, world size, stage, precision, optimizer, and every file's
+//                          size and checksum (FNV-1a over 64-bit words)
 //   and DIR/latest names the newest complete one. A rank's slice of unit u is the r-th of N
 //   equal parts of the unit padded to N*ZERO_ALIGN elements (zero.h), whatever the stage, so the
 //   files depend on the world size but not on the stage: resuming under another stage is free,
@@ -20,7 +21,11 @@
 //
 //   Loading reads unit by unit, so memory stays bounded by one unit (plus the slices this rank
 //   keeps), verifies sizes and checksums, and never writes. Errors print one line naming the
-//   file and return -1.
+//   file and return -1. The optimizer state is read into the same optimizer only (a manifest
+//   without "optimizer" is AdamW's, as written before the field existed).
+//   The model states are reached through zero.h's slice interface (zero_get_slice,
+//   zero_set_unit, zero_get_state_slice, zero_set_state_unit): this file knows the format, not
+//   where a stage keeps what.
 // Collectives go through ZeroBackend (sum_doubles), so both trainers share this file.
 #ifndef CHECKPOINT_H
 #define CHECKPOINT_H
@@ -157,13 +162,13 @@ static inline int ckpt_save(const char *dir, Zero *z, const GPT2Config *cfg, con
         ckpt_out_write(&optim, h, sizeof(h));
         float *host = (float *)malloc(zero_max_unit(z) / z->world * sizeof(float)); // the largest slice
         for (int u = 0; u < z->lay.num_units && host; u++) { // through the host, one slice at a time
-            size_t n = zero_slice(z, u), mv = z->stage == 0 ? zero_slice_begin(z, u) : zero_shard_offset(z, u);
+            size_t n = zero_slice(z, u);
             zero_get_slice(z, u, host); // fp32: the master weights in mixed precision
             ckpt_out_write(&model, host, n * sizeof(float));
-            z->be.to_host(z->be.ctx, host, z->adam_m + mv, n, ZC_F32);
-            ckpt_out_write(&optim, host, n * sizeof(float));
-            z->be.to_host(z->be.ctx, host, z->adam_v + mv, n, ZC_F32);
-            ckpt_out_write(&optim, host, n * sizeof(float));
+            for (int k = 0; k < z->nstate; k++) {
+                zero_get_state_slice(z, k, u, host);
+                ckpt_out_write(&optim, host, n * sizeof(float));
+            }
         }
         if (!host) model.ok = 0;
         free(host);
@@ -191,11 +196,11 @@ static inline int ckpt_save(const char *dir, Zero *z, const GPT2Config *cfg, con
             char line[512];
             int k = snprintf(line, sizeof(line),
                 "{\n  \"format\": \"zero.c checkpoint\", \"version\": 1, \"step\": %llu,\n"
-                "  \"world\": %d, \"zero_stage\": %d, \"precision\": \"%s\",\n"
+                "  \"world\": %d, \"zero_stage\": %d, \"precision\": \"%s\", \"optimizer\": \"%s\",\n"
                 "  \"model\": {\"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, "
                 "\"num_layers\": %d, \"num_heads\": %d, \"channels\": %d},\n"
                 "  \"state\": {\"file\": \"state.bin\", \"bytes\": %zu, \"fnv1a64\": \"%016llx\"},\n  \"files\": [\n",
-                (unsigned long long)st->step, W, z->stage, precision, cfg->max_seq_len, cfg->vocab_size,
+                (unsigned long long)st->step, W, z->stage, precision, optimizer_info(z->optimizer)->name, cfg->max_seq_len, cfg->vocab_size,
                 cfg->padded_vocab_size, cfg->num_layers, cfg->num_heads, cfg->channels, sizeof(*st),
                 (unsigned long long)so.sum.h);
             ckpt_out_write(&mo, line, (size_t)k);
@@ -238,6 +243,7 @@ typedef struct {
     int world, stage;
     long step;
     char precision[16];
+    int optimizer;        // optimizer.h's kind: whose state the optim files hold
     Checksum want_model[4096], want_optim[4096]; // per old rank
     Checksum want_state;
 } CkptManifest;
@@ -286,6 +292,7 @@ static inline int ckpt_read_manifest(const char *path, CkptManifest *m) {
     const cJSON *files = j ? cJSON_GetObjectItemCaseSensitive(j, "files") : NULL;
     const cJSON *prec = j ? cJSON_GetObjectItemCaseSensitive(j, "precision") : NULL;
     const cJSON *state = j ? cJSON_GetObjectItemCaseSensitive(j, "state") : NULL;
+    const cJSON *opt = j ? cJSON_GetObjectItemCaseSensitive(j, "optimizer") : NULL;
     if (!j || !cJSON_IsObject(model) || !cJSON_IsArray(files) || !cJSON_IsString(prec) || !cJSON_IsObject(state)) {
         fprintf(stderr, "error: %s: not a zero.c manifest\n", mpath);
         cJSON_Delete(j);
@@ -306,6 +313,10 @@ static inline int ckpt_read_manifest(const char *path, CkptManifest *m) {
         m->cfg.num_layers = (int)v[3]; m->cfg.num_heads = (int)v[4]; m->cfg.channels = (int)v[5];
         m->world = (int)world; m->stage = (int)stage; m->step = step;
         snprintf(m->precision, sizeof(m->precision), "%s", prec->valuestring);
+        m->optimizer = -1;
+        for (int k = 0; k < OPT_NUM; k++)
+            if (!opt || (cJSON_IsString(opt) && !strcmp(opt->valuestring, optimizer_info(k)->name))) { m->optimizer = k; break; }
+        if (m->optimizer < 0) { fprintf(stderr, "error: %s: unknown optimizer in the manifest\n", mpath); bad = 1; }
         const char *why = gpt2_config_problem(&m->cfg);
         if (why) { fprintf(stderr, "error: %s: bad model shape: %s\n", mpath, why); bad = 1; }
         for (int q = 0; q < m->world && !bad; q++)
@@ -350,10 +361,16 @@ static inline int ckpt_open_rank_files(const CkptManifest *m, const char *kind, 
 // unit's parameters (real elements first, then zeros) instead: the exporter's way in.
 static inline int ckpt_load(const CkptManifest *m, Zero *z, int with_optimizer,
                             int (*unit_cb)(int u, const float *unit, void *ctx), void *cb_ctx) {
+    if (with_optimizer && z && m->optimizer != z->optimizer) {
+        fprintf(stderr, "error: %s: holds the state of optimizer %s; this run's is %s (resume with --optimizer %s)\n",
+                m->dir, optimizer_info(m->optimizer)->name, optimizer_info(z->optimizer)->name,
+                optimizer_info(m->optimizer)->name);
+        return -1;
+    }
     ParamLayout old;
     gpt2_layout_init(&old, &m->cfg, (size_t)m->world * ZERO_ALIGN);
     const ParamLayout *lay = z ? &z->lay : &old;
-    int W = m->world, nk = with_optimizer ? 3 : 1, bad = 0;
+    int W = m->world, nk = with_optimizer ? 1 + optimizer_info(m->optimizer)->slices : 1, bad = 0;
     FILE **model = (FILE **)calloc((size_t)W, sizeof(FILE *)), **optim = (FILE **)calloc((size_t)W, sizeof(FILE *));
     Checksum *got_m = (Checksum *)calloc((size_t)W, sizeof(Checksum)), *got_o = (Checksum *)calloc((size_t)W, sizeof(Checksum));
     size_t maxu = 0;
@@ -361,7 +378,7 @@ static inline int ckpt_load(const CkptManifest *m, Zero *z, int with_optimizer,
         size_t a = gpt2_unit_padded(&old, u), b = gpt2_unit_padded(lay, u);
         maxu = a > maxu ? a : maxu; maxu = b > maxu ? b : maxu;
     }
-    float *unit = (float *)calloc(maxu * 3, sizeof(float)); // params, m, v of one unit (old padding)
+    float *unit = (float *)calloc(maxu * (1 + OPT_MAX_SLICES), sizeof(float)); // params and state of one unit
     bad = ckpt_open_rank_files(m, "model", model, m->want_model) ||
           (with_optimizer && ckpt_open_rank_files(m, "optim", optim, m->want_optim));
     for (int q = 0; q < W && !bad; q++) {
@@ -375,29 +392,20 @@ static inline int ckpt_load(const CkptManifest *m, Zero *z, int with_optimizer,
     for (int u = 0; u < old.num_units && !bad; u++) {
         size_t s = gpt2_unit_padded(&old, u) / W, real = old.unit_numel[u];
         for (int q = 0; q < W && !bad; q++) { // reassemble the unit from the old ranks' slices
-            float *dst[3] = {unit + q * s, unit + maxu + q * s, unit + 2 * maxu + q * s};
-            bad |= fread(dst[0], sizeof(float), s, model[q]) != s;
-            ckpt_sum(&got_m[q], dst[0], s * sizeof(float));
-            for (int k = 1; k < nk && !bad; k++) {
-                bad |= fread(dst[k], sizeof(float), s, optim[q]) != s;
-                ckpt_sum(&got_o[q], dst[k], s * sizeof(float));
+            for (int k = 0; k < nk && !bad; k++) { // the weights, then each state array
+                float *dst = unit + k * maxu + q * s;
+                bad |= fread(dst, sizeof(float), s, k ? optim[q] : model[q]) != s;
+                ckpt_sum(k ? &got_o[q] : &got_m[q], dst, s * sizeof(float));
             }
         }
-        for (int k = 0; k < 3; k++) // the new layout may pad more: zero past the real elements
+        for (int k = 0; k < nk; k++) // the new layout may pad more: zero past the real elements
             memset(unit + k * maxu + real, 0, (maxu - real) * sizeof(float));
         if (bad) { fprintf(stderr, "error: %s: read failed in unit %d\n", m->dir, u); break; }
         if (unit_cb) { bad = unit_cb(u, unit, cb_ctx); continue; }
-        // keep what this rank keeps under its own stage and world size (through the backend:
-        // its memory may be a GPU's)
-        size_t n = zero_slice(z, u), begin = (size_t)z->rank * n, padded = gpt2_unit_padded(lay, u);
+        // keep what this rank keeps under its own stage and world size (zero.h decides; through
+        // the backend: its memory may be a GPU's)
         zero_set_unit(z, u, unit); // parameters (rounded in mixed precision) and master weights
-        if (with_optimizer && z->stage == 0) { // stage 0 keeps every element's moments
-            z->be.from_host(z->be.ctx, z->adam_m + z->lay.unit_offset[u], unit + maxu, padded, ZC_F32);
-            z->be.from_host(z->be.ctx, z->adam_v + z->lay.unit_offset[u], unit + 2 * maxu, padded, ZC_F32);
-        } else if (with_optimizer) {
-            z->be.from_host(z->be.ctx, z->adam_m + zero_shard_offset(z, u), unit + maxu + begin, n, ZC_F32);
-            z->be.from_host(z->be.ctx, z->adam_v + zero_shard_offset(z, u), unit + 2 * maxu + begin, n, ZC_F32);
-        }
+        for (int k = 1; k < nk; k++) zero_set_state_unit(z, k - 1, u, unit + k * maxu);
     }
     for (int q = 0; q < W && !bad; q++) {
         char path[CKPT_PATH + 64];

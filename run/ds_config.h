@@ -277,7 +277,7 @@ static inline int ds_settle(const DsCtx *x, int key, const char *path, const cha
         char cli[64];
         ds_error(x, path, "the file says %s but the command line says --%s %s; they conflict (make it \"auto\" "
                           "in the file to take the command line's value)",
-                 file_value, config_key_names[key], ds_setting_str(c, key, cli, sizeof(cli)));
+                 file_value, config_key_name(key), ds_setting_str(c, key, cli, sizeof(cli)));
         return -1;
     }
     c->source[key] = CFG_SRC_FILE;
@@ -335,6 +335,20 @@ static inline int ds_choice_key(const DsCtx *x, const cJSON *obj, const char *pa
     if (ds_settle(x, key, path, s, v == *field)) return -1;
     *field = v;
     return 0;
+}
+
+// An option's DeepSpeed key (its row's ds_key, read from obj, the object that holds it), read as
+// its row says: type, range or choices, and what the error says is expected.
+static inline int ds_option(const DsCtx *x, const cJSON *obj, int key) {
+    const ConfigOption *o = &config_options()[key];
+    void *f = config_field(x->c, key);
+    switch (o->type) {
+    case OT_FLOAT: return ds_float_key(x, obj, o->ds_key, key, o->lo, o->hi, (float *)f);
+    case OT_INT: return ds_int_key(x, obj, o->ds_key, key, o->lo, o->hi, o->ds_expect, (int *)f);
+    case OT_FLAG: return ds_bool_key(x, obj, o->ds_key, key, (int *)f);
+    case OT_CHOICE: return ds_choice_key(x, obj, o->ds_key, key, o->choices, o->nchoices, o->ds_expect, (int *)f);
+    default: ds_error(x, o->ds_key, "no DeepSpeed reader for this option's type"); return -1;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -425,18 +439,62 @@ static inline int ds_optimizer(const DsCtx *x, const cJSON *root) {
     if (!opt) return 0; // no optimizer section: DeepSpeed would use the program's own: ours
     static const char *const keys[] = {"type", "params"};
     if (ds_known_keys(x, opt, "optimizer", keys, 2)) return -1;
-    static const char *const types[] = {"AdamW", "Adam"};
-    int type = 0; // DeepSpeed lower-cases the name
-    if (ds_choice(x, opt, "optimizer.type", types, 2, 1, "\"AdamW\" or \"Adam\" (others are not implemented "
-                  "in this trainer)", &type) == DS_ERROR) return -1;
+    // DeepSpeed's type names (it lower-cases them), from optimizer.h's table: AdamW, Adam, Lion,
+    // and torch's SGD, which is sgd-momentum when params.momentum > 0 (torch's default is 0)
+    const char *types[2 * OPT_NUM];
+    int kinds[2 * OPT_NUM], ntypes = 0;
+    for (int k = 0; k < OPT_NUM; k++)
+        for (int i = 0; i < 2; i++)
+            if (optimizer_info(k)->ds_types[i]) { types[ntypes] = optimizer_info(k)->ds_types[i]; kinds[ntypes++] = k; }
+    int type = 0, st = ds_choice(x, opt, "optimizer.type", types, ntypes, 1,
+                                 "\"AdamW\", \"Adam\", \"Lion\" or \"SGD\" (others are not implemented in this trainer)", &type);
+    if (st == DS_ERROR) return -1;
     if (ds_object(x, opt, "optimizer.params", &params) == DS_ERROR) return -1;
+    int kind = st == DS_VALUE ? kinds[type] : c->optimizer, is_adam = st == DS_VALUE && !strcmp(types[type], "Adam");
+    if (kind == OPT_SGD && params) { // the momentum decides which of the two
+        double mu = 0.0;
+        if (ds_number(x, params, "optimizer.params.momentum", 0, 0.999999, 0, NULL, &mu) == DS_ERROR) return -1;
+        if (mu > 0.0) kind = OPT_SGD_MOMENTUM;
+    }
+    if (st == DS_AUTO) ds_auto(x, CK_OPTIMIZER, "optimizer.type");
+    if (st == DS_VALUE) {
+        char tv[48];
+        snprintf(tv, sizeof(tv), "\"%s\" (%s)", types[type], optimizer_info(kind)->name);
+        if (ds_settle(x, CK_OPTIMIZER, "optimizer.type", tv, c->optimizer == kind)) return -1;
+        c->optimizer = kind;
+    }
     if (!params) return 0;
-    static const char *const pkeys[] = {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "torch_adam",
-                                        "bias_correction", "amsgrad"};
-    if (ds_known_keys(x, params, "optimizer.params", pkeys, 8)) return -1;
-    if (ds_float_key(x, params, "optimizer.params.lr", CK_LR, 0, 1e3, &c->lr)) return -1;
-    if (ds_float_key(x, params, "optimizer.params.eps", CK_EPS, 1e-30, 1, &c->eps)) return -1;
-    if (ds_float_key(x, params, "optimizer.params.weight_decay", CK_WEIGHT_DECAY, 0, 1e3, &c->weight_decay)) return -1;
+    // the params the optimizer takes (optimizer.h says which hyperparameters it reads), and for
+    // DeepSpeed's Adam its flags, for torch's SGD the two it has that are not implemented here
+    unsigned uses = optimizer_info(kind)->uses;
+    int sgd = kind == OPT_SGD || kind == OPT_SGD_MOMENTUM;
+    const char *pkeys[12];
+    int np = 0;
+    pkeys[np++] = "lr"; pkeys[np++] = "weight_decay";
+    if (uses & OPT_USES_BETAS) pkeys[np++] = "betas";
+    if (uses & OPT_USES_EPS) pkeys[np++] = "eps";
+    if (uses & OPT_USES_MOMENTUM || sgd) pkeys[np++] = "momentum";
+    if (kind == OPT_ADAMW) { pkeys[np++] = "adam_w_mode"; pkeys[np++] = "torch_adam"; pkeys[np++] = "bias_correction"; pkeys[np++] = "amsgrad"; }
+    if (sgd) { pkeys[np++] = "dampening"; pkeys[np++] = "nesterov"; }
+    if (ds_known_keys(x, params, "optimizer.params", pkeys, np)) return -1;
+    if (ds_option(x, params, CK_LR) || ds_option(x, params, CK_WEIGHT_DECAY)) return -1;
+    if ((uses & OPT_USES_EPS) && ds_option(x, params, CK_EPS)) return -1;
+    if ((uses & OPT_USES_MOMENTUM) && ds_option(x, params, CK_MOMENTUM)) return -1;
+    if (sgd) {
+        double v = 0.0;
+        int flag = 0;
+        if ((st = ds_number(x, params, "optimizer.params.dampening", 0, 1, 0, NULL, &v)) == DS_ERROR) return -1;
+        if (st == DS_VALUE && v != 0.0) {
+            ds_error(x, "optimizer.params.dampening", "only 0 is implemented in this trainer");
+            return -1;
+        }
+        if ((st = ds_boolean(x, params, "optimizer.params.nesterov", &flag)) == DS_ERROR) return -1;
+        if (st == DS_VALUE && flag) {
+            ds_error(x, "optimizer.params.nesterov", "true is not implemented in this trainer");
+            return -1;
+        }
+        return 0;
+    }
     const cJSON *betas = cJSON_GetObjectItemCaseSensitive(params, "betas");
     if (ds_is_auto(betas)) {
         ds_auto(x, CK_BETA1, "optimizer.params.betas");
@@ -465,7 +523,8 @@ static inline int ds_optimizer(const DsCtx *x, const cJSON *root) {
             *field[i] = (float)v;
         }
     }
-    int flag = 0, st;
+    if (kind != OPT_ADAMW) return 0;
+    int flag = 0;
     if ((st = ds_boolean(x, params, "optimizer.params.torch_adam", &flag)) == DS_ERROR) return -1;
     if ((st = ds_boolean(x, params, "optimizer.params.bias_correction", &flag)) == DS_ERROR) return -1;
     if (st == DS_VALUE && !flag) {
@@ -480,7 +539,7 @@ static inline int ds_optimizer(const DsCtx *x, const cJSON *root) {
     }
     // DeepSpeed's "Adam" is AdamW unless adam_w_mode is false, which makes weight decay an L2 term
     if ((st = ds_boolean(x, params, "optimizer.params.adam_w_mode", &flag)) == DS_ERROR) return -1;
-    if (st == DS_VALUE && !flag && type == 1 && c->weight_decay != 0.0f) {
+    if (st == DS_VALUE && !flag && is_adam && c->weight_decay != 0.0f) {
         ds_error(x, "optimizer.params.adam_w_mode", "false (Adam with L2 weight decay) is not implemented in this "
                                                     "trainer; use AdamW, or weight_decay 0");
         return -1;
@@ -531,19 +590,10 @@ static inline int ds_scheduler(const DsCtx *x, const cJSON *root) {
     double v;
     if ((st = ds_number(x, params, "scheduler.params.last_batch_iteration", -1, -1, 1,
                         "-1 (resuming a schedule is not implemented)", &v)) == DS_ERROR) return -1;
-    if (ds_int_key(x, params, "scheduler.params.warmup_num_steps", CK_WARMUP, 0, 1 << 30, NULL, &c->warmup)) return -1;
-    if (ds_choice_key(x, params, "scheduler.params.warmup_type", CK_WARMUP_TYPE, lr_warmup_type_names, 2,
-                      "\"log\" or \"linear\"", &c->warmup_type)) return -1;
-    if (kind != LR_DS_WARMUP &&
-        ds_int_key(x, params, "scheduler.params.total_num_steps", CK_LR_TOTAL_STEPS, 1, 1 << 30, NULL,
-                   &c->lr_total_steps)) return -1;
-    if (kind == LR_DS_WARMUP_COSINE) {
-        if (ds_float_key(x, params, "scheduler.params.warmup_min_ratio", CK_WARMUP_MIN_RATIO, 0, 1,
-                         &c->warmup_min_ratio)) return -1;
-        return ds_float_key(x, params, "scheduler.params.cos_min_ratio", CK_MIN_LR_FRAC, 0, 1, &c->min_lr_frac);
-    }
-    if (ds_float_key(x, params, "scheduler.params.warmup_min_lr", CK_WARMUP_MIN_LR, 0, 1e3, &c->warmup_min_lr))
-        return -1;
+    if (ds_option(x, params, CK_WARMUP) || ds_option(x, params, CK_WARMUP_TYPE)) return -1;
+    if (kind != LR_DS_WARMUP && ds_option(x, params, CK_LR_TOTAL_STEPS)) return -1;
+    if (kind == LR_DS_WARMUP_COSINE) return ds_option(x, params, CK_WARMUP_MIN_RATIO) || ds_option(x, params, CK_MIN_LR_FRAC);
+    if (ds_option(x, params, CK_WARMUP_MIN_LR)) return -1;
     // warmup_max_lr is the peak, --lr, like optimizer.params.lr: as in DeepSpeed the scheduler's wins
     float before = c->lr;
     int from_opt = c->source[CK_LR] == CFG_SRC_FILE;
@@ -579,31 +629,26 @@ static inline int ds_precision(const DsCtx *x, const cJSON *root) {
     }
     int want = -1;
     const char *path = NULL;
-    if (fs == DS_VALUE && fe) { want = PRECISION_FP16; path = "fp16.enabled"; }
-    else if (bs == DS_VALUE && be) { want = PRECISION_BF16; path = "bf16.enabled"; }
-    else if (fs == DS_VALUE && bs == DS_VALUE) { want = PRECISION_FP32; path = "fp16.enabled"; }
-    else if (fs == DS_VALUE && c->precision == PRECISION_FP16) { want = PRECISION_FP32; path = "fp16.enabled"; }
-    else if (bs == DS_VALUE && c->precision == PRECISION_BF16) { want = PRECISION_FP32; path = "bf16.enabled"; }
+    if (fs == DS_VALUE && fe) { want = ZC_FP16; path = "fp16.enabled"; }
+    else if (bs == DS_VALUE && be) { want = ZC_BF16; path = "bf16.enabled"; }
+    else if (fs == DS_VALUE && bs == DS_VALUE) { want = ZC_F32; path = "fp16.enabled"; }
+    else if (fs == DS_VALUE && c->precision == ZC_FP16) { want = ZC_F32; path = "fp16.enabled"; }
+    else if (bs == DS_VALUE && c->precision == ZC_BF16) { want = ZC_F32; path = "bf16.enabled"; }
     if (want >= 0) {
         char s[80];
-        snprintf(s, sizeof(s), "%s (%s)", want == PRECISION_FP32 ? "false" : "true", precision_names[want]);
+        snprintf(s, sizeof(s), "%s (%s)", want == ZC_F32 ? "false" : "true", zc_dtype_names[want]);
         if (ds_settle(x, CK_PRECISION, path, s, c->precision == want)) return -1;
         c->precision = want;
     } else if (fs == DS_AUTO || bs == DS_AUTO) ds_auto(x, CK_PRECISION, fs == DS_AUTO ? "fp16.enabled" : "bf16.enabled");
     if (!fp16) return 0;
-    if (ds_float_key(x, fp16, "fp16.loss_scale", CK_LOSS_SCALE, 0, 1e38, &c->loss_scale)) return -1;
-    if (ds_int_key(x, fp16, "fp16.initial_scale_power", CK_INITIAL_SCALE_POWER, -126, 127, NULL,
-                   &c->initial_scale_power)) return -1;
-    if (ds_int_key(x, fp16, "fp16.loss_scale_window", CK_LOSS_SCALE_WINDOW, 1, 1 << 30, NULL, &c->loss_scale_window))
-        return -1;
-    if (ds_int_key(x, fp16, "fp16.hysteresis", CK_HYSTERESIS, 1, 1 << 30, NULL, &c->hysteresis)) return -1;
-    if (ds_bool_key(x, fp16, "fp16.consecutive_hysteresis", CK_CONSECUTIVE_HYSTERESIS, &c->consecutive_hysteresis))
-        return -1;
-    return ds_float_key(x, fp16, "fp16.min_loss_scale", CK_MIN_LOSS_SCALE, 1e-38, 1e38, &c->min_loss_scale);
+    static const int keys[] = {CK_LOSS_SCALE, CK_INITIAL_SCALE_POWER, CK_LOSS_SCALE_WINDOW, CK_HYSTERESIS,
+                               CK_CONSECUTIVE_HYSTERESIS, CK_MIN_LOSS_SCALE};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (ds_option(x, fp16, keys[i])) return -1;
+    return 0;
 }
 
 static inline int ds_zero(const DsCtx *x, const cJSON *root) {
-    TrainConfig *c = x->c;
     const cJSON *z, *oo = NULL, *op = NULL;
     if (ds_object(x, root, "zero_optimization", &z) == DS_ERROR) return -1;
     if (!z) return 0;
@@ -615,7 +660,7 @@ static inline int ds_zero(const DsCtx *x, const cJSON *root) {
                                        "stage3_gather_fp16_weights_on_model_save", // DeepSpeed's older name
                                        "sub_group_size", "offload_optimizer", "offload_param"};
     if (ds_known_keys(x, z, "zero_optimization", keys, 16)) return -1;
-    if (ds_int_key(x, z, "zero_optimization.stage", CK_ZERO_STAGE, 0, 3, "0, 1, 2 or 3", &c->zero_stage)) return -1;
+    if (ds_option(x, z, CK_ZERO_STAGE)) return -1;
     for (int k = DSX_OVERLAP_COMM; k <= DSX_SUB_GROUP_SIZE; k++) {
         const char *alias = NULL;
         if (k == DSX_GATHER_16BIT_WEIGHTS_ON_MODEL_SAVE &&
@@ -783,8 +828,7 @@ static inline int ds_config_apply_text(TrainConfig *c, const char *name, const c
                                            "zero_optimization"};
         if (ds_known_keys(&x, root, "", keys, 11)) goto done;
     }
-    if (ds_float_key(&x, root, "gradient_clipping", CK_GRAD_CLIP, 0, 1e30, &c->grad_clip)) goto done;
-    if (ds_int_key(&x, root, "steps_per_print", CK_PRINT_EVERY, 1, 1 << 30, NULL, &c->print_every)) goto done;
+    if (ds_option(&x, root, CK_GRAD_CLIP) || ds_option(&x, root, CK_PRINT_EVERY)) goto done;
     if (ds_extra_key(&x, root, DSX_WALL_CLOCK_BREAKDOWN, NULL)) goto done;
     if (ds_optimizer(&x, root) || ds_scheduler(&x, root) || ds_precision(&x, root) || ds_zero(&x, root) ||
         ds_batch(&x, root)) goto done;
@@ -864,7 +908,7 @@ static inline void config_print_resolved(FILE *f, const TrainConfig *c) {
     fprintf(f, "  %-24s %-*s %-*s %s\n", "option", wv, "value", ws, "source", "DeepSpeed key");
     for (int k = 0; k < CK_DSX; k++) {
         char opt[40];
-        snprintf(opt, sizeof(opt), "--%s", config_key_names[k]);
+        snprintf(opt, sizeof(opt), "--%s", config_key_name(k));
         fprintf(f, "  %-24s %-*s %-*s %s%s\n", opt, wv, val[k], ws, src[k],
                 c->file_said[k] != CFG_FILE_SILENT ? c->file_key[k] : "",
                 c->file_said[k] == CFG_FILE_AUTO ? " = \"auto\"" : "");
@@ -872,7 +916,7 @@ static inline void config_print_resolved(FILE *f, const TrainConfig *c) {
     fprintf(f, "  %-59s %-*s %-*s %s\n", "DeepSpeed setting without an option", wv, "value", ws, "source",
             "what this trainer does");
     for (int k = CK_DSX; k < CK_NUM; k++)
-        fprintf(f, "  %-59s %-*s %-*s %s\n", config_key_names[k], wv, val[k], ws, src[k], ds_extras()[k - CK_DSX].ours);
+        fprintf(f, "  %-59s %-*s %-*s %s\n", config_key_name(k), wv, val[k], ws, src[k], ds_extras()[k - CK_DSX].ours);
 }
 
 static inline void config_log_resolved(FILE *f, const TrainConfig *c) {
@@ -907,7 +951,7 @@ static inline void config_log_resolved(FILE *f, const TrainConfig *c) {
             cJSON_AddStringToObject(e, "file_key", c->file_key[k]);
             cJSON_AddBoolToObject(e, "auto", c->file_said[k] == CFG_FILE_AUTO);
         }
-        cJSON_AddItemToObject(s, config_key_names[k], e);
+        cJSON_AddItemToObject(s, config_key_name(k), e);
     }
     cJSON_AddItemToObject(o, "settings", s);
     char *text = cJSON_PrintUnformatted(o);

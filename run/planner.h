@@ -3,49 +3,54 @@
 // Contract
 //   - PlanInput describes a run: a model, a precision, an optimizer, a ZeRO stage, a world
 //     size N (any N: 1024 is fine, nothing is allocated), a micro-batch B and sequence length
-//     T, activation recompute on/off, optimizer state offloaded to host on/off.
+//     T, activation recompute on/off, optimizer state offloaded to host on/off, and the trainer
+//     (PlanBackend: how its backend lays out activations and what workspace it needs; each
+//     trainer hands over its own, so that this header knows no backend).
 //   - The model is either
 //       a GPT-2 shape (--model dNN or --layers/--channels/--heads/--vocab-size/--max-seq-len):
 //         EXACT. The parameter count P is the padded flat layout the trainer allocates
 //         (gpt2_layout_init with align N*ZERO_ALIGN; zero.h's slice arithmetic), buffers are
-//         zero_init's, activations are the trainer's own (gpt2_activation_bytes; compiled by
-//         nvcc, in train_gpt, the GPU trainer's: gpt2_gpu_activation_bytes), and so is the CPU
-//         trainer's fp32 workspace of 16-bit runs (gpt2_workspace_bytes; the GPU has none).
+//         zero_init's, activations and workspace are the trainer's own (PlanBackend's functions:
+//         cpu/workspace.h's for the CPU trainer, gpu/layout.h's for the GPU trainer).
 //         planner_plan() for the trainer's configuration equals the bytes it allocates.
 //       or a bare parameter count (--params 7e9): TEXTBOOK. Model states by the formulas
 //         below on P as given; buffers unknown; activations by the Korthikanti et al. 2022
 //         per-layer estimate when --layers, --channels and --heads are given, else unknown.
 //   - planner_plan() fills a MemoryPlan: bytes per rank by kind (zero.h's MEM_* kinds: params,
-//     grads, master, adam_m, adam_v, buffers, activations, workspace), on the device and on
-//     the host.
+//     grads, master, the optimizer's state arrays (adam_m, adam_v for AdamW), buffers,
+//     activations, workspace), on the device and on the host.
 //     Doubles hold exact integers (up to 2^53 bytes); textbook divisions by N may be fractional.
 //   - planner_print_table() prints it for people (optionally beside what the trainer's ranks
 //     really allocated); planner_print_json() as one JSON object (keys params, grads, master,
-//     adam_m, adam_v, optimizer, model_states, buffers, activations, workspace, total: device bytes per
-//     rank; "host" holds what lives in host memory). Unknown amounts are null and not in total.
-//   - planner_main(argc, argv) is the command line (`train_gpt_cpu --plan ...`): GNU long
-//     options, --help; a bad option prints one line naming it and returns non-zero. An argument
-//     "--plan" is accepted and ignored, so a trainer can hand over its argv unchanged.
+//     the state arrays by name, optimizer, model_states, buffers, activations, workspace, total:
+//     device bytes per rank; "kinds" lists the memory kinds in order; "host" holds what lives in
+//     host memory). Unknown amounts are null and not in total.
+//   - planner_main(argc, argv, backend) is the command line (`train_gpt_cpu --plan ...`): GNU
+//     long options, --help; a bad option prints one line naming it and returns non-zero. An
+//     argument "--plan" is accepted and ignored, so a trainer can hand over its argv unchanged.
 //
-// Bytes per parameter (P parameters, N ranks; "K" = optimizer state bytes per parameter):
-//                      params grads  master  m  v     K
-//   fp32  AdamW           4     4      0     4  4     8   (the fp32 params are the master copy)
-//   fp32  SGD+momentum    4     4      0     4  -     4
-//   fp32  SGD             4     4      0     -  -     0
-//   16-bit AdamW          2     2      4     4  4    12   (bf16 or fp16 mixed precision)
-//   16-bit SGD+momentum   2     2      4     4  -     8
-//   16-bit SGD            2     2      4     -  -     4
+// Bytes per parameter (P parameters, N ranks; "K" = optimizer state bytes per parameter: the
+// master weights and 4 bytes per state array of optimizer.h's table):
+//                      params grads  master  state   K
+//   fp32  AdamW           4     4      0     4+4     8   (the fp32 params are the master copy)
+//   fp32  Lion            4     4      0     4       4
+//   fp32  SGD+momentum    4     4      0     4       4
+//   fp32  SGD             4     4      0     -       0
+//   16-bit AdamW          2     2      4     4+4    12   (bf16 or fp16 mixed precision)
+//   16-bit Lion           2     2      4     4       8
+//   16-bit SGD+momentum   2     2      4     4       8
+//   16-bit SGD            2     2      4     -       4
 //   stage 0: (p+g+K)P   stage 1: pP + gP + KP/N   stage 2: pP + (g+K)P/N   stage 3: (p+g+K)P/N
 //   With --offload-optimizer the K bytes (master, m, v) live in host memory, not on the device.
 //
-// Activations (elements from gpt2_activation_numels, the list the trainer allocates):
-//   CPU trainer: fp32: 4 bytes each. 16-bit: the per-layer tensors (all but the LayerNorm
-//   statistics) at 2 bytes for every layer plus two fp32 layer slots the CPU kernels compute in;
-//   everything else (statistics, logits, losses, the backward's (B,T,...) scratch) fp32
-//   (gpt2_activation_bytes).
-//   GPU trainer (this header compiled by nvcc): every tensor at its element size (2 bytes in
-//   bf16/fp16, 4 in fp32) but the fp32 statistics and losses, each tensor 256-byte aligned
-//   (gpt2_gpu_activation_bytes).
+// Activations (elements from gpt2_activation_numels, the list the trainer allocates), as the
+//   trainer's backend lays them out (PlanBackend.activation_bytes):
+//   CPU trainer (cpu/workspace.h): fp32: 4 bytes each. 16-bit: the per-layer tensors (all but
+//   the LayerNorm statistics) at 2 bytes for every layer plus two fp32 layer slots the CPU
+//   kernels compute in; everything else (statistics, logits, losses, the backward's (B,T,...)
+//   scratch) fp32.
+//   GPU trainer (gpu/layout.h): every tensor at its element size (2 bytes in bf16/fp16, 4 in
+//   fp32) but the fp32 statistics and losses, each tensor 256-byte aligned.
 //   Recompute (a PLAN; the trainer does not implement it): keep each layer's input (the
 //   embedding output and every layer's output, residual3) and ONE layer's worth of the other
 //   per-layer tensors, rebuilt layer by layer during the backward; the rest (final LayerNorm,
@@ -60,7 +65,7 @@
 //   slices (one embedding slice, two layer slices); stage 3 also gather buffers of the same
 //   unit sizes as the buckets. As zero_init allocates them.
 // Workspace (16-bit runs of the CPU trainer, whose kernels compute in fp32): fp32 views of the
-//   units being computed, fp32 gradient accumulators, bf16 matmul operands (gpt2_workspace_bytes).
+//   units being computed, fp32 gradient accumulators, bf16 matmul operands (cpu/workspace.h).
 //   The GPU trainer's kernels read 16 bits directly: none.
 //
 // All functions static inline; no global state (getopt's own aside). C11 and C++.
@@ -80,18 +85,25 @@
 #include "zero.h"
 #include "run/config.h"
 
-enum { PLAN_FP32, PLAN_BF16, PLAN_FP16, PLAN_NUM_PRECISIONS };
-static const char *const planner_precision_names[PLAN_NUM_PRECISIONS] = {"fp32", "bf16", "fp16"};
-enum { PLAN_ADAMW, PLAN_SGD_MOMENTUM, PLAN_SGD, PLAN_NUM_OPTIMIZERS };
-static const char *const planner_optimizer_names[PLAN_NUM_OPTIMIZERS] = {"adamw", "sgd-momentum", "sgd"};
+// What the planner needs from a trainer's backend: how it lays out the activations and how much
+// workspace it needs beyond the model states, in bytes (dtype: ZC_*; threads: the CPU trainer's
+// OpenMP threads per rank), and how the table names them. Each trainer hands over its own.
+typedef struct {
+    double (*activation_bytes)(const GPT2Config *c, int B, int T, int dtype, int recompute);
+    double (*workspace_bytes)(const ParamLayout *lay, const GPT2Config *c, int B, int T, int dtype, int threads);
+    const char *activation_formula[ZC_NUM_DTYPES]; // the table's formula column, per precision
+    const char *workspace_label[ZC_NUM_DTYPES];
+    const char *workspace_formula;
+    int default_precision;                       // the trainer's own default
+} PlanBackend;
 
 typedef struct {
     GPT2Config cfg;        // the GPT-2 shape (ignored for model states when params_count > 0)
     const char *model_name;// "d12" etc. or NULL, for the printout only
     double params_count;   // > 0: a bare parameter count P; model states by the textbook
     int shape_known;       // with params_count: cfg.num_layers/channels/num_heads are given
-    int precision;         // PLAN_FP32, PLAN_BF16, PLAN_FP16
-    int optimizer;         // PLAN_ADAMW, PLAN_SGD_MOMENTUM, PLAN_SGD
+    int precision;         // ZC_F32, ZC_BF16, ZC_FP16
+    int optimizer;         // optimizer.h's OPT_*
     int zero_stage;        // 0-3
     int world;             // N ranks
     int batch, seq_len;    // micro-batch B and sequence length T
@@ -99,6 +111,7 @@ typedef struct {
     int offload_optimizer; // master, m, v in host memory
     int threads;           // the CPU trainer's OpenMP threads per rank (its bf16 matmul scratch);
                            // 0: as it picks them with all ranks on this machine (planner_threads)
+    const PlanBackend *backend; // the trainer's activations and workspace (NULL: unknown)
 } PlanInput;
 
 typedef struct {
@@ -106,10 +119,11 @@ typedef struct {
     int exact;                     // 1: GPT-2 layout arithmetic; 0: textbook on a bare count
     double num_params;             // P as the model defines it
     double padded_params;          // P as laid out for N ranks (= num_params for a bare count)
-    double bytes_param, bytes_grad, bytes_master, bytes_m, bytes_v; // per parameter
+    double bytes_param, bytes_grad, bytes_master; // per parameter
+    double bytes_state[OPT_MAX_SLICES];           // per parameter, each of the optimizer's state arrays
     double device[MEM_KINDS];      // bytes per rank on the device, by zero.h's kinds
     double host[MEM_KINDS];        // bytes per rank in host memory (offloaded optimizer state)
-    int buffers_known, activations_known;
+    int buffers_known, activations_known, workspace_known;
     double model_states, optimizer, total;          // device; total = states + known buffers/acts
     double host_optimizer, host_total;
     double model_states_textbook;  // the stage formula on the unpadded P, all of it wherever it lives
@@ -123,30 +137,32 @@ typedef struct {
 // The trainer's defaults (config_defaults): a plan with no options describes what
 // `train_gpt_cpu` (or `train_gpt`, in the precision it was built for) with no options would
 // allocate on one rank.
-static inline void planner_input_defaults(PlanInput *in) {
+static inline void planner_input_defaults(PlanInput *in, const PlanBackend *backend) {
     TrainConfig d;
     config_defaults(&d);
     memset(in, 0, sizeof(*in));
     in->cfg = d.model;
-    in->precision = d.precision; // the same order: fp32, bf16, fp16
-    in->optimizer = PLAN_ADAMW;
+    in->backend = backend;
+    in->precision = backend ? backend->default_precision : d.precision;
+    in->optimizer = d.optimizer;
     in->zero_stage = d.zero_stage;
     in->world = 1;
     in->batch = d.batch;
     in->seq_len = d.seq_len;
 }
 
-// The plan of a training run the trainer is about to make (AdamW, at its precision).
-static inline PlanInput planner_input_from_train_config(const TrainConfig *c, int world) {
+// The plan of a training run the trainer is about to make.
+static inline PlanInput planner_input_from_train_config(const TrainConfig *c, int world, const PlanBackend *backend) {
     PlanInput in;
-    planner_input_defaults(&in);
+    planner_input_defaults(&in, backend);
     in.cfg = c->model;
     in.model_name = c->model_name;
     in.zero_stage = c->zero_stage;
     in.world = world;
     in.batch = c->batch;
     in.seq_len = c->seq_len;
-    in.precision = c->precision; // the same order: fp32, bf16, fp16
+    in.precision = c->precision;
+    in.optimizer = c->optimizer;
     return in;
 }
 
@@ -166,8 +182,8 @@ static inline int planner_threads(const PlanInput *in) { return in->threads > 0 
 
 // One message naming what is wrong with the input, or NULL.
 static inline const char *planner_input_problem(const PlanInput *in) {
-    if (in->precision < 0 || in->precision >= PLAN_NUM_PRECISIONS) return "precision must be fp32, bf16 or fp16";
-    if (in->optimizer < 0 || in->optimizer >= PLAN_NUM_OPTIMIZERS) return "optimizer must be adamw, sgd-momentum or sgd";
+    if (in->precision < 0 || in->precision >= ZC_NUM_DTYPES) return "precision must be fp32, bf16 or fp16";
+    if (in->optimizer < 0 || in->optimizer >= OPT_NUM) return "optimizer must be adamw, lion, sgd-momentum or sgd";
     if (in->zero_stage < 0 || in->zero_stage > 3) return "zero stage must be 0, 1, 2 or 3";
     if (in->world < 1) return "world size must be at least 1";
     if (in->batch < 1 || in->seq_len < 1) return "batch and sequence length must be positive";
@@ -189,45 +205,19 @@ static inline const char *planner_input_problem(const PlanInput *in) {
 // ----------------------------------------------------------------------------------------
 // The pieces
 
-// Bytes per parameter of each model state (see the table at the top).
+// Bytes per parameter of each model state (see the table at the top): the optimizer's state
+// arrays come from optimizer.h's table.
 static inline void planner_bytes_per_param(int precision, int optimizer, double *p, double *g, double *master,
-                                           double *m, double *v) {
-    int mixed = precision != PLAN_FP32;
+                                           double state[OPT_MAX_SLICES]) {
+    int mixed = precision != ZC_F32;
     *p = *g = mixed ? 2.0 : 4.0;
     *master = mixed ? 4.0 : 0.0;
-    *m = optimizer == PLAN_SGD ? 0.0 : 4.0;
-    *v = optimizer == PLAN_ADAMW ? 4.0 : 0.0;
+    for (int k = 0; k < OPT_MAX_SLICES; k++) state[k] = k < optimizer_info(optimizer)->slices ? 4.0 : 0.0;
 }
-
-// Is activation i one of the fp32 statistics (kept in fp32 in 16-bit runs too)?
-static inline int planner_activation_is_stat(int i) { return gpt2_activation_is_fp32(i); }
-// Is activation i per layer, (L, ...)?
-static inline int planner_activation_is_layered(int i) { return i >= A_LN1 && i <= A_RESIDUAL3; }
-
-// The trainer's activation bytes (mixed: a 16-bit run). Without recompute exactly
-// gpt2_activation_bytes (the GPU trainer's: gpt2_gpu_activation_bytes); recompute keeps
-// residual3 (every layer's output) in full and one layer of the other per-layer tensors (in the
-// CPU trainer's 16-bit runs also the two fp32 layer slots).
-static inline double planner_trainer_activation_bytes(const GPT2Config *c, int B, int T, int mixed, int recompute) {
-#ifdef __CUDACC__
-    size_t elem = mixed ? 2 : 4;
-    if (!recompute) return (double)gpt2_gpu_activation_bytes(c, B, T, elem, NULL);
-#else
-    if (!recompute) return (double)gpt2_activation_bytes(c, B, T, mixed);
-#endif
-    size_t n[NUM_ACTIVATIONS], L = (size_t)c->num_layers;
-    gpt2_activation_numels(c, B, T, n);
-    double total = 0.0;
-    for (int i = 0; i < NUM_ACTIVATIONS; i++) {
-        size_t k = planner_activation_is_layered(i) && i != A_RESIDUAL3 ? n[i] / L : n[i];
-#ifdef __CUDACC__
-        total += (double)k * (gpt2_activation_is_fp32(i) ? 4.0 : (double)elem);
-#else
-        if (!gpt2_activation_is_layer16(i)) total += 4.0 * (double)k;
-        else total += mixed ? 2.0 * (double)k + 4.0 * 2.0 * (double)(n[i] / L) : 4.0 * (double)k;
-#endif
-    }
-    return total;
+static inline double planner_state_bytes(const MemoryPlan *p) {
+    double K = 0.0;
+    for (int k = 0; k < OPT_MAX_SLICES; k++) K += p->bytes_state[k];
+    return K;
 }
 
 // Korthikanti et al. 2022, one transformer layer without recompute: 16-bit elements
@@ -257,10 +247,10 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
     MemoryPlan *p = out;
     p->in = *in;
     planner_bytes_per_param(in->precision, in->optimizer, &p->bytes_param, &p->bytes_grad, &p->bytes_master,
-                            &p->bytes_m, &p->bytes_v);
+                            p->bytes_state);
     int S = in->zero_stage;
-    double N = in->world, K = p->bytes_master + p->bytes_m + p->bytes_v;
-    double elem = in->precision == PLAN_FP32 ? 4.0 : 2.0;
+    double N = in->world, K = p->bytes_master + planner_state_bytes(p);
+    double elem = in->precision == ZC_F32 ? 4.0 : 2.0;
     double *dev = p->device;
     if (in->params_count > 0) { // textbook on a bare count
         double P = in->params_count;
@@ -270,8 +260,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         dev[MEM_GRADS] = p->bytes_grad * (S >= 2 ? P / N : P);
         double opt_elems = S == 0 ? P : P / N;
         dev[MEM_MASTER] = p->bytes_master * opt_elems;
-        dev[MEM_ADAM_M] = p->bytes_m * opt_elems;
-        dev[MEM_ADAM_V] = p->bytes_v * opt_elems;
+        for (int k = 0; k < OPT_MAX_SLICES; k++) dev[MEM_STATE + k] = p->bytes_state[k] * opt_elems;
         p->buffers_known = 0;
         p->activations_known = in->shape_known;
     } else { // exact: the trainer's layout, zero.h's partition
@@ -287,34 +276,34 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         dev[MEM_GRADS] = p->bytes_grad * (S >= 2 ? shard : full);
         double opt_elems = S == 0 ? full : shard;
         dev[MEM_MASTER] = p->bytes_master * opt_elems;
-        dev[MEM_ADAM_M] = p->bytes_m * opt_elems;
-        dev[MEM_ADAM_V] = p->bytes_v * opt_elems;
+        for (int k = 0; k < OPT_MAX_SLICES; k++) dev[MEM_STATE + k] = p->bytes_state[k] * opt_elems;
         dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z);
-        dev[MEM_ACTIVATIONS] = planner_trainer_activation_bytes(&in->cfg, in->batch, in->seq_len, in->precision != PLAN_FP32,
-                                                                in->recompute);
-#ifdef __CUDACC__
-        dev[MEM_WORKSPACE] = 0.0; // the GPU kernels compute on the 16-bit storage itself
-#else
-        dev[MEM_WORKSPACE] = (double)gpt2_workspace_bytes(&z.lay, &in->cfg, in->batch, in->seq_len,
-                                                          in->precision == PLAN_BF16, in->precision != PLAN_FP32,
-                                                          planner_threads(in));
-#endif
-        p->buffers_known = p->activations_known = 1;
+        p->buffers_known = 1;
+        if (in->backend) { // the trainer's own layout
+            dev[MEM_ACTIVATIONS] = in->backend->activation_bytes(&in->cfg, in->batch, in->seq_len, in->precision,
+                                                                 in->recompute);
+            dev[MEM_WORKSPACE] = in->backend->workspace_bytes(&z.lay, &in->cfg, in->batch, in->seq_len, in->precision,
+                                                              planner_threads(in));
+            p->activations_known = p->workspace_known = 1;
+        } // else no trainer named: its workspace is unknown, the activations the textbook's (below)
     }
     p->model_states_textbook = planner_textbook_states(S, p->bytes_param, p->bytes_grad, K, p->num_params, N);
     if (p->activations_known) {
         double s = in->seq_len, b = in->batch, h = in->cfg.channels, a = in->cfg.num_heads, L = in->cfg.num_layers;
         p->act_textbook_layer = planner_textbook_layer_bytes(s, b, h, a, elem);
         p->act_textbook = in->recompute ? L * elem * s * b * h + p->act_textbook_layer : L * p->act_textbook_layer;
-        if (!p->exact) dev[MEM_ACTIVATIONS] = p->act_textbook;
+        if (!p->exact || !in->backend) dev[MEM_ACTIVATIONS] = p->act_textbook;
     }
+    if (p->exact && !in->backend) p->activations_known = 1; // the textbook's, below
     if (in->offload_optimizer) {
-        for (int k = MEM_MASTER; k <= MEM_ADAM_V; k++) { p->host[k] = dev[k]; dev[k] = 0.0; }
+        for (int k = MEM_MASTER; k < MEM_BUFFERS; k++) { p->host[k] = dev[k]; dev[k] = 0.0; }
     }
-    p->optimizer = dev[MEM_MASTER] + dev[MEM_ADAM_M] + dev[MEM_ADAM_V];
+    p->optimizer = 0.0;
+    for (int k = MEM_MASTER; k < MEM_BUFFERS; k++) p->optimizer += dev[k];
     p->model_states = dev[MEM_PARAMS] + dev[MEM_GRADS] + p->optimizer;
     p->total = p->model_states + dev[MEM_BUFFERS] + dev[MEM_ACTIVATIONS] + dev[MEM_WORKSPACE];
-    p->host_optimizer = p->host[MEM_MASTER] + p->host[MEM_ADAM_M] + p->host[MEM_ADAM_V];
+    p->host_optimizer = 0.0;
+    for (int k = MEM_MASTER; k < MEM_BUFFERS; k++) p->host_optimizer += p->host[k];
     p->host_total = p->host_optimizer;
     return 0;
 }
@@ -356,7 +345,7 @@ static inline const char *planner_term(char *buf, size_t n, double k, int partit
 
 // The stage's textbook formula with this precision's numbers, e.g. "2P + 2P + 12P/N".
 static inline const char *planner_states_formula(char *buf, size_t n, const MemoryPlan *p) {
-    double a = p->bytes_param, g = p->bytes_grad, K = p->bytes_master + p->bytes_m + p->bytes_v;
+    double a = p->bytes_param, g = p->bytes_grad, K = p->bytes_master + planner_state_bytes(p);
     switch (p->in.zero_stage) {
     case 0: snprintf(buf, n, "(%g + %g + %g)P = %gP", a, g, K, a + g + K); break;
     case 1: snprintf(buf, n, "%gP + %gP + %gP/N", a, g, K); break;
@@ -367,7 +356,7 @@ static inline const char *planner_states_formula(char *buf, size_t n, const Memo
 }
 
 static inline const char *planner_mode_name(int precision) {
-    return precision == PLAN_FP32 ? "fp32" : precision == PLAN_BF16 ? "bf16 mixed precision" : "fp16 mixed precision";
+    return precision == ZC_F32 ? "fp32" : precision == ZC_BF16 ? "bf16 mixed precision" : "fp16 mixed precision";
 }
 
 // One row: label, formula, bytes (NULL = unknown), and with `actual` what the ranks allocated
@@ -394,16 +383,6 @@ static inline void planner_row(FILE *f, const char *label, const char *formula, 
     fprintf(f, "\n");
 }
 #define PLANNER_KIND(k) (1u << (k))
-// How the table names this trainer's own activations and workspace (the GPU trainer has none).
-#ifdef __CUDACC__
-#define PLANNER_EXACT_ACTIVATIONS(prec) ((prec) == PLAN_FP32 ? "4 B x its list, aligned" : "2 B x its list (stats 4)")
-#define PLANNER_WORKSPACE_LABEL(prec) ((void)(prec), "workspace (none on the GPU)")
-#define PLANNER_WORKSPACE_FORMULA "16-bit kernels"
-#else
-#define PLANNER_EXACT_ACTIVATIONS(prec) ((prec) == PLAN_FP32 ? "4 B x its list" : "2 B x layers + 2 fp32")
-#define PLANNER_WORKSPACE_LABEL(prec) ((prec) == PLAN_FP32 ? "CPU workspace (none in fp32)" : "CPU fp32 workspace (16-bit runs)")
-#define PLANNER_WORKSPACE_FORMULA "gpt2_workspace_bytes"
-#endif
 
 // The table. actual: NULL, or actual_ranks x MEM_KINDS bytes the ranks really allocated
 // (rank-major, zero.h's kinds, as report_memory gathers them): printed beside the plan with
@@ -412,7 +391,7 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
     const PlanInput *in = &p->in;
     const GPT2Config *c = &in->cfg;
     char b1[64], b2[64], fm[64];
-    const char *pn = in->precision == PLAN_FP32 ? "fp32" : planner_precision_names[in->precision];
+    const char *pn = zc_dtype_names[in->precision];
     int S = in->zero_stage;
     fprintf(f, "memory plan per rank (1 GB = 1e9 bytes; P = parameters, N = ranks)\n");
     if (p->exact) {
@@ -430,7 +409,8 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
                 v >= 1e12 ? "trillion" : v >= 1e9 ? "billion" : v >= 1e6 ? "million" : "thousand");
     }
     fprintf(f, "  training  %s, %s, ZeRO stage %d, N = %d ranks\n", planner_mode_name(in->precision),
-            in->optimizer == PLAN_ADAMW ? "AdamW" : in->optimizer == PLAN_SGD_MOMENTUM ? "SGD with momentum" : "plain SGD",
+            in->optimizer == OPT_ADAMW ? "AdamW" : in->optimizer == OPT_LION ? "Lion"
+            : in->optimizer == OPT_SGD_MOMENTUM ? "SGD with momentum" : "plain SGD",
             S, in->world);
     fprintf(f, "            micro-batch B = %d, T = %d, activation recompute %s, optimizer state on %s\n", in->batch,
             in->seq_len, in->recompute ? "ON (a plan)" : "off", in->offload_optimizer ? "the HOST (offloaded)" : "the device");
@@ -440,8 +420,10 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
     const double *d = p->device;
     const double *A = actual;
     int R = actual_ranks, off = in->offload_optimizer;
-    double K = p->bytes_master + p->bytes_m + p->bytes_v;
-    const unsigned OPT = PLANNER_KIND(MEM_MASTER) | PLANNER_KIND(MEM_ADAM_M) | PLANNER_KIND(MEM_ADAM_V);
+    double K = p->bytes_master + planner_state_bytes(p);
+    unsigned OPT = PLANNER_KIND(MEM_MASTER);
+    for (int k = 0; k < OPT_MAX_SLICES; k++) OPT |= PLANNER_KIND(MEM_STATE + k);
+    const OptimizerInfo *oi = optimizer_info(in->optimizer);
     char lab[80];
     snprintf(lab, sizeof(lab), "parameters (%s)", pn);
     planner_row(f, lab, planner_term(fm, sizeof(fm), p->bytes_param, S == 3), &d[MEM_PARAMS], A, R,
@@ -449,16 +431,15 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
     snprintf(lab, sizeof(lab), "gradients (%s)", pn);
     planner_row(f, lab, planner_term(fm, sizeof(fm), p->bytes_grad, S >= 2), &d[MEM_GRADS], A, R,
                 PLANNER_KIND(MEM_GRADS));
-    planner_row(f, in->precision == PLAN_FP32 ? "master weights (none: params are fp32)" : "optimizer: master weights (fp32)",
+    planner_row(f, in->precision == ZC_F32 ? "master weights (none: params are fp32)" : "optimizer: master weights (fp32)",
                 off && p->bytes_master ? "offloaded" : planner_term(fm, sizeof(fm), p->bytes_master, S > 0),
                 &d[MEM_MASTER], A, R, PLANNER_KIND(MEM_MASTER));
-    planner_row(f, in->optimizer == PLAN_ADAMW ? "optimizer: Adam m (fp32)"
-                   : in->optimizer == PLAN_SGD_MOMENTUM ? "optimizer: momentum (fp32)" : "optimizer: (plain SGD keeps none)",
-                off && p->bytes_m ? "offloaded" : planner_term(fm, sizeof(fm), p->bytes_m, S > 0), &d[MEM_ADAM_M], A, R,
-                PLANNER_KIND(MEM_ADAM_M));
-    planner_row(f, in->optimizer == PLAN_ADAMW ? "optimizer: Adam v (fp32)" : "optimizer: (no second moment)",
-                off && p->bytes_v ? "offloaded" : planner_term(fm, sizeof(fm), p->bytes_v, S > 0), &d[MEM_ADAM_V], A, R,
-                PLANNER_KIND(MEM_ADAM_V));
+    if (oi->slices == 0) fprintf(f, "  %-38s\n", "optimizer: (plain SGD keeps no state)");
+    for (int k = 0; k < oi->slices; k++) {
+        snprintf(lab, sizeof(lab), "optimizer: %s (fp32)", oi->slice_labels[k]);
+        planner_row(f, lab, off ? "offloaded" : planner_term(fm, sizeof(fm), p->bytes_state[k], S > 0), &d[MEM_STATE + k],
+                    A, R, PLANNER_KIND(MEM_STATE + k));
+    }
     planner_row(f, "= optimizer state", off && K ? "offloaded" : planner_term(fm, sizeof(fm), K, S > 0), &p->optimizer,
                 A, R, OPT);
     if (off) { // what stays on the device: the parameters and gradients
@@ -477,20 +458,23 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
                 PLANNER_KIND(MEM_BUFFERS));
     snprintf(lab, sizeof(lab), "activations (%s%s)", p->exact ? "this trainer" : "textbook",
              in->recompute ? ", recompute" : "");
-    planner_row(f, lab, p->exact ? PLANNER_EXACT_ACTIVATIONS(in->precision)
-                 : in->recompute ? (in->precision == PLAN_FP32 ? "4sbhL + one layer" : "2sbhL + one layer")
-                                 : (in->precision == PLAN_FP32 ? "L sbh(66+9as/h)" : "L sbh(34+5as/h)"),
+    planner_row(f, lab, p->exact && in->backend ? in->backend->activation_formula[in->precision]
+                 : in->recompute ? (in->precision == ZC_F32 ? "4sbhL + one layer" : "2sbhL + one layer")
+                                 : (in->precision == ZC_F32 ? "L sbh(66+9as/h)" : "L sbh(34+5as/h)"),
                 p->activations_known ? &d[MEM_ACTIVATIONS] : NULL, A, R, PLANNER_KIND(MEM_ACTIVATIONS));
-    planner_row(f, PLANNER_WORKSPACE_LABEL(in->precision), p->buffers_known ? PLANNER_WORKSPACE_FORMULA : "not modelled",
-                p->buffers_known ? &d[MEM_WORKSPACE] : NULL, A, R, PLANNER_KIND(MEM_WORKSPACE));
-    planner_row(f, p->buffers_known && p->activations_known ? "= TOTAL on the device" : "= TOTAL on the device (known parts)",
+    planner_row(f, in->backend ? in->backend->workspace_label[in->precision] : "workspace",
+                p->workspace_known ? in->backend->workspace_formula : "not modelled",
+                p->workspace_known ? &d[MEM_WORKSPACE] : NULL, A, R, PLANNER_KIND(MEM_WORKSPACE));
+    planner_row(f, p->buffers_known && p->activations_known && p->workspace_known ? "= TOTAL on the device"
+                                                                                 : "= TOTAL on the device (known parts)",
                 "", &p->total, A, R, (1u << MEM_KINDS) - 1);
     if (off) {
         fprintf(f, "\n  in host memory, per rank\n");
         planner_row(f, "master weights (fp32)", planner_term(fm, sizeof(fm), p->bytes_master, S > 0), &p->host[MEM_MASTER],
                     NULL, 0, 0);
-        double moments = p->host[MEM_ADAM_M] + p->host[MEM_ADAM_V];
-        planner_row(f, "optimizer moments (fp32)", planner_term(fm, sizeof(fm), p->bytes_m + p->bytes_v, S > 0),
+        double moments = 0.0;
+        for (int k = 0; k < OPT_MAX_SLICES; k++) moments += p->host[MEM_STATE + k];
+        planner_row(f, "optimizer state arrays (fp32)", planner_term(fm, sizeof(fm), planner_state_bytes(p), S > 0),
                     &moments, NULL, 0, 0);
         planner_row(f, "= TOTAL in host memory", "", &p->host_total, NULL, 0, 0);
     }
@@ -498,10 +482,10 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
     planner_row(f, p->exact ? "model states, unpadded P" : "model states (all of them)",
                 planner_states_formula(fm, sizeof(fm), p), &p->model_states_textbook, NULL, 0, 0);
     if (p->activations_known) {
-        planner_row(f, "activations of one layer", in->precision == PLAN_FP32 ? "sbh(66 + 9as/h)" : "sbh(34 + 5as/h)",
+        planner_row(f, "activations of one layer", in->precision == ZC_F32 ? "sbh(66 + 9as/h)" : "sbh(34 + 5as/h)",
                     &p->act_textbook_layer, NULL, 0, 0);
         planner_row(f, in->recompute ? "activations, L inputs + one layer" : "activations, L layers",
-                    in->recompute ? (in->precision == PLAN_FP32 ? "4sbhL + one layer" : "2sbhL + one layer") : "L x the above",
+                    in->recompute ? (in->precision == ZC_F32 ? "4sbhL + one layer" : "2sbhL + one layer") : "L x the above",
                     &p->act_textbook, NULL, 0, 0);
     } else {
         fprintf(f, "  activations: unknown (give --layers, --channels and --heads with --params)\n");
@@ -535,17 +519,24 @@ static inline void planner_print_json(FILE *f, const MemoryPlan *p) {
                 c->padded_vocab_size, c->max_seq_len);
     fprintf(f, ",\"precision\":\"%s\",\"optimizer\":\"%s\",\"zero_stage\":%d,\"world\":%d,\"batch\":%d,\"seq_len\":%d,"
                "\"recompute\":%s,\"offload_optimizer\":%s},",
-            planner_precision_names[in->precision], planner_optimizer_names[in->optimizer], in->zero_stage, in->world,
+            zc_dtype_names[in->precision], optimizer_info(in->optimizer)->name, in->zero_stage, in->world,
             in->batch, in->seq_len, in->recompute ? "true" : "false", in->offload_optimizer ? "true" : "false");
     fprintf(f, "\"exact\":%s,", p->exact ? "true" : "false");
     planner_json_num(f, "num_params", p->num_params, 1); fputc(',', f);
     planner_json_num(f, "padded_params", p->padded_params, 1); fputc(',', f);
-    fprintf(f, "\"bytes_per_param\":{\"params\":%g,\"grads\":%g,\"master\":%g,\"m\":%g,\"v\":%g,\"K\":%g},",
-            p->bytes_param, p->bytes_grad, p->bytes_master, p->bytes_m, p->bytes_v,
-            p->bytes_master + p->bytes_m + p->bytes_v);
+    const OptimizerInfo *oi = optimizer_info(in->optimizer);
+    fprintf(f, "\"bytes_per_param\":{\"params\":%g,\"grads\":%g,\"master\":%g", p->bytes_param, p->bytes_grad,
+            p->bytes_master);
+    for (int k = 0; k < oi->slices; k++) fprintf(f, ",\"%s\":%g", oi->slice_names[k], p->bytes_state[k]);
+    fprintf(f, ",\"K\":%g},\"kinds\":[", p->bytes_master + planner_state_bytes(p));
+    for (int k = 0, first = 1; k < MEM_KINDS; k++)
+        if (zero_memory_name(in->optimizer, k)) { fprintf(f, "%s\"%s\"", first ? "" : ",", zero_memory_name(in->optimizer, k)); first = 0; }
+    fprintf(f, "],");
     for (int k = 0; k < MEM_KINDS; k++) {
-        int known = k == MEM_BUFFERS || k == MEM_WORKSPACE ? p->buffers_known : k == MEM_ACTIVATIONS ? p->activations_known : 1;
-        planner_json_num(f, zero_memory_names[k], p->device[k], known);
+        if (!zero_memory_name(in->optimizer, k)) continue;
+        int known = k == MEM_BUFFERS ? p->buffers_known : k == MEM_WORKSPACE ? p->workspace_known
+                    : k == MEM_ACTIVATIONS ? p->activations_known : 1;
+        planner_json_num(f, zero_memory_name(in->optimizer, k), p->device[k], known);
         fputc(',', f);
     }
     planner_json_num(f, "optimizer", p->optimizer, 1); fputc(',', f);
@@ -553,24 +544,27 @@ static inline void planner_print_json(FILE *f, const MemoryPlan *p) {
     planner_json_num(f, "total", p->total, 1); fputc(',', f);
     fprintf(f, "\"host\":{");
     planner_json_num(f, "master", p->host[MEM_MASTER], 1); fputc(',', f);
-    planner_json_num(f, "adam_m", p->host[MEM_ADAM_M], 1); fputc(',', f);
-    planner_json_num(f, "adam_v", p->host[MEM_ADAM_V], 1); fputc(',', f);
+    for (int k = 0; k < oi->slices; k++) { planner_json_num(f, oi->slice_names[k], p->host[MEM_STATE + k], 1); fputc(',', f); }
     planner_json_num(f, "optimizer", p->host_optimizer, 1); fputc(',', f);
     planner_json_num(f, "total", p->host_total, 1);
     fprintf(f, "},");
     planner_json_num(f, "model_states_textbook", p->model_states_textbook, 1); fputc(',', f);
     planner_json_num(f, "activations_textbook_per_layer", p->act_textbook_layer, p->activations_known); fputc(',', f);
     planner_json_num(f, "activations_textbook", p->act_textbook, p->activations_known);
-    fprintf(f, ",\"total_excludes\":[%s%s%s]}\n", p->buffers_known ? "" : "\"buffers\",\"workspace\"",
-            !p->buffers_known && !p->activations_known ? "," : "", p->activations_known ? "" : "\"activations\"");
+    const char *unknown[3] = {p->buffers_known ? NULL : "buffers", p->workspace_known ? NULL : "workspace",
+                              p->activations_known ? NULL : "activations"};
+    fprintf(f, ",\"total_excludes\":[");
+    for (int i = 0, first = 1; i < 3; i++)
+        if (unknown[i]) { fprintf(f, "%s\"%s\"", first ? "" : ",", unknown[i]); first = 0; }
+    fprintf(f, "]}\n");
 }
 
 // ----------------------------------------------------------------------------------------
 // The command line
 
-static inline void planner_help(FILE *f, const char *prog) {
+static inline void planner_help(FILE *f, const char *prog, const PlanBackend *backend) {
     PlanInput d;
-    planner_input_defaults(&d);
+    planner_input_defaults(&d, backend);
     fprintf(f,
             "usage: %s --plan [options]    print each rank's memory for a training run; allocates nothing\n\n"
             "model (one of; default: the trainer's default model, L=%d C=%d NH=%d):\n"
@@ -581,7 +575,7 @@ static inline void planner_help(FILE *f, const char *prog) {
             "                        --layers, --channels and --heads for a textbook activation estimate\n"
             "run:\n"
             "  --precision P         fp32 | bf16 | fp16 (16-bit = mixed precision, fp32 master weights) (default %s)\n"
-            "  --optimizer O         adamw | sgd-momentum | sgd (default adamw)\n"
+            "  --optimizer O         adamw | lion | sgd-momentum | sgd (default adamw)\n"
             "  --zero-stage S        0-3 (default %d)\n"
             "  --world N             ranks, any number (default 1)\n"
             "  --batch B             micro-batch per rank (default %d)\n"
@@ -594,7 +588,7 @@ static inline void planner_help(FILE *f, const char *prog) {
             "  --json                one JSON object, bytes per rank (device; \"host\" for host memory)\n"
             "  --help                this text\n"
             "sizes are bytes per rank; the table's human units are decimal (1 GB = 1e9 bytes)\n",
-            prog, d.cfg.num_layers, d.cfg.channels, d.cfg.num_heads, planner_precision_names[d.precision], d.zero_stage,
+            prog, d.cfg.num_layers, d.cfg.channels, d.cfg.num_heads, zc_dtype_names[d.precision], d.zero_stage,
             d.batch, d.seq_len);
 }
 
@@ -631,7 +625,7 @@ static inline int planner_pick(const char *opt, const char *a, const char *const
 }
 
 // Returns the process exit code: 0 (plan printed, or --help), 1 (bad options: one line on stderr).
-static inline int planner_main(int argc, char **argv) {
+static inline int planner_main(int argc, char **argv, const PlanBackend *backend) {
     static const struct option opts[] = {
         {"model", 1, 0, 0}, {"layers", 1, 0, 0}, {"channels", 1, 0, 0}, {"heads", 1, 0, 0},
         {"vocab-size", 1, 0, 0}, {"max-seq-len", 1, 0, 0}, {"seq-len", 1, 0, 0}, {"params", 1, 0, 0},
@@ -639,7 +633,7 @@ static inline int planner_main(int argc, char **argv) {
         {"batch", 1, 0, 0}, {"recompute", 0, 0, 0}, {"offload-optimizer", 0, 0, 0}, {"json", 0, 0, 0},
         {"threads", 1, 0, 0}, {"help", 0, 0, 0}, {"plan", 0, 0, 0}, {0, 0, 0, 0}};
     PlanInput in;
-    planner_input_defaults(&in);
+    planner_input_defaults(&in, backend);
     int json = 0, shape_given = 0, idx, r = 0, max_seq_given = 0, lch = 0; // lch: bits for --layers/--channels/--heads
     const char *model_name = NULL;
     optind = 1;
@@ -652,7 +646,7 @@ static inline int planner_main(int argc, char **argv) {
             return 1;
         }
         const char *o = opts[idx].name, *a = optarg;
-        if (!strcmp(o, "help")) { planner_help(stdout, argv[0]); return 0; }
+        if (!strcmp(o, "help")) { planner_help(stdout, argv[0], backend); return 0; }
         else if (!strcmp(o, "plan")) continue;
         else if (!strcmp(o, "json")) json = 1;
         else if (!strcmp(o, "recompute")) in.recompute = 1;
@@ -675,8 +669,8 @@ static inline int planner_main(int argc, char **argv) {
         }
         else if (!strcmp(o, "seq-len")) r = config_int(o, a, 1, 1 << 20, &in.seq_len);
         else if (!strcmp(o, "params")) r = planner_parse_count(a, &in.params_count);
-        else if (!strcmp(o, "precision")) r = planner_pick(o, a, planner_precision_names, PLAN_NUM_PRECISIONS, &in.precision);
-        else if (!strcmp(o, "optimizer")) r = planner_pick(o, a, planner_optimizer_names, PLAN_NUM_OPTIMIZERS, &in.optimizer);
+        else if (!strcmp(o, "precision")) r = planner_pick(o, a, zc_dtype_names, ZC_NUM_DTYPES, &in.precision);
+        else if (!strcmp(o, "optimizer")) r = planner_pick(o, a, optimizer_names, OPT_NUM, &in.optimizer);
         else if (!strcmp(o, "zero-stage")) r = config_int(o, a, 0, 3, &in.zero_stage);
         else if (!strcmp(o, "world")) r = config_int(o, a, 1, 1 << 24, &in.world);
         else if (!strcmp(o, "batch")) r = config_int(o, a, 1, 1 << 20, &in.batch);

@@ -4,11 +4,12 @@
 // Contract. The including file (train_gpt_cpu.c; train_gpt.cu) defines, before including:
 //   GPT2: a struct with at least GPT2Config cfg; Zero z; int B, T; int *inputs, *targets (host
 //     arrays of B*T); size_t bytes_activations
-//   gpt2_build(m, cfg, B, T, stage, rank, world, dtype, ZeroBackend), gpt2_free(m)
-//     (dtype: ZC_F32, ZC_BF16, ZC_FP16, the element type of parameters, gradients, activations)
+//   gpt2_build(m, cfg, B, T, stage, rank, world, dtype, optimizer, ZeroBackend), gpt2_free(m)
+//     (dtype: ZC_F32, ZC_BF16, ZC_FP16, the element type of parameters, gradients, activations;
+//     optimizer: optimizer.h's kind, whose state arrays zero.h keeps)
 //   gpt2_forward(m, inputs, targets, B, T, dloss) -> mean loss; gpt2_backward(m, B, T)
 //     (both from model.h, over the trainer's kernels)
-//   gpt2_grad_norm(m) -> global norm; gpt2_update(m, const AdamWStep *)
+//   gpt2_grad_norm(m) -> global norm; gpt2_update(m, const OptStep *)
 //   gpt2_logits_row(m, t) -> host pointer to the Vp logits of row 0, position t
 //   trainer_backend(Run *) -> ZeroBackend: this rank's collectives (the Run is declared here,
 //     so the including file declares `static ZeroBackend trainer_backend(struct Run *r);` first)
@@ -129,6 +130,8 @@ typedef struct Run {
     TrainConfig cfg;
     int rank, world, accum;
     void *backend;       // the including trainer's communication state (trainer_backend)
+    const ConfigBuild *build; // the precisions this binary runs (NULL: all: the CPU trainer)
+    const PlanBackend *plan_backend; // how this trainer's backend lays out activations (planner.h)
     GPT2 model;
     DataLoader train, val;
     int have_val, have_tok;
@@ -158,6 +161,7 @@ static void die(void) {
 static int setup(Run *r, int argc, char **argv) {
     TrainConfig *c = &r->cfg;
     config_defaults(c);
+    if (r->build) config_set_build(c, r->build);
     // Options are the same on every rank: only rank 0 reports what is wrong with them.
     int saved_stderr = dup(2);
     if (r->rank != 0 && !freopen("/dev/null", "w", stderr)) return -1;
@@ -183,11 +187,11 @@ static int setup(Run *r, int argc, char **argv) {
     if (r->rank == 0 && c->ds_config_path) config_print_resolved(stdout, c);
 
     r->accum = config_accum_steps(c, r->world);
-    gpt2_build(&r->model, &c->model, c->batch, c->seq_len, c->zero_stage, r->rank, r->world, c->precision,
+    gpt2_build(&r->model, &c->model, c->batch, c->seq_len, c->zero_stage, r->rank, r->world, c->precision, c->optimizer,
                trainer_backend(r));
     r->first_step = 1;
     r->sample_rng = c->seed ^ 0x5A3C1E;
-    if (c->precision == PRECISION_FP16)
+    if (c->precision == ZC_FP16)
         loss_scaler_init(&r->scaler, c->loss_scale, c->initial_scale_power, c->loss_scale_window, c->hysteresis,
                          c->min_loss_scale, c->on_min_scale_skip); // config_parse checked the ranges
     else
@@ -198,7 +202,7 @@ static int setup(Run *r, int argc, char **argv) {
     if (init) fclose(init);
     if (!all_ok(ok)) { free(resume); return -1; }
 
-    ok = dataloader_init(&r->train, c->train_data, c->batch, c->seq_len, r->rank, r->world, c->shuffle, c->seed,
+    ok = dataloader_init(&r->train, c->train_data, c->batch, c->seq_len, r->rank, r->world, !c->no_shuffle, c->seed,
                          c->model.vocab_size) == 0;
     if (ok && resume) { // continue exactly where the checkpointed run was
         ok = dataloader_restore(&r->train, &st.train_data) == 0;
@@ -206,7 +210,7 @@ static int setup(Run *r, int argc, char **argv) {
         r->sample_rng = st.sample_rng;
         r->applied = (long)st.adam_t;
         // the scale goes on where an fp16 run left it; from any other run it starts afresh
-        if (c->precision == PRECISION_FP16 && !strcmp(resume->precision, "fp16")) r->scaler = st.scaler;
+        if (c->precision == ZC_FP16 && !strcmp(resume->precision, "fp16")) r->scaler = st.scaler;
         if (r->rank == 0)
             printf("resuming from %s: step %ld, saved by %d ranks at ZeRO-%d\n", resume->dir, resume->step, resume->world,
                    resume->stage);
@@ -255,15 +259,17 @@ static void print_header(const Run *r) {
     printf("| %-18s | %-53s |\n", "val data", r->have_val ? c->val_data : "(off)");
     printf("| %-18s | %-53s |\n", "batch", batch);
     printf("| %-18s | %-53d |\n", "steps", c->steps);
-    printf("| %-18s | %-53s |\n", "optimizer (AdamW)", opt);
+    char optname[32];
+    snprintf(optname, sizeof(optname), "optimizer (%s)", optimizer_info(c->optimizer)->name);
+    printf("| %-18s | %-53s |\n", optname, opt);
     printf("| %-18s | %-53d |\n", "zero stage", c->zero_stage);
     char prec[96];
-    if (c->precision == PRECISION_FP16 && c->loss_scale > 0.0f)
+    if (c->precision == ZC_FP16 && c->loss_scale > 0.0f)
         snprintf(prec, sizeof(prec), "fp16, static loss scale %g, fp32 master weights", c->loss_scale);
-    else if (c->precision == PRECISION_FP16)
+    else if (c->precision == ZC_FP16)
         snprintf(prec, sizeof(prec), "fp16, dynamic loss scale from 2^%d, fp32 master weights", c->initial_scale_power);
     else
-        snprintf(prec, sizeof(prec), "%s", c->precision == PRECISION_BF16 ? "bf16, fp32 master weights" : "fp32");
+        snprintf(prec, sizeof(prec), "%s", c->precision == ZC_BF16 ? "bf16, fp32 master weights" : "fp32");
     printf("| %-18s | %-53s |\n", "precision", prec);
     printf("| %-18s | %-53d |\n", "threads per rank", omp_get_max_threads());
     printf("+--------------------+-------------------------------------------------------+\n");
@@ -283,14 +289,15 @@ static void report_memory(Run *r) {
     Zero *z = &r->model.z;
     double *all = gather_to_all(r, NULL, MEM_KINDS, z->mem);
     if (r->rank == 0) {
-        PlanInput in = planner_input_from_train_config(&r->cfg, r->world);
+        PlanInput in = planner_input_from_train_config(&r->cfg, r->world, r->plan_backend);
         in.threads = omp_get_max_threads(); // rank 0's, as share_cores gave every rank
         MemoryPlan plan;
         if (planner_plan(&in, &plan) == 0) planner_print_table(stdout, &plan, all, r->world);
         for (int q = 0; q < r->world && r->log; q++) {
             fprintf(r->log, "{\"event\":\"memory\",\"rank\":%d,\"world\":%d,\"zero_stage\":%d,\"num_params\":%zu,"
                             "\"padded_params\":%zu", q, r->world, z->stage, z->lay.num_params, z->lay.num_flat);
-            for (int k = 0; k < MEM_KINDS; k++) fprintf(r->log, ",\"%s\":%.0f", zero_memory_names[k], all[q * MEM_KINDS + k]);
+            for (int k = 0; k < MEM_KINDS; k++)
+                if (zero_memory_name(z->optimizer, k)) fprintf(r->log, ",\"%s\":%.0f", zero_memory_name(z->optimizer, k), all[q * MEM_KINDS + k]);
             fprintf(r->log, "}\n");
         }
     }
@@ -355,8 +362,9 @@ static StepResult train_step(Run *r, int step) {
     m->z.be.sum_doubles(m->z.be.ctx, &loss, 1);
     float norm = gpt2_grad_norm(m); // of the scaled gradient
     if (step == 1 && c->dump_grads_path && r->rank == 0 && dump_grads(c->dump_grads_path, m)) die();
-    StepResult res = {(float)(loss / ((double)r->accum * r->world)), norm / scale, lr_at_step(c, (int)r->applied), scale, 0};
-    int action = c->precision == PRECISION_FP16 ? loss_scaler_update(&r->scaler, !isfinite(norm)) : ZC_STEP_APPLY;
+    LrSchedule sched = config_lr_schedule(c);
+    StepResult res = {(float)(loss / ((double)r->accum * r->world)), norm / scale, lr_at_step(&sched, (int)r->applied), scale, 0};
+    int action = c->precision == ZC_FP16 ? loss_scaler_update(&r->scaler, !isfinite(norm)) : ZC_STEP_APPLY;
     if (action == ZC_STEP_ABORT) {
         if (r->rank == 0) fprintf(stderr, "error: step %d: gradients overflowed at loss scale %g. %s\n", step, scale,
                                   loss_scaler_abort_advice());
@@ -365,7 +373,8 @@ static StepResult train_step(Run *r, int step) {
     res.skipped = action == ZC_STEP_SKIP;
     if (res.skipped) return res; // no update, no optimizer state change, the schedule waits
     r->applied++;
-    AdamWStep upd = adamw_step_begin(c, res.lr, (int)r->applied, res.norm);
+    OptimizerHyper hyper = config_optimizer(c);
+    OptStep upd = optimizer_step_begin(&hyper, res.lr, (int)r->applied, res.norm);
     upd.grad_scale /= scale;
     gpt2_update(m, &upd);
     return res;
@@ -399,7 +408,7 @@ static void save(Run *r, int step) {
     st.scaler = r->scaler;
     st.sample_rng = r->sample_rng;
     st.train_data = dataloader_state(&r->train);
-    if (ckpt_save(r->cfg.out_dir, &r->model.z, &r->cfg.model, &st, precision_names[r->cfg.precision])) die();
+    if (ckpt_save(r->cfg.out_dir, &r->model.z, &r->cfg.model, &st, zc_dtype_names[r->cfg.precision])) die();
     snprintf(path, sizeof(path), "%s/model_%08d.bin", r->cfg.out_dir, step);
     if (gpt2_save(&r->model, path)) die();
     if (r->rank == 0) printf("saved %s/step_%08d and %s\n", r->cfg.out_dir, step, path);
@@ -447,7 +456,7 @@ static int trainer_run(Run *r, int argc, char **argv) {
 
     double flops_per_token = 6.0 * r->model.z.lay.num_params + 12.0 * c->model.num_layers * c->model.channels * c->seq_len;
     double total_ms = 0.0;
-    int fp16 = c->precision == PRECISION_FP16;
+    int fp16 = c->precision == ZC_FP16;
     for (int step = r->first_step; step <= c->steps; step++) {
         double t0 = now_seconds();
         StepResult s = train_step(r, step);

@@ -11,5 +11,6 @@ int host_side(const char *path) {
     if (ds_config_apply(&c, path, 2, 0) != 0 || config_validate(&c, 2) != 0) return -1;
     config_print_resolved(stdout, &c);
     config_log_resolved(stdout, &c);
-    return (int)(1000.0f * lr_at_step(&c, 3));
+    LrSchedule sched = config_lr_schedule(&c);
+    return (int)(1000.0f * lr_at_step(&sched, 3));
 }

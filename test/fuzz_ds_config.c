@@ -64,11 +64,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (c.total_batch != (long)c.batch * c.seq_len * world * c.grad_accum) abort();
     if (c.grad_accum != config_accum_steps(&c, world)) abort();
     int last = c.steps + 5;
+    LrSchedule sched = config_lr_schedule(&c);
     for (int s = 0; s <= last; s++) {
-        float lr = lr_at_step(&c, s);
+        float lr = lr_at_step(&sched, s);
         if (!isfinite(lr) || lr < 0.0f) abort();
     }
-    if (!isfinite(lr_at_step(&c, 1 << 30))) abort();
+    if (!isfinite(lr_at_step(&sched, 1 << 30))) abort();
     config_print_resolved(sink(), &c);
     char *text = NULL;
     size_t len = 0;

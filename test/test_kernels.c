@@ -44,6 +44,9 @@
 #include "../train_gpt_cpu.c"
 #pragma GCC diagnostic pop
 
+// The kernels' context: nothing but the bf16 matmul test sets anything in it.
+static CpuKernels kc;
+
 #define VEC_TOL 1e-3
 #define ELEM_TOL 1e-3
 #define ELEM_FLOOR 0.1
@@ -202,7 +205,7 @@ static void check_overwritten(const char *what, const float *after, const float 
 typedef struct { int B, T, C; const int *inp; float *wte, *wpe, *out; const float *r; } EncCtx;
 static double enc_J(void *p) {
     EncCtx *c = (EncCtx *)p;
-    encoder_forward(c->out, c->inp, c->wte, c->wpe, c->B, c->T, c->C);
+    encoder_forward(&kc, c->out, c->inp, c->wte, c->wpe, c->B, c->T, c->C);
     return weighted_sum(c->r, c->out, (size_t)c->B * c->T * c->C);
 }
 
@@ -226,7 +229,7 @@ static void test_encoder(int B, int T, int C, int Vp, int maxT) {
     check_close("out", out, ref, nout, 1e-7);
 
     float *dwte = floats(nwte), *dwpe = floats(nwpe);
-    encoder_backward(dwte, dwpe, r, inp, B, T, C);
+    encoder_backward(&kc, dwte, dwpe, r, inp, B, T, C);
     double *fd = doubles(nwte > nwpe ? nwte : nwpe);
     fd_grad(enc_J, &ctx, wte, nwte, FD_H, fd);
     check_grad("wte", fd, dwte, nwte, 0);
@@ -237,7 +240,7 @@ static void test_encoder(int B, int T, int C, int Vp, int maxT) {
     fill_uniform(P1, nwte, -1, 1);
     fill_uniform(P2, nwpe, -1, 1);
     float *a1 = copy_of(P1, nwte), *a2 = copy_of(P2, nwpe);
-    encoder_backward(a1, a2, r, inp, B, T, C);
+    encoder_backward(&kc, a1, a2, r, inp, B, T, C);
     check_accumulated("dwte", a1, P1, dwte, nwte);
     check_accumulated("dwpe", a2, P2, dwpe, nwpe);
     free(inp); free(wte); free(wpe); free(out); free(r); free(ref); free(dwte); free(dwpe); free(fd);
@@ -250,7 +253,7 @@ static void test_encoder(int B, int T, int C, int Vp, int maxT) {
 typedef struct { int N, C; float *inp, *w, *b, *out, *mean, *rstd; const float *r; } LnCtx;
 static double ln_J(void *p) {
     LnCtx *c = (LnCtx *)p;
-    layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C);
+    layernorm_forward(&kc, c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C);
     return weighted_sum(c->r, c->out, (size_t)c->N * c->C);
 }
 
@@ -286,7 +289,7 @@ static void test_layernorm(int N, int C) {
     check_close("rstd", rstd, refs, N, 1e-5);
 
     float *dinp = floats(n), *dw = floats(C), *db = floats(C);
-    layernorm_backward(dinp, dw, db, r, inp, w, mean, rstd, N, C);
+    layernorm_backward(&kc, dinp, dw, db, r, inp, w, mean, rstd, N, C);
     double *fd = doubles(n);
     fd_grad(ln_J, &ctx, inp, n, FD_H, fd);
     check_grad("inp", fd, dinp, n, 0);
@@ -301,7 +304,7 @@ static void test_layernorm(int N, int C) {
     fill_uniform(P1, C, -1, 1);
     fill_uniform(P2, C, -1, 1);
     float *a0 = copy_of(P0, n), *a1 = copy_of(P1, C), *a2 = copy_of(P2, C);
-    layernorm_backward(a0, a1, a2, r, inp, w, mean, rstd, N, C);
+    layernorm_backward(&kc, a0, a1, a2, r, inp, w, mean, rstd, N, C);
     check_accumulated("dinp", a0, P0, dinp, n);
     check_accumulated("dw", a1, P1, dw, C);
     check_accumulated("db", a2, P2, db, C);
@@ -319,11 +322,11 @@ static double mm_J(void *p) {
     size_t n = (size_t)c->N * c->OC;
     if (c->accumulate) { // out = prev (what the residual held) + the product
         float *tmp = floats(n);
-        matmul_forward(tmp, c->inp, c->w, NULL, c->bias, c->N, c->C, c->OC);
-        residual_forward(c->out, c->prev, tmp, n);
+        matmul_forward(&kc, tmp, c->inp, c->w, NULL, c->bias, c->N, c->C, c->OC);
+        residual_forward(&kc, c->out, c->prev, tmp, n);
         free(tmp);
     } else {
-        matmul_forward(c->out, c->inp, c->w, NULL, c->bias, c->N, c->C, c->OC);
+        matmul_forward(&kc, c->out, c->inp, c->w, NULL, c->bias, c->N, c->C, c->OC);
     }
     return weighted_sum(c->r, c->out, n);
 }
@@ -351,7 +354,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int accumulate) {
     check_close("out", out, ref, no, 1e-5);
 
     float *dinp = floats(ni), *dw = floats(nw), *db = bias ? floats(OC) : NULL;
-    matmul_backward(dinp, dw, db, r, inp, w, NULL, N, C, OC);
+    matmul_backward(&kc, dinp, dw, db, r, inp, w, NULL, N, C, OC);
     double *fd = doubles(ni > nw ? ni : nw);
     fd_grad(mm_J, &ctx, inp, ni, FD_H, fd);
     check_grad("inp", fd, dinp, ni, 0);
@@ -368,7 +371,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int accumulate) {
     fill_uniform(Pb, OC, -1, 1);
     fill_nan(a0, ni);
     float *aw = copy_of(Pw, nw), *ab = bias ? copy_of(Pb, OC) : NULL;
-    matmul_backward(a0, aw, ab, r, inp, w, NULL, N, C, OC);
+    matmul_backward(&kc, a0, aw, ab, r, inp, w, NULL, N, C, OC);
     check_overwritten("dinp", a0, dinp, ni);
     check_accumulated("dw", aw, Pw, dw, nw);
     if (bias) check_accumulated("dbias", ab, Pb, db, OC);
@@ -382,7 +385,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int accumulate) {
 typedef struct { int B, T, C, NH; float *qkv, *out, *att; const float *r; } AttCtx;
 static double att_J(void *p) {
     AttCtx *c = (AttCtx *)p;
-    attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
+    attention_forward(&kc, c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
     return weighted_sum(c->r, c->out, (size_t)c->B * c->T * c->C);
 }
 
@@ -421,7 +424,7 @@ static void test_attention(int B, int T, int C, int NH) {
     check_close("out", out, ref, no, 1e-5);
 
     float *dqkv = floats(nq);
-    attention_backward(dqkv, att, r, qkv, out, B, T, C, NH);
+    attention_backward(&kc, dqkv, att, r, qkv, out, B, T, C, NH);
     double *fd = doubles(nq);
     fd_grad(att_J, &ctx, qkv, nq, FD_H, fd);
     check_grad("qkv", fd, dqkv, nq, 0);
@@ -429,7 +432,7 @@ static void test_attention(int B, int T, int C, int NH) {
     att_J(&ctx); // the cache again for the unperturbed qkv
     float *a = floats(nq);
     fill_nan(a, nq);
-    attention_backward(a, att, r, qkv, out, B, T, C, NH);
+    attention_backward(&kc, a, att, r, qkv, out, B, T, C, NH);
     check_overwritten("dqkv", a, dqkv, nq);
     free(qkv); free(out); free(att); free(r); free(ref); free(p); free(dqkv); free(fd); free(a);
 }
@@ -440,7 +443,7 @@ static void test_attention(int B, int T, int C, int NH) {
 typedef struct { size_t n; float *inp, *out; const float *r; } GeluCtx;
 static double gelu_J(void *p) {
     GeluCtx *c = (GeluCtx *)p;
-    gelu_forward(c->out, c->inp, c->n);
+    gelu_forward(&kc, c->out, c->inp, c->n);
     return weighted_sum(c->r, c->out, c->n);
 }
 
@@ -461,13 +464,13 @@ static void test_gelu(size_t n) {
 
     float *dinp = floats(n);
     fill_nan(dinp, n); // written, not accumulated
-    gelu_backward(dinp, inp, r, n);
+    gelu_backward(&kc, dinp, inp, r, n);
     double *fd = doubles(n);
     fd_grad(gelu_J, &ctx, inp, n, FD_H, fd);
     check_grad("inp", fd, dinp, n, 0);
 
     float *inplace = copy_of(r, n); // the trainer calls it with dinp == dout
-    gelu_backward(inplace, inp, inplace, n);
+    gelu_backward(&kc, inplace, inp, inplace, n);
     check_overwritten("dinp (in place over dout)", inplace, dinp, n);
     free(inp); free(out); free(r); free(ref); free(dinp); free(fd); free(inplace);
 }
@@ -557,7 +560,7 @@ static void no_sum_doubles(void *ctx, double *x, int n) { (void)ctx; (void)x; (v
 static void no_progress(void *ctx) { (void)ctx; } // nothing in flight to advance
 static ZeroBackend local_backend(void) {
     ZeroBackend be = {NULL, no_all_reduce, no_reduce_scatter, no_all_gather, no_wait, no_set_step, no_progress, no_sum_doubles,
-                      host_alloc, host_free, host_zero, host_add, host_to_host, host_from_host, host_adamw};
+                      host_alloc, host_free, host_zero, host_add, host_to_host, host_from_host, host_update};
     return be;
 }
 
@@ -579,7 +582,7 @@ static void test_model(void) {
     // ZeRO stage 0 on one rank: the full parameters and gradients in flat buffers, and no
     // collective ever starts, so the backend only allocates.
     GPT2 m;
-    gpt2_build(&m, &cfg, MB, MT, 0, 0, 1, ZC_F32, local_backend());
+    gpt2_build(&m, &cfg, MB, MT, 0, 0, 1, ZC_F32, OPT_ADAMW, local_backend());
     ParamLayout *lay = &m.z.lay;
     float *params = (float *)m.z.params, *grads = (float *)m.z.grads;
     for (int u = 0; u < lay->num_units; u++) gpt2_init_unit(lay, u, 1337, params + lay->unit_offset[u]);
@@ -704,7 +707,7 @@ static void test_mutations(void) {
     fill_uniform(w, NW, -1, 1);
     fill_uniform(r, N * OC, -1, 1);
     MmCtx ctx = {N, C, OC, 0, inp, w, NULL, out, NULL, r};
-    matmul_backward(dinp, dw, NULL, r, inp, w, NULL, N, C, OC);
+    matmul_backward(&kc, dinp, dw, NULL, r, inp, w, NULL, N, C, OC);
     double fd[NW];
     fd_grad(mm_J, &ctx, w, NW, FD_H, fd);
     size_t big = 0, small = 0;
@@ -767,21 +770,21 @@ static void test_bf16_matmul(int N, int C, int OC) {
     bf16_t *staging = (bf16_t *)xmalloc(widest * sizeof(bf16_t));
     size_t scratch_bytes = gemm_bf16_linear_scratch_bytes(N, C, OC, omp_get_max_threads()); // as gpt2_build sizes it
     void *scratch = xmalloc(scratch_bytes);
-    bf16_gemm = (GemmBf16Ctx){GEMM_BF16_AUTO, scratch, scratch_bytes};
+    kc.gemm = (GemmBf16Ctx){GEMM_BF16_AUTO, scratch, scratch_bytes};
     float *out = floats((size_t)N * OC), *dinp = floats((size_t)N * C), *dw = floats((size_t)OC * C);
     const char *names[3] = {"gemm_bf16", "sgemm fallback", "sgemm fallback, 3-row blocks"};
     for (int mode = 0; mode < 4; mode++) {
-        bf16_staging = staging;
-        bf16_staging_elems = mode == 2 ? (size_t)2 * (OC + C) * 3 : widest;
-        bf16_via_sgemm = mode >= 1;
+        kc.staging = staging;
+        kc.staging_elems = mode == 2 ? (size_t)2 * (OC + C) * 3 : widest;
+        kc.via_sgemm = mode >= 1;
         for (size_t i = 0; i < (size_t)OC * C; i++) dw[i] = 0.5f;
         fill_nan(dinp, (size_t)N * C);
         if (mode < 3) {
-            matmul_forward(out, inp, w, w16, bias, N, C, OC);
-            matmul_backward(dinp, dw, NULL, dout, inp, w, w16, N, C, OC);
+            matmul_forward(&kc, out, inp, w, w16, bias, N, C, OC);
+            matmul_backward(&kc, dinp, dw, NULL, dout, inp, w, w16, N, C, OC);
         } else { // fp32 products of the unrounded activations: must NOT pass
-            matmul_forward(out, inp, w, NULL, bias, N, C, OC);
-            matmul_backward(dinp, dw, NULL, dout, inp, w, NULL, N, C, OC);
+            matmul_forward(&kc, out, inp, w, NULL, bias, N, C, OC);
+            matmul_backward(&kc, dinp, dw, NULL, dout, inp, w, NULL, N, C, OC);
         }
         double worst = 0.0;
         const double *refs[3] = {ref_out, ref_dinp, ref_dw};
@@ -798,8 +801,7 @@ static void test_bf16_matmul(int N, int C, int OC) {
         if (mode < 3) printf("  bf16 matmul %dx%dx%d %-30s max error %.2e of the scale\n", N, C, OC, names[mode], worst);
         else printf("  (unrounded fp32 operands: %.2e, must be > 1e-4)\n", worst);
     }
-    bf16_staging = NULL; bf16_staging_elems = 0; bf16_via_sgemm = 0;
-    bf16_gemm = (GemmBf16Ctx){GEMM_BF16_AUTO, NULL, 0};
+    memset(&kc, 0, sizeof(kc));
     free(scratch);
     free(inp); free(w); free(bias); free(dout); free(w16); free(ref_out); free(ref_dinp); free(ref_dw);
     free(staging); free(out); free(dinp); free(dw);

@@ -5,6 +5,7 @@
 //   test/bin/test_planner plan ARGS    the planner's command line (planner_main), for the
 //                                      shell test until `train_gpt_cpu --plan` exists
 #include "run/planner.h"
+#include "cpu/workspace.h" // the CPU trainer's activations and workspace (cpu_plan_backend)
 
 // The textbook model-state bytes per rank in fp32 + Adam (parameters are their own master):
 // 16P, 8P + 8P/N, 4P + 12P/N, 16P/N. Written here, apart from the planner, as its oracle.
@@ -25,7 +26,7 @@ static int rel_eq(double a, double b, double tol) { return fabs(a - b) <= tol * 
 
 static PlanInput bare(double P, int precision, int optimizer, int stage, int world) {
     PlanInput in;
-    planner_input_defaults(&in);
+    planner_input_defaults(&in, &cpu_plan_backend);
     in.params_count = P;
     in.precision = precision;
     in.optimizer = optimizer;
@@ -36,7 +37,7 @@ static PlanInput bare(double P, int precision, int optimizer, int stage, int wor
 
 static PlanInput gpt(const GPT2Config *c, int precision, int stage, int world, int B, int T) {
     PlanInput in;
-    planner_input_defaults(&in);
+    planner_input_defaults(&in, &cpu_plan_backend);
     in.cfg = *c;
     in.precision = precision;
     in.zero_stage = stage;
@@ -56,20 +57,20 @@ static MemoryPlan plan(const PlanInput *in) {
 // --- the textbook ---------------------------------------------------------------------
 
 static void test_7b(void) {
-    for (int prec = PLAN_BF16; prec <= PLAN_FP16; prec++) {
-        PlanInput in = bare(7e9, prec, PLAN_ADAMW, 0, 1);
+    for (int prec = ZC_BF16; prec <= ZC_FP16; prec++) {
+        PlanInput in = bare(7e9, prec, OPT_ADAMW, 0, 1);
         MemoryPlan p = plan(&in);
         // 7e9 x (2 + 2 + 12) = 112 GB, exactly
-        CHECK(p.model_states == 112e9, "7B %s AdamW N=1: model states %.0f != 112e9", planner_precision_names[prec], p.model_states);
+        CHECK(p.model_states == 112e9, "7B %s AdamW N=1: model states %.0f != 112e9", zc_dtype_names[prec], p.model_states);
         CHECK(p.device[MEM_PARAMS] == 14e9 && p.device[MEM_GRADS] == 14e9, "7B: params/grads 14 GB each");
-        CHECK(p.device[MEM_MASTER] == 28e9 && p.device[MEM_ADAM_M] == 28e9 && p.device[MEM_ADAM_V] == 28e9,
+        CHECK(p.device[MEM_MASTER] == 28e9 && p.device[MEM_STATE] == 28e9 && p.device[MEM_STATE + 1] == 28e9,
               "7B: master, m, v 28 GB each");
         CHECK(p.optimizer == 84e9, "7B: optimizer state 84 GB (K = 12)");
         CHECK(p.model_states_textbook == 112e9, "7B: textbook figure");
         CHECK(!p.buffers_known && !p.activations_known && p.total == 112e9, "7B bare count: buffers, activations unknown");
     }
     // with a shape (LLaMA2-7B: 32 layers, h 4096, 32 heads, s 4096, b 1): textbook activations
-    PlanInput in = bare(7e9, PLAN_BF16, PLAN_ADAMW, 0, 1);
+    PlanInput in = bare(7e9, ZC_BF16, OPT_ADAMW, 0, 1);
     in.shape_known = 1; in.cfg.num_layers = 32; in.cfg.channels = 4096; in.cfg.num_heads = 32;
     in.seq_len = 4096; in.batch = 1;
     MemoryPlan p = plan(&in);
@@ -89,14 +90,14 @@ static void test_stage_formulas(void) {
             double want[4] = {16 * P, 2 * P + 2 * P + 12 * P / N, 2 * P + (2 + 12) * P / N, (2 + 2 + 12) * P / N};
             double s[4];
             for (int S = 0; S < 4; S++) {
-                PlanInput in = bare(P, PLAN_BF16, PLAN_ADAMW, S, worlds[w]);
+                PlanInput in = bare(P, ZC_BF16, OPT_ADAMW, S, worlds[w]);
                 MemoryPlan p = plan(&in);
                 s[S] = p.model_states;
                 CHECK(rel_eq(p.model_states, want[S], 1e-15), "bf16 P=%g N=%d S=%d: %.3f != %.3f", P, worlds[w], S,
                       p.model_states, want[S]);
                 // fp32 AdamW (params are the master): 16P, 4P + 4P + 8P/N, 4P + 12P/N, 16P/N
                 double want32[4] = {16 * P, 4 * P + 4 * P + 8 * P / N, 4 * P + 12 * P / N, 16 * P / N};
-                PlanInput in32 = bare(P, PLAN_FP32, PLAN_ADAMW, S, worlds[w]);
+                PlanInput in32 = bare(P, ZC_F32, OPT_ADAMW, S, worlds[w]);
                 MemoryPlan p32 = plan(&in32);
                 CHECK(rel_eq(p32.model_states, want32[S], 1e-15) && p32.device[MEM_MASTER] == 0,
                       "fp32 P=%g N=%d S=%d: %.3f != %.3f", P, worlds[w], S, p32.model_states, want32[S]);
@@ -116,31 +117,31 @@ static void test_stage_formulas(void) {
 static void test_optimizers(void) {
     double P = 1e9;
     struct { int prec, opt; double K, master; } cases[] = {
-        {PLAN_BF16, PLAN_ADAMW, 12, 4}, {PLAN_BF16, PLAN_SGD_MOMENTUM, 8, 4}, {PLAN_BF16, PLAN_SGD, 4, 4},
-        {PLAN_FP16, PLAN_SGD_MOMENTUM, 8, 4},
-        {PLAN_FP32, PLAN_ADAMW, 8, 0}, {PLAN_FP32, PLAN_SGD_MOMENTUM, 4, 0}, {PLAN_FP32, PLAN_SGD, 0, 0}};
+        {ZC_BF16, OPT_ADAMW, 12, 4}, {ZC_BF16, OPT_LION, 8, 4}, {ZC_BF16, OPT_SGD_MOMENTUM, 8, 4}, {ZC_BF16, OPT_SGD, 4, 4},
+        {ZC_FP16, OPT_SGD_MOMENTUM, 8, 4}, {ZC_FP16, OPT_LION, 8, 4},
+        {ZC_F32, OPT_ADAMW, 8, 0}, {ZC_F32, OPT_LION, 4, 0}, {ZC_F32, OPT_SGD_MOMENTUM, 4, 0}, {ZC_F32, OPT_SGD, 0, 0}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         PlanInput in = bare(P, cases[i].prec, cases[i].opt, 0, 1);
         MemoryPlan p = plan(&in);
-        double pg = cases[i].prec == PLAN_FP32 ? 8 : 4;
+        double pg = cases[i].prec == ZC_F32 ? 8 : 4;
         CHECK(p.optimizer == cases[i].K * P && p.device[MEM_MASTER] == cases[i].master * P && p.model_states == (pg + cases[i].K) * P,
-              "%s %s: K=%g expected, optimizer %.0f", planner_precision_names[cases[i].prec],
-              planner_optimizer_names[cases[i].opt], cases[i].K, p.optimizer);
+              "%s %s: K=%g expected, optimizer %.0f", zc_dtype_names[cases[i].prec],
+              optimizer_info(cases[i].opt)->name, cases[i].K, p.optimizer);
         // stage 1 over 4 ranks: the optimizer state is divided by 4
         in.zero_stage = 1; in.world = 4;
         p = plan(&in);
-        CHECK(p.optimizer == cases[i].K * P / 4, "%s %s stage 1 N=4", planner_precision_names[cases[i].prec],
-              planner_optimizer_names[cases[i].opt]);
+        CHECK(p.optimizer == cases[i].K * P / 4, "%s %s stage 1 N=4", zc_dtype_names[cases[i].prec],
+              optimizer_info(cases[i].opt)->name);
     }
 }
 
 static void test_offload(void) {
     for (int S = 0; S < 4; S++) {
-        PlanInput in = bare(7e9, PLAN_BF16, PLAN_ADAMW, S, 8);
+        PlanInput in = bare(7e9, ZC_BF16, OPT_ADAMW, S, 8);
         MemoryPlan on = plan(&in);
         in.offload_optimizer = 1;
         MemoryPlan off = plan(&in);
-        CHECK(off.optimizer == 0 && off.device[MEM_MASTER] == 0 && off.device[MEM_ADAM_M] == 0 && off.device[MEM_ADAM_V] == 0,
+        CHECK(off.optimizer == 0 && off.device[MEM_MASTER] == 0 && off.device[MEM_STATE] == 0 && off.device[MEM_STATE + 1] == 0,
               "offload S=%d: no optimizer bytes on the device", S);
         CHECK(off.host_optimizer == on.optimizer && off.host_total == on.optimizer, "offload S=%d: the host holds them", S);
         CHECK(off.model_states == on.device[MEM_PARAMS] + on.device[MEM_GRADS], "offload S=%d: device keeps p + g", S);
@@ -162,8 +163,8 @@ static void test_activations(void) {
         GPT2Config c;
         gpt2_preset(names[k], &c);
         int B = 4, T = 1024;
-        size_t floats = gpt2_activation_floats(&c, B, T, c.num_layers);
-        PlanInput in = gpt(&c, PLAN_FP32, 0, 1, B, T);
+        size_t floats = cpu_activation_floats(&c, B, T, c.num_layers);
+        PlanInput in = gpt(&c, ZC_F32, 0, 1, B, T);
         MemoryPlan p = plan(&in);
         CHECK(p.device[MEM_ACTIVATIONS] == 4.0 * floats, "%s fp32: activations %.0f != 4 x %zu", names[k],
               p.device[MEM_ACTIVATIONS], floats);
@@ -173,7 +174,7 @@ static void test_activations(void) {
         // ln2, fch, fch_gelu, residual3: BT(C + 3C + C + C + C + 4C + 4C + C) + B NH T^2 elements)
         // at 2 bytes for every layer, plus two fp32 layer slots; all else stays fp32
         double l16 = (double)B * T * 16 * c.channels + (double)B * c.num_heads * T * T;
-        in.precision = PLAN_BF16;
+        in.precision = ZC_BF16;
         p = plan(&in);
         CHECK(p.device[MEM_ACTIVATIONS] == 4.0 * (floats - c.num_layers * l16) + 2.0 * c.num_layers * l16 + 4.0 * 2 * l16,
               "%s bf16 activations %.0f", names[k], p.device[MEM_ACTIVATIONS]);
@@ -191,7 +192,7 @@ static void test_activations(void) {
     size_t one_layer = BT * C + 2 * BT + BT * 3 * C + BT * C + NH * T * T + BT * C + BT * C + 2 * BT + 2 * BT * 4 * C;
     size_t kept = BT * C /*encoded*/ + L * BT * C /*residual3*/ + one_layer + BT * C + 2 * BT /*lnf*/ + BT * Vp + BT
                   + BT * C + BT * C + BT * 4 * C + BT * 3 * C;
-    PlanInput in = gpt(&c, PLAN_FP32, 0, 1, 1, 4);
+    PlanInput in = gpt(&c, ZC_F32, 0, 1, 1, 4);
     in.recompute = 1;
     MemoryPlan r = plan(&in);
     CHECK(r.device[MEM_ACTIVATIONS] == 4.0 * kept, "tiny recompute: %.0f != %zu", r.device[MEM_ACTIVATIONS], 4 * kept);
@@ -221,20 +222,20 @@ static void test_zero_init_agreement(void) {
             for (int S = 0; S < 4; S++) {
                 int N = worlds[w];
                 Zero z, zb;
-                zero_init(&z, &shapes[s], S, N - 1, N, ZC_F32, be); // the last rank: all ranks allocate alike
-                zero_init(&zb, &shapes[s], S, N - 1, N, ZC_BF16, be);
-                PlanInput in = gpt(&shapes[s], PLAN_FP32, S, N, 2, shapes[s].max_seq_len);
+                zero_init(&z, &shapes[s], S, N - 1, N, ZC_F32, OPT_ADAMW, be); // the last rank: all ranks allocate alike
+                zero_init(&zb, &shapes[s], S, N - 1, N, ZC_BF16, OPT_ADAMW, be);
+                PlanInput in = gpt(&shapes[s], ZC_F32, S, N, 2, shapes[s].max_seq_len);
                 MemoryPlan p = plan(&in);
                 for (int k = 0; k < MEM_ACTIVATIONS; k++)
                     CHECK(p.device[k] == (double)z.mem[k], "shape %zu N=%d S=%d: %s plan %.0f != zero_init %zu", s, N, S,
-                          zero_memory_names[k], p.device[k], z.mem[k]);
+                          zero_memory_name(OPT_ADAMW, k), p.device[k], z.mem[k]);
                 double F = (double)z.lay.num_flat;
                 CHECK(p.padded_params == F && p.num_params == (double)z.lay.num_params, "parameter counts");
                 // the fp32 stage formulas hold exactly on the padded P
                 CHECK(p.model_states == zero_theory_model_states(S, F, N), "shape %zu N=%d S=%d: %.0f != formula %.0f",
                       s, N, S, p.model_states, zero_theory_model_states(S, F, N));
                 // and in 16-bit mixed precision: 2F + 2F + 12F/N etc., exactly (F is a multiple of N)
-                in.precision = PLAN_BF16;
+                in.precision = ZC_BF16;
                 MemoryPlan b = plan(&in);
                 double want = planner_textbook_states(S, 2, 2, 12, F, N);
                 CHECK(b.model_states == want && fmod(F, N) == 0, "bf16 shape %zu N=%d S=%d: %.0f != %.0f", s, N, S,
@@ -242,7 +243,7 @@ static void test_zero_init_agreement(void) {
                 CHECK(b.device[MEM_BUFFERS] == p.device[MEM_BUFFERS] / 2, "bf16 buffers are 16-bit");
                 for (int k = 0; k < MEM_ACTIVATIONS; k++)
                     CHECK(b.device[k] == (double)zb.mem[k], "bf16 shape %zu N=%d S=%d: %s plan %.0f != zero_init %zu", s, N, S,
-                          zero_memory_names[k], b.device[k], zb.mem[k]);
+                          zero_memory_name(OPT_ADAMW, k), b.device[k], zb.mem[k]);
                 zero_free(&z);
                 zero_free(&zb);
             }
@@ -263,15 +264,15 @@ static void test_from_train_config(void) {
     config_defaults(&c);
     int rc = config_parse(&c, 17, argv);
     CHECK(rc == 0 && config_validate(&c, 4) == 0, "config_parse");
-    PlanInput in = planner_input_from_train_config(&c, 4);
+    PlanInput in = planner_input_from_train_config(&c, 4, &cpu_plan_backend);
     MemoryPlan p = plan(&in);
     Zero z;
-    zero_init(&z, &c.model, c.zero_stage, 1, 4, ZC_F32, be);
-    z.mem[MEM_ACTIVATIONS] = gpt2_activation_floats(&c.model, c.batch, c.seq_len, c.model.num_layers) * sizeof(float);
+    zero_init(&z, &c.model, c.zero_stage, 1, 4, ZC_F32, OPT_ADAMW, be);
+    z.mem[MEM_ACTIVATIONS] = cpu_activation_floats(&c.model, c.batch, c.seq_len, c.model.num_layers) * sizeof(float);
     double actual[4 * MEM_KINDS];
     for (int q = 0; q < 4; q++)
         for (int k = 0; k < MEM_KINDS; k++) {
-            CHECK(q > 0 || p.device[k] == (double)z.mem[k], "from TrainConfig: %s", zero_memory_names[k]);
+            CHECK(q > 0 || p.device[k] == (double)z.mem[k], "from TrainConfig: %s", zero_memory_name(OPT_ADAMW, k));
             actual[q * MEM_KINDS + k] = (double)z.mem[k];
         }
     zero_free(&z);
@@ -297,7 +298,7 @@ static void test_from_train_config(void) {
 static void test_d12_world_1024(void) {
     GPT2Config c;
     gpt2_preset("d12", &c);
-    PlanInput in = gpt(&c, PLAN_BF16, 3, 1024, 4, 1024);
+    PlanInput in = gpt(&c, ZC_BF16, 3, 1024, 4, 1024);
     MemoryPlan p = plan(&in);
     CHECK(p.num_params == 124475904.0, "d12 has 124,475,904 parameters (padded vocab rows included): %.0f", p.num_params);
     CHECK(fmod(p.padded_params, 1024.0 * ZERO_ALIGN) == 0 && p.padded_params >= p.num_params, "d12 padded for 1024 ranks");
@@ -305,21 +306,21 @@ static void test_d12_world_1024(void) {
 }
 
 static void test_bad_inputs(void) {
-    PlanInput in = bare(1e9, PLAN_BF16, PLAN_ADAMW, 4, 1);
+    PlanInput in = bare(1e9, ZC_BF16, OPT_ADAMW, 4, 1);
     MemoryPlan p;
     CHECK(planner_plan(&in, &p) != 0 && planner_input_problem(&in), "stage 4 refused");
-    in = bare(1e9, PLAN_BF16, PLAN_ADAMW, 0, 0);
+    in = bare(1e9, ZC_BF16, OPT_ADAMW, 0, 0);
     CHECK(planner_plan(&in, &p) != 0, "world 0 refused");
     GPT2Config c = {16, 512, 512, 2, 3, 32};
-    in = gpt(&c, PLAN_FP32, 0, 1, 1, 16);
+    in = gpt(&c, ZC_F32, 0, 1, 1, 16);
     CHECK(planner_plan(&in, &p) != 0, "channels not a multiple of heads refused");
     c.num_heads = 2;
-    in = gpt(&c, PLAN_FP32, 0, 1, 1, 17);
+    in = gpt(&c, ZC_F32, 0, 1, 1, 17);
     CHECK(planner_plan(&in, &p) != 0, "seq-len beyond max_seq_len refused");
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "plan")) return planner_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "plan")) return planner_main(argc - 1, argv + 1, &cpu_plan_backend);
     test_7b();
     test_stage_formulas();
     test_optimizers();

@@ -58,7 +58,10 @@ $PYTHON test/zero_check.py shard $d/big_vocab.bin 5000 1000 2
 expect token_range    "big_vocab.bin.*token"                      $small --train-data $d/big_vocab.bin
 # --help names every long option the parser accepts
 ./train_gpt_cpu --help > $d/help.txt || { echo "FAIL --help exit code"; fails=$((fails+1)); }
-for opt in $(grep -o '{"[a-z0-9-]*", [01]' run/config.h | sed 's/{"\([^"]*\)".*/\1/'); do
+# (the option table's rows: `CO_KIND("name", ...` or `{"name", OT_...`)
+opts=$(grep -oE '^\s+(CO_[A-Z]+\("[a-z0-9-]+"|\{"[a-z0-9-]+", OT_)' run/config.h | grep -oE '"[a-z0-9-]+"' | tr -d '"')
+[ "$(echo "$opts" | wc -w)" -ge 50 ] || { echo "FAIL: found only $(echo "$opts" | wc -w) options in run/config.h"; fails=$((fails+1)); }
+for opt in $opts; do
   grep -q -- "--$opt" $d/help.txt || { echo "FAIL --help does not mention --$opt"; fails=$((fails+1)); }
 done
 # mpirun binds each of one or two ranks to a core: the trainer says so when cores sit idle, and
