@@ -9,8 +9,14 @@ It runs in float64, so its numbers are the truth the fp32 C trainer is measured 
             the trainer's JSON-lines log, its --dump-grads file (checkpoint format: header, then
             the gradients) and its last checkpoint against the reference
   selftest  prove the reference itself: finite differences, the building blocks against
-            torch's own ops, our AdamW loop against torch.optim.AdamW, and the comparison
-            logic fed with the reference's own fp32 outputs (must pass) and corrupted ones (must fail)
+            torch's own ops, our AdamW and SGD loops against torch.optim.AdamW / SGD, our Lion
+            against a second writing of the paper's Algorithm 2, and the comparison logic fed
+            with the reference's own fp32 outputs (must pass) and corrupted ones (must fail)
+
+Optimizers (--optimizer): adamw (torch.optim.AdamW's arithmetic), lion (Chen et al. 2023,
+"Symbolic Discovery of Optimization Algorithms", Algorithm 2: c = b1 m + (1-b1) g,
+p = p - lr (sign(c) + wd p), m = b2 m + (1-b2) g), sgd and sgd-momentum (torch.optim.SGD:
+g += wd p, buf = mu buf + g, p -= lr buf). Weight decay on the 2-D weights only.
 
 Model: token + learned position embeddings, pre-LN blocks (LayerNorm eps 1e-5), causal
 multi-head attention scaled by 1/sqrt(head size), 4x MLP with tanh-GELU, final LayerNorm,
@@ -200,6 +206,48 @@ class AdamW:
             p.sub_(lr * (m / bc1) / ((v / bc2).sqrt() + self.eps))
 
 
+class Lion:
+    """Lion, from the paper's update rule (Algorithm 2), decoupled decay on DECAY tensors only."""
+
+    def __init__(self, P, b1, b2, wd):
+        self.P, self.b1, self.b2, self.wd = P, b1, b2, wd
+        self.m = {n: torch.zeros_like(p) for n, p in P.items()}
+
+    @torch.no_grad()
+    def step(self, grads, lr):
+        for n, p in self.P.items():
+            g, m = grads[n], self.m[n]
+            update = (self.b1 * m + (1 - self.b1) * g).sign()
+            if n in DECAY:
+                p.mul_(1 - lr * self.wd)
+            p.sub_(lr * update)
+            m.mul_(self.b2).add_(g, alpha=1 - self.b2)
+
+
+class SGD:
+    """torch.optim.SGD (dampening 0, not Nesterov): L2 weight decay on DECAY tensors, then momentum."""
+
+    def __init__(self, P, momentum, wd):
+        self.P, self.mu, self.wd = P, momentum, wd
+        self.buf = {n: torch.zeros_like(p) for n, p in P.items()}
+
+    @torch.no_grad()
+    def step(self, grads, lr):
+        for n, p in self.P.items():
+            d = grads[n] + self.wd * p if n in DECAY else grads[n].clone()
+            if self.mu:
+                d = self.buf[n].mul_(self.mu).add_(d)
+            p.sub_(lr * d)
+
+
+def make_optimizer(P, a):
+    if a.optimizer == "lion":
+        return Lion(P, a.beta1, a.beta2, a.wd)
+    if a.optimizer in ("sgd", "sgd-momentum"):
+        return SGD(P, a.momentum if a.optimizer == "sgd-momentum" else 0.0, a.wd)
+    return AdamW(P, a.beta1, a.beta2, a.eps, a.wd)
+
+
 def clip_scale(norm, clip):
     return min(1.0, clip / norm) if clip > 0 else 1.0
 
@@ -212,7 +260,7 @@ def train(P, cfg, tokens, a):
     if len(tokens) < B * T + 1:
         raise ValueError("token file too short for one micro-batch")
     P = {n: p.clone() for n, p in P.items()}
-    opt = AdamW(P, a.beta1, a.beta2, a.eps, a.wd)
+    opt = make_optimizer(P, a)
     pos, records, first_grads = 0, [], None
     for s in range(a.steps):
         total, loss = {n: torch.zeros_like(p) for n, p in P.items()}, 0.0
@@ -310,9 +358,15 @@ def compare(cfg, ref_records, ref_grads, ref_final, log_records, dump_path, fina
     # Such elements wander a little, so the max only bounds each element to a small fraction of the
     # path Adam walks (sum of the LRs: a skipped, doubled or misplaced update is the whole path),
     # and systematic errors, which move every element (a wrong decay mask), show in the median.
+    # Lion moves every element by exactly lr per step, in the direction of sign(c): where c is
+    # within rounding of 0 (an exactly-zero gradient, like the key bias's, leaves rounding noise)
+    # fp32 and float64 can take opposite signs, a 2 lr difference per such step. So for Lion the
+    # max bounds each element by the whole path it can walk, and the share of elements that
+    # differ by more than lr/2 (a sign taken the other way at least once) must stay below 0.1%.
+    lion = getattr(a, "optimizer", "adamw") == "lion"
     if final_path:
         walk = sum(r["lr"] for r in ref_records)
-        max_tol = a.param_walk_frac * walk
+        max_tol = (2.0 + 1e-3) * walk if lion else a.param_walk_frac * walk
         out(f"parameters after step {a.steps} (per tensor: max|c-r| <= {a.param_walk_frac:g}*sum(lr) = {max_tol:.2e}, "
             f"median|c-r| <= {a.param_med_atol:g} + {a.param_med_rtol:g}*median|r|; margin = the worse ratio)")
         try:
@@ -333,6 +387,12 @@ def compare(cfg, ref_records, ref_grads, ref_final, log_records, dump_path, fina
                 verdict(margin <= 1, f"{name:9s} max|c-r| {diff:.3e}  median|c-r| {med:.3e}  margin {margin:.3f}")
             verdict(bool((F["wte"][cfg.V:] == 0).all()), "wte padded rows still exactly zero")
             out(f"  worst tensor: {worst[1]} at margin {worst[0]:.3f}")
+            if lion:
+                lr0 = max(r["lr"] for r in ref_records)
+                off = sum(int(((F[n] - ref_final[n].double()).abs() > lr0 / 2).sum()) for n, _ in param_shapes(cfg))
+                total = sum(F[n].numel() for n, _ in param_shapes(cfg))
+                verdict(off <= 1e-3 * total, f"Lion: {off} of {total} elements ({off / total:.2e}) took a sign the other way "
+                        f"at least once (at most 1e-3)")
 
     # Per-step log: loss, lr, grad_norm.
     steps = [int(o.get("step", -1)) for o in log_records]
@@ -372,7 +432,7 @@ def reference_run(a):
             with open(f, "rb") as fh:
                 h.update(fh.read())
         h.update(repr([a.B, a.T, a.accum, a.steps, a.lr, a.warmup, a.schedule, a.min_lr_frac, a.wd, a.clip,
-                       a.beta1, a.beta2, a.eps, a.dtype]).encode())
+                       a.beta1, a.beta2, a.eps, a.dtype, a.optimizer, a.momentum]).encode())
         path = os.path.join(a.cache, f"ref_{h.hexdigest()[:16]}.pt")
         if os.path.exists(path):
             return cfg, torch.load(path)
@@ -386,7 +446,8 @@ def run_check(a, out=print):
     cfg, ref = reference_run(a)
     log_records = read_log(a.log)
     out(f"config: {cfg}  B={a.B} T={a.T} accum={a.accum} steps={a.steps} lr={a.lr} warmup={a.warmup} "
-        f"schedule={a.schedule} min_lr_frac={a.min_lr_frac} wd={a.wd} clip={a.clip} betas=({a.beta1},{a.beta2}) eps={a.eps}")
+        f"schedule={a.schedule} min_lr_frac={a.min_lr_frac} wd={a.wd} clip={a.clip} betas=({a.beta1},{a.beta2}) eps={a.eps} "
+        f"optimizer={a.optimizer} momentum={a.momentum}")
     return compare(cfg, *ref, log_records, a.grads, a.final, a, out)
 
 
@@ -476,6 +537,45 @@ def selftest(a):
     rel = max(float((mine[n] - theirs[n].detach()).abs().max() / theirs[n].detach().abs().max()) for n in mine)
     verdict(rel < 1e-9, f"parameters after {h.steps} steps: max rel diff {rel:.2e} (clipped on {clipped} steps)")
 
+    # 3b. Our SGD (with and without momentum) against torch.optim.SGD with decay / no-decay groups.
+    for mu in (0.0, 0.9):
+        print(f"SGD loop vs torch.optim.SGD (momentum {mu}, decay / no-decay param groups)")
+        mine = {n: p.clone() for n, p in P.items()}
+        opt = SGD(mine, mu, 0.1)
+        theirs = {n: p.clone().requires_grad_(True) for n, p in P.items()}
+        topt = torch.optim.SGD([{"params": [theirs[n] for n in theirs if n in DECAY], "weight_decay": 0.1},
+                                {"params": [theirs[n] for n in theirs if n not in DECAY], "weight_decay": 0.0}],
+                               lr=0.05, momentum=mu)
+        for s in range(4):
+            _, g = grads_of(mine, cfg, idx, tgt)
+            opt.step(g, 0.05)
+            for n, p in theirs.items():
+                p.grad = g[n].clone()
+            topt.step()
+        rel = max(float((mine[n] - theirs[n].detach()).abs().max() / theirs[n].detach().abs().max()) for n in mine)
+        verdict(rel < 1e-12, f"parameters after 4 steps: max rel diff {rel:.2e}")
+
+    # 3c. Our Lion against a second, independent writing of Algorithm 2 (torch 1.13 has no Lion):
+    # interpolate, take the sign, add the decay to the update, scale by lr; momentum with beta2.
+    print("Lion loop vs the paper's Algorithm 2 written out element by element")
+    mine = {n: p.clone() for n, p in P.items()}
+    opt = Lion(mine, 0.9, 0.99, 0.1)
+    alg = {n: p.clone() for n, p in P.items()}
+    mom = {n: torch.zeros_like(p) for n, p in P.items()}
+    for s in range(3):
+        _, g = grads_of(mine, cfg, idx, tgt)
+        opt.step(g, 1e-3)
+        for n in alg:
+            flat_p, flat_m, flat_g = alg[n].view(-1), mom[n].view(-1), g[n].reshape(-1)
+            for i in range(flat_p.numel()):
+                c_t = 0.9 * float(flat_m[i]) + 0.1 * float(flat_g[i])
+                upd = (c_t > 0) - (c_t < 0)
+                wd = 0.1 if n in DECAY else 0.0
+                flat_p[i] = float(flat_p[i]) - 1e-3 * (upd + wd * float(flat_p[i]))
+                flat_m[i] = 0.99 * float(flat_m[i]) + 0.01 * float(flat_g[i])
+    rel = max(float((mine[n] - alg[n]).abs().max()) for n in mine)
+    verdict(rel < 1e-12, f"parameters after 3 steps: max abs diff {rel:.2e}")
+
     # 4. The comparison logic: the reference in fp32 plays the C trainer (clipping, warmup and cosine
     # on); it must pass, and each corruption must be caught.
     print("comparison logic on the reference's own float32 outputs")
@@ -555,6 +655,8 @@ def add_tolerances(p):
     p.add_argument("--beta1", type=float, default=0.9)
     p.add_argument("--beta2", type=float, default=0.95)
     p.add_argument("--eps", type=float, default=1e-8)
+    p.add_argument("--optimizer", choices=["adamw", "lion", "sgd", "sgd-momentum"], default="adamw")
+    p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--grad-atol", type=float, default=1e-5)
     p.add_argument("--grad-rtol", type=float, default=1e-3)
     p.add_argument("--loss1-rtol", type=float, default=1e-5)

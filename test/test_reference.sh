@@ -11,6 +11,9 @@
 # warmup 3 + cosine to 0.1); accumulation (B=2 T=16, 2 micro-batches per step, clip, warmup 2 + linear);
 # zero3_2ranks (the accumulation case's step split over 2 MPI processes under ZeRO stage 3: the
 # reference is the same 2-micro-batch mean; gradients are partitioned there, so no --dump-grads).
+# The other optimizers (optimizer.h) against the reference's own, written from their update rules
+# (Lion from the paper's Algorithm 2; SGD, checked against torch.optim.SGD in the self-test):
+# lion, lion_zero3_2ranks, sgd_momentum, sgd (at ZeRO-2: the stage does not change one rank's math).
 # TRAINER=path overrides the binary (e.g. ./train_gpt_cpu_asan).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -32,9 +35,12 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 failed=()
 # run_case NAME NP STAGE B T ACCUM CLIP SCHEDULE WARMUP MIN_LR_FRAC [extra check options]
 # ACCUM: micro-batches of B sequences per optimizer step, over all NP processes together.
+# OPT: the optimizer's options, given to the trainer and the check alike (default AdamW's);
+# TRAIN_ONLY: options for the trainer alone.
+OPT=(--optimizer adamw --beta1 0.9 --beta2 0.95 --eps 1e-8); TRAIN_ONLY=()
 run_case() {
   local name=$1 np=$2 stage=$3 B=$4 T=$5 accum=$6 clip=$7 sched=$8 warm=$9 minf=${10}; shift 10
-  local d=$tmp/$name steps=10 lr=1e-3 wd=0.1 adam=(--beta1 0.9 --beta2 0.95 --eps 1e-8)
+  local d=$tmp/$name steps=10 lr=1e-3 wd=0.1 adam=("${OPT[@]}")
   mkdir -p "$d"
   echo; echo "=== $name: B=$B T=$T micro-batches=$accum processes=$np zero-stage=$stage clip=$clip $sched warmup=$warm min-lr-frac=$minf"
   local launch=() grads=(--dump-grads "$d/grads.bin")
@@ -49,7 +55,7 @@ run_case() {
   local cmd=("${launch[@]}" "$TRAINER" --init "$tmp/model.bin" --train-data "$batch" --val-every 0 --sample-every 0 --no-shuffle
              --batch "$B" --seq-len "$T" "${tb[@]}" --steps $steps --lr $lr --warmup "$warm" --lr-schedule "$sched"
              --min-lr-frac "$minf" --weight-decay $wd "${adam[@]}" --grad-clip "$clip" --log "$d/log.jsonl" "${grads[@]}"
-             --out "$d/out" --save-every $steps --seed 1 --zero-stage "$stage")
+             --out "$d/out" --save-every $steps --seed 1 --zero-stage "$stage" "${TRAIN_ONLY[@]}")
   echo "${cmd[*]}"
   local t0; t0=$(date +%s%N)
   if ! "${cmd[@]}" >"$d/stdout" 2>&1; then
@@ -71,6 +77,13 @@ run_case plain         1 0     4 16 1     0    constant 0      0
 run_case clipped       1 0     2 32 1     1.0  cosine   3      0.1 --expect-clip
 run_case accumulation  1 0     2 16 2     1.0  linear   2      0.2 --expect-clip
 run_case zero3_2ranks  2 3     2 16 2     1.0  linear   2      0.2 --expect-clip
+OPT=(--optimizer lion --beta1 0.9 --beta2 0.99)
+run_case lion          1 0     4 16 1     1.0  cosine   2      0.1 --expect-clip
+run_case lion_zero3_2ranks 2 3 2 16 2     1.0  linear   2      0.2 --expect-clip
+OPT=(--optimizer sgd-momentum --momentum 0.9)
+run_case sgd_momentum  1 0     4 16 1     1.0  constant 0      0   --expect-clip
+OPT=(--optimizer sgd)
+run_case sgd           1 2     4 16 1     0    linear   2      0.1
 
 echo
 if [ ${#failed[@]} -gt 0 ]; then echo "FAILED: ${failed[*]}"; exit 1; fi
