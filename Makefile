@@ -14,7 +14,7 @@ SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-san
 HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
-.PHONY: all test bench setup clean data fuzz gpu_check FORCE
+.PHONY: all test bench bench-optimizer setup clean data fuzz gpu_check FORCE
 all: train_gpt_cpu
 
 setup:
@@ -39,7 +39,9 @@ NCCL_HOME ?= $(CUDA_HOME)
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 GPU_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 GPU_LIBDIRS := $(sort $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib $(NCCL_HOME)/lib $(NCCL_HOME)/lib64))
-NVCCFLAGS := -O3 -std=c++17 -D_GNU_SOURCE -Werror all-warnings -Xcompiler -Wall$(comma)-Wextra$(comma)-Werror$(comma)-fopenmp \
+# -ffp-contract=off: the host never fuses a product and a sum, so the optimizer engine's offloaded
+# update gives the device kernel's bits (core/optimizer.h's device path rounds every operation).
+NVCCFLAGS := -O3 -std=c++17 -D_GNU_SOURCE -Werror all-warnings -Xcompiler -Wall$(comma)-Wextra$(comma)-Werror$(comma)-fopenmp$(comma)-ffp-contract=off \
              -I. -I$(NCCL_HOME)/include $(shell mpicc -showme:compile 2>/dev/null)
 GPU_LDLIBS := $(foreach d,$(GPU_LIBDIRS),-L$(d) -Xlinker -rpath=$(d)) -lcublasLt -lcudart -lnccl -lcjson \
               $(shell mpicc -showme:link 2>/dev/null) -lgomp
@@ -69,7 +71,7 @@ gpu_check: train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_cpu
 # The pieces under gpu/ get the same rewrite, into test/bin/emu/gpu/, which -Itest/bin/emu puts
 # ahead of the originals.
 EMU_HEADERS := $(wildcard test/cuda_emu/*.h)
-EMU_CXX     := g++ -std=c++17 -D_GNU_SOURCE -O2 -g -fopenmp -Wall -Wextra -Werror -Wno-unknown-pragmas -Itest/cuda_emu -Itest/bin/emu -I. $(shell mpicc -showme:compile 2>/dev/null)
+EMU_CXX     := g++ -std=c++17 -D_GNU_SOURCE -O2 -g -fopenmp -ffp-contract=off -Wall -Wextra -Werror -Wno-unknown-pragmas -Itest/cuda_emu -Itest/bin/emu -I. $(shell mpicc -showme:compile 2>/dev/null)
 EMU_LDLIBS  := $(LDLIBS) $(shell mpicc -showme:link 2>/dev/null)
 emu_source   = { echo '\#line 1 "$(1)"'; sed -E 's/([A-Za-z_][A-Za-z_0-9]*)<<<(.*)>>>\(/emu_launch(\1, "\1", \2)(/' $(1); } > $(2)
 EMU_GPU_HEADERS := $(patsubst gpu/%,test/bin/emu/gpu/%,$(GPU_HEADERS))
@@ -108,6 +110,10 @@ test: train_gpt_cpu train_gpt_cpu_asan
 
 bench: train_gpt_cpu test/bin/test_gemm_bf16
 	bash scripts/bench.sh
+
+# The CPU optimizer engine against torch.optim.AdamW (scripts/bench_optimizer.sh).
+bench-optimizer: test/bin/bench_optimizer
+	bash scripts/bench_optimizer.sh
 
 # The embedded data set: Brown corpus shards and the GPT-2 tokenizer file, committed
 # in data/ so training needs no network. `make data` rebuilds them byte for byte from

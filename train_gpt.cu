@@ -219,8 +219,9 @@ typedef struct {
 // dtype: the element type of parameters, gradients and ZeRO's buffers: floatX's. config.h
 // refuses every other precision for this binary; the check is the defence should one ever get
 // this far (every kernel and hook below reads floatX).
-static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, int rank, int world, int dtype,
-                       int optimizer, ZeroBackend be) {
+static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, int world, const ZeroOptions *zo,
+                       ZeroBackend be) {
+    int dtype = zo->dtype;
     if (dtype != FLOATX_DTYPE) {
         fprintf(stderr, "error: rank %d: this GPU trainer was built for %s, not %s\n", rank, zc_dtype_names[FLOATX_DTYPE],
                 dtype >= 0 && dtype < ZC_NUM_DTYPES ? zc_dtype_names[dtype] : "an unknown type");
@@ -233,7 +234,7 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, 
     m->kern.plans = &m->plans;
     size_t free0 = 0, free1 = 0, total_dev = 0;
     CUDA_CHECK(cudaMemGetInfo(&free0, &total_dev));
-    zero_init(&m->z, cfg, stage, rank, world, dtype, optimizer, be);
+    zero_init(&m->z, cfg, rank, world, zo, be);
     // Every layer's activations in floatX (the statistics and losses fp32), each tensor 256-byte
     // aligned: gpu_activation_bytes (gpu/layout.h), the planner's formula for this trainer, which also
     // gives the offsets. No workspace: the kernels read ZeRO's floatX buffers directly
@@ -269,14 +270,18 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, 
     // The memory log entries carry zero.h's counts and the activations, which are exactly the
     // bytes asked of cudaMalloc; the device's own view (allocation granularity included) and
     // what lies outside the plan are printed beside them.
-    size_t states = 0;
-    for (int k = 0; k < MEM_KINDS; k++) if (k != MEM_ACTIVATIONS && k != MEM_WORKSPACE) states += m->z.mem[k];
+    size_t states = 0, host = 0;
+    for (int k = 0; k < MEM_KINDS; k++) {
+        if (m->z.where[k] == LOC_HOST) host += m->z.mem[k];
+        else if (k != MEM_ACTIVATIONS && k != MEM_WORKSPACE) states += m->z.mem[k];
+    }
     if (rank == 0)
         printf("device memory, rank 0: model states + ZeRO buffers %.1f MiB (cudaMalloc'd %.1f MiB), activations %.1f MiB, "
                "outside the plan %.1f MiB (cuBLASLt workspace, norm partials, tokens); device reports %.1f MiB more in use, "
-               "%.1f MiB free\n", states / 1048576.0, ((NcclBackend *)be.ctx)->allocated / 1048576.0,
-               m->bytes_activations / 1048576.0, m->bytes_scratch / 1048576.0,
-               (double)(free0 - free1) / 1048576.0, free1 / 1048576.0);
+               "%.1f MiB free; host memory for offloaded states and staging %.1f MiB (allocated %.1f MiB)\n",
+               states / 1048576.0, ((NcclBackend *)be.ctx)->allocated / 1048576.0,
+               m->bytes_activations / 1048576.0, m->bytes_scratch / 1048576.0, (double)(free0 - free1) / 1048576.0,
+               free1 / 1048576.0, host / 1048576.0, ((NcclBackend *)be.ctx)->host_allocated / 1048576.0);
 }
 
 static void gpt2_free(GPT2 *m) {
@@ -453,6 +458,9 @@ static ZeroBackend trainer_backend(Run *r) {
         MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
         NCCL_CHECK(ncclCommInitRank(&b->comm, r->world, id, r->rank));
         CUDA_CHECK(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&b->copy_stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&b->copy_ready, cudaEventDisableTiming));
+        for (int h = 0; h < MAX_COPIES; h++) CUDA_CHECK(cudaEventCreateWithFlags(&b->copy_done[h], cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&b->ready, cudaEventDisableTiming));
         for (int h = 0; h < MAX_PENDING; h++) CUDA_CHECK(cudaEventCreateWithFlags(&b->done[h], cudaEventDisableTiming));
         // room for every report's scalars (checkpoint.h sums 6 per rank + 1): no cudaMalloc mid-run
@@ -496,6 +504,7 @@ static void gpu_shutdown(NcclBackend *b) {
     if (b->comm) {
         ncclCommDestroy(b->comm);
         cudaStreamDestroy(b->stream);
+        cudaStreamDestroy(b->copy_stream);
     }
     cublasLtDestroy(gpu->lt);
     cudaFree(gpu->workspace);

@@ -26,6 +26,7 @@
 #include "core/gpt2.h"
 #include "run/config.h"
 #include "core/optimizer.h"
+#include "core/optimizer_engine.h"
 #include "zero.h"
 #include "run/planner.h"
 #include "dataloader.h"
@@ -463,13 +464,14 @@ typedef struct {
     int batch_n;                   // B*T of the batch uploaded last
 } GPT2;
 
-static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int stage, int rank, int world, int dtype,
-                       int optimizer, ZeroBackend be) {
+static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, int world, const ZeroOptions *zo,
+                       ZeroBackend be) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
+    int dtype = zo->dtype;
     m->dtype = dtype;
     m->mixed = dtype != ZC_F32;
-    zero_init(&m->z, cfg, stage, rank, world, dtype, optimizer, be);
+    zero_init(&m->z, cfg, rank, world, zo, be);
     // Every allocation below is counted as it is made; the planner predicts the totals
     // (cpu_activation_bytes, cpu_workspace_bytes) and test_planner compares the two.
     size_t *act = &m->z.mem[MEM_ACTIVATIONS], *work = &m->z.mem[MEM_WORKSPACE];

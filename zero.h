@@ -41,7 +41,21 @@
 //              gathered twice per micro-step.
 //   Accounting. Every collective's bytes are counted in the ring model (all-gather or
 //   reduce-scatter of M bytes over N ranks: M(N-1)/N; all-reduce: twice that), and every
-//   buffer this header asks the backend to allocate is counted by kind.
+//   buffer this header asks the backend to allocate is counted by kind and by where it lives.
+//
+//   Where the model states live (ZeRO-Offload). By default everything is in the backend's
+//   compute memory ("device": the GPU's, or the CPU trainer's own). offload_optimizer = host
+//   (stages 1-3) puts the fp32 master weights (kept even in fp32 runs: the update needs its
+//   parameters where it runs) and the optimizer's state arrays in host memory (page-locked with
+//   pin_memory), and the update runs there, on the CPU optimizer engine (optimizer_engine.h):
+//   unit by unit, the unit's reduced gradient slice is copied to host staging, updated on the
+//   host, and its new 16-bit parameters copied back and (stages 1, 2) all-gathered, the copies
+//   of the next unit in flight while the host updates this one. offload_param = host (stage 3)
+//   keeps this rank's 16-bit parameter shard in host memory too: before a unit's all-gather its
+//   slice is copied to a device staging slice, and the update writes the shard in place. The
+//   gradients stay on the device. A backend whose compute memory is the host's (unified)
+//   offloads nothing: there is nowhere to move to. Staging is bounded: two unit slices of
+//   gradients and two of parameters on the host, one slice per gather buffer on the device.
 //
 //   The backend (ZeroBackend) performs what it is handed: non-blocking collectives identified
 //   by a small integer, a wait and a progress poke, a blocking sum of a few doubles, and
@@ -63,6 +77,7 @@
 #include <math.h>
 #include "core/gpt2.h"
 #include "core/optimizer.h"
+#include "core/optimizer_engine.h"
 #include "mixed_precision.h"
 
 #define ZERO_ALIGN 16 // elements: every slice starts on a 64-byte boundary in fp32
@@ -71,18 +86,22 @@ enum { ZC_ALL_REDUCE, ZC_REDUCE_SCATTER, ZC_ALL_GATHER, ZC_NUM_COLLECTIVES };
 static const char *const zero_collective_names[ZC_NUM_COLLECTIVES] = {"all_reduce", "reduce_scatter", "all_gather"};
 
 // The kinds of memory a rank holds. MEM_STATE + k is the optimizer's state array k (named by
-// optimizer.h: "adam_m", "adam_v", "lion_m", ...). activations and workspace (what a trainer
-// needs beyond these to compute: the CPU trainer's fp32 working copies in 16-bit runs) are
-// counted by the trainer.
-enum { MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_BUFFERS = MEM_STATE + OPT_MAX_SLICES, MEM_ACTIVATIONS,
-       MEM_WORKSPACE, MEM_KINDS };
+// optimizer.h: "adam_m", "adam_v", "lion_m", ...). staging: the offload's transfer buffers in
+// host memory. activations and workspace (what a trainer needs beyond these to compute: the CPU
+// trainer's fp32 working copies in 16-bit runs) are counted by the trainer.
+enum { MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_BUFFERS = MEM_STATE + OPT_MAX_SLICES, MEM_STAGING,
+       MEM_ACTIVATIONS, MEM_WORKSPACE, MEM_KINDS };
 // The kind's name in logs and plans; NULL for a state array the optimizer does not keep.
 static inline const char *zero_memory_name(int optimizer, int kind) {
-    static const char *const names[MEM_KINDS] = {"params", "grads", "master", "state0", "state1", "buffers",
+    static const char *const names[MEM_KINDS] = {"params", "grads", "master", "state0", "state1", "buffers", "staging",
                                                  "activations", "workspace"};
     if (kind >= MEM_STATE && kind < MEM_STATE + OPT_MAX_SLICES) return optimizer_info(optimizer)->slice_names[kind - MEM_STATE];
     return names[kind];
 }
+
+// Where memory lives: the backend's compute memory, host memory, or files on NVMe.
+enum { LOC_DEVICE, LOC_HOST, LOC_NVME, LOC_KINDS };
+static const char *const zero_location_names[LOC_KINDS] = {"device", "host", "nvme"};
 
 typedef struct {
     void *ctx;
@@ -121,7 +140,31 @@ typedef struct {
     // result is also rounded into p16 (of type dtype).
     void (*update)(void *ctx, const OptStep *step, float *p, float *const *state, const void *g, void *p16, size_t n,
                    int dtype, int decay);
+    // Host memory and asynchronous copies, for model states offloaded from the compute memory
+    // (the GPU trainer). A backend whose compute memory is the host's (the CPU trainer) sets
+    // `unified` and may leave these NULL: nothing is ever offloaded from it.
+    int unified;
+    void *(*host_alloc)(void *ctx, size_t bytes, int pinned); // zeroed; pinned: page-locked
+    void (*host_free)(void *ctx, void *p, int pinned);
+    // Copies on a copy stream, each ordered after everything the compute stream has been handed
+    // so far. The handle is waited for by the host (host_wait: the data has landed in host memory,
+    // or the host buffer may be written again) or by the compute stream (device_wait: what is
+    // enqueued after it reads the copied data).
+    int (*copy_to_host)(void *ctx, void *host, const void *src, size_t bytes);
+    int (*copy_to_device)(void *ctx, void *dst, const void *host, size_t bytes);
+    void (*host_wait)(void *ctx, int copy, const char *what);
+    void (*device_wait)(void *ctx, int copy);
 } ZeroBackend;
+
+// What a rank keeps, and where (zero_init).
+typedef struct {
+    int stage;             // 0-3
+    int dtype;             // of parameters, gradients, buffers: ZC_F32, ZC_BF16, ZC_FP16
+    int optimizer;         // optimizer.h's kind: its state arrays
+    int offload_optimizer; // LOC_DEVICE (none) or LOC_HOST: master weights and state arrays (stages 1-3)
+    int offload_param;     // LOC_DEVICE (none) or LOC_HOST: the 16-bit parameter shard (stage 3)
+    int pin_memory;        // offloaded host memory page-locked
+} ZeroOptions;
 
 typedef struct {
     int stage, rank, world;
@@ -132,9 +175,16 @@ typedef struct {
     // the model states this rank keeps
     void *params;                  // full (stages 0-2) or shard (stage 3)
     void *grads;                   // full (stages 0, 1) or shard accumulator (stages 2, 3)
-    float *master;                 // mixed precision: fp32 weights, full (stage 0) or shard; else NULL
+    float *master;                 // mixed precision (or an offloaded fp32 optimizer): fp32 weights, full
+                                   // (stage 0) or shard; else NULL
     int optimizer, nstate;         // optimizer.h's kind, and its number of state arrays
     float *state[OPT_MAX_SLICES];  // its state arrays: full (stage 0) or shard
+    int where[MEM_KINDS];          // LOC_*: where each kind lives
+    int pinned;                    // host memory page-locked
+    // offload staging (host): two unit slices of gradients on their way to the host update, two
+    // of updated parameters on their way back; (device) a slice per gather buffer for a host shard
+    void *stage_grad[2], *stage_param[2];
+    void *stage_dev_embed, *stage_dev_final, *stage_dev_layer[2];
     // bounded buffers
     void *gather_embed, *gather_final, *gather_layer[2]; // stage 3
     void *bucket_embed, *bucket_final, *bucket_layer[2]; // stages 2, 3
@@ -147,7 +197,7 @@ typedef struct {
     int step;                      // for the watchdog's message
     unsigned long forwards;        // forward passes begun: a unit's values are the same within one
     // accounting
-    size_t mem[MEM_KINDS];         // bytes allocated, by kind
+    size_t mem[MEM_KINDS];         // bytes allocated, by kind (where[kind] says where)
     double comm[ZC_NUM_COLLECTIVES]; // bytes moved this step, ring model
 } Zero;
 
@@ -169,28 +219,56 @@ static inline int zero_is_layer(const Zero *z, int u) { return u >= 1 && u < gpt
 static inline void *zero_at(const Zero *z, const void *p, size_t i) { return (char *)p + i * z->esize; }
 
 // n elements of a kind's element size (fp32 for the master weights and optimizer state,
-// z->dtype otherwise).
+// z->dtype otherwise), where the kind lives.
 static inline void *zero_alloc(Zero *z, int kind, size_t n) {
     size_t e = kind == MEM_MASTER || (kind >= MEM_STATE && kind < MEM_BUFFERS) ? sizeof(float) : z->esize;
     z->mem[kind] += n * e;
+    if (z->where[kind] == LOC_HOST) return z->be.host_alloc(z->be.ctx, n * e, z->pinned);
     return z->be.alloc(z->be.ctx, n * e);
 }
+static inline void zero_free_at(Zero *z, int loc, void *p) {
+    if (!p) return;
+    if (loc == LOC_HOST) z->be.host_free(z->be.ctx, p, z->pinned);
+    else z->be.free(z->be.ctx, p);
+}
+static inline int zero_offloads_optimizer(const Zero *z) { return z->where[MEM_MASTER] == LOC_HOST; }
+static inline int zero_offloads_params(const Zero *z) { return z->where[MEM_PARAMS] == LOC_HOST; }
 
-// Sets up the partition and allocates this rank's model states and buffers. dtype: ZC_F32,
-// or ZC_BF16 / ZC_FP16 for mixed precision; optimizer: optimizer.h's kind (its state arrays).
-static inline void zero_init(Zero *z, const GPT2Config *cfg, int stage, int rank, int world, int dtype, int optimizer,
-                             ZeroBackend be) {
+// Where each kind lives for these options (the planner asks too). unified: the backend's
+// compute memory is the host's, so nothing moves.
+static inline void zero_placement(const ZeroOptions *o, int unified, int where[MEM_KINDS]) {
+    for (int k = 0; k < MEM_KINDS; k++) where[k] = LOC_DEVICE;
+    if (unified) return;
+    where[MEM_STAGING] = LOC_HOST;
+    if (o->offload_optimizer == LOC_HOST && o->stage > 0)
+        for (int k = MEM_MASTER; k < MEM_BUFFERS; k++) where[k] = LOC_HOST;
+    if (o->offload_param == LOC_HOST && o->stage == 3) where[MEM_PARAMS] = LOC_HOST;
+}
+
+// Sets up the partition and allocates this rank's model states and buffers (ZeroOptions: the
+// stage, the element type, the optimizer, what is offloaded).
+static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world, const ZeroOptions *o, ZeroBackend be) {
     memset(z, 0, sizeof(*z));
+    int stage = o->stage, dtype = o->dtype;
     z->stage = stage; z->rank = rank; z->world = world; z->be = be;
     z->dtype = dtype; z->esize = zc_dtype_size(dtype);
-    z->optimizer = optimizer;
-    z->nstate = optimizer_info(optimizer)->slices;
+    z->optimizer = o->optimizer;
+    z->nstate = optimizer_info(o->optimizer)->slices;
+    z->pinned = o->pin_memory;
+    zero_placement(o, be.unified, z->where);
     gpt2_layout_init(&z->lay, cfg, (size_t)world * ZERO_ALIGN);
     size_t full = z->lay.num_flat, shard = zero_shard_size(z);
     z->params = zero_alloc(z, MEM_PARAMS, stage == 3 ? shard : full);
     z->grads = zero_alloc(z, MEM_GRADS, stage >= 2 ? shard : full);
-    if (dtype != ZC_F32) z->master = (float *)zero_alloc(z, MEM_MASTER, stage == 0 ? full : shard);
+    if (dtype != ZC_F32 || zero_offloads_optimizer(z)) z->master = (float *)zero_alloc(z, MEM_MASTER, stage == 0 ? full : shard);
     for (int k = 0; k < z->nstate; k++) z->state[k] = (float *)zero_alloc(z, MEM_STATE + k, stage == 0 ? full : shard);
+    if (zero_offloads_optimizer(z)) { // staging for the host update: two slices each way
+        size_t slice = zero_max_unit(z) / world;
+        for (int i = 0; i < 2; i++) {
+            z->stage_grad[i] = zero_alloc(z, MEM_STAGING, slice);
+            if (!zero_offloads_params(z)) z->stage_param[i] = zero_alloc(z, MEM_STAGING, slice);
+        }
+    }
     int F = gpt2_final_unit(&z->lay);
     if (stage >= 2) {
         z->bucket_embed = zero_alloc(z, MEM_BUFFERS, gpt2_unit_padded(&z->lay, UNIT_EMBED));
@@ -206,27 +284,56 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int stage, int rank
         z->gather_final = zero_alloc(z, MEM_BUFFERS, gpt2_unit_padded(&z->lay, F));
         for (int i = 0; i < 2; i++) z->gather_layer[i] = zero_alloc(z, MEM_BUFFERS, zero_max_layer(z));
     }
+    if (zero_offloads_params(z)) { // a host shard's slice lands here before its gather
+        z->stage_dev_embed = zero_alloc(z, MEM_BUFFERS, zero_slice(z, UNIT_EMBED));
+        z->stage_dev_final = zero_alloc(z, MEM_BUFFERS, zero_slice(z, F));
+        for (int i = 0; i < 2; i++) z->stage_dev_layer[i] = zero_alloc(z, MEM_BUFFERS, zero_max_layer(z) / world);
+    }
     for (int u = 0; u < GPT2_MAX_UNITS; u++) z->pending[u] = -1;
 }
 
 // Elements of the bounded buffers zero_init allocates: gradient buckets and reduce-scatter
-// receive slices (stages 2, 3), gather buffers (stage 3). The planner predicts with it.
-static inline size_t zero_buffer_floats(const Zero *z) {
+// receive slices (stages 2, 3), gather buffers (stage 3), the device slices a host shard is
+// copied into (offload_param). The planner predicts with it. (where: zero_placement's.)
+static inline size_t zero_buffer_floats(const Zero *z, const int where[MEM_KINDS]) {
     size_t embed = gpt2_unit_padded(&z->lay, UNIT_EMBED), fin = gpt2_unit_padded(&z->lay, gpt2_final_unit(&z->lay));
     size_t n = 0;
     if (z->stage >= 2) n += embed + fin + 2 * zero_max_layer(z)                          // buckets
                             + zero_slice(z, UNIT_EMBED) + 2 * (zero_max_layer(z) / z->world); // receive slices
     if (z->stage == 3) n += embed + fin + 2 * zero_max_layer(z);                         // gather buffers
+    if (where[MEM_PARAMS] == LOC_HOST)                                                   // host shard's landing slices
+        n += zero_slice(z, UNIT_EMBED) + zero_slice(z, gpt2_final_unit(&z->lay)) + 2 * (zero_max_layer(z) / z->world);
     return n;
+}
+// Elements of the offload's host staging: two slices of gradients, and two of parameters unless
+// the parameter shard itself is on the host.
+static inline size_t zero_staging_elems(const Zero *z, const int where[MEM_KINDS]) {
+    if (where[MEM_MASTER] != LOC_HOST) return 0;
+    return (where[MEM_PARAMS] == LOC_HOST ? 2 : 4) * (zero_max_unit(z) / z->world);
 }
 
 static inline void zero_free(Zero *z) {
-    void *all[] = {z->params, z->grads, z->master, z->state[0], z->state[1], z->gather_embed, z->gather_final,
-                    z->gather_layer[0], z->gather_layer[1], z->bucket_embed, z->bucket_final,
-                    z->bucket_layer[0], z->bucket_layer[1], z->scatter_recv[0], z->scatter_recv[1],
-                    z->scatter_recv[2]};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        if (all[i]) z->be.free(z->be.ctx, all[i]);
+    void *all[] = {z->params, z->grads, z->master, z->state[0], z->state[1], z->stage_grad[0], z->stage_grad[1],
+                   z->stage_param[0], z->stage_param[1]};
+    int kind[] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_STATE + 1, MEM_STAGING, MEM_STAGING, MEM_STAGING,
+                  MEM_STAGING};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) zero_free_at(z, z->where[kind[i]], all[i]);
+    void *buffers[] = {z->gather_embed, z->gather_final, z->gather_layer[0], z->gather_layer[1], z->bucket_embed,
+                       z->bucket_final, z->bucket_layer[0], z->bucket_layer[1], z->scatter_recv[0], z->scatter_recv[1],
+                       z->scatter_recv[2], z->stage_dev_embed, z->stage_dev_final, z->stage_dev_layer[0],
+                       z->stage_dev_layer[1]};
+    for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) zero_free_at(z, LOC_DEVICE, buffers[i]);
+}
+
+// Copies between a kind's memory and the host's fp32 (initialisation, checkpoints): through the
+// backend for compute memory, directly for host memory.
+static inline void zero_put(Zero *z, int kind, void *dst, const float *host, size_t n, int dtype) {
+    if (z->where[kind] == LOC_HOST) zc_narrow(dst, host, n, dtype);
+    else z->be.from_host(z->be.ctx, dst, host, n, dtype);
+}
+static inline void zero_get(Zero *z, int kind, float *host, const void *src, size_t n, int dtype) {
+    if (z->where[kind] == LOC_HOST) zc_widen(host, src, n, dtype);
+    else z->be.to_host(z->be.ctx, host, src, n, dtype);
 }
 
 // --- the schedule: where a unit's parameters and gradients are ---------------------------
@@ -268,8 +375,14 @@ static inline void zero_prefetch(Zero *z, int u) {
     if (zero_is_layer(z, u)) // the buffer's previous layer (same parity) is overwritten
         for (int v = 1; v < gpt2_final_unit(&z->lay); v++)
             if (v % 2 == u % 2) z->gathered[v] = 0;
-    z->pending[u] = z->be.all_gather(z->be.ctx, zero_at(z, z->params, zero_shard_offset(z, u)), zero_gather_buffer(z, u),
-                                     zero_slice(z, u), z->dtype);
+    const void *send = zero_at(z, z->params, zero_shard_offset(z, u));
+    if (zero_offloads_params(z)) { // the host shard's slice goes to the device first
+        void *landing = u == UNIT_EMBED ? z->stage_dev_embed : u == gpt2_final_unit(&z->lay) ? z->stage_dev_final
+                                                                                              : z->stage_dev_layer[u % 2];
+        z->be.device_wait(z->be.ctx, z->be.copy_to_device(z->be.ctx, landing, send, zero_slice(z, u) * z->esize));
+        send = landing;
+    }
+    z->pending[u] = z->be.all_gather(z->be.ctx, send, zero_gather_buffer(z, u), zero_slice(z, u), z->dtype);
     z->gathered[u] = 1;
     zero_count(z, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u));
 }
@@ -371,15 +484,17 @@ static inline float zero_global_grad_norm(Zero *z, double local_sumsq) {
     return (float)sqrt(local_sumsq);
 }
 
-// Stages 1, 2: after the update, every rank needs all parameters again.
-static inline void zero_gather_updated_params(Zero *z) {
+// Stages 1, 2: after the update, every rank needs all parameters again: unit u's all-gather
+// (in place), and the wait for every unit's.
+static inline void zero_gather_updated_unit(Zero *z, int u) {
     if (z->stage == 0 || z->stage == 3 || z->world == 1) return;
-    for (int u = 0; u < z->lay.num_units; u++) {
-        void *p = zero_at(z, z->params, z->lay.unit_offset[u]);
-        z->pending[u] = z->be.all_gather(z->be.ctx, zero_at(z, p, (size_t)z->rank * zero_slice(z, u)), p, zero_slice(z, u),
-                                         z->dtype);
-        zero_count(z, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u));
-    }
+    void *p = zero_at(z, z->params, z->lay.unit_offset[u]);
+    z->pending[u] = z->be.all_gather(z->be.ctx, zero_at(z, p, (size_t)z->rank * zero_slice(z, u)), p, zero_slice(z, u),
+                                     z->dtype);
+    zero_count(z, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u));
+}
+static inline void zero_gather_updated_params(Zero *z) {
+    for (int u = 0; u < z->lay.num_units; u++) zero_gather_updated_unit(z, u);
     for (int u = 0; u < z->lay.num_units; u++) zero_wait(z, u, "all_gather (updated parameters)");
 }
 
@@ -398,7 +513,60 @@ static inline void zero_update_segment(const ParamSegment *seg, void *ctx) {
     z->be.update(z->be.ctx, r->step, r->p + lo, state, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL,
                  seg->end - seg->begin, z->dtype, seg->kind == SEG_DECAY);
 }
+// The offloaded update (zero_offloads_optimizer): unit by unit, this rank's reduced gradient
+// slice is copied to host staging, the CPU optimizer engine updates the master weights and state
+// there and writes the new parameters (into staging, or straight into a host parameter shard),
+// which go back to the device and (stages 1, 2) are all-gathered. Two staging slices each way:
+// the next unit's gradient copy and the last unit's parameter copy and gather are in flight while
+// the host updates this unit. Frozen runs (padding, unused vocabulary rows) are written as the
+// zeros they are, since a staging slice is reused from unit to unit.
+static inline void zero_update_host_segment(const ParamSegment *seg, void *ctx) {
+    ZeroUpdateRun *r = (ZeroUpdateRun *)ctx;
+    Zero *z = r->z;
+    size_t lo = seg->begin - r->base, n = seg->end - seg->begin;
+    if (seg->kind == SEG_FROZEN) {
+        if (r->p16) memset(zero_at(z, r->p16, lo), 0, n * z->esize);
+        return;
+    }
+    float *state[OPT_MAX_SLICES] = {NULL};
+    for (int k = 0; k < z->nstate; k++) state[k] = r->state[k] + lo;
+    optimizer_update_host(r->step, r->p + lo, state, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL, n,
+                          z->dtype, seg->kind == SEG_DECAY);
+}
+// The host's wait for a gradient slice's copy. (test_offload builds a variant with it defined
+// away, to show the CUDA emulator catching the missing wait.)
+#ifndef ZERO_HOST_WAIT
+#define ZERO_HOST_WAIT(z, h, what) (z)->be.host_wait((z)->be.ctx, (h), (what))
+#endif
+static inline void zero_update_offloaded(Zero *z, const OptStep *step) {
+    int U = z->lay.num_units, d2h[2] = {-1, -1}, h2d[2] = {-1, -1}, host_shard = zero_offloads_params(z);
+    for (int u = 0; u < 2 && u < U; u++)
+        d2h[u] = z->be.copy_to_host(z->be.ctx, z->stage_grad[u], zero_update_grads(z, u), zero_update_count(z, u) * z->esize);
+    for (int u = 0; u < U; u++) {
+        int b = u % 2;
+        size_t begin = zero_update_begin(z, u), n = zero_update_count(z, u);
+        ZERO_HOST_WAIT(z, d2h[b], "a gradient slice's copy to the host (offloaded update)");
+        if (!host_shard && h2d[b] >= 0) z->be.host_wait(z->be.ctx, h2d[b], "a parameter slice's copy to the device");
+        void *p16 = host_shard ? zero_update_params(z, u) : z->stage_param[b];
+        ZeroUpdateRun r = {z, begin, zero_update_moment(z, z->master, u), {NULL}, z->stage_grad[b], p16, step};
+        for (int k = 0; k < z->nstate; k++) r.state[k] = zero_update_moment(z, z->state[k], u);
+        gpt2_for_each_segment(&z->lay, begin, begin + n, zero_update_host_segment, &r);
+        if (!host_shard) { // the new parameters back to the device, then (stages 1, 2) to every rank
+            h2d[b] = z->be.copy_to_device(z->be.ctx, zero_update_params(z, u), p16, n * z->esize);
+            z->be.device_wait(z->be.ctx, h2d[b]);
+            zero_gather_updated_unit(z, u);
+        }
+        if (u + 2 < U) // the staging slice is free again: the unit after next's gradient
+            d2h[b] = z->be.copy_to_host(z->be.ctx, z->stage_grad[b], zero_update_grads(z, u + 2),
+                                        zero_update_count(z, u + 2) * z->esize);
+    }
+    for (int b = 0; b < 2; b++)
+        if (!host_shard && h2d[b] >= 0) z->be.host_wait(z->be.ctx, h2d[b], "a parameter slice's copy to the device");
+    for (int u = 0; u < U; u++) zero_wait(z, u, "all_gather (updated parameters)");
+}
+
 static inline void zero_update(Zero *z, const OptStep *step) {
+    if (zero_offloads_optimizer(z)) { zero_update_offloaded(z, step); return; }
     for (int u = 0; u < z->lay.num_units; u++) {
         size_t begin = zero_update_begin(z, u);
         void *p = zero_update_params(z, u);
@@ -416,11 +584,11 @@ static inline void zero_update(Zero *z, const OptStep *step) {
 // the element type) and, in mixed precision, its master weights (exact).
 static inline void zero_set_unit(Zero *z, int u, const float *unit_host) {
     size_t n = zero_slice(z, u), begin = (size_t)z->rank * n, padded = gpt2_unit_padded(&z->lay, u);
-    if (z->stage == 3) z->be.from_host(z->be.ctx, zero_at(z, z->params, zero_shard_offset(z, u)), unit_host + begin, n, z->dtype);
-    else z->be.from_host(z->be.ctx, zero_at(z, z->params, z->lay.unit_offset[u]), unit_host, padded, z->dtype);
+    if (z->stage == 3) zero_put(z, MEM_PARAMS, zero_at(z, z->params, zero_shard_offset(z, u)), unit_host + begin, n, z->dtype);
+    else zero_put(z, MEM_PARAMS, zero_at(z, z->params, z->lay.unit_offset[u]), unit_host, padded, z->dtype);
     if (!z->master) return;
-    if (z->stage == 0) z->be.from_host(z->be.ctx, zero_update_moment(z, z->master, u), unit_host, padded, ZC_F32);
-    else z->be.from_host(z->be.ctx, zero_update_moment(z, z->master, u), unit_host + begin, n, ZC_F32);
+    if (z->stage == 0) zero_put(z, MEM_MASTER, zero_update_moment(z, z->master, u), unit_host, padded, ZC_F32);
+    else zero_put(z, MEM_MASTER, zero_update_moment(z, z->master, u), unit_host + begin, n, ZC_F32);
 }
 
 // This rank's slice of unit u's weights into host (fp32): the master weights in mixed
@@ -430,10 +598,10 @@ static inline void zero_get_slice(Zero *z, int u, float *host) {
     size_t n = zero_slice(z, u);
     if (z->master) {
         size_t off = z->stage == 0 ? zero_slice_begin(z, u) : zero_shard_offset(z, u);
-        z->be.to_host(z->be.ctx, host, z->master + off, n, ZC_F32);
+        zero_get(z, MEM_MASTER, host, z->master + off, n, ZC_F32);
     } else {
         size_t off = z->stage == 3 ? zero_shard_offset(z, u) : zero_slice_begin(z, u);
-        z->be.to_host(z->be.ctx, host, zero_at(z, z->params, off), n, z->dtype);
+        zero_get(z, MEM_PARAMS, host, zero_at(z, z->params, off), n, z->dtype);
     }
 }
 
@@ -441,13 +609,13 @@ static inline void zero_get_slice(Zero *z, int u, float *host) {
 // padded unit (host, fp32) what this rank keeps (every element under stage 0, else its slice).
 static inline void zero_get_state_slice(Zero *z, int k, int u, float *host) {
     size_t off = z->stage == 0 ? zero_slice_begin(z, u) : zero_shard_offset(z, u);
-    z->be.to_host(z->be.ctx, host, z->state[k] + off, zero_slice(z, u), ZC_F32);
+    zero_get(z, MEM_STATE + k, host, z->state[k] + off, zero_slice(z, u), ZC_F32);
 }
 static inline void zero_set_state_unit(Zero *z, int k, int u, const float *unit_host) {
     if (z->stage == 0)
-        z->be.from_host(z->be.ctx, zero_update_moment(z, z->state[k], u), unit_host, gpt2_unit_padded(&z->lay, u), ZC_F32);
+        zero_put(z, MEM_STATE + k, zero_update_moment(z, z->state[k], u), unit_host, gpt2_unit_padded(&z->lay, u), ZC_F32);
     else
-        z->be.from_host(z->be.ctx, zero_update_moment(z, z->state[k], u), unit_host + (size_t)z->rank * zero_slice(z, u),
+        zero_put(z, MEM_STATE + k, zero_update_moment(z, z->state[k], u), unit_host + (size_t)z->rank * zero_slice(z, u),
                         zero_slice(z, u), ZC_F32);
 }
 

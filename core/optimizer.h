@@ -98,33 +98,51 @@ static inline OptStep optimizer_step_begin(const OptimizerHyper *h, float lr, in
     return s;
 }
 
+// The element updates' arithmetic, one IEEE operation at a time. On the GPU each is an
+// explicitly rounded intrinsic, so that nvcc never fuses a product and a sum into one FMA (its
+// default): the device's bits are then those of a host compiled without contraction, and the GPU
+// trainer's update gives the same bits on the device or offloaded to the host (optimizer_engine.h).
+#if defined(__CUDA_ARCH__)
+#define OPT_MUL(a, b) __fmul_rn((a), (b))
+#define OPT_ADD(a, b) __fadd_rn((a), (b))
+#define OPT_SUB(a, b) __fsub_rn((a), (b))
+#define OPT_DIV(a, b) __fdiv_rn((a), (b))
+#define OPT_SQRT(a) __fsqrt_rn(a)
+#else
+#define OPT_MUL(a, b) ((a) * (b))
+#define OPT_ADD(a, b) ((a) + (b))
+#define OPT_SUB(a, b) ((a) - (b))
+#define OPT_DIV(a, b) ((a) / (b))
+#define OPT_SQRT(a) sqrtf(a)
+#endif
+
 // One parameter p with gradient g; m, v its state (unused ones may be NULL); decay 0 or 1.
 ZC_HD static inline void adamw_element(const OptStep *s, float *p, float *m, float *v, float g, int decay) {
-    g *= s->grad_scale;
+    g = OPT_MUL(g, s->grad_scale);
     float param = *p;
-    if (decay) param *= 1.0f - s->lr * s->weight_decay;
-    float mt = s->beta1 * *m + (1.0f - s->beta1) * g;
-    float vt = s->beta2 * *v + (1.0f - s->beta2) * g * g;
-    float denom = sqrtf(vt) / s->bias_correction2_sqrt + s->eps;
-    param -= (s->lr / s->bias_correction1) * (mt / denom);
+    if (decay) param = OPT_MUL(param, OPT_SUB(1.0f, OPT_MUL(s->lr, s->weight_decay)));
+    float mt = OPT_ADD(OPT_MUL(s->beta1, *m), OPT_MUL(OPT_SUB(1.0f, s->beta1), g));
+    float vt = OPT_ADD(OPT_MUL(s->beta2, *v), OPT_MUL(OPT_MUL(OPT_SUB(1.0f, s->beta2), g), g));
+    float denom = OPT_ADD(OPT_DIV(OPT_SQRT(vt), s->bias_correction2_sqrt), s->eps);
+    param = OPT_SUB(param, OPT_MUL(OPT_DIV(s->lr, s->bias_correction1), OPT_DIV(mt, denom)));
     *m = mt; *v = vt; *p = param;
 }
 ZC_HD static inline void lion_element(const OptStep *s, float *p, float *m, float g, int decay) {
-    g *= s->grad_scale;
+    g = OPT_MUL(g, s->grad_scale);
     float param = *p;
-    if (decay) param *= 1.0f - s->lr * s->weight_decay;
-    float c = s->beta1 * *m + (1.0f - s->beta1) * g;
-    param -= s->lr * (c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f));
-    *m = s->beta2 * *m + (1.0f - s->beta2) * g;
+    if (decay) param = OPT_MUL(param, OPT_SUB(1.0f, OPT_MUL(s->lr, s->weight_decay)));
+    float c = OPT_ADD(OPT_MUL(s->beta1, *m), OPT_MUL(OPT_SUB(1.0f, s->beta1), g));
+    param = OPT_SUB(param, OPT_MUL(s->lr, c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f)));
+    *m = OPT_ADD(OPT_MUL(s->beta2, *m), OPT_MUL(OPT_SUB(1.0f, s->beta2), g));
     *p = param;
 }
 // buf: the momentum buffer, or NULL for plain SGD.
 ZC_HD static inline void sgd_element(const OptStep *s, float *p, float *buf, float g, int decay) {
-    g *= s->grad_scale;
+    g = OPT_MUL(g, s->grad_scale);
     float param = *p;
-    if (decay) g += s->weight_decay * param;
-    if (buf) { g += s->momentum * *buf; *buf = g; }
-    *p = param - s->lr * g;
+    if (decay) g = OPT_ADD(g, OPT_MUL(s->weight_decay, param));
+    if (buf) { g = OPT_ADD(g, OPT_MUL(s->momentum, *buf)); *buf = g; }
+    *p = OPT_SUB(param, OPT_MUL(s->lr, g));
 }
 ZC_HD static inline void optimizer_element(const OptStep *s, float *p, float *s0, float *s1, float g, int decay) {
     switch (s->kind) {

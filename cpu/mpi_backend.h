@@ -142,44 +142,17 @@ static void host_to_host(void *ctx, float *host, const void *src, size_t n, int 
 static void host_from_host(void *ctx, void *dst, const float *host, size_t n, int dtype) { (void)ctx; zc_narrow(dst, host, n, dtype); }
 
 // The optimizer over one run of elements of one kind (zero.h walks the runs this rank owns):
-// in mixed precision p is the master weight, g is 16-bit, and the result is rounded into p16.
-// One loop per optimizer and gradient type, the kind chosen outside it, so that each vectorises
-// (optimizer.h's element functions are the arithmetic; the GPU's kernel runs the same ones).
-#define HOST_UPDATE_LOOP(ELEMENT, LOAD, STORE)                                                                     \
-    _Pragma("omp parallel for simd") for (size_t i = 0; i < n; i++) {                                              \
-        ELEMENT;                                                                                                   \
-        STORE;                                                                                                     \
-    }
-#define HOST_UPDATE_KINDS(LOAD, STORE)                                                                             \
-    switch (step->kind) {                                                                                          \
-    case OPT_LION: HOST_UPDATE_LOOP(lion_element(step, &p[i], &s0[i], LOAD, decay), LOAD, STORE) break;          \
-    case OPT_SGD_MOMENTUM: HOST_UPDATE_LOOP(sgd_element(step, &p[i], &s0[i], LOAD, decay), LOAD, STORE) break;   \
-    case OPT_SGD: HOST_UPDATE_LOOP(sgd_element(step, &p[i], NULL, LOAD, decay), LOAD, STORE) break;               \
-    default: HOST_UPDATE_LOOP(adamw_element(step, &p[i], &s0[i], &s1[i], LOAD, decay), LOAD, STORE) break;       \
-    }
+// the CPU optimizer engine (core/optimizer_engine.h) on the arrays where they are.
 static void host_update(void *ctx, const OptStep *step, float *p, float *const *state, const void *g, void *p16, size_t n,
                         int dtype, int decay) {
     (void)ctx;
-    float *s0 = state[0], *s1 = state[1];
-    if (!p16) {
-        const float *gf = (const float *)g;
-        HOST_UPDATE_KINDS(gf[i], (void)0)
-    } else if (dtype == ZC_BF16) {
-        const bf16_t *gh = (const bf16_t *)g;
-        bf16_t *ph = (bf16_t *)p16;
-        HOST_UPDATE_KINDS(bf16_to_f32(gh[i]), ph[i] = f32_to_bf16(p[i]))
-    } else {
-        const fp16_t *gh = (const fp16_t *)g;
-        fp16_t *ph = (fp16_t *)p16;
-        HOST_UPDATE_KINDS(fp16_to_f32(gh[i]), ph[i] = f32_to_fp16(p[i]))
-    }
+    optimizer_update_host(step, p, state, g, p16, n, dtype, decay);
 }
-#undef HOST_UPDATE_KINDS
-#undef HOST_UPDATE_LOOP
 
 static ZeroBackend mpi_backend(MpiBackend *b) {
     ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_set_step, mpi_progress, mpi_sum_doubles,
-                      host_alloc, host_free, host_zero, host_add, host_to_host, host_from_host, host_update};
+                      host_alloc, host_free, host_zero, host_add, host_to_host, host_from_host, host_update,
+                      1, NULL, NULL, NULL, NULL, NULL, NULL}; // unified: the compute memory is the host's
     return be;
 }
 

@@ -108,6 +108,6 @@ static const PlanBackend cpu_plan_backend = {
     cpu_plan_activations, cpu_plan_workspace,
     {"4 B x its list", "2 B x layers + 2 fp32", "2 B x layers + 2 fp32"},
     {"CPU workspace (none in fp32)", "CPU fp32 workspace (16-bit runs)", "CPU fp32 workspace (16-bit runs)"},
-    "cpu_workspace_bytes", ZC_F32};
+    "cpu_workspace_bytes", ZC_F32, 1};
 
 #endif // CPU_WORKSPACE_H

@@ -67,7 +67,7 @@ static inline PlanBackend gpu_plan_backend(int default_precision) {
     PlanBackend b = {gpu_plan_activations, gpu_plan_workspace,
                      {"4 B x its list, aligned", "2 B x its list (stats 4)", "2 B x its list (stats 4)"},
                      {"workspace (none on the GPU)", "workspace (none on the GPU)", "workspace (none on the GPU)"},
-                     "16-bit kernels", default_precision};
+                     "16-bit kernels", default_precision, 0};
     return b;
 }
 

@@ -24,6 +24,7 @@
 // asynchronous errors (a peer gone) are checked at every poll and unit boundary.
 
 #define MAX_PENDING (GPT2_MAX_UNITS + 8)
+#define MAX_COPIES 64
 enum { SLOT_FREE, SLOT_INFLIGHT, SLOT_WAITED };
 typedef struct NcclBackend {
     Gpu *gpu;                      // the device: its compute stream orders against the collectives
@@ -39,6 +40,12 @@ typedef struct NcclBackend {
     double *d_scalars, *h_scalars; // sum_doubles' buffers (device, pinned host)
     int scalar_cap;
     size_t allocated;              // bytes asked of cudaMalloc through the backend's alloc
+    size_t host_allocated;         // bytes of host memory (offloaded model states, staging)
+    // copies between device and host memory for offloaded model states (zero.h), on their own
+    // stream: a pool of completion events, a handle each
+    cudaStream_t copy_stream;
+    cudaEvent_t copy_ready, copy_done[MAX_COPIES];
+    int copy_busy[MAX_COPIES];
 } NcclBackend;
 
 static void comm_abort(NcclBackend *b, const char *what, const char *why) {
@@ -253,9 +260,79 @@ static void dev_update(void *ctx, const OptStep *step, float *p, float *const *s
     LAUNCH_CHECK();
 }
 
+// Host memory for offloaded model states: page-locked (cudaMallocHost: the copy engines read and
+// write it directly, and copies from it run asynchronously) or, without pin_memory, plain memory
+// (CUDA then stages each copy through its own pinned buffers). Zeroed; counted.
+static void *host_mem_alloc(void *ctx, size_t bytes, int pinned) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    void *p = NULL;
+    size_t got = bytes ? bytes : 1;
+    if (pinned) {
+        cudaError_t e = cudaMallocHost(&p, got);
+        if (e != cudaSuccess) {
+            fprintf(stderr, "error: rank %d: cudaMallocHost of %.1f MiB of pinned host memory failed (%s); try without "
+                            "pin_memory, or a higher --zero-stage\n", b->rank, got / 1048576.0, cudaGetErrorString(e));
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        memset(p, 0, got);
+    } else {
+        p = xmalloc(got);
+        memset(p, 0, got);
+    }
+    b->host_allocated += bytes;
+    return p;
+}
+static void host_mem_free(void *ctx, void *p, int pinned) {
+    (void)ctx;
+    if (pinned) CUDA_CHECK(cudaFreeHost(p));
+    else free(p);
+}
+// A copy on the copy stream after everything the compute stream has been handed so far.
+static int copy_begin(NcclBackend *b) {
+    int h = -1;
+    for (int pass = 0; pass < 2 && h < 0; pass++)
+        for (int k = 0; k < MAX_COPIES && h < 0; k++) {
+            if (b->copy_busy[k] && pass == 1 && cudaEventQuery(b->copy_done[k]) == cudaSuccess) b->copy_busy[k] = 0;
+            if (!b->copy_busy[k]) h = k;
+        }
+    if (h < 0) {
+        fprintf(stderr, "error: rank %d: more than %d host-device copies in flight\n", b->rank, MAX_COPIES);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    b->copy_busy[h] = 1;
+    CUDA_CHECK(cudaEventRecord(b->copy_ready, b->gpu->compute));
+    CUDA_CHECK(cudaStreamWaitEvent(b->copy_stream, b->copy_ready, 0));
+    return h;
+}
+static int copy_end(NcclBackend *b, int h) {
+    CUDA_CHECK(cudaEventRecord(b->copy_done[h], b->copy_stream));
+    return h;
+}
+static int dev_copy_to_host(void *ctx, void *host, const void *src, size_t bytes) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    int h = copy_begin(b);
+    CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, b->copy_stream));
+    return copy_end(b, h);
+}
+static int dev_copy_to_device(void *ctx, void *dst, const void *host, size_t bytes) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    int h = copy_begin(b);
+    CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, b->copy_stream));
+    return copy_end(b, h);
+}
+static void dev_host_wait(void *ctx, int h, const char *what) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    wait_event_watchdog(b, b->copy_done[h], what);
+}
+static void dev_device_wait(void *ctx, int h) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    CUDA_CHECK(cudaStreamWaitEvent(b->gpu->compute, b->copy_done[h], 0));
+}
+
 static ZeroBackend nccl_backend(NcclBackend *b) {
     ZeroBackend be = {b, nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_wait, nccl_set_step, nccl_progress,
-                      nccl_sum_doubles, dev_alloc, dev_free, dev_zero, dev_add, dev_to_host, dev_from_host, dev_update};
+                      nccl_sum_doubles, dev_alloc, dev_free, dev_zero, dev_add, dev_to_host, dev_from_host, dev_update,
+                      0, host_mem_alloc, host_mem_free, dev_copy_to_host, dev_copy_to_device, dev_host_wait, dev_device_wait};
     return be;
 }
 

@@ -43,10 +43,8 @@ enum {
     DSX_OVERLAP_COMM, DSX_REDUCE_BUCKET_SIZE, DSX_ALLGATHER_BUCKET_SIZE, DSX_CONTIGUOUS_GRADIENTS,
     DSX_REDUCE_SCATTER, DSX_ALLGATHER_PARTITIONS, DSX_PREFETCH_BUCKET_SIZE, DSX_PARAM_PERSISTENCE_THRESHOLD,
     DSX_MAX_LIVE_PARAMETERS, DSX_MAX_REUSE_DISTANCE, DSX_GATHER_16BIT_WEIGHTS_ON_MODEL_SAVE, DSX_SUB_GROUP_SIZE,
-    DSX_OFFLOAD_OPTIMIZER_DEVICE, DSX_OFFLOAD_OPTIMIZER_PIN_MEMORY, DSX_OFFLOAD_PARAM_DEVICE,
-    DSX_OFFLOAD_PARAM_PIN_MEMORY, DSX_WALL_CLOCK_BREAKDOWN, DSX_NUM
+    DSX_WALL_CLOCK_BREAKDOWN, DSX_NUM
 };
-enum { DS_DEVICE_NONE, DS_DEVICE_CPU, DS_DEVICE_NVME }; // offload_*.device
 
 // Keys of every setting: the options' rows in --help's order, then the DeepSpeed-only settings.
 enum {
@@ -59,7 +57,7 @@ enum {
     CK_CONSECUTIVE_HYSTERESIS, CK_ON_MIN_SCALE,
     CK_VAL_EVERY, CK_VAL_STEPS, CK_SAMPLE_EVERY, CK_SAMPLE_LEN, CK_SEED, CK_OUT, CK_SAVE_EVERY, CK_LOG,
     CK_DUMP_GRADS, CK_PRINT_EVERY, CK_RESUME,
-    CK_ZERO_STAGE, CK_COMM_TIMEOUT, CK_DEEPSPEED, CK_STRICT,
+    CK_ZERO_STAGE, CK_OFFLOAD_OPTIMIZER, CK_OFFLOAD_PARAM, CK_PIN_MEMORY, CK_COMM_TIMEOUT, CK_DEEPSPEED, CK_STRICT,
     CK_OPTIONS,             // the table's rows end here
     CK_DSX = CK_OPTIONS,    // CK_DSX + DSX_*: the DeepSpeed-only settings
     CK_NUM = CK_DSX + DSX_NUM
@@ -115,6 +113,8 @@ typedef struct TrainConfig {
     int print_every;      // the step line on stdout every N steps (and the first and last)
     // data parallelism
     int zero_stage;       // 0-3, see zero.h
+    int offload_optimizer, offload_param; // 0 none, 1 cpu (host memory), 2 nvme: zero.h's LOC_* order
+    int pin_memory;       // offloaded host memory page-locked
     float comm_timeout;   // seconds a collective may take before the job is aborted
     // --deepspeed FILE (ds_config.h) and what it set that has no option
     const char *ds_config_path;
@@ -172,6 +172,7 @@ static inline int config_hook_precision(TrainConfig *c, const char *a) {
 }
 
 static const char *const config_on_min_scale_names[2] = {"abort", "skip"};
+static const char *const config_offload_names[3] = {"none", "cpu", "nvme"}; // zero.h's LOC_DEVICE, LOC_HOST, LOC_NVME
 
 #define CO_F(field) offsetof(TrainConfig, field)
 #define CO_NUM(name, type, field, def, lo, hi, section, arg, help, ds, expect) \
@@ -273,6 +274,15 @@ static inline const ConfigOption *config_options(void) {
         CO_NUM("zero-stage", OT_INT, zero_stage, 0, 0, 3, "data parallelism (run under mpirun -np N)", "S",
                "0: replicate everything, all-reduce gradients; 1: partition the\n"
                "optimizer state; 2: and the gradients; 3: and the parameters", "zero_optimization.stage", "0, 1, 2 or 3"),
+        CO_CHOICE("offload-optimizer", offload_optimizer, 0, config_offload_names, 3, NULL, "D",
+                  "none | cpu | nvme: the fp32 master weights and optimizer state live in\n"
+                  "host memory and are updated there (ZeRO-Offload; stages 1-3)",
+                  "zero_optimization.offload_optimizer.device", "\"none\", \"cpu\" or \"nvme\""),
+        CO_CHOICE("offload-param", offload_param, 0, config_offload_names, 3, NULL, "D",
+                  "none | cpu | nvme: stage 3's 16-bit parameter shard lives in host memory",
+                  "zero_optimization.offload_param.device", "\"none\", \"cpu\" or \"nvme\""),
+        CO_FLAG("pin-memory", pin_memory, NULL, "offloaded host memory is page-locked (DeepSpeed's pin_memory)",
+                "zero_optimization.offload_optimizer.pin_memory"),
         CO_NUM("comm-timeout", OT_FLOAT, comm_timeout, 300, 0.001, 1e9, NULL, "SEC",
                "abort the job when a collective takes longer", NULL, NULL),
         CO_STR("deepspeed", ds_config_path, NULL, "DeepSpeed configuration (docs/deepspeed_config.md)", "FILE",
@@ -297,8 +307,6 @@ static inline const char *config_key_name(int key) {
         "zero_optimization.stage3_prefetch_bucket_size", "zero_optimization.stage3_param_persistence_threshold",
         "zero_optimization.stage3_max_live_parameters", "zero_optimization.stage3_max_reuse_distance",
         "zero_optimization.stage3_gather_16bit_weights_on_model_save", "zero_optimization.sub_group_size",
-        "zero_optimization.offload_optimizer.device", "zero_optimization.offload_optimizer.pin_memory",
-        "zero_optimization.offload_param.device", "zero_optimization.offload_param.pin_memory",
         "wall_clock_breakdown"};
     return key < CK_OPTIONS ? config_options()[key].name : dsx[key - CK_DSX];
 }
@@ -373,14 +381,7 @@ static inline int config_value(const TrainConfig *c, int key, double *num, const
         *num = c->ds_extra[k];
         int is_bool = k == DSX_OVERLAP_COMM || k == DSX_CONTIGUOUS_GRADIENTS || k == DSX_REDUCE_SCATTER ||
                       k == DSX_ALLGATHER_PARTITIONS || k == DSX_GATHER_16BIT_WEIGHTS_ON_MODEL_SAVE ||
-                      k == DSX_OFFLOAD_OPTIMIZER_PIN_MEMORY || k == DSX_OFFLOAD_PARAM_PIN_MEMORY ||
                       k == DSX_WALL_CLOCK_BREAKDOWN;
-        if (k == DSX_OFFLOAD_OPTIMIZER_DEVICE || k == DSX_OFFLOAD_PARAM_DEVICE) {
-            static const char *const devices[3] = {"none", "cpu", "nvme"};
-            int d = (int)*num;
-            *str = devices[d >= 0 && d < 3 ? d : 0];
-            return CV_STR;
-        }
         return is_bool ? CV_BOOL : CV_NUM;
     }
     return CV_NONE;
@@ -598,6 +599,21 @@ static inline int config_validate(TrainConfig *c, int world) {
     }
     if (c->dump_grads_path && world > 1 && c->zero_stage > 0) {
         fprintf(stderr, "error: --dump-grads needs the whole gradient on one rank: use one process or --zero-stage 0\n");
+        return -1;
+    }
+    if (c->offload_optimizer && c->zero_stage == 0) {
+        fprintf(stderr, "error: --offload-optimizer %s needs --zero-stage 1, 2 or 3 (ZeRO-Offload moves the optimizer "
+                        "state a stage partitions)\n", config_offload_names[c->offload_optimizer]);
+        return -1;
+    }
+    if (c->offload_param && c->zero_stage != 3) {
+        fprintf(stderr, "error: --offload-param %s needs --zero-stage 3 (only stage 3 partitions the parameters)\n",
+                config_offload_names[c->offload_param]);
+        return -1;
+    }
+    if (c->offload_optimizer == 2 || c->offload_param == 2) {
+        fprintf(stderr, "error: --offload-%s nvme: not implemented yet in this trainer (cpu is)\n",
+                c->offload_optimizer == 2 ? "optimizer" : "param");
         return -1;
     }
     if (c->save_every > 0 && !c->out_dir) {

@@ -354,7 +354,7 @@ static inline int ds_option(const DsCtx *x, const cJSON *obj, int key) {
 // ---------------------------------------------------------------------------------------------
 // The DeepSpeed-only settings: what DeepSpeed does by default, and what this trainer does.
 
-enum { DSX_T_BOOL, DSX_T_SIZE, DSX_T_DEVICE };
+enum { DSX_T_BOOL, DSX_T_SIZE };
 typedef struct {
     const char *path;     // key path (a literal: c->file_key keeps it)
     int type;
@@ -388,12 +388,6 @@ static inline const DsExtra *ds_extras(void) {
          "checkpoints always hold the whole model, gathered (what true asks for)"},
         {"zero_optimization.sub_group_size", DSX_T_SIZE, 1e9,
          "not used: each rank updates its whole shard at once"},
-        {"zero_optimization.offload_optimizer.device", DSX_T_DEVICE, DS_DEVICE_NONE,
-         "none only: offload (cpu, nvme) is not implemented yet and is ignored"},
-        {"zero_optimization.offload_optimizer.pin_memory", DSX_T_BOOL, 0, "ignored (no offload)"},
-        {"zero_optimization.offload_param.device", DSX_T_DEVICE, DS_DEVICE_NONE,
-         "none only: offload (cpu, nvme) is not implemented yet and is ignored"},
-        {"zero_optimization.offload_param.pin_memory", DSX_T_BOOL, 0, "ignored (no offload)"},
         {"wall_clock_breakdown", DSX_T_BOOL, 0,
          "not implemented: true is ignored (the step line and the log have each step's time)"},
     };
@@ -408,12 +402,7 @@ static inline int ds_extra_key(const DsCtx *x, const cJSON *obj, int k, const ch
     int key = CK_DSX + k, st, b = 0;
     double v = 0.0;
     if (e->type == DSX_T_BOOL) { st = ds_boolean(x, obj, path, &b); v = b; }
-    else if (e->type == DSX_T_SIZE) st = ds_number(x, obj, path, 0, 9007199254740992.0, 1, NULL, &v);
-    else {
-        static const char *const devices[3] = {"none", "cpu", "nvme"};
-        st = ds_choice(x, obj, path, devices, 3, 0, "\"none\", \"cpu\" or \"nvme\"", &b);
-        v = b;
-    }
+    else st = ds_number(x, obj, path, 0, 9007199254740992.0, 1, NULL, &v);
     if (st == DS_ERROR) return -1;
     if (st == DS_AUTO) ds_auto(x, key, path);
     if (st != DS_VALUE) return 0;
@@ -421,9 +410,6 @@ static inline int ds_extra_key(const DsCtx *x, const cJSON *obj, int k, const ch
     c->source[key] = CFG_SRC_FILE;
     c->file_said[key] = CFG_FILE_VALUE;
     c->file_key[key] = path;
-    if (e->type == DSX_T_DEVICE && b != DS_DEVICE_NONE)
-        return ds_unhonoured(x, path, "\"%s\": offloading is not implemented yet in this trainer; ignored "
-                                      "(everything stays in memory)", b == DS_DEVICE_CPU ? "cpu" : "nvme");
     if (k == DSX_WALL_CLOCK_BREAKDOWN && b)
         return ds_unhonoured(x, path, "true: not implemented in this trainer; ignored");
     return 0;
@@ -675,12 +661,26 @@ static inline int ds_zero(const DsCtx *x, const cJSON *root) {
                                         "ratio"};
     if (ds_object(x, z, "zero_optimization.offload_optimizer", &oo) == DS_ERROR) return -1;
     if (ds_known_keys(x, oo, "zero_optimization.offload_optimizer", okeys, 11)) return -1;
-    if (oo && (ds_extra_key(x, oo, DSX_OFFLOAD_OPTIMIZER_DEVICE, NULL) ||
-               ds_extra_key(x, oo, DSX_OFFLOAD_OPTIMIZER_PIN_MEMORY, NULL))) return -1;
+    if (oo && (ds_option(x, oo, CK_OFFLOAD_OPTIMIZER) || ds_option(x, oo, CK_PIN_MEMORY))) return -1;
     if (ds_object(x, z, "zero_optimization.offload_param", &op) == DS_ERROR) return -1;
     if (ds_known_keys(x, op, "zero_optimization.offload_param", okeys, 9)) return -1; // no ratio, no pipeline
-    if (op && (ds_extra_key(x, op, DSX_OFFLOAD_PARAM_DEVICE, NULL) ||
-               ds_extra_key(x, op, DSX_OFFLOAD_PARAM_PIN_MEMORY, NULL))) return -1;
+    if (op && ds_option(x, op, CK_OFFLOAD_PARAM)) return -1;
+    // one --pin-memory for all offloaded memory: offload_param's pin_memory settles against it
+    int pin = 0, st = op ? ds_boolean(x, op, "zero_optimization.offload_param.pin_memory", &pin) : DS_ABSENT;
+    if (st == DS_ERROR) return -1;
+    if (st == DS_VALUE) {
+        TrainConfig *c = x->c;
+        if (c->source[CK_PIN_MEMORY] == CFG_SRC_FILE && pin != c->pin_memory) {
+            ds_error(x, "zero_optimization.offload_param.pin_memory", "%s, but offload_optimizer.pin_memory is %s: this "
+                     "trainer pins all offloaded memory or none", pin ? "true" : "false", c->pin_memory ? "true" : "false");
+            return -1;
+        }
+        if (c->source[CK_PIN_MEMORY] != CFG_SRC_FILE) {
+            if (ds_settle(x, CK_PIN_MEMORY, "zero_optimization.offload_param.pin_memory", pin ? "true" : "false",
+                          pin == c->pin_memory)) return -1;
+            c->pin_memory = pin;
+        }
+    }
     return 0;
 }
 
@@ -893,7 +893,6 @@ static inline void config_print_resolved(FILE *f, const TrainConfig *c) {
             int e = k - CK_DSX, t = ds_extras()[e].type;
             double v = ds_extra_value(c, e);
             if (t == DSX_T_BOOL) snprintf(val[k], sizeof(val[k]), "%s", v != 0.0 ? "true" : "false");
-            else if (t == DSX_T_DEVICE) snprintf(val[k], sizeof(val[k]), "%s", v == 1 ? "cpu" : v == 2 ? "nvme" : "none");
             else snprintf(val[k], sizeof(val[k]), "%.15g", v);
             s = c->source[k] == CFG_SRC_FILE && base ? base
                 : c->file_said[k] == CFG_FILE_AUTO ? "\"auto\": DeepSpeed default" : "DeepSpeed default";
@@ -935,8 +934,7 @@ static inline void config_log_resolved(FILE *f, const TrainConfig *c) {
         if (k >= CK_DSX) {
             int t = ds_extras()[k - CK_DSX].type;
             num = ds_extra_value(c, k - CK_DSX);
-            kind = t == DSX_T_BOOL ? CV_BOOL : t == DSX_T_SIZE ? CV_NUM : CV_STR;
-            str = num == 1 ? "cpu" : num == 2 ? "nvme" : "none";
+            kind = t == DSX_T_BOOL ? CV_BOOL : CV_NUM;
         }
         char buf[40];
         if (kind == CV_FLOAT) { config_float_str(buf, sizeof(buf), num); num = strtod(buf, NULL); }

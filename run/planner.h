@@ -95,6 +95,7 @@ typedef struct {
     const char *workspace_label[ZC_NUM_DTYPES];
     const char *workspace_formula;
     int default_precision;                       // the trainer's own default
+    int unified;                                 // its compute memory is the host's: nothing is offloaded
 } PlanBackend;
 
 typedef struct {
@@ -108,7 +109,8 @@ typedef struct {
     int world;             // N ranks
     int batch, seq_len;    // micro-batch B and sequence length T
     int recompute;         // activation recompute (a plan: the trainer does not implement it)
-    int offload_optimizer; // master, m, v in host memory
+    int offload_optimizer; // zero.h's LOC_*: where the master weights and optimizer state live (LOC_DEVICE: none)
+    int offload_param;     // LOC_*: where stage 3's parameter shard lives
     int threads;           // the CPU trainer's OpenMP threads per rank (its bf16 matmul scratch);
                            // 0: as it picks them with all ranks on this machine (planner_threads)
     const PlanBackend *backend; // the trainer's activations and workspace (NULL: unknown)
@@ -121,11 +123,15 @@ typedef struct {
     double padded_params;          // P as laid out for N ranks (= num_params for a bare count)
     double bytes_param, bytes_grad, bytes_master; // per parameter
     double bytes_state[OPT_MAX_SLICES];           // per parameter, each of the optimizer's state arrays
-    double device[MEM_KINDS];      // bytes per rank on the device, by zero.h's kinds
-    double host[MEM_KINDS];        // bytes per rank in host memory (offloaded optimizer state)
+    int where[MEM_KINDS];          // zero.h's LOC_*: where each kind lives
+    double bytes[MEM_KINDS];       // bytes per rank of each kind, wherever it lives
+    double device[MEM_KINDS];      // ... of those on the device (0 elsewhere); host[], nvme[] likewise
+    double host[MEM_KINDS];
+    double nvme[MEM_KINDS];
     int buffers_known, activations_known, workspace_known;
     double model_states, optimizer, total;          // device; total = states + known buffers/acts
-    double host_optimizer, host_total;
+    double host_optimizer, host_total;              // host memory: the offloaded states and the staging
+    double nvme_total;
     double model_states_textbook;  // the stage formula on the unpadded P, all of it wherever it lives
     double act_textbook_layer;     // Korthikanti per layer, at the plan's precision (0 if unknown)
     double act_textbook;           // L layers' worth (recompute: inputs + one layer)
@@ -163,6 +169,8 @@ static inline PlanInput planner_input_from_train_config(const TrainConfig *c, in
     in.seq_len = c->seq_len;
     in.precision = c->precision;
     in.optimizer = c->optimizer;
+    in.offload_optimizer = c->offload_optimizer;
+    in.offload_param = c->offload_param;
     return in;
 }
 
@@ -187,6 +195,10 @@ static inline const char *planner_input_problem(const PlanInput *in) {
     if (in->zero_stage < 0 || in->zero_stage > 3) return "zero stage must be 0, 1, 2 or 3";
     if (in->world < 1) return "world size must be at least 1";
     if (in->batch < 1 || in->seq_len < 1) return "batch and sequence length must be positive";
+    if (in->offload_optimizer != LOC_DEVICE && in->zero_stage == 0)
+        return "--offload-optimizer needs --zero-stage 1, 2 or 3 (ZeRO-Offload moves the state a stage partitions)";
+    if (in->offload_param != LOC_DEVICE && in->zero_stage != 3)
+        return "--offload-param needs --zero-stage 3 (only stage 3 partitions the parameters)";
     if (in->params_count != in->params_count || in->params_count < 0) return "the parameter count must be positive";
     if (in->params_count > 0) {
         if (in->shape_known) {
@@ -249,9 +261,13 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
     planner_bytes_per_param(in->precision, in->optimizer, &p->bytes_param, &p->bytes_grad, &p->bytes_master,
                             p->bytes_state);
     int S = in->zero_stage;
+    // where each kind lives: as zero.h places them for this trainer (a bare count models a GPU)
+    ZeroOptions zo = {S, in->precision, in->optimizer, in->offload_optimizer, in->offload_param, 0};
+    zero_placement(&zo, in->params_count > 0 || !in->backend ? 0 : in->backend->unified, p->where);
+    if (p->where[MEM_MASTER] != LOC_DEVICE) p->bytes_master = 4.0; // an offloaded update keeps fp32 weights even in fp32
     double N = in->world, K = p->bytes_master + planner_state_bytes(p);
     double elem = in->precision == ZC_F32 ? 4.0 : 2.0;
-    double *dev = p->device;
+    double *dev = p->bytes;
     if (in->params_count > 0) { // textbook on a bare count
         double P = in->params_count;
         p->exact = 0;
@@ -277,7 +293,8 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         double opt_elems = S == 0 ? full : shard;
         dev[MEM_MASTER] = p->bytes_master * opt_elems;
         for (int k = 0; k < OPT_MAX_SLICES; k++) dev[MEM_STATE + k] = p->bytes_state[k] * opt_elems;
-        dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z);
+        dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z, p->where);
+        dev[MEM_STAGING] = p->bytes_param * (double)zero_staging_elems(&z, p->where);
         p->buffers_known = 1;
         if (in->backend) { // the trainer's own layout
             dev[MEM_ACTIVATIONS] = in->backend->activation_bytes(&in->cfg, in->batch, in->seq_len, in->precision,
@@ -295,16 +312,15 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         if (!p->exact || !in->backend) dev[MEM_ACTIVATIONS] = p->act_textbook;
     }
     if (p->exact && !in->backend) p->activations_known = 1; // the textbook's, below
-    if (in->offload_optimizer) {
-        for (int k = MEM_MASTER; k < MEM_BUFFERS; k++) { p->host[k] = dev[k]; dev[k] = 0.0; }
+    for (int k = 0; k < MEM_KINDS; k++) {
+        double *at = p->where[k] == LOC_HOST ? p->host : p->where[k] == LOC_NVME ? p->nvme : p->device;
+        at[k] = dev[k];
     }
-    p->optimizer = 0.0;
-    for (int k = MEM_MASTER; k < MEM_BUFFERS; k++) p->optimizer += dev[k];
-    p->model_states = dev[MEM_PARAMS] + dev[MEM_GRADS] + p->optimizer;
-    p->total = p->model_states + dev[MEM_BUFFERS] + dev[MEM_ACTIVATIONS] + dev[MEM_WORKSPACE];
-    p->host_optimizer = 0.0;
-    for (int k = MEM_MASTER; k < MEM_BUFFERS; k++) p->host_optimizer += p->host[k];
-    p->host_total = p->host_optimizer;
+    p->optimizer = p->host_optimizer = 0.0;
+    for (int k = MEM_MASTER; k < MEM_BUFFERS; k++) { p->optimizer += p->device[k]; p->host_optimizer += p->host[k]; }
+    p->model_states = p->device[MEM_PARAMS] + p->device[MEM_GRADS] + p->optimizer;
+    p->total = p->host_total = p->nvme_total = 0.0;
+    for (int k = 0; k < MEM_KINDS; k++) { p->total += p->device[k]; p->host_total += p->host[k]; p->nvme_total += p->nvme[k]; }
     return 0;
 }
 
@@ -359,14 +375,15 @@ static inline const char *planner_mode_name(int precision) {
     return precision == ZC_F32 ? "fp32" : precision == ZC_BF16 ? "bf16 mixed precision" : "fp16 mixed precision";
 }
 
-// One row: label, formula, bytes (NULL = unknown), and with `actual` what the ranks allocated
-// of the kinds in `kinds` (a bit mask over zero.h's MEM_* kinds; 0: nothing to compare).
-static inline void planner_row(FILE *f, const char *label, const char *formula, const double *bytes,
+// One row: label, formula, where it lives ("" for a total), bytes (NULL = unknown), and with
+// `actual` what the ranks allocated of the kinds in `kinds` (a bit mask over zero.h's MEM_* kinds;
+// 0: nothing to compare).
+static inline void planner_row(FILE *f, const char *label, const char *formula, const char *where, const double *bytes,
                                const double *actual, int actual_ranks, unsigned kinds) {
     char b1[64], b2[32];
-    if (bytes) fprintf(f, "  %-38s %-24s %19s %11s", label, formula, planner_commas(b1, sizeof(b1), *bytes),
+    if (bytes) fprintf(f, "  %-38s %-24s %-6s %19s %11s", label, formula, where, planner_commas(b1, sizeof(b1), *bytes),
                        planner_human(b2, sizeof(b2), *bytes));
-    else fprintf(f, "  %-38s %-24s %19s %11s", label, formula, "unknown", "-");
+    else fprintf(f, "  %-38s %-24s %-6s %19s %11s", label, formula, where, "unknown", "-");
     if (actual && kinds) {
         int mismatch = -1;
         double got0 = 0.0;
@@ -412,81 +429,78 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
             in->optimizer == OPT_ADAMW ? "AdamW" : in->optimizer == OPT_LION ? "Lion"
             : in->optimizer == OPT_SGD_MOMENTUM ? "SGD with momentum" : "plain SGD",
             S, in->world);
-    fprintf(f, "            micro-batch B = %d, T = %d, activation recompute %s, optimizer state on %s\n", in->batch,
-            in->seq_len, in->recompute ? "ON (a plan)" : "off", in->offload_optimizer ? "the HOST (offloaded)" : "the device");
-    fprintf(f, "\n  %-38s %-24s %19s %11s", "on the device, per rank", "formula", "bytes", "size");
+    fprintf(f, "            micro-batch B = %d, T = %d, activation recompute %s, optimizer state on the %s, "
+               "parameters on the %s\n", in->batch, in->seq_len, in->recompute ? "ON (a plan)" : "off",
+            zero_location_names[p->where[MEM_MASTER]], zero_location_names[p->where[MEM_PARAMS]]);
+    fprintf(f, "\n  %-38s %-24s %-6s %19s %11s", "per rank", "formula", "where", "bytes", "size");
     if (actual) fprintf(f, " %19s", actual_ranks > 1 ? "allocated (rank 0)" : "allocated");
     fprintf(f, "\n");
-    const double *d = p->device;
+    const double *d = p->bytes;
     const double *A = actual;
-    int R = actual_ranks, off = in->offload_optimizer;
+    int R = actual_ranks;
     double K = p->bytes_master + planner_state_bytes(p);
     unsigned OPT = PLANNER_KIND(MEM_MASTER);
     for (int k = 0; k < OPT_MAX_SLICES; k++) OPT |= PLANNER_KIND(MEM_STATE + k);
     const OptimizerInfo *oi = optimizer_info(in->optimizer);
+#define W(k) zero_location_names[p->where[k]]
     char lab[80];
     snprintf(lab, sizeof(lab), "parameters (%s)", pn);
-    planner_row(f, lab, planner_term(fm, sizeof(fm), p->bytes_param, S == 3), &d[MEM_PARAMS], A, R,
+    planner_row(f, lab, planner_term(fm, sizeof(fm), p->bytes_param, S == 3), W(MEM_PARAMS), &d[MEM_PARAMS], A, R,
                 PLANNER_KIND(MEM_PARAMS));
     snprintf(lab, sizeof(lab), "gradients (%s)", pn);
-    planner_row(f, lab, planner_term(fm, sizeof(fm), p->bytes_grad, S >= 2), &d[MEM_GRADS], A, R,
+    planner_row(f, lab, planner_term(fm, sizeof(fm), p->bytes_grad, S >= 2), W(MEM_GRADS), &d[MEM_GRADS], A, R,
                 PLANNER_KIND(MEM_GRADS));
-    planner_row(f, in->precision == ZC_F32 ? "master weights (none: params are fp32)" : "optimizer: master weights (fp32)",
-                off && p->bytes_master ? "offloaded" : planner_term(fm, sizeof(fm), p->bytes_master, S > 0),
-                &d[MEM_MASTER], A, R, PLANNER_KIND(MEM_MASTER));
+    planner_row(f, p->bytes_master == 0.0 ? "master weights (none: params are fp32)" : "optimizer: master weights (fp32)",
+                planner_term(fm, sizeof(fm), p->bytes_master, S > 0), W(MEM_MASTER), &d[MEM_MASTER], A, R,
+                PLANNER_KIND(MEM_MASTER));
     if (oi->slices == 0) fprintf(f, "  %-38s\n", "optimizer: (plain SGD keeps no state)");
     for (int k = 0; k < oi->slices; k++) {
         snprintf(lab, sizeof(lab), "optimizer: %s (fp32)", oi->slice_labels[k]);
-        planner_row(f, lab, off ? "offloaded" : planner_term(fm, sizeof(fm), p->bytes_state[k], S > 0), &d[MEM_STATE + k],
+        planner_row(f, lab, planner_term(fm, sizeof(fm), p->bytes_state[k], S > 0), W(MEM_STATE + k), &d[MEM_STATE + k],
                     A, R, PLANNER_KIND(MEM_STATE + k));
     }
-    planner_row(f, "= optimizer state", off && K ? "offloaded" : planner_term(fm, sizeof(fm), K, S > 0), &p->optimizer,
-                A, R, OPT);
-    if (off) { // what stays on the device: the parameters and gradients
-        double a = p->bytes_param, g = p->bytes_grad;
-        if (S < 2) snprintf(fm, sizeof(fm), "%gP + %gP", a, g);
-        else if (S == 2) snprintf(fm, sizeof(fm), "%gP + %gP/N", a, g);
-        else snprintf(fm, sizeof(fm), "(%g + %g)P/N", a, g);
-    } else {
-        planner_states_formula(fm, sizeof(fm), p);
-    }
-    planner_row(f, "= MODEL STATES", fm, &p->model_states, A, R, PLANNER_KIND(MEM_PARAMS) | PLANNER_KIND(MEM_GRADS) | OPT);
+    double opt_all = p->optimizer + p->host_optimizer, states = d[MEM_PARAMS] + d[MEM_GRADS] + opt_all;
+    planner_row(f, "= optimizer state", planner_term(fm, sizeof(fm), K, S > 0), W(MEM_MASTER), &opt_all, A, R, OPT);
+    planner_row(f, "= MODEL STATES", planner_states_formula(fm, sizeof(fm), p), "", &states, A, R,
+                PLANNER_KIND(MEM_PARAMS) | PLANNER_KIND(MEM_GRADS) | OPT);
     planner_row(f, !p->buffers_known ? "ZeRO buffers"
                    : S == 3 ? "ZeRO buffers (buckets, recv, gathers)"
                    : S == 2 ? "ZeRO buffers (buckets, recv slices)" : "ZeRO buffers (none below stage 2)",
-                p->buffers_known ? "zero_init's units" : "not modelled", p->buffers_known ? &d[MEM_BUFFERS] : NULL, A, R,
-                PLANNER_KIND(MEM_BUFFERS));
+                p->buffers_known ? "zero_init's units" : "not modelled", W(MEM_BUFFERS),
+                p->buffers_known ? &d[MEM_BUFFERS] : NULL, A, R, PLANNER_KIND(MEM_BUFFERS));
+    if (p->where[MEM_MASTER] != LOC_DEVICE)
+        planner_row(f, p->where[MEM_PARAMS] == LOC_HOST ? "offload staging (2 unit slices)" : "offload staging (2+2 unit slices)",
+                    "zero_staging_elems", W(MEM_STAGING),
+                    p->buffers_known ? &d[MEM_STAGING] : NULL, A, R, PLANNER_KIND(MEM_STAGING));
     snprintf(lab, sizeof(lab), "activations (%s%s)", p->exact ? "this trainer" : "textbook",
              in->recompute ? ", recompute" : "");
     planner_row(f, lab, p->exact && in->backend ? in->backend->activation_formula[in->precision]
                  : in->recompute ? (in->precision == ZC_F32 ? "4sbhL + one layer" : "2sbhL + one layer")
-                                 : (in->precision == ZC_F32 ? "L sbh(66+9as/h)" : "L sbh(34+5as/h)"),
+                                 : (in->precision == ZC_F32 ? "L sbh(66+9as/h)" : "L sbh(34+5as/h)"), W(MEM_ACTIVATIONS),
                 p->activations_known ? &d[MEM_ACTIVATIONS] : NULL, A, R, PLANNER_KIND(MEM_ACTIVATIONS));
     planner_row(f, in->backend ? in->backend->workspace_label[in->precision] : "workspace",
-                p->workspace_known ? in->backend->workspace_formula : "not modelled",
+                p->workspace_known ? in->backend->workspace_formula : "not modelled", W(MEM_WORKSPACE),
                 p->workspace_known ? &d[MEM_WORKSPACE] : NULL, A, R, PLANNER_KIND(MEM_WORKSPACE));
-    planner_row(f, p->buffers_known && p->activations_known && p->workspace_known ? "= TOTAL on the device"
-                                                                                 : "= TOTAL on the device (known parts)",
-                "", &p->total, A, R, (1u << MEM_KINDS) - 1);
-    if (off) {
-        fprintf(f, "\n  in host memory, per rank\n");
-        planner_row(f, "master weights (fp32)", planner_term(fm, sizeof(fm), p->bytes_master, S > 0), &p->host[MEM_MASTER],
-                    NULL, 0, 0);
-        double moments = 0.0;
-        for (int k = 0; k < OPT_MAX_SLICES; k++) moments += p->host[MEM_STATE + k];
-        planner_row(f, "optimizer state arrays (fp32)", planner_term(fm, sizeof(fm), planner_state_bytes(p), S > 0),
-                    &moments, NULL, 0, 0);
-        planner_row(f, "= TOTAL in host memory", "", &p->host_total, NULL, 0, 0);
+#undef W
+    const double *tot[LOC_KINDS] = {&p->total, &p->host_total, &p->nvme_total};
+    const char *tlab[LOC_KINDS] = {"= TOTAL on the device", "= TOTAL in host memory", "= TOTAL on NVMe"};
+    for (int loc = 0; loc < LOC_KINDS; loc++) {
+        unsigned kinds = 0;
+        for (int k = 0; k < MEM_KINDS; k++) if (p->where[k] == loc) kinds |= 1u << k;
+        if (loc != LOC_DEVICE && *tot[loc] == 0.0) continue;
+        snprintf(lab, sizeof(lab), "%s%s", tlab[loc],
+                 loc == LOC_DEVICE && !(p->buffers_known && p->activations_known && p->workspace_known) ? " (known parts)" : "");
+        planner_row(f, lab, "", zero_location_names[loc], tot[loc], A, R, kinds);
     }
     fprintf(f, "\n  textbook, for comparison\n");
     planner_row(f, p->exact ? "model states, unpadded P" : "model states (all of them)",
-                planner_states_formula(fm, sizeof(fm), p), &p->model_states_textbook, NULL, 0, 0);
+                planner_states_formula(fm, sizeof(fm), p), "", &p->model_states_textbook, NULL, 0, 0);
     if (p->activations_known) {
-        planner_row(f, "activations of one layer", in->precision == ZC_F32 ? "sbh(66 + 9as/h)" : "sbh(34 + 5as/h)",
+        planner_row(f, "activations of one layer", in->precision == ZC_F32 ? "sbh(66 + 9as/h)" : "sbh(34 + 5as/h)", "",
                     &p->act_textbook_layer, NULL, 0, 0);
         planner_row(f, in->recompute ? "activations, L inputs + one layer" : "activations, L layers",
                     in->recompute ? (in->precision == ZC_F32 ? "4sbhL + one layer" : "2sbhL + one layer") : "L x the above",
-                    &p->act_textbook, NULL, 0, 0);
+                    "", &p->act_textbook, NULL, 0, 0);
     } else {
         fprintf(f, "  activations: unknown (give --layers, --channels and --heads with --params)\n");
     }
@@ -518,9 +532,10 @@ static inline void planner_print_json(FILE *f, const MemoryPlan *p) {
         fprintf(f, ",\"vocab_size\":%d,\"padded_vocab_size\":%d,\"max_seq_len\":%d", c->vocab_size,
                 c->padded_vocab_size, c->max_seq_len);
     fprintf(f, ",\"precision\":\"%s\",\"optimizer\":\"%s\",\"zero_stage\":%d,\"world\":%d,\"batch\":%d,\"seq_len\":%d,"
-               "\"recompute\":%s,\"offload_optimizer\":%s},",
+               "\"recompute\":%s,\"offload_optimizer\":\"%s\",\"offload_param\":\"%s\"},",
             zc_dtype_names[in->precision], optimizer_info(in->optimizer)->name, in->zero_stage, in->world,
-            in->batch, in->seq_len, in->recompute ? "true" : "false", in->offload_optimizer ? "true" : "false");
+            in->batch, in->seq_len, in->recompute ? "true" : "false", zero_location_names[in->offload_optimizer],
+            zero_location_names[in->offload_param]);
     fprintf(f, "\"exact\":%s,", p->exact ? "true" : "false");
     planner_json_num(f, "num_params", p->num_params, 1); fputc(',', f);
     planner_json_num(f, "padded_params", p->padded_params, 1); fputc(',', f);
@@ -532,22 +547,27 @@ static inline void planner_print_json(FILE *f, const MemoryPlan *p) {
     for (int k = 0, first = 1; k < MEM_KINDS; k++)
         if (zero_memory_name(in->optimizer, k)) { fprintf(f, "%s\"%s\"", first ? "" : ",", zero_memory_name(in->optimizer, k)); first = 0; }
     fprintf(f, "],");
-    for (int k = 0; k < MEM_KINDS; k++) {
+    fprintf(f, "\"where\":{");
+    for (int k = 0, first = 1; k < MEM_KINDS; k++)
+        if (zero_memory_name(in->optimizer, k)) {
+            fprintf(f, "%s\"%s\":\"%s\"", first ? "" : ",", zero_memory_name(in->optimizer, k), zero_location_names[p->where[k]]);
+            first = 0;
+        }
+    fprintf(f, "},");
+    for (int k = 0; k < MEM_KINDS; k++) { // each kind's bytes, wherever it lives
         if (!zero_memory_name(in->optimizer, k)) continue;
-        int known = k == MEM_BUFFERS ? p->buffers_known : k == MEM_WORKSPACE ? p->workspace_known
+        int known = k == MEM_BUFFERS || k == MEM_STAGING ? p->buffers_known : k == MEM_WORKSPACE ? p->workspace_known
                     : k == MEM_ACTIVATIONS ? p->activations_known : 1;
-        planner_json_num(f, zero_memory_name(in->optimizer, k), p->device[k], known);
+        planner_json_num(f, zero_memory_name(in->optimizer, k), p->bytes[k], known);
         fputc(',', f);
     }
-    planner_json_num(f, "optimizer", p->optimizer, 1); fputc(',', f);
-    planner_json_num(f, "model_states", p->model_states, 1); fputc(',', f);
-    planner_json_num(f, "total", p->total, 1); fputc(',', f);
-    fprintf(f, "\"host\":{");
-    planner_json_num(f, "master", p->host[MEM_MASTER], 1); fputc(',', f);
-    for (int k = 0; k < oi->slices; k++) { planner_json_num(f, oi->slice_names[k], p->host[MEM_STATE + k], 1); fputc(',', f); }
-    planner_json_num(f, "optimizer", p->host_optimizer, 1); fputc(',', f);
-    planner_json_num(f, "total", p->host_total, 1);
-    fprintf(f, "},");
+    planner_json_num(f, "optimizer", p->optimizer + p->host_optimizer, 1); fputc(',', f);
+    planner_json_num(f, "model_states", p->bytes[MEM_PARAMS] + p->bytes[MEM_GRADS] + p->optimizer + p->host_optimizer, 1);
+    fputc(',', f);
+    planner_json_num(f, "device", p->total, 1); fputc(',', f); // by where the bytes live (known parts)
+    planner_json_num(f, "host", p->host_total, 1); fputc(',', f);
+    planner_json_num(f, "nvme", p->nvme_total, 1); fputc(',', f);
+    planner_json_num(f, "total", p->total + p->host_total + p->nvme_total, 1); fputc(',', f);
     planner_json_num(f, "model_states_textbook", p->model_states_textbook, 1); fputc(',', f);
     planner_json_num(f, "activations_textbook_per_layer", p->act_textbook_layer, p->activations_known); fputc(',', f);
     planner_json_num(f, "activations_textbook", p->act_textbook, p->activations_known);
@@ -557,6 +577,49 @@ static inline void planner_print_json(FILE *f, const MemoryPlan *p) {
     for (int i = 0, first = 1; i < 3; i++)
         if (unknown[i]) { fprintf(f, "%s\"%s\"", first ? "" : ",", unknown[i]); first = 0; }
     fprintf(f, "]}\n");
+}
+
+// ----------------------------------------------------------------------------------------
+// --fit BYTES: the largest model of a ladder of GPT-2-shaped models (GPT-2's four, then the
+// GPT-3 paper's sizes, which are the same architecture scaled, and a few between) whose bytes on
+// the device fit, at the plan's precision, optimizer, stage, world, offload, batch and sequence.
+
+typedef struct { const char *name; int L, C, NH; } PlanShape;
+static const PlanShape planner_ladder[] = {
+    {"d12 (GPT-2 124M)", 12, 768, 12},   {"d24 (GPT-2 350M)", 24, 1024, 16},   {"d36 (GPT-2 774M)", 36, 1280, 20},
+    {"d48 (GPT-2 1.5B)", 48, 1600, 25},  {"GPT-3 2.7B", 32, 2560, 32},          {"GPT-3 6.7B", 32, 4096, 32},
+    {"GPT-3 13B", 40, 5120, 40},         {"20B (L44 C6144)", 44, 6144, 48},     {"30B (L48 C7168)", 48, 7168, 56},
+    {"40B (L48 C8192)", 48, 8192, 64},   {"65B (L80 C8192)", 80, 8192, 64},     {"100B (L80 C10240)", 80, 10240, 80},
+    {"GPT-3 175B", 96, 12288, 96}};
+static inline int planner_fit(const PlanInput *base, double bytes, int json) {
+    int n = (int)(sizeof(planner_ladder) / sizeof(planner_ladder[0])), best = -1;
+    if (!json)
+        printf("models that fit in %.3g GB on the device per rank (%s, %s, ZeRO-%d, N = %d, optimizer on the %s, "
+               "parameters on the %s, B = %d, T = %d):\n  %-22s %16s %16s %16s  %s\n", bytes / 1e9,
+               planner_mode_name(base->precision), optimizer_info(base->optimizer)->name, base->zero_stage, base->world,
+               zero_location_names[base->offload_optimizer], zero_location_names[base->offload_param], base->batch,
+               base->seq_len, "model", "parameters", "device bytes", "host bytes", "fits");
+    else printf("{\"fit_bytes\":%.0f,\"models\":[", bytes);
+    for (int i = 0; i < n; i++) {
+        PlanInput in = *base;
+        in.params_count = 0;
+        in.model_name = planner_ladder[i].name;
+        in.cfg.num_layers = planner_ladder[i].L; in.cfg.channels = planner_ladder[i].C; in.cfg.num_heads = planner_ladder[i].NH;
+        in.cfg.vocab_size = 50257; in.cfg.padded_vocab_size = 50304;
+        in.cfg.max_seq_len = in.seq_len > 1024 ? in.seq_len : 1024;
+        MemoryPlan p;
+        if (planner_plan(&in, &p)) continue;
+        int fits = p.total <= bytes;
+        if (fits) best = i;
+        if (json) printf("%s{\"model\":\"%s\",\"num_params\":%.0f,\"device\":%.0f,\"host\":%.0f,\"fits\":%s}", i ? "," : "",
+                         planner_ladder[i].name, p.num_params, p.total, p.host_total, fits ? "true" : "false");
+        else printf("  %-22s %16.0f %16.0f %16.0f  %s\n", planner_ladder[i].name, p.num_params, p.total, p.host_total,
+                    fits ? "yes" : "no");
+    }
+    if (json) printf("],\"largest\":%s%s%s}\n", best < 0 ? "null" : "\"", best < 0 ? "" : planner_ladder[best].name,
+                     best < 0 ? "" : "\"");
+    else printf("largest that fits: %s\n", best < 0 ? "none" : planner_ladder[best].name);
+    return 0;
 }
 
 // ----------------------------------------------------------------------------------------
@@ -581,19 +644,24 @@ static inline void planner_help(FILE *f, const char *prog, const PlanBackend *ba
             "  --batch B             micro-batch per rank (default %d)\n"
             "  --seq-len T           tokens per sequence (default %d; at most --max-seq-len for GPT-2 shapes)\n"
             "  --recompute           plan activation recompute: keep each layer's input and one layer's worth\n"
-            "  --offload-optimizer   optimizer state (master weights, moments) in host memory\n"
+            "  --offload-optimizer D none | cpu | nvme: the master weights and optimizer state off the device\n"
+            "                        (stages 1-3; a bare --params count models a GPU, the trainers as they run)\n"
+            "  --offload-param D     none | cpu | nvme: stage 3's parameter shard off the device\n"
             "  --threads N           the CPU trainer's OpenMP threads per rank, which size its bf16 matmul\n"
             "                        scratch (default: OMP_NUM_THREADS, else this machine's cores / --world)\n"
             "output:\n"
-            "  --json                one JSON object, bytes per rank (device; \"host\" for host memory)\n"
+            "  --json                one JSON object, bytes per rank (by kind, and by where they live)\n"
+            "  --fit BYTES           the largest of a ladder of GPT-2-shaped models (GPT-2's, then GPT-3's sizes)\n"
+            "                        whose device bytes per rank fit in BYTES (80e9, 80G), with these settings\n"
             "  --help                this text\n"
             "sizes are bytes per rank; the table's human units are decimal (1 GB = 1e9 bytes)\n",
             prog, d.cfg.num_layers, d.cfg.channels, d.cfg.num_heads, zc_dtype_names[d.precision], d.zero_stage,
             d.batch, d.seq_len);
 }
 
-// "7e9", "124M", "1.5B", "2T" -> a count. Returns 0, or -1 after printing one line.
-static inline int planner_parse_count(const char *s, double *out) {
+// "7e9", "124M", "1.5B", "2T" -> a count (bytes for --fit: 80e9, 80G). Returns 0, or -1 after
+// printing one line naming the option.
+static inline int planner_parse_count(const char *opt, const char *s, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -609,7 +677,7 @@ static inline int planner_parse_count(const char *s, double *out) {
     }
     v *= mult;
     if (errno || end == s || *end || !(v >= 1.0 && v <= 1e16)) {
-        fprintf(stderr, "error: --params: '%s' is not a parameter count in [1, 1e16] (e.g. 7e9, 124M, 1.5B)\n", s);
+        fprintf(stderr, "error: %s: '%s' is not a count in [1, 1e16] (e.g. 7e9, 124M, 1.5B)\n", opt, s);
         return -1;
     }
     *out = floor(v + 0.5);
@@ -630,8 +698,10 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
         {"model", 1, 0, 0}, {"layers", 1, 0, 0}, {"channels", 1, 0, 0}, {"heads", 1, 0, 0},
         {"vocab-size", 1, 0, 0}, {"max-seq-len", 1, 0, 0}, {"seq-len", 1, 0, 0}, {"params", 1, 0, 0},
         {"precision", 1, 0, 0}, {"optimizer", 1, 0, 0}, {"zero-stage", 1, 0, 0}, {"world", 1, 0, 0},
-        {"batch", 1, 0, 0}, {"recompute", 0, 0, 0}, {"offload-optimizer", 0, 0, 0}, {"json", 0, 0, 0},
-        {"threads", 1, 0, 0}, {"help", 0, 0, 0}, {"plan", 0, 0, 0}, {0, 0, 0, 0}};
+        {"batch", 1, 0, 0}, {"recompute", 0, 0, 0}, {"offload-optimizer", 1, 0, 0}, {"offload-param", 1, 0, 0},
+        {"json", 0, 0, 0},
+        {"threads", 1, 0, 0}, {"fit", 1, 0, 0}, {"help", 0, 0, 0}, {"plan", 0, 0, 0}, {0, 0, 0, 0}};
+    double fit = 0.0;
     PlanInput in;
     planner_input_defaults(&in, backend);
     int json = 0, shape_given = 0, idx, r = 0, max_seq_given = 0, lch = 0; // lch: bits for --layers/--channels/--heads
@@ -650,7 +720,8 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
         else if (!strcmp(o, "plan")) continue;
         else if (!strcmp(o, "json")) json = 1;
         else if (!strcmp(o, "recompute")) in.recompute = 1;
-        else if (!strcmp(o, "offload-optimizer")) in.offload_optimizer = 1;
+        else if (!strcmp(o, "offload-optimizer")) r = planner_pick(o, a, config_offload_names, 3, &in.offload_optimizer);
+        else if (!strcmp(o, "offload-param")) r = planner_pick(o, a, config_offload_names, 3, &in.offload_param);
         else if (!strcmp(o, "model")) {
             model_name = a;
             if (gpt2_preset(a, &in.cfg)) {
@@ -668,13 +739,14 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
             shape_given = 1;
         }
         else if (!strcmp(o, "seq-len")) r = config_int(o, a, 1, 1 << 20, &in.seq_len);
-        else if (!strcmp(o, "params")) r = planner_parse_count(a, &in.params_count);
+        else if (!strcmp(o, "params")) r = planner_parse_count("--params", a, &in.params_count);
         else if (!strcmp(o, "precision")) r = planner_pick(o, a, zc_dtype_names, ZC_NUM_DTYPES, &in.precision);
         else if (!strcmp(o, "optimizer")) r = planner_pick(o, a, optimizer_names, OPT_NUM, &in.optimizer);
         else if (!strcmp(o, "zero-stage")) r = config_int(o, a, 0, 3, &in.zero_stage);
         else if (!strcmp(o, "world")) r = config_int(o, a, 1, 1 << 24, &in.world);
         else if (!strcmp(o, "batch")) r = config_int(o, a, 1, 1 << 20, &in.batch);
         else if (!strcmp(o, "threads")) r = config_int(o, a, 1, 1 << 16, &in.threads);
+        else if (!strcmp(o, "fit")) r = planner_parse_count("--fit", a, &fit);
         if (r) return 1;
     }
     if (optind < argc) {
@@ -699,13 +771,15 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
         }
         in.shape_known = lch == 7;
         if (shape_given && !max_seq_given) in.cfg.max_seq_len = in.seq_len;
-    } else if (in.seq_len > in.cfg.max_seq_len) {
+    } else if (in.seq_len > in.cfg.max_seq_len && fit == 0.0) { // (--fit sets its ladder's max_seq_len)
         fprintf(stderr, "error: --seq-len %d exceeds the model's max_seq_len %d (give --max-seq-len)\n", in.seq_len,
                 in.cfg.max_seq_len);
         return 1;
     }
+    if (fit > 0 && in.seq_len > in.cfg.max_seq_len) in.cfg.max_seq_len = in.seq_len;
     const char *why = planner_input_problem(&in);
-    if (why) { fprintf(stderr, "error: model options: %s\n", why); return 1; }
+    if (why) { fprintf(stderr, "error: %s%s\n", why[0] == '-' ? "" : "model options: ", why); return 1; }
+    if (fit > 0) return planner_fit(&in, fit, json);
     MemoryPlan p;
     planner_plan(&in, &p);
     if (json) planner_print_json(stdout, &p);

@@ -4,9 +4,9 @@
 // Contract. The including file (train_gpt_cpu.c; train_gpt.cu) defines, before including:
 //   GPT2: a struct with at least GPT2Config cfg; Zero z; int B, T; int *inputs, *targets (host
 //     arrays of B*T); size_t bytes_activations
-//   gpt2_build(m, cfg, B, T, stage, rank, world, dtype, optimizer, ZeroBackend), gpt2_free(m)
-//     (dtype: ZC_F32, ZC_BF16, ZC_FP16, the element type of parameters, gradients, activations;
-//     optimizer: optimizer.h's kind, whose state arrays zero.h keeps)
+//   gpt2_build(m, cfg, B, T, rank, world, const ZeroOptions *, ZeroBackend), gpt2_free(m)
+//     (zero.h's options: the stage, the element type of parameters, gradients and activations,
+//     the optimizer whose state arrays zero.h keeps, what is offloaded)
 //   gpt2_forward(m, inputs, targets, B, T, dloss) -> mean loss; gpt2_backward(m, B, T)
 //     (both from model.h, over the trainer's kernels)
 //   gpt2_grad_norm(m) -> global norm; gpt2_update(m, const OptStep *)
@@ -187,8 +187,11 @@ static int setup(Run *r, int argc, char **argv) {
     if (r->rank == 0 && c->ds_config_path) config_print_resolved(stdout, c);
 
     r->accum = config_accum_steps(c, r->world);
-    gpt2_build(&r->model, &c->model, c->batch, c->seq_len, c->zero_stage, r->rank, r->world, c->precision, c->optimizer,
-               trainer_backend(r));
+    ZeroOptions zo = {c->zero_stage, c->precision, c->optimizer, c->offload_optimizer, c->offload_param, c->pin_memory};
+    gpt2_build(&r->model, &c->model, c->batch, c->seq_len, r->rank, r->world, &zo, trainer_backend(r));
+    if (r->rank == 0 && r->model.z.be.unified && (c->offload_optimizer || c->offload_param))
+        printf("note: --offload-optimizer %s / --offload-param %s: this trainer keeps every model state in host memory "
+               "already, so nothing moves\n", config_offload_names[c->offload_optimizer], config_offload_names[c->offload_param]);
     r->first_step = 1;
     r->sample_rng = c->seed ^ 0x5A3C1E;
     if (c->precision == ZC_FP16)
@@ -296,9 +299,20 @@ static void report_memory(Run *r) {
         for (int q = 0; q < r->world && r->log; q++) {
             fprintf(r->log, "{\"event\":\"memory\",\"rank\":%d,\"world\":%d,\"zero_stage\":%d,\"num_params\":%zu,"
                             "\"padded_params\":%zu", q, r->world, z->stage, z->lay.num_params, z->lay.num_flat);
-            for (int k = 0; k < MEM_KINDS; k++)
+            double at[LOC_KINDS] = {0.0, 0.0, 0.0};
+            for (int k = 0; k < MEM_KINDS; k++) {
+                at[z->where[k]] += all[q * MEM_KINDS + k];
                 if (zero_memory_name(z->optimizer, k)) fprintf(r->log, ",\"%s\":%.0f", zero_memory_name(z->optimizer, k), all[q * MEM_KINDS + k]);
-            fprintf(r->log, "}\n");
+            }
+            for (int l = 0; l < LOC_KINDS; l++) fprintf(r->log, ",\"%s\":%.0f", zero_location_names[l], at[l]);
+            fprintf(r->log, ",\"where\":{");
+            for (int k = 0, first = 1; k < MEM_KINDS; k++)
+                if (zero_memory_name(z->optimizer, k)) {
+                    fprintf(r->log, "%s\"%s\":\"%s\"", first ? "" : ",", zero_memory_name(z->optimizer, k),
+                            zero_location_names[z->where[k]]);
+                    first = 0;
+                }
+            fprintf(r->log, "}}\n");
         }
     }
     free(all);
@@ -342,6 +356,7 @@ typedef struct {
     float norm;  // of the true (unscaled) gradient
     float lr, scale;
     int skipped;
+    double optim_ms; // the optimizer step on this rank (0 when skipped)
 } StepResult;
 static StepResult train_step(Run *r, int step) {
     const TrainConfig *c = &r->cfg;
@@ -363,7 +378,8 @@ static StepResult train_step(Run *r, int step) {
     float norm = gpt2_grad_norm(m); // of the scaled gradient
     if (step == 1 && c->dump_grads_path && r->rank == 0 && dump_grads(c->dump_grads_path, m)) die();
     LrSchedule sched = config_lr_schedule(c);
-    StepResult res = {(float)(loss / ((double)r->accum * r->world)), norm / scale, lr_at_step(&sched, (int)r->applied), scale, 0};
+    StepResult res = {(float)(loss / ((double)r->accum * r->world)), norm / scale, lr_at_step(&sched, (int)r->applied), scale, 0,
+                      0.0};
     int action = c->precision == ZC_FP16 ? loss_scaler_update(&r->scaler, !isfinite(norm)) : ZC_STEP_APPLY;
     if (action == ZC_STEP_ABORT) {
         if (r->rank == 0) fprintf(stderr, "error: step %d: gradients overflowed at loss scale %g. %s\n", step, scale,
@@ -376,7 +392,9 @@ static StepResult train_step(Run *r, int step) {
     OptimizerHyper hyper = config_optimizer(c);
     OptStep upd = optimizer_step_begin(&hyper, res.lr, (int)r->applied, res.norm);
     upd.grad_scale /= scale;
+    double t0 = now_seconds();
     gpt2_update(m, &upd);
+    res.optim_ms = (now_seconds() - t0) * 1e3;
     return res;
 }
 
@@ -476,8 +494,8 @@ static int trainer_run(Run *r, int argc, char **argv) {
             if (r->log) {
                 char nrm[32] = "null"; // an overflowed gradient has no norm
                 if (isfinite(norm)) snprintf(nrm, sizeof(nrm), "%.9g", norm);
-                fprintf(r->log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,\"tok_s\":%.1f",
-                        step, loss, lr, nrm, ms, tok_s);
+                fprintf(r->log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,\"tok_s\":%.1f,"
+                        "\"optim_ms\":%.3f", step, loss, lr, nrm, ms, tok_s, s.optim_ms);
                 if (fp16) fprintf(r->log, ",\"loss_scale\":%.17g,\"skipped\":%s", s.scale, s.skipped ? "true" : "false");
                 fprintf(r->log, "}\n");
             }

@@ -23,16 +23,24 @@ def cli(cmd):
     for k in ["params", "grads", "optimizer", "model_states", "activations", "total"]: expect(k in p, f"JSON lacks {k}")
     expect(p["model_states"] == 112 * 10**9, f"7B model states {p['model_states']}")
     expect(p["params"] + p["grads"] + p["optimizer"] == p["model_states"], "model_states = params + grads + optimizer")
-    expect(p["activations"] is None and p["total"] == 112 * 10**9, f"7B without a shape: activations unknown {p}")
+    expect(p["activations"] is None and p["total"] == 112 * 10**9 and p["device"] == p["total"], f"7B without a shape: activations unknown {p}")
     # the stages at N = 1024: 2P + 2P + 12P/N, 2P + 14P/N, 16P/N; reductions -> 4x, 8x, Nx
     P, N = 7 * 10**9, 1024
     s = [plan(cmd, "--params", "7e9", "--precision", "bf16", "--zero-stage", str(k), "--world", str(N))["model_states"]
          for k in range(4)]
     expect(s == [16 * P, 4 * P + 12 * P / N, 2 * P + 14 * P / N, 16 * P / N], f"stages at N=1024: {s}")
     expect(3.95 < s[0] / s[1] < 4 and 7.8 < s[0] / s[2] < 8 and s[0] / s[3] == N, f"reductions {[s[0] / x for x in s]}")
-    # offload: the device keeps no optimizer bytes, the host all of them
-    o = plan(cmd, "--params", "7e9", "--precision", "bf16", "--zero-stage", "2", "--world", "8", "--offload-optimizer")
-    expect(o["optimizer"] == 0 and o["host"]["optimizer"] == 12 * P / 8, f"offload {o}")
+    # offload: the device keeps no optimizer bytes, the host all of them. 7B, bf16, AdamW, ZeRO-2 on
+    # one GPU with the optimizer on the CPU: 2P + 2P = 28 GB on the device, 12P = 84 GB of host memory
+    o = plan(cmd, "--params", "7e9", "--precision", "bf16", "--zero-stage", "2", "--world", "1", "--offload-optimizer", "cpu")
+    expect(o["where"]["master"] == o["where"]["adam_m"] == o["where"]["adam_v"] == "host", f"offload where {o['where']}")
+    expect(o["device"] == 28 * 10**9 and o["host"] == 84 * 10**9 and o["optimizer"] == 84 * 10**9, f"7B offload {o}")
+    o = plan(cmd, "--params", "7e9", "--precision", "bf16", "--zero-stage", "2", "--world", "8", "--offload-optimizer", "cpu")
+    expect(o["device"] == 2 * P + 2 * P / 8 and o["host"] == 12 * P / 8, f"7B offload N=8 {o}")
+    # stage 3 with the parameters on the host as well: each of N GPUs keeps only its 2P/N of gradients
+    o = plan(cmd, "--params", "7e9", "--precision", "bf16", "--zero-stage", "3", "--world", "8", "--offload-optimizer", "cpu",
+             "--offload-param", "cpu")
+    expect(o["device"] == 2 * P / 8 and o["host"] == 14 * P / 8, f"7B stage 3 offload {o}")
     # activations of a layer, textbook, by hand: s=2048 b=1 h=4096 a=32 -> sbh(34 + 5*32*2048/4096) = 8388608 * 114
     a = plan(cmd, "--params", "7e9", "--precision", "bf16", "--layers", "32", "--channels", "4096", "--heads", "32",
              "--seq-len", "2048", "--batch", "1")
@@ -45,7 +53,9 @@ def cli(cmd):
     for args, name in [(["--precision", "fp8"], "--precision"), (["--bogus"], "--bogus"), (["--world"], "--world"),
                        (["--zero-stage", "4"], "--zero-stage"), (["--params", "lots"], "--params"),
                        (["--model", "d13"], "--model"), (["--model", "d12", "--seq-len", "2048"], "--seq-len"),
-                       (["--params", "7e9", "--layers", "32"], "--params")]:
+                       (["--params", "7e9", "--layers", "32"], "--params"),
+                       (["--offload-optimizer", "gpu"], "--offload-optimizer"), (["--offload-optimizer", "cpu"], "--offload-optimizer"),
+                       (["--zero-stage", "2", "--offload-param", "cpu"], "--offload-param")]:
         r = subprocess.run(cmd + args, capture_output=True, text=True)
         lines = r.stderr.strip().splitlines()
         expect(r.returncode != 0 and len(lines) == 1 and name in lines[0] and r.stdout == "",

@@ -560,7 +560,8 @@ static void no_sum_doubles(void *ctx, double *x, int n) { (void)ctx; (void)x; (v
 static void no_progress(void *ctx) { (void)ctx; } // nothing in flight to advance
 static ZeroBackend local_backend(void) {
     ZeroBackend be = {NULL, no_all_reduce, no_reduce_scatter, no_all_gather, no_wait, no_set_step, no_progress, no_sum_doubles,
-                      host_alloc, host_free, host_zero, host_add, host_to_host, host_from_host, host_update};
+                      host_alloc, host_free, host_zero, host_add, host_to_host, host_from_host, host_update,
+                      1, NULL, NULL, NULL, NULL, NULL, NULL};
     return be;
 }
 
@@ -582,7 +583,8 @@ static void test_model(void) {
     // ZeRO stage 0 on one rank: the full parameters and gradients in flat buffers, and no
     // collective ever starts, so the backend only allocates.
     GPT2 m;
-    gpt2_build(&m, &cfg, MB, MT, 0, 0, 1, ZC_F32, OPT_ADAMW, local_backend());
+    ZeroOptions zo = {0, ZC_F32, OPT_ADAMW, LOC_DEVICE, LOC_DEVICE, 0};
+    gpt2_build(&m, &cfg, MB, MT, 0, 1, &zo, local_backend());
     ParamLayout *lay = &m.z.lay;
     float *params = (float *)m.z.params, *grads = (float *)m.z.grads;
     for (int u = 0; u < lay->num_units; u++) gpt2_init_unit(lay, u, 1337, params + lay->unit_offset[u]);

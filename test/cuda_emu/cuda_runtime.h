@@ -21,6 +21,10 @@
 //              except while the emulated device runs: a host dereference of a device pointer, or
 //              a kernel reading far outside its allocation, faults at once. The few bytes of
 //              slack before the trailing guard page hold a canary that is checked at each sync.
+//              Pinned host memory (cudaMallocHost) that an asynchronous copy will write is
+//              inaccessible to the host, and memory a copy will read is read-only to it, until the
+//              copy has run: a host that reads a copy's result, or overwrites its source, without
+//              waiting for its event faults at once (page-granular; never a false alarm).
 //   streams    operations are queued per stream and run only when the host must wait for one
 //              (an event query or sync, a synchronous copy, a blocking free): the device is
 //              "infinitely slow" until then, so a host that reads a result it did not wait for
@@ -158,11 +162,52 @@ static inline void emu_device_close(void) {
     emu_check_canaries();
     emu_protect_all(PROT_NONE);
 }
+// Pinned host pages with copies in flight: how many copies will write them (the host may not
+// touch them) and read them (the host may not write them).
+struct EmuPinnedPage { int writers, readers; };
+static std::map<uintptr_t, EmuPinnedPage> emu_inflight;
+static inline void emu_inflight_protect(uintptr_t page) {
+    const EmuPinnedPage &e = emu_inflight[page];
+    int prot = e.writers ? PROT_NONE : e.readers ? PROT_READ : PROT_READ | PROT_WRITE;
+    if (mprotect((void *)page, emu_mem.page, prot)) emu_fatal("mprotect failed");
+    if (!e.writers && !e.readers) emu_inflight.erase(page);
+}
+// A copy between device and pinned host memory is enqueued (writing: into the host) or has run.
+static inline void emu_inflight_mark(const void *host, size_t bytes, int writing, int delta) {
+    if (!bytes) return;
+    uintptr_t pg = emu_mem.page, first = (uintptr_t)host / pg * pg, last = ((uintptr_t)host + bytes - 1) / pg * pg;
+    for (uintptr_t p = first; p <= last; p += pg) {
+        EmuPinnedPage &e = emu_inflight[p];
+        if (writing) e.writers += delta;
+        else e.readers += delta;
+        emu_inflight_protect(p);
+    }
+}
+// The copy itself runs: its host pages open for the memcpy, then closed again as far as other
+// copies still in flight on them say.
+static inline void emu_inflight_copy(void *dst, const void *src, size_t bytes, const void *host, int writing) {
+    emu_inflight_mark(host, bytes, writing, -1);
+    uintptr_t pg = emu_mem.page, first = (uintptr_t)host / pg * pg, last = ((uintptr_t)host + bytes - 1) / pg * pg;
+    if (bytes && mprotect((void *)first, last - first + pg, PROT_READ | PROT_WRITE)) emu_fatal("mprotect failed");
+    memcpy(dst, src, bytes);
+    for (uintptr_t p = first; bytes && p <= last; p += pg)
+        if (emu_inflight.count(p)) emu_inflight_protect(p);
+}
 // A fault in device memory or its guard pages gets a line saying what it probably was.
 #include <signal.h>
 static void emu_segv(int sig, siginfo_t *si, void *ctx) {
     (void)ctx;
     uintptr_t a = (uintptr_t)si->si_addr;
+    auto in = emu_inflight.find(a / emu_mem.page * emu_mem.page);
+    if (in != emu_inflight.end()) {
+        char msg[256];
+        int n = snprintf(msg, sizeof(msg), "cuda_emu: the host touched pinned memory at %p that an asynchronous copy still "
+                         "in flight %s: wait for the copy's event first\n", si->si_addr,
+                         in->second.writers ? "writes" : "reads");
+        if (write(2, msg, (size_t)n) < 0) {}
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
     for (auto &kv : emu_mem.allocs) {
         const EmuAlloc &e = kv.second;
         if (!e.device || a < (uintptr_t)e.map || a >= (uintptr_t)e.map + e.map_bytes) continue;
@@ -613,6 +658,16 @@ static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t byt
     if (kind == cudaMemcpyHostToDevice && !emu_is_pinned(src)) {
         std::vector<char> copy((const char *)src, (const char *)src + bytes);
         emu_enqueue(s, [dst, copy] { memcpy(dst, copy.data(), copy.size()); });
+        return cudaSuccess;
+    }
+    if (kind == cudaMemcpyDeviceToHost && emu_is_pinned(dst)) { // the host may not touch dst until the copy runs
+        emu_inflight_mark(dst, bytes, 1, +1);
+        emu_enqueue(s, [dst, src, bytes] { emu_inflight_copy(dst, src, bytes, dst, 1); });
+        return cudaSuccess;
+    }
+    if (kind == cudaMemcpyHostToDevice) { // pinned: the host may not write src until the copy has read it
+        emu_inflight_mark(src, bytes, 0, +1);
+        emu_enqueue(s, [dst, src, bytes] { emu_inflight_copy(dst, src, bytes, src, 0); });
         return cudaSuccess;
     }
     emu_enqueue(s, [dst, src, bytes] { memcpy(dst, src, bytes); });

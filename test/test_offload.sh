@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# ZeRO-Offload in the GPU trainer, run on the CUDA emulator (test/cuda_emu/; no GPU needed):
+#   1. offload on = offload off, bit for bit (losses, gradient norms, the final weights and the
+#      optimizer state in the checkpoint), 2 ranks: bf16 at ZeRO-2 with the optimizer on the host;
+#      fp16 at ZeRO-3 with optimizer and parameters on the host, through overflow-skipped steps and
+#      updates after them (an initial loss scale of 2^20 overflows until it has halved enough); fp32 at ZeRO-1 (an offloaded fp32 update keeps fp32
+#      master weights on the host);
+#   2. a step skipped for overflow leaves the host state as it was: the checkpoint after one
+#      skipped step holds exactly the initial weights;
+#   3. save with offload and resume without, and the reverse: the resumed steps equal the
+#      uninterrupted run's, bit for bit;
+#   4. the emulator catches a missing wait between a gradient's copy to the host and the host
+#      update (a variant built with that wait defined away must die with the emulator's message);
+#   5. the DeepSpeed examples run as given, their offload honoured (the memory log says where
+#      each kind lives, and what the planner predicted per location was allocated).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo; then
+  export OPENBLAS_CORETYPE=SkylakeX # see test_gpu_emu.sh
+fi
+make -s test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32 train_gpt_cpu || { echo "FAIL: build"; exit 1; }
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+$PYTHON test/zero_check.py shard $d/train.bin 20000 512 1
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+emu() { local p=$1; shift; timeout 600 mpirun -np 2 --oversubscribe test/bin/train_gpt_emu_$p "$@"; }
+model="--layers 2 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16"
+run="--seq-len 16 --batch 2 --val-every 0 --sample-every 0 --train-data $d/train.bin --seed 3"
+common="$model $run"
+steps() { grep '"step"' "$1" | grep '"loss"' | sed -E 's/,"(ms|tok_s|optim_ms)":[0-9.e+-]+//g'; }
+
+echo "== 1. offload on = off, bit for bit"
+for cfg in "bf16 2 cpu none" "fp16 3 cpu cpu --initial-scale-power 20 --hysteresis 1" "fp32 1 cpu none"; do
+  set -- $cfg; p=$1; s=$2; oo=$3; op=$4; shift 4
+  for off in 0 1; do
+    o=(--offload-optimizer none --offload-param none); [ $off = 1 ] && o=(--offload-optimizer $oo --offload-param $op --pin-memory)
+    emu $p $common --steps 5 --zero-stage $s "${o[@]}" "$@" --out $d/o_${p}_$off --log $d/l_${p}_$off.jsonl \
+      > $d/r_${p}_$off.out 2>&1 || { tail -5 $d/r_${p}_$off.out; fail "$p stage $s offload=$off run"; }
+  done
+  a=$(steps $d/l_${p}_0.jsonl); b=$(steps $d/l_${p}_1.jsonl)
+  [ -n "$a" ] && [ "$a" = "$b" ] || { fail "$p stage $s: logs differ with offload"; diff <(echo "$a") <(echo "$b") | head -5; }
+  same=1
+  for f in $(cd $d/o_${p}_0 && ls model_*.bin step_*/*_rank*.bin); do cmp -s $d/o_${p}_0/$f $d/o_${p}_1/$f || { same=0; echo "differs: $f"; }; done
+  sk=$(grep -c '"skipped":true' $d/l_${p}_1.jsonl)
+  grep -q '"master":"host"' $d/l_${p}_1.jsonl || fail "$p: the memory log does not put the master weights on the host"
+  [ $same = 1 ] && echo "ok   $p ZeRO-$s (optimizer $oo, parameters $op): losses, norms, weights and optimizer state identical ($sk skipped steps)" \
+    || fail "$p ZeRO-$s: checkpoints differ with offload"
+done
+sk=$(grep -c '"skipped":true' $d/l_fp16_1.jsonl)
+[ "$sk" -ge 1 ] && [ "$sk" -lt 5 ] || fail "fp16: $sk of 5 steps skipped: the skip path and the update after it were not both exercised"
+
+echo "== 2. a skipped step changes nothing on the host"
+# the initial weights as an fp32 model file (the CPU trainer writes it), then one step that overflows
+OMP_NUM_THREADS=1 ./train_gpt_cpu $common --steps 1 --lr 0 --out $d/init > /dev/null 2>&1 || fail "making the initial weights"
+emu fp16 --init $d/init/model_00000001.bin $run \
+  --steps 1 --zero-stage 3 --offload-optimizer cpu --offload-param cpu --pin-memory --initial-scale-power 32 \
+  --out $d/skip --log $d/skip.jsonl > $d/skip.out 2>&1 || { tail -5 $d/skip.out; fail "skip run"; }
+grep -q '"skipped":true' $d/skip.jsonl || fail "the step did not overflow"
+./train_gpt_cpu --export $d/skip/step_00000001 $d/skip_master.bin > /dev/null || fail "export"
+cmp -s $d/skip_master.bin $d/init/model_00000001.bin && echo "ok   after a skipped step the host's master weights are the initial weights, bit for bit" \
+  || fail "a skipped step changed the host's master weights"
+$PYTHON - $d/skip/step_00000001 <<'PY' || fail "a skipped step changed the host's optimizer state"
+import glob, sys, numpy as np
+for f in sorted(glob.glob(sys.argv[1] + "/optim_rank*.bin")):
+    x = np.fromfile(f, dtype="<f4")[256:]
+    assert (x == 0).all(), f"{f}: {int((x != 0).sum())} nonzero moments after a skipped step"
+print("ok   and Adam's moments on the host are still all zero")
+PY
+
+echo "== 3. save with offload, resume without (and the reverse)"
+for first in 0 1; do
+  o1=(); o2=(--offload-optimizer cpu --pin-memory); [ $first = 1 ] && { o1=(--offload-optimizer cpu --pin-memory); o2=(); }
+  emu bf16 $common --steps 4 --zero-stage 2 "${o1[@]}" --out $d/ck$first --save-every 2 --log $d/a$first.jsonl > $d/a$first.out 2>&1 \
+    || { tail -5 $d/a$first.out; fail "run A ($first)"; continue; }
+  emu bf16 $run --steps 4 --zero-stage 2 "${o2[@]}" --resume $d/ck$first/step_00000002 --log $d/b$first.jsonl > $d/b$first.out 2>&1 \
+    || { tail -5 $d/b$first.out; fail "resume ($first)"; continue; }
+  a=$(steps $d/a$first.jsonl | tail -2); b=$(steps $d/b$first.jsonl)
+  [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok   saved with offload $([ $first = 1 ] && echo on || echo off), resumed with it $([ $first = 1 ] && echo off || echo on): steps 3-4 bit for bit" \
+    || { fail "resume across offload ($first)"; echo "$a"; echo "$b"; }
+done
+
+echo "== 4. the emulator catches a missing wait before the host update"
+src=$d/broken.cpp
+{ echo '#line 1 "train_gpt.cu"'; sed -E 's/([A-Za-z_][A-Za-z_0-9]*)<<<(.*)>>>\(/emu_launch(\1, "\1", \2)(/' train_gpt.cu; } > $src
+# shellcheck disable=SC2046
+g++ -std=c++17 -D_GNU_SOURCE -O1 -fopenmp -ffp-contract=off -Wno-unknown-pragmas -Itest/cuda_emu -Itest/bin/emu -I. \
+  $(mpicc -showme:compile) -DGPU_PRECISION_BF16 '-DZERO_HOST_WAIT(z,h,what)=((void)(h))' -x c++ $src -o $d/broken \
+  -L/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -lcjson -lm $(mpicc -showme:link) || fail "building the broken variant"
+timeout 300 mpirun -np 1 $d/broken $common --steps 1 --zero-stage 1 --offload-optimizer cpu --pin-memory > $d/broken.out 2>&1; rc=$?
+if [ $rc -ne 0 ] && grep -q "cuda_emu: the host touched pinned memory at .* that an asynchronous copy still in flight writes" $d/broken.out; then
+  echo "ok   without the wait: $(grep -m1 'cuda_emu:' $d/broken.out)"
+else fail "the missing wait went unnoticed (rc $rc)"; tail -5 $d/broken.out; fi
+
+echo "== 5. the DeepSpeed examples run as given, offload honoured"
+for z in 2 3; do
+  ex=../shared/examples/ds_config_zero$z.json; [ -f $ex ] || ex=test/ds_configs/example_zero$z.json
+  emu bf16 $common --steps 2 --deepspeed $ex --log $d/ds$z.jsonl > $d/ds$z.out 2> $d/ds$z.err || { tail -5 $d/ds$z.err; fail "example zero$z"; continue; }
+  grep -q "plan vs allocated: every kind on every rank matches exactly" $d/ds$z.out || fail "zero$z: plan != allocated"
+  $PYTHON - $d/ds$z.jsonl $z <<'PY' || fail "example zero$z: where the model states live"
+import json, sys
+z = int(sys.argv[2])
+m = [json.loads(l) for l in open(sys.argv[1]) if '"event":"memory"' in l][0]
+w = m["where"]
+assert w["master"] == w["adam_m"] == w["adam_v"] == "host", w
+assert w["params"] == ("host" if z == 3 else "device"), w
+assert m["host"] == m["master"] + m["adam_m"] + m["adam_v"] + m["staging"] + (m["params"] if z == 3 else 0), m
+print(f"ok   ds_config_zero{z}.json: optimizer state{' and parameters' if z == 3 else ''} on the host "
+      f"({m['host']} bytes), the device keeps {m['device']} bytes")
+PY
+  grep -q "offloading is not implemented" $d/ds$z.err && fail "zero$z: still warns that offload is not implemented"
+done
+
+echo "$fails failures"
+[ $fails -eq 0 ]
