@@ -40,15 +40,18 @@
 // ----------------------------------------------------------------------------------------
 // Utilities
 
-// Zeroed memory for the model's big buffers. Those of 2 MB and more are 2 MB-aligned and asked
+// Zeroed memory for the model's buffers, page-aligned. Those of 2 MB and more are 2 MB-aligned and asked
 // to be backed by transparent huge pages: the kernels stream through hundreds of MB (AdamW,
 // the LM head's weights and logits, whose rows lie 200 KB apart) and with 4 KB pages spend a
 // good part of that in TLB misses. (A hint: where the kernel says no, pages stay 4 KB.)
 #define HUGE_PAGE ((size_t)2 << 20)
 static void *xcalloc_bytes(size_t bytes) {
     void *p = NULL;
-    if (bytes < HUGE_PAGE) {
-        p = xmalloc(bytes);
+    if (bytes < HUGE_PAGE) { // page-aligned: zero.h reads and writes NVMe with direct I/O into these
+        if (posix_memalign(&p, 4096, bytes ? bytes : 1) != 0) {
+            fprintf(stderr, "error: out of memory allocating %zu bytes\n", bytes);
+            exit(1);
+        }
     } else {
         size_t rounded = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
         if (posix_memalign(&p, HUGE_PAGE, rounded) != 0) {

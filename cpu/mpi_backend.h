@@ -149,10 +149,19 @@ static void host_update(void *ctx, const OptStep *step, float *p, float *const *
     optimizer_update_host(step, p, state, g, p16, n, dtype, decay);
 }
 
+// What zero.h cannot recover from (an NVMe file failing under the job): one line, every rank ends.
+static void mpi_fatal(void *ctx, const char *msg) {
+    MpiBackend *b = (MpiBackend *)ctx;
+    fprintf(stderr, "error: rank %d: %s\n", b->rank, msg);
+    fflush(stderr);
+    MPI_Abort(b->comm, 1);
+}
+
 static ZeroBackend mpi_backend(MpiBackend *b) {
     ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_set_step, mpi_progress, mpi_sum_doubles,
                       host_alloc, host_free, host_zero, host_add, host_to_host, host_from_host, host_update,
-                      1, NULL, NULL, NULL, NULL, NULL, NULL}; // unified: the compute memory is the host's
+                      1, NULL, NULL, NULL, NULL, NULL, NULL, // unified: the compute memory is the host's
+                      mpi_fatal};
     return be;
 }
 

@@ -275,8 +275,11 @@ static void *host_mem_alloc(void *ctx, size_t bytes, int pinned) {
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
         memset(p, 0, got);
-    } else {
-        p = xmalloc(got);
+    } else { // page-aligned, as pinned memory is: zero.h reads and writes NVMe with direct I/O into it
+        if (posix_memalign(&p, 4096, got) != 0) {
+            fprintf(stderr, "error: rank %d: out of host memory allocating %.1f MiB\n", b->rank, got / 1048576.0);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
         memset(p, 0, got);
     }
     b->host_allocated += bytes;
@@ -329,10 +332,20 @@ static void dev_device_wait(void *ctx, int h) {
     CUDA_CHECK(cudaStreamWaitEvent(b->gpu->compute, b->copy_done[h], 0));
 }
 
+// What zero.h cannot recover from (an NVMe file failing under the job): one line, every rank ends.
+static void dev_fatal(void *ctx, const char *msg) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    fprintf(stderr, "error: rank %d: %s\n", b->rank, msg);
+    fflush(stderr);
+    if (b->comm) ncclCommAbort(b->comm);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
 static ZeroBackend nccl_backend(NcclBackend *b) {
     ZeroBackend be = {b, nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_wait, nccl_set_step, nccl_progress,
                       nccl_sum_doubles, dev_alloc, dev_free, dev_zero, dev_add, dev_to_host, dev_from_host, dev_update,
-                      0, host_mem_alloc, host_mem_free, dev_copy_to_host, dev_copy_to_device, dev_host_wait, dev_device_wait};
+                      0, host_mem_alloc, host_mem_free, dev_copy_to_host, dev_copy_to_device, dev_host_wait, dev_device_wait,
+                      dev_fatal};
     return be;
 }
 

@@ -43,7 +43,8 @@ enum {
     DSX_OVERLAP_COMM, DSX_REDUCE_BUCKET_SIZE, DSX_ALLGATHER_BUCKET_SIZE, DSX_CONTIGUOUS_GRADIENTS,
     DSX_REDUCE_SCATTER, DSX_ALLGATHER_PARTITIONS, DSX_PREFETCH_BUCKET_SIZE, DSX_PARAM_PERSISTENCE_THRESHOLD,
     DSX_MAX_LIVE_PARAMETERS, DSX_MAX_REUSE_DISTANCE, DSX_GATHER_16BIT_WEIGHTS_ON_MODEL_SAVE, DSX_SUB_GROUP_SIZE,
-    DSX_WALL_CLOCK_BREAKDOWN, DSX_NUM
+    DSX_WALL_CLOCK_BREAKDOWN, DSX_PARAM_BUFFER_COUNT, DSX_MAX_IN_CPU, DSX_AIO_SINGLE_SUBMIT, DSX_AIO_OVERLAP_EVENTS,
+    DSX_NUM
 };
 
 // Keys of every setting: the options' rows in --help's order, then the DeepSpeed-only settings.
@@ -57,7 +58,8 @@ enum {
     CK_CONSECUTIVE_HYSTERESIS, CK_ON_MIN_SCALE,
     CK_VAL_EVERY, CK_VAL_STEPS, CK_SAMPLE_EVERY, CK_SAMPLE_LEN, CK_SEED, CK_OUT, CK_SAVE_EVERY, CK_LOG,
     CK_DUMP_GRADS, CK_PRINT_EVERY, CK_RESUME,
-    CK_ZERO_STAGE, CK_OFFLOAD_OPTIMIZER, CK_OFFLOAD_PARAM, CK_PIN_MEMORY, CK_COMM_TIMEOUT, CK_DEEPSPEED, CK_STRICT,
+    CK_ZERO_STAGE, CK_OFFLOAD_OPTIMIZER, CK_OFFLOAD_PARAM, CK_PIN_MEMORY, CK_NVME_PATH, CK_NVME_BUFFERS,
+    CK_NVME_BUFFER_SIZE, CK_AIO_THREADS, CK_AIO_QUEUE_DEPTH, CK_AIO_BLOCK_SIZE, CK_COMM_TIMEOUT, CK_DEEPSPEED, CK_STRICT,
     CK_OPTIONS,             // the table's rows end here
     CK_DSX = CK_OPTIONS,    // CK_DSX + DSX_*: the DeepSpeed-only settings
     CK_NUM = CK_DSX + DSX_NUM
@@ -115,11 +117,21 @@ typedef struct TrainConfig {
     int zero_stage;       // 0-3, see zero.h
     int offload_optimizer, offload_param; // 0 none, 1 cpu (host memory), 2 nvme: zero.h's LOC_* order
     int pin_memory;       // offloaded host memory page-locked
+    // NVMe (zero.h's ZeroOptions): the directory under which each rank makes its own, the buffer
+    // sets and the piece (elements) the update streams through, the I/O pool (threads x queue
+    // depth requests at once) and bytes per request
+    const char *nvme_path;
+    int nvme_buffers;
+    long nvme_buffer_size;
+    int aio_threads, aio_queue_depth;
+    long aio_block_size;
     float comm_timeout;   // seconds a collective may take before the job is aborted
     // --deepspeed FILE (ds_config.h) and what it set that has no option
     const char *ds_config_path;
     int ds_strict;        // --strict: unknown or unimplemented DeepSpeed keys are errors
     double ds_extra[DSX_NUM];
+    char ds_text[4096];   // the file's string values that options point to (nvme_path)
+    size_t ds_text_used;
     // bookkeeping: where each setting came from (CFG_SRC_*), what the file said (CFG_FILE_*)
     // and under which key path (a string literal), the world config_validate saw, the build
     unsigned char source[CK_NUM], file_said[CK_NUM];
@@ -283,6 +295,23 @@ static inline const ConfigOption *config_options(void) {
                   "zero_optimization.offload_param.device", "\"none\", \"cpu\" or \"nvme\""),
         CO_FLAG("pin-memory", pin_memory, NULL, "offloaded host memory is page-locked (DeepSpeed's pin_memory)",
                 "zero_optimization.offload_optimizer.pin_memory"),
+        {"nvme-path", OT_STR, CO_F(nvme_path), 0, NULL, 0, 0, NULL, 0, NULL, "DIR",
+         "with nvme offload: each rank's files go in a directory of its own\n"
+         "under DIR (made at the start, removed at a clean exit)", "zero_optimization.offload_optimizer.nvme_path",
+         NULL, NULL},
+        CO_NUM("nvme-buffers", OT_INT, nvme_buffers, 4, 2, 16, NULL, "N",
+               "host buffer sets the NVMe update streams through: N - 2 pieces\n"
+               "read ahead while one updates and one is written behind",
+               "zero_optimization.offload_optimizer.buffer_count", NULL),
+        CO_NUM("nvme-buffer-size", OT_LONG, nvme_buffer_size, 16777216, 2048, 1099511627776.0, NULL, "N",
+               "elements per piece streamed to and from NVMe (rounded up to\n"
+               "a multiple of 2048; host memory grows with it)", "zero_optimization.offload_param.buffer_size", NULL),
+        CO_NUM("aio-threads", OT_INT, aio_threads, 1, 1, 32, NULL, "N",
+               "NVMe I/O: threads x queue depth requests run at once (at most 32)", "aio.thread_count", NULL),
+        CO_NUM("aio-queue-depth", OT_INT, aio_queue_depth, 8, 1, 32, NULL, "N", "NVMe I/O: requests per thread",
+               "aio.queue_depth", NULL),
+        CO_NUM("aio-block-size", OT_LONG, aio_block_size, 1048576, 4096, 1073741824.0, NULL, "BYTES",
+               "NVMe I/O: bytes per request (a multiple of 4096)", "aio.block_size", NULL),
         CO_NUM("comm-timeout", OT_FLOAT, comm_timeout, 300, 0.001, 1e9, NULL, "SEC",
                "abort the job when a collective takes longer", NULL, NULL),
         CO_STR("deepspeed", ds_config_path, NULL, "DeepSpeed configuration (docs/deepspeed_config.md)", "FILE",
@@ -307,7 +336,8 @@ static inline const char *config_key_name(int key) {
         "zero_optimization.stage3_prefetch_bucket_size", "zero_optimization.stage3_param_persistence_threshold",
         "zero_optimization.stage3_max_live_parameters", "zero_optimization.stage3_max_reuse_distance",
         "zero_optimization.stage3_gather_16bit_weights_on_model_save", "zero_optimization.sub_group_size",
-        "wall_clock_breakdown"};
+        "wall_clock_breakdown", "zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.max_in_cpu",
+        "aio.single_submit", "aio.overlap_events"};
     return key < CK_OPTIONS ? config_options()[key].name : dsx[key - CK_DSX];
 }
 
@@ -381,7 +411,7 @@ static inline int config_value(const TrainConfig *c, int key, double *num, const
         *num = c->ds_extra[k];
         int is_bool = k == DSX_OVERLAP_COMM || k == DSX_CONTIGUOUS_GRADIENTS || k == DSX_REDUCE_SCATTER ||
                       k == DSX_ALLGATHER_PARTITIONS || k == DSX_GATHER_16BIT_WEIGHTS_ON_MODEL_SAVE ||
-                      k == DSX_WALL_CLOCK_BREAKDOWN;
+                      k == DSX_WALL_CLOCK_BREAKDOWN || k == DSX_AIO_SINGLE_SUBMIT || k == DSX_AIO_OVERLAP_EVENTS;
         return is_bool ? CV_BOOL : CV_NUM;
     }
     return CV_NONE;
@@ -611,9 +641,23 @@ static inline int config_validate(TrainConfig *c, int world) {
                 config_offload_names[c->offload_param]);
         return -1;
     }
-    if (c->offload_optimizer == 2 || c->offload_param == 2) {
-        fprintf(stderr, "error: --offload-%s nvme: not implemented yet in this trainer (cpu is)\n",
+    if (c->offload_param && !c->offload_optimizer) {
+        fprintf(stderr, "error: --offload-param %s needs --offload-optimizer cpu or nvme (the update that writes the "
+                        "offloaded parameters runs where the optimizer state is)\n", config_offload_names[c->offload_param]);
+        return -1;
+    }
+    if ((c->offload_optimizer == 2 || c->offload_param == 2) && !c->nvme_path) {
+        fprintf(stderr, "error: --offload-%s nvme needs --nvme-path DIR (DeepSpeed's nvme_path)\n",
                 c->offload_optimizer == 2 ? "optimizer" : "param");
+        return -1;
+    }
+    if (c->aio_block_size % 4096) {
+        fprintf(stderr, "error: --aio-block-size %ld is not a multiple of 4096 (direct I/O's alignment)\n", c->aio_block_size);
+        return -1;
+    }
+    if (c->aio_threads * c->aio_queue_depth > 32) {
+        fprintf(stderr, "error: --aio-threads %d x --aio-queue-depth %d = %d requests at once; at most 32\n",
+                c->aio_threads, c->aio_queue_depth, c->aio_threads * c->aio_queue_depth);
         return -1;
     }
     if (c->save_every > 0 && !c->out_dir) {

@@ -337,6 +337,43 @@ static inline int ds_choice_key(const DsCtx *x, const cJSON *obj, const char *pa
     return 0;
 }
 
+static inline int ds_long_key(const DsCtx *x, const cJSON *obj, const char *path, int key, double lo, double hi,
+                              const char *expect, long *field) {
+    double v;
+    int st = ds_number(x, obj, path, lo, hi, 1, expect, &v);
+    if (st == DS_ERROR) return -1;
+    if (st == DS_AUTO) ds_auto(x, key, path);
+    if (st != DS_VALUE) return 0;
+    char s[40];
+    snprintf(s, sizeof(s), "%.15g", v);
+    if (ds_settle(x, key, path, s, (long)v == *field)) return -1;
+    *field = (long)v;
+    return 0;
+}
+
+// A non-empty string (a path), kept in c->ds_text: the parsed file is freed when reading ends.
+static inline int ds_string_key(const DsCtx *x, const cJSON *obj, const char *path, int key, const char **field) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, ds_leaf(path));
+    if (!v) return 0;
+    if (ds_is_auto(v)) { ds_auto(x, key, path); return 0; }
+    TrainConfig *c = x->c;
+    size_t n = cJSON_IsString(v) ? strlen(v->valuestring) : 0;
+    if (!n || memchr(v->valuestring, '\n', n)) {
+        char got[80];
+        ds_error(x, path, "expected a path (a non-empty string), got %s", ds_describe(v, got, sizeof(got)));
+        return -1;
+    }
+    if (c->ds_text_used + n + 1 > sizeof(c->ds_text)) { ds_error(x, path, "longer than %zu bytes", sizeof(c->ds_text) - 1); return -1; }
+    char q[96];
+    snprintf(q, sizeof(q), "\"%.80s%s\"", v->valuestring, n > 80 ? "..." : "");
+    if (ds_settle(x, key, path, q, *field && !strcmp(*field, v->valuestring))) return -1;
+    char *dst = c->ds_text + c->ds_text_used;
+    memcpy(dst, v->valuestring, n + 1);
+    c->ds_text_used += n + 1;
+    *field = dst;
+    return 0;
+}
+
 // An option's DeepSpeed key (its row's ds_key, read from obj, the object that holds it), read as
 // its row says: type, range or choices, and what the error says is expected.
 static inline int ds_option(const DsCtx *x, const cJSON *obj, int key) {
@@ -345,6 +382,8 @@ static inline int ds_option(const DsCtx *x, const cJSON *obj, int key) {
     switch (o->type) {
     case OT_FLOAT: return ds_float_key(x, obj, o->ds_key, key, o->lo, o->hi, (float *)f);
     case OT_INT: return ds_int_key(x, obj, o->ds_key, key, o->lo, o->hi, o->ds_expect, (int *)f);
+    case OT_LONG: return ds_long_key(x, obj, o->ds_key, key, o->lo, o->hi, o->ds_expect, (long *)f);
+    case OT_STR: return ds_string_key(x, obj, o->ds_key, key, (const char **)f);
     case OT_FLAG: return ds_bool_key(x, obj, o->ds_key, key, (int *)f);
     case OT_CHOICE: return ds_choice_key(x, obj, o->ds_key, key, o->choices, o->nchoices, o->ds_expect, (int *)f);
     default: ds_error(x, o->ds_key, "no DeepSpeed reader for this option's type"); return -1;
@@ -390,6 +429,14 @@ static inline const DsExtra *ds_extras(void) {
          "not used: each rank updates its whole shard at once"},
         {"wall_clock_breakdown", DSX_T_BOOL, 0,
          "not implemented: true is ignored (the step line and the log have each step's time)"},
+        {"zero_optimization.offload_param.buffer_count", DSX_T_SIZE, 5,
+         "not used: one pool of --nvme-buffers sets (offload_optimizer.buffer_count) serves both streams"},
+        {"zero_optimization.offload_param.max_in_cpu", DSX_T_SIZE, 1e9,
+         "not used: a shard on NVMe is read unit by unit into one host slice per gather buffer, nothing cached beyond"},
+        {"aio.single_submit", DSX_T_BOOL, 0,
+         "not used: each I/O thread submits its requests one at a time (pread/pwrite)"},
+        {"aio.overlap_events", DSX_T_BOOL, 1,
+         "honoured as true: reads ahead and writes behind overlap the update (false is ignored)"},
     };
     return t;
 }
@@ -655,16 +702,32 @@ static inline int ds_zero(const DsCtx *x, const cJSON *root) {
             alias = "zero_optimization.stage3_gather_fp16_weights_on_model_save";
         if (ds_extra_key(x, z, k, alias)) return -1;
     }
-    // the offload sections' other keys (nvme_path, buffer_count, ...) go with the offload: ignored
-    static const char *const okeys[] = {"device", "pin_memory", "nvme_path", "buffer_count", "buffer_size",
-                                        "max_in_cpu", "fast_init", "pipeline", "pipeline_read", "pipeline_write",
-                                        "ratio"};
+    // the offload sections (fast_init, pipeline*, ratio: accepted, not used; docs/deepspeed_config.md)
+    static const char *const okeys[] = {"device", "pin_memory", "nvme_path", "buffer_count", "fast_init", "pipeline",
+                                        "pipeline_read", "pipeline_write", "ratio"};
+    static const char *const pkeys[] = {"device", "pin_memory", "nvme_path", "buffer_count", "buffer_size", "max_in_cpu"};
     if (ds_object(x, z, "zero_optimization.offload_optimizer", &oo) == DS_ERROR) return -1;
-    if (ds_known_keys(x, oo, "zero_optimization.offload_optimizer", okeys, 11)) return -1;
-    if (oo && (ds_option(x, oo, CK_OFFLOAD_OPTIMIZER) || ds_option(x, oo, CK_PIN_MEMORY))) return -1;
+    if (ds_known_keys(x, oo, "zero_optimization.offload_optimizer", okeys, 9)) return -1;
+    if (oo && (ds_option(x, oo, CK_OFFLOAD_OPTIMIZER) || ds_option(x, oo, CK_PIN_MEMORY) ||
+               ds_option(x, oo, CK_NVME_PATH) || ds_option(x, oo, CK_NVME_BUFFERS))) return -1;
     if (ds_object(x, z, "zero_optimization.offload_param", &op) == DS_ERROR) return -1;
-    if (ds_known_keys(x, op, "zero_optimization.offload_param", okeys, 9)) return -1; // no ratio, no pipeline
-    if (op && ds_option(x, op, CK_OFFLOAD_PARAM)) return -1;
+    if (ds_known_keys(x, op, "zero_optimization.offload_param", pkeys, 6)) return -1;
+    if (op && (ds_option(x, op, CK_OFFLOAD_PARAM) || ds_option(x, op, CK_NVME_BUFFER_SIZE) ||
+               ds_extra_key(x, op, DSX_PARAM_BUFFER_COUNT, NULL) || ds_extra_key(x, op, DSX_MAX_IN_CPU, NULL))) return -1;
+    // one --nvme-path for all NVMe files: offload_param's nvme_path settles against it
+    const cJSON *np = op ? cJSON_GetObjectItemCaseSensitive(op, "nvme_path") : NULL;
+    if (np && !ds_is_auto(np)) {
+        TrainConfig *c = x->c;
+        if (c->source[CK_NVME_PATH] == CFG_SRC_FILE) {
+            if (!cJSON_IsString(np) || !c->nvme_path || strcmp(np->valuestring, c->nvme_path)) {
+                ds_error(x, "zero_optimization.offload_param.nvme_path", "differs from offload_optimizer.nvme_path: this "
+                         "trainer keeps all NVMe files under one path");
+                return -1;
+            }
+        } else if (ds_string_key(x, op, "zero_optimization.offload_param.nvme_path", CK_NVME_PATH, &c->nvme_path)) {
+            return -1;
+        }
+    }
     // one --pin-memory for all offloaded memory: offload_param's pin_memory settles against it
     int pin = 0, st = op ? ds_boolean(x, op, "zero_optimization.offload_param.pin_memory", &pin) : DS_ABSENT;
     if (st == DS_ERROR) return -1;
@@ -682,6 +745,17 @@ static inline int ds_zero(const DsCtx *x, const cJSON *root) {
         }
     }
     return 0;
+}
+
+// aio: the NVMe I/O pool (block_size, queue_depth, thread_count are options; the rest recorded).
+static inline int ds_aio(const DsCtx *x, const cJSON *root) {
+    const cJSON *a;
+    if (ds_object(x, root, "aio", &a) == DS_ERROR) return -1;
+    if (!a) return 0;
+    static const char *const keys[] = {"block_size", "queue_depth", "thread_count", "single_submit", "overlap_events"};
+    if (ds_known_keys(x, a, "aio", keys, 5)) return -1;
+    return ds_option(x, a, CK_AIO_BLOCK_SIZE) || ds_option(x, a, CK_AIO_QUEUE_DEPTH) || ds_option(x, a, CK_AIO_THREADS) ||
+           ds_extra_key(x, a, DSX_AIO_SINGLE_SUBMIT, NULL) || ds_extra_key(x, a, DSX_AIO_OVERLAP_EVENTS, NULL);
 }
 
 // train_batch_size (sequences) = micro batch x accumulation x world; any two determine the third.
@@ -825,13 +899,13 @@ static inline int ds_config_apply_text(TrainConfig *c, const char *name, const c
         static const char *const keys[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
                                            "gradient_accumulation_steps", "gradient_clipping", "steps_per_print",
                                            "wall_clock_breakdown", "fp16", "bf16", "optimizer", "scheduler",
-                                           "zero_optimization"};
-        if (ds_known_keys(&x, root, "", keys, 11)) goto done;
+                                           "zero_optimization", "aio"};
+        if (ds_known_keys(&x, root, "", keys, 12)) goto done;
     }
     if (ds_option(&x, root, CK_GRAD_CLIP) || ds_option(&x, root, CK_PRINT_EVERY)) goto done;
     if (ds_extra_key(&x, root, DSX_WALL_CLOCK_BREAKDOWN, NULL)) goto done;
     if (ds_optimizer(&x, root) || ds_scheduler(&x, root) || ds_precision(&x, root) || ds_zero(&x, root) ||
-        ds_batch(&x, root)) goto done;
+        ds_aio(&x, root) || ds_batch(&x, root)) goto done;
     rc = 0;
 done:
     cJSON_Delete(root);

@@ -111,6 +111,8 @@ typedef struct {
     int recompute;         // activation recompute (a plan: the trainer does not implement it)
     int offload_optimizer; // zero.h's LOC_*: where the master weights and optimizer state live (LOC_DEVICE: none)
     int offload_param;     // LOC_*: where stage 3's parameter shard lives
+    int nvme_buffers;      // NVMe: buffer sets and the piece in elements (zero.h's ZeroOptions; 0: its defaults)
+    size_t nvme_piece;
     int threads;           // the CPU trainer's OpenMP threads per rank (its bf16 matmul scratch);
                            // 0: as it picks them with all ranks on this machine (planner_threads)
     const PlanBackend *backend; // the trainer's activations and workspace (NULL: unknown)
@@ -131,7 +133,7 @@ typedef struct {
     int buffers_known, activations_known, workspace_known;
     double model_states, optimizer, total;          // device; total = states + known buffers/acts
     double host_optimizer, host_total;              // host memory: the offloaded states and the staging
-    double nvme_total;
+    double nvme_optimizer, nvme_total;              // NVMe: the states kept in files
     double model_states_textbook;  // the stage formula on the unpadded P, all of it wherever it lives
     double act_textbook_layer;     // Korthikanti per layer, at the plan's precision (0 if unknown)
     double act_textbook;           // L layers' worth (recompute: inputs + one layer)
@@ -155,6 +157,8 @@ static inline void planner_input_defaults(PlanInput *in, const PlanBackend *back
     in->world = 1;
     in->batch = d.batch;
     in->seq_len = d.seq_len;
+    in->nvme_buffers = d.nvme_buffers;
+    in->nvme_piece = (size_t)d.nvme_buffer_size;
 }
 
 // The plan of a training run the trainer is about to make.
@@ -171,6 +175,8 @@ static inline PlanInput planner_input_from_train_config(const TrainConfig *c, in
     in.optimizer = c->optimizer;
     in.offload_optimizer = c->offload_optimizer;
     in.offload_param = c->offload_param;
+    in.nvme_buffers = c->nvme_buffers;
+    in.nvme_piece = (size_t)c->nvme_buffer_size;
     return in;
 }
 
@@ -262,9 +268,13 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
                             p->bytes_state);
     int S = in->zero_stage;
     // where each kind lives: as zero.h places them for this trainer (a bare count models a GPU)
-    ZeroOptions zo = {S, in->precision, in->optimizer, in->offload_optimizer, in->offload_param, 0};
-    zero_placement(&zo, in->params_count > 0 || !in->backend ? 0 : in->backend->unified, p->where);
-    if (p->where[MEM_MASTER] != LOC_DEVICE) p->bytes_master = 4.0; // an offloaded update keeps fp32 weights even in fp32
+    ZeroOptions zo = zero_options(S, in->precision, in->optimizer);
+    zo.offload_optimizer = in->offload_optimizer; zo.offload_param = in->offload_param;
+    zo.nvme_buffers = in->nvme_buffers; zo.nvme_piece = in->nvme_piece;
+    int unified = in->params_count > 0 || !in->backend ? 0 : in->backend->unified;
+    zero_placement(&zo, unified, p->where);
+    if (p->where[MEM_MASTER] != LOC_DEVICE || p->where[MEM_PARAMS] != LOC_DEVICE)
+        p->bytes_master = 4.0; // a streamed update keeps fp32 weights even in fp32
     double N = in->world, K = p->bytes_master + planner_state_bytes(p);
     double elem = in->precision == ZC_F32 ? 4.0 : 2.0;
     double *dev = p->bytes;
@@ -283,7 +293,10 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         Zero z;
         memset(&z, 0, sizeof(z));
         z.stage = S; z.rank = 0; z.world = in->world;
+        z.esize = zc_dtype_size(in->precision); z.nstate = optimizer_info(in->optimizer)->slices;
+        memcpy(z.where, p->where, sizeof(z.where));
         gpt2_layout_init(&z.lay, &in->cfg, (size_t)in->world * ZERO_ALIGN);
+        zero_pieces(&z, &zo);
         double full = (double)z.lay.num_flat, shard = (double)zero_shard_size(&z);
         p->exact = 1;
         p->num_params = (double)z.lay.num_params;
@@ -293,8 +306,10 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         double opt_elems = S == 0 ? full : shard;
         dev[MEM_MASTER] = p->bytes_master * opt_elems;
         for (int k = 0; k < OPT_MAX_SLICES; k++) dev[MEM_STATE + k] = p->bytes_state[k] * opt_elems;
-        dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z, p->where);
-        dev[MEM_STAGING] = p->bytes_param * (double)zero_staging_elems(&z, p->where);
+        for (int k = MEM_PARAMS; k < MEM_BUFFERS; k++) // a file on NVMe: its slices padded (zero.h)
+            if (p->where[k] == LOC_NVME && dev[k] > 0) dev[k] = (double)zero_nvme_file_bytes(&z, k);
+        dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z, p->where, unified);
+        dev[MEM_STAGING] = (double)zero_staging_bytes(&z, p->where, unified);
         p->buffers_known = 1;
         if (in->backend) { // the trainer's own layout
             dev[MEM_ACTIVATIONS] = in->backend->activation_bytes(&in->cfg, in->batch, in->seq_len, in->precision,
@@ -316,8 +331,12 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         double *at = p->where[k] == LOC_HOST ? p->host : p->where[k] == LOC_NVME ? p->nvme : p->device;
         at[k] = dev[k];
     }
-    p->optimizer = p->host_optimizer = 0.0;
-    for (int k = MEM_MASTER; k < MEM_BUFFERS; k++) { p->optimizer += p->device[k]; p->host_optimizer += p->host[k]; }
+    p->optimizer = p->host_optimizer = p->nvme_optimizer = 0.0;
+    for (int k = MEM_MASTER; k < MEM_BUFFERS; k++) {
+        p->optimizer += p->device[k];
+        p->host_optimizer += p->host[k];
+        p->nvme_optimizer += p->nvme[k];
+    }
     p->model_states = p->device[MEM_PARAMS] + p->device[MEM_GRADS] + p->optimizer;
     p->total = p->host_total = p->nvme_total = 0.0;
     for (int k = 0; k < MEM_KINDS; k++) { p->total += p->device[k]; p->host_total += p->host[k]; p->nvme_total += p->nvme[k]; }
@@ -459,7 +478,7 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
         planner_row(f, lab, planner_term(fm, sizeof(fm), p->bytes_state[k], S > 0), W(MEM_STATE + k), &d[MEM_STATE + k],
                     A, R, PLANNER_KIND(MEM_STATE + k));
     }
-    double opt_all = p->optimizer + p->host_optimizer, states = d[MEM_PARAMS] + d[MEM_GRADS] + opt_all;
+    double opt_all = p->optimizer + p->host_optimizer + p->nvme_optimizer, states = d[MEM_PARAMS] + d[MEM_GRADS] + opt_all;
     planner_row(f, "= optimizer state", planner_term(fm, sizeof(fm), K, S > 0), W(MEM_MASTER), &opt_all, A, R, OPT);
     planner_row(f, "= MODEL STATES", planner_states_formula(fm, sizeof(fm), p), "", &states, A, R,
                 PLANNER_KIND(MEM_PARAMS) | PLANNER_KIND(MEM_GRADS) | OPT);
@@ -468,10 +487,10 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
                    : S == 2 ? "ZeRO buffers (buckets, recv slices)" : "ZeRO buffers (none below stage 2)",
                 p->buffers_known ? "zero_init's units" : "not modelled", W(MEM_BUFFERS),
                 p->buffers_known ? &d[MEM_BUFFERS] : NULL, A, R, PLANNER_KIND(MEM_BUFFERS));
-    if (p->where[MEM_MASTER] != LOC_DEVICE)
-        planner_row(f, p->where[MEM_PARAMS] == LOC_HOST ? "offload staging (2 unit slices)" : "offload staging (2+2 unit slices)",
-                    "zero_staging_elems", W(MEM_STAGING),
-                    p->buffers_known ? &d[MEM_STAGING] : NULL, A, R, PLANNER_KIND(MEM_STAGING));
+    if (p->bytes[MEM_STAGING] > 0.0)
+        planner_row(f, p->where[MEM_MASTER] == LOC_NVME || p->where[MEM_PARAMS] == LOC_NVME
+                           ? "staging (offload, NVMe buffer sets)" : "staging (offload: 2+2 pieces)",
+                    "zero_staging_bytes", W(MEM_STAGING), &d[MEM_STAGING], A, R, PLANNER_KIND(MEM_STAGING));
     snprintf(lab, sizeof(lab), "activations (%s%s)", p->exact ? "this trainer" : "textbook",
              in->recompute ? ", recompute" : "");
     planner_row(f, lab, p->exact && in->backend ? in->backend->activation_formula[in->precision]
@@ -561,8 +580,9 @@ static inline void planner_print_json(FILE *f, const MemoryPlan *p) {
         planner_json_num(f, zero_memory_name(in->optimizer, k), p->bytes[k], known);
         fputc(',', f);
     }
-    planner_json_num(f, "optimizer", p->optimizer + p->host_optimizer, 1); fputc(',', f);
-    planner_json_num(f, "model_states", p->bytes[MEM_PARAMS] + p->bytes[MEM_GRADS] + p->optimizer + p->host_optimizer, 1);
+    double opt_all = p->optimizer + p->host_optimizer + p->nvme_optimizer; // wherever it lives
+    planner_json_num(f, "optimizer", opt_all, 1); fputc(',', f);
+    planner_json_num(f, "model_states", p->bytes[MEM_PARAMS] + p->bytes[MEM_GRADS] + opt_all, 1);
     fputc(',', f);
     planner_json_num(f, "device", p->total, 1); fputc(',', f); // by where the bytes live (known parts)
     planner_json_num(f, "host", p->host_total, 1); fputc(',', f);
@@ -647,6 +667,8 @@ static inline void planner_help(FILE *f, const char *prog, const PlanBackend *ba
             "  --offload-optimizer D none | cpu | nvme: the master weights and optimizer state off the device\n"
             "                        (stages 1-3; a bare --params count models a GPU, the trainers as they run)\n"
             "  --offload-param D     none | cpu | nvme: stage 3's parameter shard off the device\n"
+            "  --nvme-buffers N      with nvme: host buffer sets the update streams through (default %d)\n"
+            "  --nvme-buffer-size N  with nvme: elements per streamed piece (default %zu)\n"
             "  --threads N           the CPU trainer's OpenMP threads per rank, which size its bf16 matmul\n"
             "                        scratch (default: OMP_NUM_THREADS, else this machine's cores / --world)\n"
             "output:\n"
@@ -656,7 +678,7 @@ static inline void planner_help(FILE *f, const char *prog, const PlanBackend *ba
             "  --help                this text\n"
             "sizes are bytes per rank; the table's human units are decimal (1 GB = 1e9 bytes)\n",
             prog, d.cfg.num_layers, d.cfg.channels, d.cfg.num_heads, zc_dtype_names[d.precision], d.zero_stage,
-            d.batch, d.seq_len);
+            d.batch, d.seq_len, d.nvme_buffers, d.nvme_piece);
 }
 
 // "7e9", "124M", "1.5B", "2T" -> a count (bytes for --fit: 80e9, 80G). Returns 0, or -1 after
@@ -699,7 +721,7 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
         {"vocab-size", 1, 0, 0}, {"max-seq-len", 1, 0, 0}, {"seq-len", 1, 0, 0}, {"params", 1, 0, 0},
         {"precision", 1, 0, 0}, {"optimizer", 1, 0, 0}, {"zero-stage", 1, 0, 0}, {"world", 1, 0, 0},
         {"batch", 1, 0, 0}, {"recompute", 0, 0, 0}, {"offload-optimizer", 1, 0, 0}, {"offload-param", 1, 0, 0},
-        {"json", 0, 0, 0},
+        {"nvme-buffers", 1, 0, 0}, {"nvme-buffer-size", 1, 0, 0}, {"json", 0, 0, 0},
         {"threads", 1, 0, 0}, {"fit", 1, 0, 0}, {"help", 0, 0, 0}, {"plan", 0, 0, 0}, {0, 0, 0, 0}};
     double fit = 0.0;
     PlanInput in;
@@ -746,6 +768,13 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
         else if (!strcmp(o, "world")) r = config_int(o, a, 1, 1 << 24, &in.world);
         else if (!strcmp(o, "batch")) r = config_int(o, a, 1, 1 << 20, &in.batch);
         else if (!strcmp(o, "threads")) r = config_int(o, a, 1, 1 << 16, &in.threads);
+        else if (!strcmp(o, "nvme-buffers") || !strcmp(o, "nvme-buffer-size")) { // as the trainer's rows say
+            int size = !strcmp(o, "nvme-buffer-size");
+            const ConfigOption *row = &config_options()[size ? CK_NVME_BUFFER_SIZE : CK_NVME_BUFFERS];
+            long v = 0;
+            r = config_long(o, a, row->lo, row->hi, &v);
+            if (size) in.nvme_piece = (size_t)v; else in.nvme_buffers = (int)v;
+        }
         else if (!strcmp(o, "fit")) r = planner_parse_count("--fit", a, &fit);
         if (r) return 1;
     }

@@ -18,6 +18,11 @@
 #ifndef TRAINER_H
 #define TRAINER_H
 
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
+
 // ----------------------------------------------------------------------------------------
 // Parameters in and out: initialisation, model files, gradient dumps. Unit by unit through
 // one host buffer (the backend copies), so a ZeRO-3 rank never holds the whole model and the
@@ -157,6 +162,96 @@ static void die(void) {
     exit(1);
 }
 
+// The lowest rank for which ok is 0, or -1: the one that reports a failure every rank shares.
+static int first_failure(int ok, int rank, int world) {
+    int who = ok ? world : rank;
+    MPI_Allreduce(MPI_IN_PLACE, &who, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return who == world ? -1 : who;
+}
+
+// Whether process pid of this host still runs (a zombie does not: it is dead, just not reaped).
+static int process_alive(long pid) {
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
+    char path[64], buf[512], state = 0;
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        buf[n] = 0;
+        const char *close = strrchr(buf, ')'); // "pid (comm) S ...": the comm may hold anything
+        if (close && close[1] == ' ') state = close[2];
+        fclose(f);
+    }
+    return state != 'Z' && state != 'X';
+}
+
+// NVMe offload: this rank's scratch directory under --nvme-path (DIR/zeroc-HOST-PID-rankR, into
+// dir), after what a run should fail on before it starts: DIR is a writable directory whose
+// filesystem has free what this host's ranks will keep there (the planner's bytes). Directories a
+// run on this host left behind when it was killed (their process gone) are removed first. Every
+// rank calls it; returns 0, or -1 after one line from the lowest failing rank.
+static int nvme_prepare(Run *r, char *dir, size_t n) {
+    const TrainConfig *c = &r->cfg;
+    const char *base = c->nvme_path;
+    char host[256] = "host", msg[600] = "";
+    gethostname(host, sizeof(host) - 1);
+    for (char *h = host; *h; h++) if (*h == '/' || *h == '-') *h = '_';
+    MPI_Comm local;
+    int lrank;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+    MPI_Comm_rank(local, &lrank);
+    struct stat st;
+    int found = stat(base, &st) == 0, ok = found && S_ISDIR(st.st_mode);
+    if (!ok) snprintf(msg, sizeof(msg), "--nvme-path %s: %s", base, found ? "not a directory" : strerror(errno));
+    else if (access(base, W_OK | X_OK) != 0) {
+        ok = 0;
+        snprintf(msg, sizeof(msg), "--nvme-path %s: not writable (%s)", base, strerror(errno));
+    }
+    if (ok && lrank == 0) { // a killed run's leftovers: zeroc-HOST-PID-rankR whose PID is gone
+        char prefix[300];
+        snprintf(prefix, sizeof(prefix), "zeroc-%s-", host);
+        DIR *d = opendir(base);
+        for (struct dirent *e; d && (e = readdir(d));) {
+            long pid;
+            int rk;
+            char tail[8];
+            if (strncmp(e->d_name, prefix, strlen(prefix)) ||
+                sscanf(e->d_name + strlen(prefix), "%ld-rank%d%1s", &pid, &rk, tail) != 2 || pid <= 0 || process_alive(pid))
+                continue;
+            char sub[4400], f[4700];
+            snprintf(sub, sizeof(sub), "%s/%s", base, e->d_name);
+            DIR *s2 = opendir(sub);
+            for (struct dirent *g; s2 && (g = readdir(s2));)
+                if (g->d_name[0] != '.' || (g->d_name[1] && strcmp(g->d_name, ".."))) {
+                    snprintf(f, sizeof(f), "%s/%s", sub, g->d_name);
+                    unlink(f);
+                }
+            if (s2) closedir(s2);
+            if (rmdir(sub) == 0)
+                printf("note: removed %s, NVMe scratch of a run that did not end cleanly (process %ld is gone)\n", sub, pid);
+        }
+        if (d) closedir(d);
+    }
+    MPI_Barrier(local);
+    // the bytes every rank of this host keeps there, against what its filesystem has free
+    PlanInput in = planner_input_from_train_config(c, r->world, r->plan_backend);
+    MemoryPlan plan;
+    double need = planner_plan(&in, &plan) == 0 ? plan.nvme_total : 0.0, here = need;
+    MPI_Allreduce(&need, &here, 1, MPI_DOUBLE, MPI_SUM, local);
+    MPI_Comm_free(&local);
+    struct statvfs fs;
+    if (ok && statvfs(base, &fs) == 0 && fs.f_blocks > 0 && (double)fs.f_bavail * fs.f_frsize < here) { // (ramfs: no sizes)
+        ok = 0;
+        snprintf(msg, sizeof(msg), "--nvme-path %s: %.0f bytes free, but this host's ranks keep %.0f bytes there "
+                 "(%.2f GB; --plan --offload-optimizer nvme shows them)", base, (double)fs.f_bavail * fs.f_frsize, here,
+                 here / 1e9);
+    }
+    snprintf(dir, n, "%s/zeroc-%s-%ld-rank%d", base, host, (long)getpid(), r->rank);
+    int who = first_failure(ok, r->rank, r->world);
+    if (who == r->rank) fprintf(stderr, "error: %s\n", msg);
+    return who < 0 ? 0 : -1;
+}
+
 // Options, model, data, log. Returns 0 to train, 1 to exit successfully (--help), -1 on error.
 static int setup(Run *r, int argc, char **argv) {
     TrainConfig *c = &r->cfg;
@@ -187,11 +282,20 @@ static int setup(Run *r, int argc, char **argv) {
     if (r->rank == 0 && c->ds_config_path) config_print_resolved(stdout, c);
 
     r->accum = config_accum_steps(c, r->world);
-    ZeroOptions zo = {c->zero_stage, c->precision, c->optimizer, c->offload_optimizer, c->offload_param, c->pin_memory};
+    char nvme_dir[4500] = "";
+    int nvme = c->offload_optimizer == LOC_NVME || c->offload_param == LOC_NVME;
+    if (nvme && nvme_prepare(r, nvme_dir, sizeof(nvme_dir))) { if (init) fclose(init); free(resume); return -1; }
+    ZeroOptions zo = zero_options(c->zero_stage, c->precision, c->optimizer);
+    zo.offload_optimizer = c->offload_optimizer; zo.offload_param = c->offload_param; zo.pin_memory = c->pin_memory;
+    zo.nvme_dir = nvme_dir; zo.nvme_buffers = c->nvme_buffers; zo.nvme_piece = (size_t)c->nvme_buffer_size;
+    zo.nvme_threads = c->aio_threads * c->aio_queue_depth; zo.nvme_block = (size_t)c->aio_block_size;
     gpt2_build(&r->model, &c->model, c->batch, c->seq_len, r->rank, r->world, &zo, trainer_backend(r));
-    if (r->rank == 0 && r->model.z.be.unified && (c->offload_optimizer || c->offload_param))
+    if (r->rank == 0 && r->model.z.nvme && !r->model.z.nvme->direct)
+        printf("note: --nvme-path %s does not take direct I/O (O_DIRECT; ramfs and older tmpfs do not): the NVMe files go through "
+               "the page cache, which may keep them in memory\n", c->nvme_path);
+    if (r->rank == 0 && r->model.z.be.unified && (c->offload_optimizer == LOC_HOST || c->offload_param == LOC_HOST))
         printf("note: --offload-optimizer %s / --offload-param %s: this trainer keeps every model state in host memory "
-               "already, so nothing moves\n", config_offload_names[c->offload_optimizer], config_offload_names[c->offload_param]);
+               "already, so cpu moves nothing\n", config_offload_names[c->offload_optimizer], config_offload_names[c->offload_param]);
     r->first_step = 1;
     r->sample_rng = c->seed ^ 0x5A3C1E;
     if (c->precision == ZC_FP16)
@@ -338,6 +442,21 @@ static void report_comm(Run *r, int step) {
     free(all);
 }
 
+// Each process's peak resident memory (getrusage): what the planner's device total (the CPU
+// trainer) or host total (the GPU trainer) is about, plus the program and its libraries.
+static void report_peak_rss(Run *r) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double rss = (double)ru.ru_maxrss * 1024.0, *all = gather_to_all(r, &rss, 1, NULL), top = 0.0;
+    for (int q = 0; q < r->world; q++) top = all[q] > top ? all[q] : top;
+    if (r->rank == 0) {
+        printf("peak resident memory: rank 0 %.3f GB, largest of %d ranks %.3f GB\n", all[0] / 1e9, r->world, top / 1e9);
+        for (int q = 0; q < r->world && r->log; q++)
+            fprintf(r->log, "{\"event\":\"peak_rss\",\"rank\":%d,\"bytes\":%.0f}\n", q, all[q]);
+    }
+    free(all);
+}
+
 static void format_eta(char *buf, size_t n, double seconds) {
     long s = (long)(seconds + 0.5);
     snprintf(buf, n, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
@@ -477,7 +596,9 @@ static int trainer_run(Run *r, int argc, char **argv) {
     int fp16 = c->precision == ZC_FP16;
     for (int step = r->first_step; step <= c->steps; step++) {
         double t0 = now_seconds();
+        zero_nvme_stats(&r->model.z); // what validation, sampling or a save read is not this step's
         StepResult s = train_step(r, step);
+        ZeroNvmeStats io = zero_nvme_stats(&r->model.z);
         float loss = s.loss, lr = s.lr, norm = s.norm;
         double ms = (now_seconds() - t0) * 1e3, tok_s = c->total_batch / (ms / 1e3);
         if (step > r->first_step) total_ms += ms; // the first step warms caches and thread pools
@@ -488,15 +609,22 @@ static int trainer_run(Run *r, int argc, char **argv) {
             char scale[64] = "";
             if (fp16) snprintf(scale, sizeof(scale), " | scale %g, %ld skipped%s", s.scale, r->scaler.skipped,
                                s.skipped ? " (this one: overflow)" : "");
+            char nvme[128] = "";
+            if (r->model.z.nvme)
+                snprintf(nvme, sizeof(nvme), " | nvme %.2f GB in %.2f out, %.0f ms busy, %.0f exposed", io.read / 1e9,
+                         io.written / 1e9, io.busy_ms, io.exposed_ms);
             if (step % c->print_every == 0 || step == 1 || step == c->steps || s.skipped) // --print-every, steps_per_print
-                printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | ETA %s%s\n",
-                       step, c->steps, loss, lr, norm, ms, tok_s, tok_s * flops_per_token / 1e9, eta, scale);
+                printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | ETA %s%s%s\n",
+                       step, c->steps, loss, lr, norm, ms, tok_s, tok_s * flops_per_token / 1e9, eta, scale, nvme);
             if (r->log) {
                 char nrm[32] = "null"; // an overflowed gradient has no norm
                 if (isfinite(norm)) snprintf(nrm, sizeof(nrm), "%.9g", norm);
                 fprintf(r->log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,\"tok_s\":%.1f,"
                         "\"optim_ms\":%.3f", step, loss, lr, nrm, ms, tok_s, s.optim_ms);
                 if (fp16) fprintf(r->log, ",\"loss_scale\":%.17g,\"skipped\":%s", s.scale, s.skipped ? "true" : "false");
+                if (r->model.z.nvme)
+                    fprintf(r->log, ",\"nvme_read\":%.0f,\"nvme_write\":%.0f,\"nvme_ms\":%.3f,\"exposed_io_ms\":%.3f", io.read,
+                            io.written, io.busy_ms, io.exposed_ms);
                 fprintf(r->log, "}\n");
             }
         }
@@ -516,6 +644,7 @@ static int trainer_run(Run *r, int argc, char **argv) {
     if (lead && timed > 0)
         printf("average step (after the first): %.1f ms, %.0f tok/s\n", total_ms / timed,
                c->total_batch / (total_ms / timed / 1e3));
+    report_peak_rss(r);
     if (r->log) fclose(r->log);
     if (r->have_tok) tokenizer_free(&r->tok);
     dataloader_free(&r->train);

@@ -558,10 +558,11 @@ static void no_wait(void *ctx, int h, const char *what) { (void)ctx; (void)h; (v
 static void no_set_step(void *ctx, int step) { (void)ctx; (void)step; }
 static void no_sum_doubles(void *ctx, double *x, int n) { (void)ctx; (void)x; (void)n; no_collective(); }
 static void no_progress(void *ctx) { (void)ctx; } // nothing in flight to advance
+static void local_fatal(void *ctx, const char *msg) { (void)ctx; fprintf(stderr, "error: %s\n", msg); exit(1); }
 static ZeroBackend local_backend(void) {
     ZeroBackend be = {NULL, no_all_reduce, no_reduce_scatter, no_all_gather, no_wait, no_set_step, no_progress, no_sum_doubles,
                       host_alloc, host_free, host_zero, host_add, host_to_host, host_from_host, host_update,
-                      1, NULL, NULL, NULL, NULL, NULL, NULL};
+                      1, NULL, NULL, NULL, NULL, NULL, NULL, local_fatal};
     return be;
 }
 
@@ -583,7 +584,7 @@ static void test_model(void) {
     // ZeRO stage 0 on one rank: the full parameters and gradients in flat buffers, and no
     // collective ever starts, so the backend only allocates.
     GPT2 m;
-    ZeroOptions zo = {0, ZC_F32, OPT_ADAMW, LOC_DEVICE, LOC_DEVICE, 0};
+    ZeroOptions zo = zero_options(0, ZC_F32, OPT_ADAMW);
     gpt2_build(&m, &cfg, MB, MT, 0, 1, &zo, local_backend());
     ParamLayout *lay = &m.z.lay;
     float *params = (float *)m.z.params, *grads = (float *)m.z.grads;

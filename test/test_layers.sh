@@ -3,7 +3,8 @@
 # down or sideways within its folder, never up, and the two backends never include each other.
 #   1 precision and the model description: mixed_precision.h, core/gpt2.h, core/model.h (the
 #     passes, over the trainer's kernels and hooks), dataloader.h, data/tokenizer.h
-#   2 the optimizer: core/optimizer.h, core/optimizer_engine.h (its CPU engine)
+#   2 the optimizer: core/optimizer.h, core/optimizer_engine.h (its CPU engine); and the direct
+#     I/O that zero.h keeps NVMe files with: core/nvme.h
 #   3 ZeRO: zero.h
 #   4 the run: run/*.h
 #   5 the backends: cpu/*, gpu/*
@@ -16,7 +17,7 @@ $PYTHON - <<'PY'
 import glob, os, re, sys
 def layer(path):
     if path in ("mixed_precision.h", "core/gpt2.h", "core/model.h", "dataloader.h", "data/tokenizer.h"): return 1
-    if path in ("core/optimizer.h", "core/optimizer_engine.h"): return 2
+    if path in ("core/optimizer.h", "core/optimizer_engine.h", "core/nvme.h"): return 2
     if path == "zero.h": return 3
     if path.startswith("run/"): return 4
     if path.startswith(("cpu/", "gpu/")): return 5
@@ -52,6 +53,7 @@ for f, words in [("core/gpt2.h", r"\b(gemm_bf16|cublas|nccl|MPI_|cuda[A-Z]|Train
                  ("core/model.h", r"\b(gemm_bf16|cublas|nccl|MPI_|TrainConfig|zero_(?!fill))\w*"),
                  ("core/optimizer.h", r"\b(TrainConfig|config_|zero_|Zero\b|MPI_|cuda)"),
                  ("core/optimizer_engine.h", r"\b(TrainConfig|config_|zero_|Zero\b|MPI_|cuda)"),
+                 ("core/nvme.h", r"\b(TrainConfig|config_|zero_|Zero\b|MPI_|cuda|optimizer)"),
                  ("zero.h", r"\b(TrainConfig|config_|adam|Adam|MPI_|cuda[A-Z]|nccl)")]:
     code = re.sub(r"//[^\n]*", "", open(f).read())  # comments may explain
     for m in re.finditer(words, code):

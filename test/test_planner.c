@@ -6,6 +6,7 @@
 //                                      shell test until `train_gpt_cpu --plan` exists
 #include "run/planner.h"
 #include "cpu/workspace.h" // the CPU trainer's activations and workspace (cpu_plan_backend)
+#include <sys/stat.h>
 
 // The textbook model-state bytes per rank in fp32 + Adam (parameters are their own master):
 // 16P, 8P + 8P/N, 4P + 12P/N, 16P/N. Written here, apart from the planner, as its oracle.
@@ -222,7 +223,7 @@ static void test_zero_init_agreement(void) {
             for (int S = 0; S < 4; S++) {
                 int N = worlds[w];
                 Zero z, zb;
-                ZeroOptions o32 = {S, ZC_F32, OPT_ADAMW, LOC_DEVICE, LOC_DEVICE, 0}, o16 = {S, ZC_BF16, OPT_ADAMW, LOC_DEVICE, LOC_DEVICE, 0};
+                ZeroOptions o32 = zero_options(S, ZC_F32, OPT_ADAMW), o16 = zero_options(S, ZC_BF16, OPT_ADAMW);
                 zero_init(&z, &shapes[s], N - 1, N, &o32, be); // the last rank: all ranks allocate alike
                 zero_init(&zb, &shapes[s], N - 1, N, &o16, be);
                 PlanInput in = gpt(&shapes[s], ZC_F32, S, N, 2, shapes[s].max_seq_len);
@@ -250,6 +251,97 @@ static void test_zero_init_agreement(void) {
             }
 }
 
+// --- offload and NVMe: the planner's bytes per location equal zero_init's, and the files' ----
+
+static void *t_host_alloc(void *ctx, size_t n, int pinned) {
+    (void)ctx; (void)pinned;
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, n ? n : 1)) return NULL;
+    memset(p, 0, n);
+    return p;
+}
+static void t_host_free(void *ctx, void *p, int pinned) { (void)ctx; (void)pinned; free(p); }
+static void t_fatal(void *ctx, const char *msg) { (void)ctx; printf("FAIL: zero_init: %s\n", msg); exit(1); }
+static void *t_alloc_aligned(void *ctx, size_t n) { return t_host_alloc(ctx, n, 0); }
+
+static double file_bytes(const char *dir, const char *name) {
+    char path[700];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return stat(path, &st) == 0 ? (double)st.st_size : -1.0;
+}
+
+static void test_nvme_agreement(void) {
+    char root[512];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(root, sizeof(root), "%s/zeroc_planner_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    CHECK(mkdtemp(root) != NULL, "mkdtemp %s", root);
+    GPT2Config shapes[] = {{16, 512, 512, 2, 2, 32}, {64, 1000, 1024, 3, 4, 48}};
+    static const char *const names[] = {"params.bin", "grads.bin", "master.bin", "state0.bin", "state1.bin"};
+    int cases = 0;
+    for (size_t sh = 0; sh < 2; sh++)
+        for (int unified = 0; unified < 2; unified++)
+            for (int N = 1; N <= 3; N++)
+                for (int S = 1; S <= 3; S++)
+                    for (int opt = 0; opt < OPT_NUM; opt++)
+                        for (int oo = LOC_HOST; oo <= LOC_NVME; oo++)
+                            for (int op = LOC_DEVICE; op <= (S == 3 ? LOC_NVME : LOC_DEVICE); op++)
+                                for (int shape2 = 0; shape2 < 2; shape2++) {
+            int dtype = (cases % 3 == 0) ? ZC_F32 : (cases % 3 == 1) ? ZC_BF16 : ZC_FP16;
+            int nbuf = shape2 ? 5 : 2;
+            size_t piece = shape2 ? (size_t)1 << 20 : 2048;
+            char dir[600];
+            snprintf(dir, sizeof(dir), "%s/c%d", root, cases++);
+            ZeroBackend be;
+            memset(&be, 0, sizeof(be));
+            be.alloc = unified ? t_alloc_aligned : t_alloc;
+            be.free = t_free;
+            be.host_alloc = t_host_alloc;
+            be.host_free = t_host_free;
+            be.fatal = t_fatal;
+            be.unified = unified;
+            ZeroOptions o = zero_options(S, dtype, opt);
+            o.offload_optimizer = oo; o.offload_param = op;
+            o.nvme_dir = dir; o.nvme_buffers = nbuf; o.nvme_piece = piece; o.nvme_threads = 2; o.nvme_block = 1 << 16;
+            Zero z;
+            zero_init(&z, &shapes[sh], N - 1, N, &o, be);
+            PlanInput in = gpt(&shapes[sh], dtype, S, N, 2, 16);
+            in.optimizer = opt; in.offload_optimizer = oo; in.offload_param = op;
+            in.nvme_buffers = nbuf; in.nvme_piece = piece;
+            if (!unified) in.backend = NULL; // (a trainer whose compute memory is not the host's)
+            MemoryPlan p = plan(&in);
+            char what[300];
+            snprintf(what, sizeof(what), "shape %zu %s N=%d S=%d %s %s optimizer %s params %s nbuf %d piece %zu", sh,
+                     unified ? "unified" : "device", N, S, zc_dtype_names[dtype], optimizer_names[opt],
+                     zero_location_names[oo], zero_location_names[op], nbuf, piece);
+            for (int k = 0; k < MEM_ACTIVATIONS; k++) {
+                CHECK(p.bytes[k] == (double)z.mem[k] && p.where[k] == z.where[k], "%s: %s plan %.0f at %s, zero_init %zu at %s",
+                      what, zero_memory_name(opt, k) ? zero_memory_name(opt, k) : "-", p.bytes[k],
+                      zero_location_names[p.where[k]], z.mem[k], zero_location_names[z.where[k]]);
+                if (k < MEM_BUFFERS && z.where[k] == LOC_NVME && z.mem[k]) { // the file on disk, and its bounds
+                    double e = k == MEM_PARAMS ? zc_dtype_size(dtype) : 4.0, shard = (double)zero_shard_size(&z);
+                    CHECK(file_bytes(dir, names[k]) == p.nvme[k], "%s: %s's file is %.0f bytes, planned %.0f", what,
+                          names[k], file_bytes(dir, names[k]), p.nvme[k]);
+                    CHECK(p.nvme[k] >= e * shard && p.nvme[k] < e * shard + z.lay.num_units * 4096.0,
+                          "%s: %s: %.0f bytes for %.0f elements", what, names[k], p.nvme[k], shard);
+                }
+            }
+            // staging by hand for two placements: the unified backend's optimizer on NVMe (nbuf sets of
+            // master + state pieces), a device's optimizer in host memory (2 + 2 whole unit slices)
+            double e = zc_dtype_size(dtype), nst = optimizer_info(opt)->slices;
+            size_t slice = zero_max_unit(&z) / N;
+            if (unified && oo == LOC_NVME && op == LOC_DEVICE && piece == 2048)
+                CHECK(p.bytes[MEM_STAGING] == nbuf * 2048.0 * 4 * (1 + nst), "%s: staging %.0f", what, p.bytes[MEM_STAGING]);
+            if (!unified && oo == LOC_HOST && op == LOC_DEVICE)
+                CHECK(p.bytes[MEM_STAGING] == 4.0 * slice * e, "%s: staging %.0f", what, p.bytes[MEM_STAGING]);
+            zero_free(&z);
+            struct stat st;
+            CHECK(stat(dir, &st) != 0, "%s: zero_free left %s behind", what, dir);
+        }
+    CHECK(cases > 400, "%d cases", cases);
+    rmdir(root);
+}
+
 // The trainer's own configuration path: options -> TrainConfig -> PlanInput -> plan equals
 // zero_init's allocations plus the activations gpt2_build allocates (4 bytes per float).
 static void test_from_train_config(void) {
@@ -268,7 +360,7 @@ static void test_from_train_config(void) {
     PlanInput in = planner_input_from_train_config(&c, 4, &cpu_plan_backend);
     MemoryPlan p = plan(&in);
     Zero z;
-    ZeroOptions zo = {c.zero_stage, ZC_F32, OPT_ADAMW, LOC_DEVICE, LOC_DEVICE, 0};
+    ZeroOptions zo = zero_options(c.zero_stage, ZC_F32, OPT_ADAMW);
     zero_init(&z, &c.model, 1, 4, &zo, be);
     z.mem[MEM_ACTIVATIONS] = cpu_activation_floats(&c.model, c.batch, c.seq_len, c.model.num_layers) * sizeof(float);
     double actual[4 * MEM_KINDS];
@@ -329,6 +421,7 @@ int main(int argc, char **argv) {
     test_offload();
     test_activations();
     test_zero_init_agreement();
+    test_nvme_agreement();
     test_from_train_config();
     test_d12_world_1024();
     test_bad_inputs();

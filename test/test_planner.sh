@@ -57,7 +57,7 @@ for p in "${precisions[@]}"; do
 done
 echo "== the CPU trainer's bf16 matmul scratch follows its threads per rank (products big enough to run on several)"
 wide="--layers 1 --channels 256 --heads 4 --vocab-size 512 --max-seq-len 16 --seq-len 16 --batch 2"
-ws() { grep -o '"workspace":[0-9]*' "$1" | head -1 | cut -d: -f2; }
+ws() { $PYTHON -c 'import json, sys; print(json.load(open(sys.argv[1]))["workspace"])' "$1"; }
 # shellcheck disable=SC2086
 "${PLAN[@]}" $wide --precision bf16 --threads 1 --json > $d/t1.plan.json
 # shellcheck disable=SC2086

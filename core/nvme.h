@@ -1,0 +1,241 @@
+// nvme.h: asynchronous direct I/O on a few files, through a pool of threads: how zero.h keeps
+// model states on NVMe (ZeRO-Infinity) without the page cache quietly holding them.
+//
+// Contract
+//   nvme_open(io, dir, threads, block, err): makes the directory `dir` (one per rank and run:
+//     the caller names it), probes whether it takes O_DIRECT (tmpfs does not: then the files are
+//     opened buffered and io->direct is 0, for the caller to say so) and starts `threads` I/O
+//     threads. Returns 0, or -1 with one line of text in err (the culprit named).
+//   nvme_file(io, name, bytes): creates the file, sized and allocated (posix_fallocate: a disk
+//     that fills up later cannot take its blocks away), and returns its index, or -1 (io->err).
+//   nvme_submit(io, file, buf, bytes, offset, writing) -> ticket: one transfer, split into
+//     requests of `block` bytes that the threads run in parallel. With O_DIRECT, buf, bytes and
+//     offset are multiples of NVME_ALIGN (the caller pads). nvme_wait(io, ticket) blocks until it
+//     is done: 0, or -1 with the first error in io->err ("PATH: write of N bytes at offset X
+//     failed: No space left on device", a short read of a truncated file, ...).
+//   nvme_check(io): the files are still there at their size (a file deleted or truncated under
+//     a running job would otherwise go unnoticed until it is read); 0 or -1 (io->err).
+//   Accounting: bytes read and written, time with any request in flight (busy), and time the
+//     caller spent blocked in nvme_wait (exposed); nvme_take_stats() returns and resets them.
+//   nvme_close(io, remove): joins the threads, closes the files, and with remove deletes them
+//     and the directory (scratch: removed at a clean exit).
+// Host only (C11 and C++, pthreads); no global state.
+#ifndef NVME_H
+#define NVME_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NVME_ALIGN 4096      // bytes: buffers, sizes and offsets of direct I/O
+#define NVME_MAX_FILES 8
+#define NVME_MAX_THREADS 32
+#define NVME_QUEUE 4096      // requests waiting at once
+#define NVME_TICKETS 256
+
+typedef struct { int file, ticket, writing; char *buf; size_t bytes; size_t offset; } NvmeRequest;
+typedef struct {
+    char dir[4096];
+    int direct;                               // O_DIRECT took
+    int nfiles, fd[NVME_MAX_FILES];
+    char path[NVME_MAX_FILES][4200];
+    size_t size[NVME_MAX_FILES];
+    size_t block;                             // bytes per request
+    int threads;
+    pthread_t th[NVME_MAX_THREADS];
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    NvmeRequest q[NVME_QUEUE];
+    int head, count, stop, running;           // queued requests; requests being run
+    int pending[NVME_TICKETS];                // requests left per ticket (0: free or done)
+    int failed;                               // an error happened (err says which)
+    char err[512];
+    double bytes_read, bytes_written, busy_s, exposed_s, busy_since;
+} Nvme;
+
+static inline double nvme_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void *nvme_thread(void *arg) {
+    Nvme *io = (Nvme *)arg;
+    pthread_mutex_lock(&io->mu);
+    for (;;) {
+        while (!io->count && !io->stop) pthread_cond_wait(&io->work, &io->mu);
+        if (!io->count && io->stop) break;
+        NvmeRequest r = io->q[io->head];
+        io->head = (io->head + 1) % NVME_QUEUE;
+        io->count--;
+        if (io->running++ == 0) io->busy_since = nvme_now();
+        pthread_mutex_unlock(&io->mu);
+        size_t done = 0;
+        int e = 0;
+        while (done < r.bytes) { // a short transfer is retried from where it stopped; 0 bytes read is the end
+            ssize_t k = r.writing ? pwrite(io->fd[r.file], r.buf + done, r.bytes - done, (off_t)(r.offset + done))
+                                  : pread(io->fd[r.file], r.buf + done, r.bytes - done, (off_t)(r.offset + done));
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) { e = k < 0 ? errno : -1; break; }
+            done += (size_t)k;
+        }
+        pthread_mutex_lock(&io->mu);
+        if (r.writing) io->bytes_written += (double)done;
+        else io->bytes_read += (double)done;
+        if (e && !io->failed) {
+            io->failed = 1;
+            snprintf(io->err, sizeof(io->err), "%s: %s of %zu bytes at offset %zu failed: %s", io->path[r.file],
+                     r.writing ? "write" : "read", r.bytes, r.offset,
+                     e > 0 ? strerror(e) : "the file ends there (truncated under the running job?)");
+        }
+        if (--io->running == 0) io->busy_s += nvme_now() - io->busy_since;
+        io->pending[r.ticket]--;
+        pthread_cond_broadcast(&io->done);
+    }
+    pthread_mutex_unlock(&io->mu);
+    return NULL;
+}
+
+static inline int nvme_open(Nvme *io, const char *dir, int threads, size_t block, char *err, size_t errn) {
+    memset(io, 0, sizeof(*io));
+    snprintf(io->dir, sizeof(io->dir), "%s", dir);
+    io->threads = threads < 1 ? 1 : threads > NVME_MAX_THREADS ? NVME_MAX_THREADS : threads;
+    io->block = (block + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN;
+    if (io->block == 0) io->block = (size_t)1 << 20;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        snprintf(err, errn, "%s: cannot create the NVMe scratch directory (%s)", dir, strerror(errno));
+        return -1;
+    }
+    // does the filesystem take O_DIRECT? (tmpfs does not: open fails with EINVAL)
+    char probe[4200];
+    snprintf(probe, sizeof(probe), "%s/.direct_probe", dir);
+    int fd = open(probe, O_CREAT | O_RDWR | O_DIRECT, 0600);
+    io->direct = fd >= 0;
+    if (fd < 0 && errno != EINVAL) {
+        snprintf(err, errn, "%s: cannot create files here (%s)", dir, strerror(errno));
+        return -1;
+    }
+    if (fd >= 0) {
+        void *b = NULL;
+        if (posix_memalign(&b, NVME_ALIGN, NVME_ALIGN) == 0) {
+            memset(b, 0, NVME_ALIGN);
+            io->direct = pwrite(fd, b, NVME_ALIGN, 0) == NVME_ALIGN; // some filesystems take the flag, not the I/O
+            free(b);
+        }
+        close(fd);
+    }
+    unlink(probe);
+    pthread_mutex_init(&io->mu, NULL);
+    pthread_cond_init(&io->work, NULL);
+    pthread_cond_init(&io->done, NULL);
+    for (int i = 0; i < io->threads; i++) pthread_create(&io->th[i], NULL, nvme_thread, io);
+    return 0;
+}
+
+static inline int nvme_file(Nvme *io, const char *name, size_t bytes) {
+    if (io->nfiles == NVME_MAX_FILES) { snprintf(io->err, sizeof(io->err), "too many NVMe files"); return -1; }
+    int k = io->nfiles;
+    char *path = io->path[k]; // (written in two steps: GCC thinks dir and path may overlap)
+    size_t dl = strlen(io->dir);
+    memcpy(path, io->dir, dl);
+    snprintf(path + dl, sizeof(io->path[k]) - dl, "/%s", name);
+    io->fd[k] = open(io->path[k], O_CREAT | O_TRUNC | O_RDWR | (io->direct ? O_DIRECT : 0), 0600);
+    if (io->fd[k] < 0) {
+        snprintf(io->err, sizeof(io->err), "%s: cannot create (%s)", io->path[k], strerror(errno));
+        return -1;
+    }
+    int e = bytes ? posix_fallocate(io->fd[k], 0, (off_t)bytes) : 0;
+    if (e) {
+        snprintf(io->err, sizeof(io->err), "%s: cannot allocate %zu bytes (%s)", io->path[k], bytes, strerror(e));
+        close(io->fd[k]);
+        unlink(io->path[k]);
+        return -1;
+    }
+    io->size[k] = bytes;
+    io->nfiles++;
+    return k;
+}
+
+static inline int nvme_submit(Nvme *io, int file, void *buf, size_t bytes, size_t offset, int writing) {
+    pthread_mutex_lock(&io->mu);
+    int t = -1;
+    while (t < 0) {
+        for (int k = 0; k < NVME_TICKETS && t < 0; k++) if (!io->pending[k]) t = k;
+        if (t < 0) pthread_cond_wait(&io->done, &io->mu); // every ticket in use: wait for one
+    }
+    io->pending[t] = 1; // held while the requests are queued
+    for (size_t at = 0; at < bytes; at += io->block) {
+        while (io->count == NVME_QUEUE) pthread_cond_wait(&io->done, &io->mu);
+        NvmeRequest *r = &io->q[(io->head + io->count) % NVME_QUEUE];
+        r->file = file; r->ticket = t; r->writing = writing; r->buf = (char *)buf + at; r->offset = offset + at;
+        r->bytes = bytes - at < io->block ? bytes - at : io->block;
+        io->count++;
+        io->pending[t]++;
+        pthread_cond_signal(&io->work);
+    }
+    io->pending[t]--;
+    pthread_cond_broadcast(&io->work);
+    pthread_mutex_unlock(&io->mu);
+    return t;
+}
+
+static inline int nvme_wait(Nvme *io, int ticket) {
+    if (ticket < 0) return 0;
+    double t0 = nvme_now();
+    pthread_mutex_lock(&io->mu);
+    while (io->pending[ticket]) pthread_cond_wait(&io->done, &io->mu);
+    int bad = io->failed;
+    io->exposed_s += nvme_now() - t0;
+    pthread_mutex_unlock(&io->mu);
+    return bad ? -1 : 0;
+}
+
+static inline int nvme_check(Nvme *io) {
+    for (int k = 0; k < io->nfiles; k++) {
+        struct stat st;
+        if (fstat(io->fd[k], &st) != 0 || st.st_nlink == 0 || (size_t)st.st_size < io->size[k]) {
+            snprintf(io->err, sizeof(io->err), "%s: %s under the running job", io->path[k],
+                     st.st_nlink == 0 ? "deleted" : "truncated");
+            io->failed = 1;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+// Bytes read and written, seconds with I/O in flight and seconds the caller waited, since the
+// last call; then zero.
+static inline void nvme_take_stats(Nvme *io, double *read, double *written, double *busy_s, double *exposed_s) {
+    pthread_mutex_lock(&io->mu);
+    if (io->running) { io->busy_s += nvme_now() - io->busy_since; io->busy_since = nvme_now(); }
+    *read = io->bytes_read; *written = io->bytes_written; *busy_s = io->busy_s; *exposed_s = io->exposed_s;
+    io->bytes_read = io->bytes_written = io->busy_s = io->exposed_s = 0.0;
+    pthread_mutex_unlock(&io->mu);
+}
+
+static inline void nvme_close(Nvme *io, int remove) {
+    if (!io->threads) return;
+    pthread_mutex_lock(&io->mu);
+    io->stop = 1;
+    pthread_cond_broadcast(&io->work);
+    pthread_mutex_unlock(&io->mu);
+    for (int i = 0; i < io->threads; i++) pthread_join(io->th[i], NULL);
+    for (int k = 0; k < io->nfiles; k++) {
+        close(io->fd[k]);
+        if (remove) unlink(io->path[k]);
+    }
+    if (remove) rmdir(io->dir);
+    pthread_mutex_destroy(&io->mu);
+    pthread_cond_destroy(&io->work);
+    pthread_cond_destroy(&io->done);
+    io->threads = 0;
+}
+
+#endif // NVME_H

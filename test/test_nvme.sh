@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# ZeRO-Infinity: the optimizer state (and at stage 3 the parameters) in files under --nvme-path,
+# streamed with direct I/O (zero.h, core/nvme.h).
+#   1. NVMe = memory, bit for bit (losses, gradient norms, the checkpoint's weights and optimizer
+#      state), 2 ranks of the CPU trainer: bf16 and fp32 at stages 1-3 (stage 3 with the parameters
+#      on NVMe too), fp16 at stage 2; small pieces (2048 elements) and 2 or 5 buffer sets, so the
+#      read-ahead and write-behind wrap around many times a step. The scratch directories are gone
+#      after a clean exit; the memory log's nvme bytes equal the planner's (--plan --json) and
+#      the files' sizes while it runs.
+#   2. The GPU trainer on the CUDA emulator (host staging between NVMe and the device), 2 ranks:
+#      bf16 ZeRO-2, fp16 ZeRO-3 with parameters on NVMe, fp32 ZeRO-1: equal to no offload.
+#   3. Resume across placements: saved with NVMe, resumed in memory, and the reverse (to another
+#      path): the resumed steps equal the uninterrupted run's.
+#   4. kill -9 mid-run, then --resume: the checkpoint loads, the killed run's scratch directories
+#      are removed (a note says so), and the resumed steps equal the uninterrupted run's.
+#   5. Faults, each one line naming the path and a non-zero exit: a missing --nvme-path, a file
+#      given for it, a read-only filesystem, a filesystem without the planned bytes free (a 1 MB
+#      tmpfs in a private mount namespace); a file deleted, and one truncated, under a running job.
+#      A ramfs (no O_DIRECT; tmpfs takes it since Linux 6.6) runs with a note, bitwise the same.
+#   6. A DeepSpeed file with offload_optimizer/offload_param on nvme, buffer_count, buffer_size and
+#      an aio section runs as given and equals the command line's run.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=1
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo; then
+  export OPENBLAS_CORETYPE=SkylakeX # see test_gpu_emu.sh
+fi
+make -s train_gpt_cpu test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32 || { echo "FAIL: build"; exit 1; }
+d=$(mktemp -d "${TMPDIR:-/tmp}/test_nvme.XXXXXX"); trap 'pkill -9 -f "$d/" 2>/dev/null; rm -rf "$d"' EXIT
+$PYTHON test/zero_check.py shard $d/train.bin 20000 512 1
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+model="--layers 2 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16"
+run="--seq-len 16 --batch 2 --val-every 0 --sample-every 0 --train-data $d/train.bin --seed 3"
+common="$model $run"
+cpu() { timeout 300 mpirun -np 2 --oversubscribe ./train_gpt_cpu "$@"; }
+emu() { local p=$1; shift; timeout 600 mpirun -np 2 --oversubscribe test/bin/train_gpt_emu_$p "$@"; }
+losses() { local n; n=$(grep -c '"loss"' "$1" 2>/dev/null); echo "${n:-0}"; }
+steps() { grep '"step"' "$1" | grep '"loss"' | sed -E 's/,"(ms|tok_s|optim_ms|nvme_read|nvme_write|nvme_ms|exposed_io_ms)":[0-9.e+-]+//g'; }
+same_steps() { local a b; a=$(steps "$1"); b=$(steps "$2"); [ -n "$a" ] && [ "$a" = "$b" ]; }
+same_ckpt() { # every file of two --out directories
+  local f ok=1
+  for f in $(cd "$1" && ls model_*.bin step_*/*.bin 2>/dev/null); do cmp -s "$1/$f" "$2/$f" || { ok=0; echo "  differs: $f"; }; done
+  [ -n "$(ls "$1"/step_* 2>/dev/null)" ] && [ $ok = 1 ]
+}
+mkdir -p $d/nvme
+
+echo "== 1. CPU trainer: NVMe = memory, bit for bit"
+for cfg in "bf16 1 none 2" "bf16 2 none 5" "bf16 3 nvme 2" "fp32 1 none 5" "fp32 2 none 2" "fp32 3 nvme 5" "fp16 2 none 3"; do
+  set -- $cfg; p=$1; s=$2; op=$3; nb=$4
+  k=${p}_$s
+  cpu $common --steps 5 --precision $p --zero-stage $s --out $d/m_$k --log $d/m_$k.jsonl > $d/m_$k.out 2>&1 \
+    || { tail -3 $d/m_$k.out; fail "$k in memory"; continue; }
+  cpu $common --steps 5 --precision $p --zero-stage $s --offload-optimizer nvme --offload-param $op --nvme-path $d/nvme \
+    --nvme-buffers $nb --nvme-buffer-size 2048 --out $d/n_$k --log $d/n_$k.jsonl > $d/n_$k.out 2>&1 \
+    || { tail -3 $d/n_$k.out; fail "$k on NVMe"; continue; }
+  grep -q "plan vs allocated: every kind on every rank matches exactly" $d/n_$k.out || fail "$k: plan and allocation differ"
+  grep -q '"master":"nvme"' $d/n_$k.jsonl || fail "$k: the memory log does not put the master weights on NVMe"
+  [ $op = nvme ] && { grep -q '"params":"nvme"' $d/n_$k.jsonl || fail "$k: parameters not on NVMe"; }
+  grep -q '"nvme_read":[1-9]' $d/n_$k.jsonl && grep -q '"exposed_io_ms"' $d/n_$k.jsonl || fail "$k: no NVMe traffic in the step log"
+  if same_steps $d/m_$k.jsonl $d/n_$k.jsonl && same_ckpt $d/m_$k $d/n_$k; then
+    echo "ok   $p ZeRO-$s (parameters on $op, $nb buffer sets): losses, norms, weights and optimizer state identical"
+  else fail "$k: NVMe differs from memory"; diff <(steps $d/m_$k.jsonl) <(steps $d/n_$k.jsonl) | head -4; fi
+done
+left=$(ls $d/nvme); [ -z "$left" ] && echo "ok   the scratch directories are removed at a clean exit" || fail "left behind: $left"
+# the planner's nvme bytes (the files, slices padded to 4096) = the memory log's
+for cfg in "bf16 3 nvme" "fp32 1 none"; do
+  set -- $cfg
+  want=$(./train_gpt_cpu --plan $model --seq-len 16 --batch 2 --world 2 --precision $1 --zero-stage $2 \
+         --offload-optimizer nvme --offload-param $3 --json | $PYTHON -c 'import json,sys; print(int(json.load(sys.stdin)["nvme"]))')
+  got=$(grep '"event":"memory"' $d/n_$1_$2.jsonl | head -1 | $PYTHON -c 'import json,sys; print(int(json.load(sys.stdin)["nvme"]))')
+  [ -n "$want" ] && [ "$want" = "$got" ] && echo "ok   $1 ZeRO-$2: the planner's nvme bytes ($want) = the memory log's" \
+    || fail "$1 ZeRO-$2: planner nvme $want, memory log $got"
+done
+
+echo "== 2. GPU trainer (emulated): NVMe = memory"
+for cfg in "bf16 2 none" "fp16 3 nvme" "fp32 1 none"; do
+  set -- $cfg; p=$1; s=$2; op=$3
+  emu $p $common --steps 4 --zero-stage $s --log $d/gm_$p.jsonl > $d/gm_$p.out 2>&1 || { tail -3 $d/gm_$p.out; fail "emu $p"; continue; }
+  emu $p $common --steps 4 --zero-stage $s --offload-optimizer nvme --offload-param $op --nvme-path $d/nvme --pin-memory \
+    --nvme-buffer-size 2048 --log $d/gn_$p.jsonl > $d/gn_$p.out 2>&1 || { tail -3 $d/gn_$p.out; fail "emu $p NVMe"; continue; }
+  grep -q "plan vs allocated: every kind on every rank matches exactly" $d/gn_$p.out || fail "emu $p: plan and allocation differ"
+  same_steps $d/gm_$p.jsonl $d/gn_$p.jsonl && echo "ok   emulated GPU $p ZeRO-$s (parameters on $op): identical to no offload" \
+    || { fail "emu $p: NVMe differs"; diff <(steps $d/gm_$p.jsonl) <(steps $d/gn_$p.jsonl) | head -4; }
+done
+
+echo "== 3. resume across placements"
+nv="--offload-optimizer nvme --offload-param nvme --nvme-buffer-size 2048"
+cpu $common --steps 6 --precision bf16 --zero-stage 3 --log $d/full.jsonl > $d/full.out 2>&1 || fail "uninterrupted run"
+for first in nvme memory; do
+  o1=(); o2=($nv --nvme-path $d/nvme2); [ $first = nvme ] && { o1=($nv --nvme-path $d/nvme); o2=(); }
+  mkdir -p $d/nvme2
+  cpu $common --steps 3 --precision bf16 --zero-stage 3 "${o1[@]}" --out $d/rs_$first > $d/rs_$first.out 2>&1 || fail "save ($first)"
+  cpu $run --steps 6 --precision bf16 --zero-stage 3 "${o2[@]}" --resume $d/rs_$first --log $d/rr_$first.jsonl > $d/rr_$first.out 2>&1 \
+    || { tail -3 $d/rr_$first.out; fail "resume ($first)"; continue; }
+  a=$(steps $d/full.jsonl | tail -3); b=$(steps $d/rr_$first.jsonl)
+  [ -n "$b" ] && [ "$a" = "$b" ] && echo "ok   saved with the state on $first, resumed $([ $first = nvme ] && echo in memory || echo on NVMe): steps 4-6 bit for bit" \
+    || { fail "resume from $first"; echo "$a"; echo "$b"; }
+done
+
+echo "== 4. kill -9 mid-run, then --resume"
+long="$run --precision bf16 --zero-stage 2 $nv --offload-param none --nvme-path $d/nvme"
+cpu $common --steps 120 --precision bf16 --zero-stage 2 --log $d/k_full.jsonl > /dev/null 2>&1 || fail "uninterrupted run (4)"
+cpu $model $long --steps 120 --out $d/killed --save-every 2 --log $d/k1.jsonl > $d/k1.out 2>&1 &
+pid=$!
+for i in $(seq 600); do [ "$(losses $d/k1.jsonl)" -ge 7 ] && break; sleep 0.05; done
+pkill -9 -f "train_gpt_cpu.*$d/killed" ; wait $pid 2>/dev/null
+for i in $(seq 200); do pgrep -f "train_gpt_cpu.*$d/killed" > /dev/null || break; sleep 0.05; done # gone, as a requeued job's are
+n=$(ls $d/nvme | wc -l)
+[ "$n" = 2 ] || fail "the killed run left $n scratch directories (expected its 2)"
+cpu $long --steps 120 --resume $d/killed --log $d/k2.jsonl > $d/k2.out 2>&1 || { tail -3 $d/k2.out; fail "resume after kill -9"; }
+grep -c "note: removed .*NVMe scratch of a run that did not end cleanly" $d/k2.out | grep -qx 2 || fail "the stale scratch directories were not reported removed"
+step=$(grep -o 'resuming from .*: step [0-9]*' $d/k2.out | grep -o '[0-9]*$')
+a=$(steps $d/k_full.jsonl | tail -n +$((step + 1))); b=$(steps $d/k2.jsonl)
+[ -n "$step" ] && [ -n "$b" ] && [ "$a" = "$b" ] && [ -z "$(ls $d/nvme)" ] \
+  && echo "ok   killed after step $(losses $d/k1.jsonl), resumed from step $step: the rest bit for bit; scratch rebuilt and removed" \
+  || fail "resume after kill -9 differs (step ${step:-?}) or left files: $(ls $d/nvme)"
+
+echo "== 5. faults: one line naming the path, a non-zero exit"
+expect_fail() { # NAME PATTERN, then the command
+  local name=$1 pat=$2; shift 2
+  "$@" > $d/f.out 2>&1; local rc=$?
+  local lines; lines=$(grep -c '^error' $d/f.out)
+  if [ $rc -ne 0 ] && [ $rc -lt 124 ] && [ "$lines" = 1 ] && grep -q "^error.*$pat" $d/f.out; then echo "ok   $name: $(grep '^error' $d/f.out | cut -c1-150)"
+  else fail "$name: rc $rc, $lines error lines"; head -5 $d/f.out; fi
+}
+nvrun="$common --steps 2 --precision bf16 --zero-stage 1 --offload-optimizer nvme"
+expect_fail "missing directory" "$d/none: No such file" cpu $nvrun --nvme-path $d/none
+touch $d/afile
+expect_fail "a file, not a directory" "$d/afile: not a directory" cpu $nvrun --nvme-path $d/afile
+expect_fail "no --nvme-path" "needs --nvme-path" cpu $nvrun
+if unshare -m true 2>/dev/null; then
+  mkdir -p $d/ro $d/small $d/tmpfs
+  expect_fail "read-only filesystem" "$d/ro: not writable" unshare -m bash -c \
+    "mount -t tmpfs -o ro,size=1m none $d/ro && exec timeout 300 mpirun -np 2 --oversubscribe ./train_gpt_cpu $nvrun --nvme-path $d/ro"
+  expect_fail "full filesystem" "$d/small: [0-9]* bytes free, but this host's ranks keep [0-9]* bytes" unshare -m bash -c \
+    "mount -t tmpfs -o size=64k none $d/small && exec timeout 300 mpirun -np 2 --oversubscribe ./train_gpt_cpu $nvrun --nvme-path $d/small"
+  unshare -m bash -c "mount -t ramfs none $d/tmpfs && exec timeout 300 mpirun -np 2 --oversubscribe ./train_gpt_cpu \
+    $common --steps 5 --precision bf16 --zero-stage 1 --offload-optimizer nvme --nvme-path $d/tmpfs --nvme-buffer-size 2048 \
+    --out $d/t_tmpfs --log $d/t_tmpfs.jsonl" > $d/t_tmpfs.out 2>&1 || fail "ramfs run"
+  grep -q "note: --nvme-path $d/tmpfs does not take direct I/O" $d/t_tmpfs.out && same_steps $d/m_bf16_1.jsonl $d/t_tmpfs.jsonl \
+    && echo "ok   ramfs (no O_DIRECT): a note, and the same result through the page cache" || fail "ramfs fallback"
+else
+  echo "skip read-only, full and ramfs cases: no private mount namespace here (unshare -m)"
+fi
+for how in deleted truncated; do
+  cpu $common --steps 100000 --precision bf16 --zero-stage 2 --offload-optimizer nvme --nvme-path $d/nvme --log $d/u_$how.jsonl \
+    --out $d/u_$how --save-every 2 > $d/u_$how.out 2>&1 &
+  pid=$!
+  for i in $(seq 600); do [ "$(losses $d/u_$how.jsonl)" -ge 5 ] && break; sleep 0.05; done
+  f=$(ls $d/nvme/zeroc-*-rank1/state0.bin 2>/dev/null | head -1)
+  if [ -z "$f" ]; then fail "$how: no state file to spoil"; kill -9 $pid; wait $pid 2>/dev/null; continue; fi
+  [ $how = deleted ] && rm -f "$f" || truncate -s 4096 "$f"
+  ( sleep 60; kill -9 $pid 2>/dev/null ) & guard=$!
+  wait $pid; rc=$?
+  kill $guard 2>/dev/null
+  n=$(grep -c '^error' $d/u_$how.out)
+  if [ $rc -ne 0 ] && [ $rc -ne 137 ] && [ "$n" = 1 ] && grep -q "^error: rank 1: NVMe offload: $f: .*$how under the running job" $d/u_$how.out; then
+    echo "ok   a state file $how under the running job: $(grep '^error' $d/u_$how.out | cut -c1-140)"
+  else fail "$how: rc $rc, $n error lines"; tail -3 $d/u_$how.out; fi
+  # the last checkpoint is untouched and loads
+  cpu $run --steps $(($(cat $d/u_$how/latest 2>/dev/null | grep -o '[0-9]*$' | sed 's/^0*//') + 1)) --precision bf16 --zero-stage 2 \
+    --resume $d/u_$how > $d/u2_$how.out 2>&1 && echo "ok   and its last checkpoint resumes" || { fail "$how: the last checkpoint does not resume"; tail -3 $d/u2_$how.out; }
+  rm -rf $d/nvme/*
+done
+
+echo "== 6. a DeepSpeed file with NVMe offload"
+cat > $d/ds.json <<EOF
+{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 3,
+   "offload_optimizer": {"device": "nvme", "nvme_path": "$d/nvme", "pin_memory": true, "buffer_count": 3, "fast_init": false},
+   "offload_param": {"device": "nvme", "nvme_path": "$d/nvme", "pin_memory": true, "buffer_count": 5, "buffer_size": 4096,
+                     "max_in_cpu": 1e9}},
+ "aio": {"block_size": 65536, "queue_depth": 4, "thread_count": 2, "single_submit": false, "overlap_events": true}}
+EOF
+cpu $common --steps 5 --deepspeed $d/ds.json --log $d/ds.jsonl > $d/ds.out 2>&1 || { tail -3 $d/ds.out; fail "DeepSpeed file"; }
+cpu $common --steps 5 --precision bf16 --zero-stage 3 --offload-optimizer nvme --offload-param nvme --pin-memory --nvme-path $d/nvme \
+  --nvme-buffers 3 --nvme-buffer-size 4096 --aio-block-size 65536 --aio-queue-depth 4 --aio-threads 2 --log $d/cli.jsonl > /dev/null 2>&1 \
+  || fail "the same from the command line"
+grep -q '"nvme-buffers":{"value":3,"source":"file"' $d/ds.jsonl && grep -q '"aio-threads":{"value":2' $d/ds.jsonl \
+  && ! grep -q "^warning" $d/ds.out && same_steps $d/ds.jsonl $d/cli.jsonl && same_steps $d/ds.jsonl $d/n_bf16_3.jsonl 2>/dev/null; r=$?
+# (the file's run also equals section 1's memory run at stage 3: offload changes nothing)
+same_steps $d/ds.jsonl $d/m_bf16_3.jsonl && [ $r = 0 ] && echo "ok   the file's nvme_path, buffer_count, buffer_size and aio settings are honoured, no warnings, same losses" \
+  || { fail "DeepSpeed NVMe file"; grep -E "^(warning|error)" $d/ds.out | head -3; }
+
+echo "$fails failed"
+[ $fails = 0 ]
