@@ -14,7 +14,7 @@ SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-san
 HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
-.PHONY: all test bench bench-optimizer setup clean data fuzz gpu_check FORCE
+.PHONY: all test bench bench-optimizer nvme-demo setup clean data fuzz gpu_check FORCE
 all: train_gpt_cpu
 
 setup:
@@ -114,6 +114,11 @@ bench: train_gpt_cpu test/bin/test_gemm_bf16
 # The CPU optimizer engine against torch.optim.AdamW (scripts/bench_optimizer.sh).
 bench-optimizer: test/bin/bench_optimizer
 	bash scripts/bench_optimizer.sh
+
+# GPT-2 XL with its optimizer state, then its parameters too, on NVMe (scripts/nvme_demo.sh:
+# NVME_PATH=DIR, ~23 GB free there; minutes per step on a laptop-class disk).
+nvme-demo: train_gpt_cpu
+	bash scripts/nvme_demo.sh
 
 # The embedded data set: Brown corpus shards and the GPT-2 tokenizer file, committed
 # in data/ so training needs no network. `make data` rebuilds them byte for byte from

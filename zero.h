@@ -496,17 +496,20 @@ static inline void zero_free(Zero *z) {
 
 // Copies between a kind's memory and the host's fp32 (initialisation, checkpoints): through the
 // backend for compute memory, directly for host memory. For a kind on NVMe, u and lo say which
-// elements (unit u's slice, from element lo), read or written through the file, synchronously.
+// elements (unit u's slice, from element lo to its end), read or written through the file a piece
+// at a time, synchronously.
 static inline void zero_nvme_sync(Zero *z, int kind, int u, size_t lo, float *host, size_t n, int dtype, int writing) {
-    size_t bytes = zero_round(n * zc_dtype_size(dtype), NVME_ALIGN);
-    void *buf = NULL;
-    if (posix_memalign(&buf, NVME_ALIGN, bytes)) { snprintf(z->nvme->err, sizeof(z->nvme->err), "out of memory"); zero_nvme_fail(z); }
-    if (writing) zc_narrow(buf, host, n, dtype);
-    zero_nvme_wait(z, zero_nvme_io(z, kind, u, lo, n, buf, writing));
-    if (!writing) zc_widen(host, buf, n, dtype);
-    free(buf);
-}
-static inline void zero_put(Zero *z, int kind, int u, size_t lo, void *dst, const float *host, size_t n, int dtype) {
+    // through the first buffer set, a piece at a time (no update is streaming meanwhile); only the
+    // range's last piece may end off NVME_ALIGN, and callers hand whole slices
+    void *buf = kind == MEM_PARAMS ? z->buf_param[0] : kind == MEM_MASTER ? (void *)z->buf_master[0]
+                                                                           : (void *)z->buf_state[0][kind - MEM_STATE];
+    for (size_t at = 0; at < n; at += z->piece) {
+        size_t m = n - at < z->piece ? n - at : z->piece;
+        if (writing) zc_narrow(buf, host + at, m, dtype);
+        zero_nvme_wait(z, zero_nvme_io(z, kind, u, lo + at, m, buf, writing));
+        if (!writing) zc_widen(host + at, buf, m, dtype);
+    }
+}static inline void zero_put(Zero *z, int kind, int u, size_t lo, void *dst, const float *host, size_t n, int dtype) {
     if (z->where[kind] == LOC_NVME) zero_nvme_sync(z, kind, u, lo, (float *)host, n, dtype, 1);
     else if (z->where[kind] == LOC_HOST || z->be.unified) zc_narrow(dst, host, n, dtype);
     else z->be.from_host(z->be.ctx, dst, host, n, dtype);
