@@ -117,7 +117,7 @@ bench-optimizer: test/bin/bench_optimizer
 
 # GPT-2 XL with its optimizer state, then its parameters too, on NVMe (scripts/nvme_demo.sh:
 # NVME_PATH=DIR, ~23 GB free there; minutes per step on a laptop-class disk).
-nvme-demo: train_gpt_cpu
+nvme-demo: train_gpt_cpu test/bin/bench_nvme
 	bash scripts/nvme_demo.sh
 
 # The embedded data set: Brown corpus shards and the GPT-2 tokenizer file, committed

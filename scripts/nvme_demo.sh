@@ -24,6 +24,11 @@ rm -f "$NVME_PATH/dd.bin"
 rate() { grep -o '[0-9.,]* [GM]B/s' "$1" | tail -1 | tr , . | awk '{print ($2 == "GB/s" ? $1 * 1e9 : $1 * 1e6)}'; }
 W=$(rate "$OUT/dd_write.txt"); R=$(rate "$OUT/dd_read.txt")
 echo "dd: write $(awk "BEGIN{print $W/1e9}") GB/s, read $(awk "BEGIN{print $R/1e9}") GB/s"
+echo "== core/nvme.h on the same disk (1 GB written then read, 64 MiB pieces, 2 in flight): requests at once x bytes each"
+make -s test/bin/bench_nvme
+for tb in "1 1048576" "2 1048576" "4 1048576" "8 1048576" "16 1048576" "8 262144" "8 4194304"; do
+  test/bin/bench_nvme "$NVME_PATH/bench" 1 $tb | tee -a "$OUT/bench_nvme.txt"
+done
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) of memory"
 
 # B=1 x T=64 keeps activations small: the point is where the model states live.
