@@ -503,6 +503,11 @@ static inline void zero_nvme_sync(Zero *z, int kind, int u, size_t lo, float *ho
     // range's last piece may end off NVME_ALIGN, and callers hand whole slices
     void *buf = kind == MEM_PARAMS ? z->buf_param[0] : kind == MEM_MASTER ? (void *)z->buf_master[0]
                                                                            : (void *)z->buf_state[0][kind - MEM_STATE];
+    for (int s = 0; s < 4 && writing && kind == MEM_PARAMS; s++) { // what the slots hold is stale now
+        if (z->pslot_read[s] >= 0) zero_nvme_wait(z, z->pslot_read[s]);
+        z->pslot_read[s] = -1;
+        z->pslot_unit[s] = -1;
+    }
     for (size_t at = 0; at < n; at += z->piece) {
         size_t m = n - at < z->piece ? n - at : z->piece;
         if (writing) zc_narrow(buf, host + at, m, dtype);
