@@ -300,8 +300,8 @@ static inline int ds_float_key(const DsCtx *x, const cJSON *obj, const char *pat
     return 0;
 }
 
-static inline int ds_int_key(const DsCtx *x, const cJSON *obj, const char *path, int key, double lo, double hi,
-                             const char *expect, int *field) {
+static inline int ds_long_key(const DsCtx *x, const cJSON *obj, const char *path, int key, double lo, double hi,
+                              const char *expect, long *field) {
     double v;
     int st = ds_number(x, obj, path, lo, hi, 1, expect, &v);
     if (st == DS_ERROR) return -1;
@@ -309,9 +309,17 @@ static inline int ds_int_key(const DsCtx *x, const cJSON *obj, const char *path,
     if (st != DS_VALUE) return 0;
     char s[40];
     snprintf(s, sizeof(s), "%.15g", v);
-    if (ds_settle(x, key, path, s, (int)v == *field)) return -1;
-    *field = (int)v;
+    if (ds_settle(x, key, path, s, (long)v == *field)) return -1;
+    *field = (long)v;
     return 0;
+}
+
+static inline int ds_int_key(const DsCtx *x, const cJSON *obj, const char *path, int key, double lo, double hi,
+                             const char *expect, int *field) {
+    long v = *field; // (the range keeps it an int)
+    int r = ds_long_key(x, obj, path, key, lo, hi, expect, &v);
+    *field = (int)v;
+    return r;
 }
 
 static inline int ds_bool_key(const DsCtx *x, const cJSON *obj, const char *path, int key, int *field) {
@@ -334,20 +342,6 @@ static inline int ds_choice_key(const DsCtx *x, const cJSON *obj, const char *pa
     snprintf(s, sizeof(s), "\"%s\"", names[v]);
     if (ds_settle(x, key, path, s, v == *field)) return -1;
     *field = v;
-    return 0;
-}
-
-static inline int ds_long_key(const DsCtx *x, const cJSON *obj, const char *path, int key, double lo, double hi,
-                              const char *expect, long *field) {
-    double v;
-    int st = ds_number(x, obj, path, lo, hi, 1, expect, &v);
-    if (st == DS_ERROR) return -1;
-    if (st == DS_AUTO) ds_auto(x, key, path);
-    if (st != DS_VALUE) return 0;
-    char s[40];
-    snprintf(s, sizeof(s), "%.15g", v);
-    if (ds_settle(x, key, path, s, (long)v == *field)) return -1;
-    *field = (long)v;
     return 0;
 }
 

@@ -19,29 +19,13 @@
 #include <string.h>
 #include <math.h>
 #include <omp.h>
+#include "test/membw.h"
 #include <sys/mman.h>
 #include "core/gpt2.h"
 #include "core/optimizer_engine.h"
 
 static double now(void) { return now_seconds(); }
 
-// GB/s of x[i] = x[i] * a + b over 1 GiB: 4 bytes read and 4 written per element, best of 3.
-static double memory_gbs(void) {
-    size_t n = (size_t)1 << 28;
-    float *x = (float *)xmalloc(n * sizeof(float));
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] = 1.0f;
-    double best = INFINITY;
-    for (int r = 0; r < 3; r++) {
-        double t0 = now();
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) x[i] = x[i] * 0.5f + 0.5f;
-        double dt = now() - t0;
-        if (dt < best) best = dt;
-    }
-    free(x);
-    return 2.0 * n * sizeof(float) / best * 1e-9;
-}
 
 typedef struct { float *p, *m, *v; void *g, *p16; size_t base; int dtype; const OptStep *step; } Run;
 static void run_segment(const ParamSegment *seg, void *ctx) {
@@ -100,7 +84,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else { fprintf(stderr, "usage: %s [--steps N]\n", argv[0]); return 2; }
     }
-    double gbs = memory_gbs();
+    double gbs = bench_memory_gbs();
     printf("threads %d; memory, read and write in place: %.1f GB/s\n", omp_get_max_threads(), gbs);
     const char *models[2] = {"d12", "d48"};
     for (int mi = 0; mi < 2; mi++) {

@@ -25,6 +25,7 @@
 #include <cblas.h>
 #ifdef _OPENMP
 #include <omp.h>
+#include "test/membw.h"
 #endif
 #include "cpu/gemm_bf16.h"
 
@@ -375,29 +376,11 @@ static double peak_gflops(float (*loop)(long), double flop_per_instr) {
     if (sink == 12345.0) printf(" ");  // keep the loops
     return threads * PEAK_ITERS * 12.0 * flop_per_instr / best * 1e-9;
 }
-// GB/s of x[i] = x[i] * a + b over 1 GiB (4 bytes read and 4 written per element; best of 3)
-static double memory_gbs(void) {
-    size_t n = (size_t)1 << 28;
-    float *x = malloc(n * sizeof(float));
-    if (!x) return NAN;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] = 1.0f;
-    double best = INFINITY;
-    for (int r = 0; r < 3; r++) {
-        double t0 = now();
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) x[i] = x[i] * 0.5f + 0.5f;
-        double dt = now() - t0;
-        if (dt < best) best = dt;
-    }
-    free(x);
-    return 2.0 * n * sizeof(float) / best * 1e-9;
-}
 static void bench_floor(void) {
     int has_bf16 = gemm_bf16_path_supported(GEMM_BF16_AVX512BF16), has_avx512 = zc_gb_cpu_features() & ZC_GB_F_AVX512;
     double bf16 = has_bf16 ? peak_gflops(peak_dpbf16, 64) : NAN;  // 16 lanes x 2 products x 2 FLOP
     double fp32 = has_avx512 ? peak_gflops(peak_fma, 32) : NAN;   // 16 lanes x 2 FLOP
-    double gbs = memory_gbs();
+    double gbs = bench_memory_gbs();
     // One step's matmuls: 6 FLOP per parameter per token (forward, backward data, backward
     // weights), 256 tokens; attention's products are left out (under 1%). AdamW in bf16 reads
     // and writes back the fp32 master weight, m and v, reads the 16-bit gradient and writes the
