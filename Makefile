@@ -6,9 +6,14 @@ OPT      ?= -O3 -march=native
 # -fno-math-errno: sqrtf and friends need no errno branch, so loops around them vectorise
 CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -fno-math-errno -fopenmp -Wall -Wextra -Werror -I.
 # OpenBLAS built on OpenMP: its matmuls and our kernels share one thread pool, instead of two
-# pools spinning against each other on the same cores (1.4x faster steps here).
-BLASDIR  := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp))
-LDLIBS   := $(if $(BLASDIR),-L$(BLASDIR) -Wl$(comma)-rpath$(comma)$(BLASDIR)) -lopenblas -lcjson -lm
+# pools spinning against each other on the same cores (2x faster fp32 steps here). Looked up
+# when a recipe runs, not when this file is parsed (`=`, and a shell test rather than $(wildcard),
+# whose directory cache would not see it appear): on a fresh machine `make setup train_gpt_cpu`
+# installs it between the two. .blas_dir records the choice, so that a binary linked before it
+# was installed is relinked by the next `make`; the trainer also switches at run time (README).
+BLAS_CANDIDATES ?= /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp
+BLASDIR  = $(firstword $(foreach d,$(BLAS_CANDIDATES),$(shell [ -e $(d)/libopenblas.so ] && echo $(d))))
+LDLIBS   = $(if $(BLASDIR),-L$(BLASDIR) -Wl$(comma)-rpath$(comma)$(BLASDIR)) -lopenblas -lcjson -lm
 SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 # The shared headers at the root and each layer's folder (core/, run/, cpu/, gpu/, data/).
 HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
@@ -20,11 +25,17 @@ all: train_gpt_cpu
 setup:
 	bash scripts/setup.sh
 
-train_gpt_cpu: train_gpt_cpu.c $(HEADERS)
+# The OpenBLAS directory the trainers link against (empty: the system's default libopenblas),
+# rewritten only when it changes. When `setup` is asked for in the same command, it runs first
+# (also under -j).
+.blas_dir: FORCE | $(filter setup,$(MAKECMDGOALS))
+	@echo '$(BLASDIR)' | cmp -s - $@ || echo '$(BLASDIR)' > $@
+
+train_gpt_cpu: train_gpt_cpu.c $(HEADERS) .blas_dir
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
 # The same trainer under AddressSanitizer + UndefinedBehaviorSanitizer, used by the test suite.
-train_gpt_cpu_asan: train_gpt_cpu.c $(HEADERS)
+train_gpt_cpu_asan: train_gpt_cpu.c $(HEADERS) .blas_dir
 	$(CC) $(filter-out -O3,$(CFLAGS)) $(SANFLAGS) $< -o $@ $(LDLIBS)
 
 # The GPU trainer (train_gpt.cu): nvcc for sm_80 (A100) and sm_90 (H100), no warnings from nvcc
@@ -38,10 +49,11 @@ CUDA_HOME ?= /usr/local/cuda
 NCCL_HOME ?= $(CUDA_HOME)
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 GPU_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+# (`=` where mpicc is asked: then it is asked when a recipe runs, after `make setup` installed it.)
 GPU_LIBDIRS := $(sort $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib $(NCCL_HOME)/lib $(NCCL_HOME)/lib64))
-NVCCFLAGS := -O3 -std=c++17 -D_GNU_SOURCE -Werror all-warnings -Xcompiler -Wall$(comma)-Wextra$(comma)-Werror$(comma)-fopenmp \
+NVCCFLAGS = -O3 -std=c++17 -D_GNU_SOURCE -Werror all-warnings -Xcompiler -Wall$(comma)-Wextra$(comma)-Werror$(comma)-fopenmp \
              -I. -I$(NCCL_HOME)/include $(shell mpicc -showme:compile 2>/dev/null)
-GPU_LDLIBS := $(foreach d,$(GPU_LIBDIRS),-L$(d) -Xlinker -rpath=$(d)) -lcublasLt -lcudart -lnccl -lcjson \
+GPU_LDLIBS = $(foreach d,$(GPU_LIBDIRS),-L$(d) -Xlinker -rpath=$(d)) -lcublasLt -lcudart -lnccl -lcjson \
               $(shell mpicc -showme:link 2>/dev/null) -lgomp
 GPU_PRECISIONS := BF16 FP16 FP32
 check_precision = $(if $(filter $(1),$(GPU_PRECISIONS)),,$(error PRECISION=$(1): use BF16, FP16 or FP32))
@@ -69,8 +81,8 @@ gpu_check: train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_cpu
 # The pieces under gpu/ get the same rewrite, into test/bin/emu/gpu/, which -Itest/bin/emu puts
 # ahead of the originals.
 EMU_HEADERS := $(wildcard test/cuda_emu/*.h)
-EMU_CXX     := g++ -std=c++17 -D_GNU_SOURCE -O2 -g -fopenmp -Wall -Wextra -Werror -Wno-unknown-pragmas -Itest/cuda_emu -Itest/bin/emu -I. $(shell mpicc -showme:compile 2>/dev/null)
-EMU_LDLIBS  := $(LDLIBS) $(shell mpicc -showme:link 2>/dev/null)
+EMU_CXX     = g++ -std=c++17 -D_GNU_SOURCE -O2 -g -fopenmp -Wall -Wextra -Werror -Wno-unknown-pragmas -Itest/cuda_emu -Itest/bin/emu -I. $(shell mpicc -showme:compile 2>/dev/null)
+EMU_LDLIBS  = $(LDLIBS) $(shell mpicc -showme:link 2>/dev/null)
 emu_source   = { echo '\#line 1 "$(1)"'; sed -E 's/([A-Za-z_][A-Za-z_0-9]*)<<<(.*)>>>\(/emu_launch(\1, "\1", \2)(/' $(1); } > $(2)
 EMU_GPU_HEADERS := $(patsubst gpu/%,test/bin/emu/gpu/%,$(GPU_HEADERS))
 test/bin/emu/gpu/%.cuh: gpu/%.cuh
@@ -93,10 +105,10 @@ test/bin/cuda_emu_selftest: test/cuda_emu_selftest.cu $(EMU_HEADERS)
 	$(EMU_CXX) -x c++ $@.cpp -o $@ $(EMU_LDLIBS)
 
 # Unit-test programs: test/foo.c -> test/bin/foo (normal) and test/bin/foo_asan (sanitized).
-test/bin/%: test/%.c $(HEADERS)
+test/bin/%: test/%.c $(HEADERS) .blas_dir
 	@mkdir -p test/bin
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
-test/bin/%_asan: test/%.c $(HEADERS)
+test/bin/%_asan: test/%.c $(HEADERS) .blas_dir
 	@mkdir -p test/bin
 	$(CC) $(filter-out -O3,$(CFLAGS)) $(SANFLAGS) $< -o $@ $(LDLIBS)
 
@@ -148,5 +160,5 @@ fuzz: test/bin/fuzz_dataloader_libfuzzer test/bin/fuzz_ds_config_libfuzzer
 		$(wildcard ../shared/examples)
 
 clean:
-	rm -rf train_gpt_cpu train_gpt_cpu_asan train_gpt train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 .train_gpt_precision \
+	rm -rf train_gpt_cpu train_gpt_cpu_asan train_gpt train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 .train_gpt_precision .blas_dir \
 		test/bin test/out

@@ -141,6 +141,7 @@ typedef struct Run {
     LossScaler scaler;   // fp16's (mixed_precision.h); bf16 and fp32 run at scale 1
     Tokenizer tok;
     FILE *log;         // rank 0 only
+    const char *blas;  // the including trainer's BLAS library, for the header (NULL: none)
 } Run;
 
 // Setup failures are agreed on by all ranks, so that every rank exits cleanly together;
@@ -272,6 +273,7 @@ static void print_header(const Run *r) {
         snprintf(prec, sizeof(prec), "%s", c->precision == ZC_BF16 ? "bf16, fp32 master weights" : "fp32");
     printf("| %-18s | %-53s |\n", "precision", prec);
     printf("| %-18s | %-53d |\n", "threads per rank", omp_get_max_threads());
+    if (r->blas) printf("| %-18s | %-53s |\n", "BLAS", r->blas);
     printf("+--------------------+-------------------------------------------------------+\n");
 }
 
