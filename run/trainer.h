@@ -18,6 +18,8 @@
 #ifndef TRAINER_H
 #define TRAINER_H
 
+#include "run/preempt.h"
+
 // ----------------------------------------------------------------------------------------
 // Parameters in and out: initialisation, model files, gradient dumps. Unit by unit through
 // one host buffer (the backend copies), so a ZeRO-3 rank never holds the whole model and the
@@ -121,6 +123,11 @@ static void gpt2_sample(GPT2 *m, const Tokenizer *tok, int len, uint64_t *rng) {
         fflush(stdout);
     }
     if (print) printf("\n");
+}
+// The sampler's generator as gpt2_sample(len) leaves it (one draw per token): a run stopped by a
+// signal skips its sample but saves the generator an uninterrupted run would have.
+static void gpt2_sample_skip(uint64_t *rng, int len) {
+    for (int i = 0; i < len; i++) (void)rng_u32(rng);
 }
 
 // ----------------------------------------------------------------------------------------
@@ -449,6 +456,7 @@ static int export_main(int argc, char **argv) {
 static int trainer_run(Run *r, int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &r->world);
+    preempt_install();
     int rc = setup(r, argc, argv);
     if (rc != 0) return rc > 0 ? 0 : 1;
     const TrainConfig *c = &r->cfg;
@@ -459,6 +467,7 @@ static int trainer_run(Run *r, int argc, char **argv) {
     double flops_per_token = 6.0 * r->model.z.lay.num_params + 12.0 * c->model.num_layers * c->model.channels * c->seq_len;
     double total_ms = 0.0;
     int fp16 = c->precision == ZC_FP16;
+    int done = r->first_step - 1; // the last step trained
     for (int step = r->first_step; step <= c->steps; step++) {
         double t0 = now_seconds();
         StepResult s = train_step(r, step);
@@ -485,18 +494,34 @@ static int trainer_run(Run *r, int argc, char **argv) {
             }
         }
         report_comm(r, step);
+        done = step;
         int last = step == c->steps;
-        if (r->have_val && (step % c->val_every == 0 || last)) {
+        // A signal on any rank (preempt.h): every rank stops after this step, skipping its
+        // validation and sample, and saves; --resume goes on from here bit for bit.
+        int stop = !last && preempt_agree(&r->model.z.be) > 0;
+        if (r->have_val && !stop && (step % c->val_every == 0 || last)) {
             float vl = validate(r);
             if (lead) printf("val loss %.6f\n", vl);
             if (lead && r->log) fprintf(r->log, "{\"step\":%d,\"val_loss\":%.9g}\n", step, vl);
         }
-        if (c->sample_len > 0 && c->sample_every > 0 && (step % c->sample_every == 0 || last))
-            gpt2_sample(&r->model, r->have_tok ? &r->tok : NULL, c->sample_len, &r->sample_rng);
-        if (c->out_dir && ((c->save_every > 0 && step % c->save_every == 0) || last)) save(r, step);
+        if (c->sample_len > 0 && c->sample_every > 0 && (step % c->sample_every == 0 || last)) {
+            if (stop) gpt2_sample_skip(&r->sample_rng, c->sample_len);
+            else gpt2_sample(&r->model, r->have_tok ? &r->tok : NULL, c->sample_len, &r->sample_rng);
+        }
+        if (c->out_dir && ((c->save_every > 0 && step % c->save_every == 0) || last || stop)) save(r, step);
         if (r->log) fflush(r->log);
+        if (stop) {
+            if (lead) {
+                int sig = preempt_signal();
+                printf("stopping after step %d of %d: %s%s", step, c->steps, sig ? preempt_signal_name(sig) : "a signal",
+                       sig ? " received" : " on another rank");
+                if (c->out_dir) printf("; continue with --resume %s\n", c->out_dir);
+                else printf(" (no --out: nothing saved)\n");
+            }
+            break;
+        }
     }
-    int timed = c->steps - r->first_step;
+    int timed = done - r->first_step;
     if (lead && timed > 0)
         printf("average step (after the first): %.1f ms, %.0f tok/s\n", total_ms / timed,
                c->total_batch / (total_ms / timed / 1e3));
