@@ -57,7 +57,7 @@ enum {
     CK_WARMUP_MIN_RATIO, CK_WEIGHT_DECAY, CK_BETA1, CK_BETA2, CK_EPS, CK_MOMENTUM, CK_GRAD_CLIP,
     CK_PRECISION, CK_LOSS_SCALE, CK_INITIAL_SCALE_POWER, CK_LOSS_SCALE_WINDOW, CK_HYSTERESIS, CK_MIN_LOSS_SCALE,
     CK_CONSECUTIVE_HYSTERESIS, CK_ON_MIN_SCALE,
-    CK_VAL_EVERY, CK_VAL_STEPS, CK_SAMPLE_EVERY, CK_SAMPLE_LEN, CK_SEED, CK_OUT, CK_SAVE_EVERY, CK_LOG,
+    CK_VAL_EVERY, CK_VAL_STEPS, CK_SAMPLE_EVERY, CK_SAMPLE_LEN, CK_SEED, CK_OUT, CK_SAVE_EVERY, CK_ON_SAVE_ERROR, CK_LOG,
     CK_DUMP_GRADS, CK_PRINT_EVERY, CK_RESUME,
     CK_ZERO_STAGE, CK_COMM_TIMEOUT, CK_DEEPSPEED, CK_STRICT,
     CK_OPTIONS,             // the table's rows end here
@@ -112,6 +112,7 @@ typedef struct TrainConfig {
     const char *out_dir, *log_path, *dump_grads_path;
     const char *resume_path; // a sharded checkpoint (checkpoint.h) to continue from
     int save_every;
+    int on_save_error_continue; // a failed save: 0 stop the run, 1 warn and go on
     int print_every;      // the step line on stdout every N steps (and the first and last)
     // data parallelism
     int zero_stage;       // 0-3, see zero.h
@@ -172,6 +173,7 @@ static inline int config_hook_precision(TrainConfig *c, const char *a) {
 }
 
 static const char *const config_on_min_scale_names[2] = {"abort", "skip"};
+static const char *const config_on_save_error_names[2] = {"stop", "continue"};
 
 #define CO_F(field) offsetof(TrainConfig, field)
 #define CO_NUM(name, type, field, def, lo, hi, section, arg, help, ds, expect) \
@@ -262,6 +264,9 @@ static inline const ConfigOption *config_options(void) {
                "directory for checkpoints: DIR/step_N/ (sharded, for --resume),\n"
                "DIR/latest, and DIR/model_N.bin (llm.c format), at the end"),
         CO_NUM("save-every", OT_INT, save_every, 0, 0, 1 << 30, NULL, "N", "and every N steps", NULL, NULL),
+        CO_CHOICE("on-save-error", on_save_error_continue, 0, config_on_save_error_names, 2, NULL, "A",
+                  "a save that fails (disk full...): stop the run (exit 1) | continue\n"
+                  "without it; either way `latest` keeps naming the last good one", NULL, NULL),
         CO_STR("log", log_path, NULL, NULL, "FILE", "JSON lines: one object per step and per validation"),
         CO_STR("dump-grads", dump_grads_path, NULL, NULL, "FILE",
                "write the first step's gradients as a checkpoint-format file; for tests"),

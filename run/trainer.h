@@ -45,22 +45,35 @@ static int gpt2_load_or_init(GPT2 *m, FILE *f, const char *path, int version, ui
 }
 
 // The model as an llm.c file (fp32: in 16-bit runs, the 16-bit parameters the model computes
-// with, widened). Every rank calls it (ZeRO-3 gathers each unit); rank 0 writes.
-static int gpt2_save(GPT2 *m, const char *path) {
+// with, widened). Every rank calls it (ZeRO-3 gathers each unit); rank 0 writes PATH.tmp and
+// fsyncs it, and the caller renames it to PATH (once the checkpoint it belongs to is complete).
+// -1 on every rank on failure (PATH.tmp removed), with "PATH: reason" in why (n bytes) on rank 0.
+static int gpt2_save(GPT2 *m, const char *path, char *why, size_t n) {
     Zero *z = &m->z;
-    FILE *f = z->rank == 0 ? gpt2_begin_checkpoint(path, &m->cfg, 3) : NULL;
-    int ok = z->rank != 0 || f != NULL;
+    CkptOut o;
+    memset(&o, 0, sizeof(o));
+    why[0] = 0;
+    if (z->rank == 0 && ckpt_out_open(&o, path) == 0) {
+        int32_t h[256];
+        gpt2_fill_header(h, &m->cfg, 3);
+        ckpt_out_write(&o, h, sizeof(h));
+    }
     float *unit = (float *)xmalloc(zero_max_unit(z) * sizeof(float));
     zero_begin_forward(z, 0, 1);
     for (int u = 0; u < z->lay.num_units; u++) {
         const void *p = zero_params(z, u, -1);
-        if (!f || !ok) continue;
+        if (z->rank != 0 || !o.ok) continue;
         z->be.to_host(z->be.ctx, unit, p, gpt2_unit_padded(&z->lay, u), z->dtype);
-        ok = gpt2_unit_file_io(f, &z->lay, u, unit, 1, 3) == 0;
+        if (gpt2_unit_file_io(o.f, &z->lay, u, unit, 1, 3) != 0) ckpt_out_fail(&o);
     }
     free(unit);
-    if (f) return gpt2_end_checkpoint(f, path, ok);
-    return ok ? 0 : -1;
+    double ok = 1.0;
+    if (z->rank == 0) {
+        ok = ckpt_out_sync(&o) == 0;
+        ckpt_out_why(&o, why, n);
+    }
+    z->be.sum_doubles(z->be.ctx, &ok, 1);
+    return ok == (double)z->world ? 0 : -1;
 }
 
 // The first step's gradient in checkpoint format: the same header and tensor order as a model
@@ -406,9 +419,14 @@ static float validate(Run *r) {
     return (float)(sum / steps);
 }
 
-// A sharded checkpoint to resume from (checkpoint.h), and the model in llm.c's format.
-static void save(Run *r, int step) {
-    char path[4096];
+// A sharded checkpoint to resume from (checkpoint.h), and the model in llm.c's format; `latest`
+// names the checkpoint once both are written. Returns 0, or -1 on every rank when the save
+// failed (a full disk, say): then one line says where and why and what happens next (the run
+// stops unless --on-save-error continue, and always after its final save), and nothing of this
+// save is left behind; `latest` and the checkpoints before are untouched.
+static int save(Run *r, int step, int final) {
+    const char *dir = r->cfg.out_dir;
+    char path[4096], tmp[4104], why[CKPT_PATH + 256];
     TrainerState st;
     memset(&st, 0, sizeof(st));
     st.magic = CKPT_STATE_MAGIC;
@@ -417,10 +435,31 @@ static void save(Run *r, int step) {
     st.scaler = r->scaler;
     st.sample_rng = r->sample_rng;
     st.train_data = dataloader_state(&r->train);
-    if (ckpt_save(r->cfg.out_dir, &r->model.z, &r->cfg.model, &st, zc_dtype_names[r->cfg.precision])) die();
-    snprintf(path, sizeof(path), "%s/model_%08d.bin", r->cfg.out_dir, step);
-    if (gpt2_save(&r->model, path)) die();
-    if (r->rank == 0) printf("saved %s/step_%08d and %s\n", r->cfg.out_dir, step, path);
+    Zero *z = &r->model.z;
+    snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    int bad = ckpt_save(dir, z, &r->cfg.model, &st, zc_dtype_names[r->cfg.precision], why, sizeof(why)) != 0 ||
+              gpt2_save(&r->model, path, why, sizeof(why)) != 0 || ckpt_commit(dir, z, step, why, sizeof(why)) != 0;
+    if (!bad) {
+        if (r->rank == 0 && rename(tmp, path) != 0) fprintf(stderr, "warning: %s: %s\n", tmp, strerror(errno));
+        if (r->rank == 0) printf("saved %s/step_%08d and %s\n", dir, step, path);
+        return 0;
+    }
+    if (r->rank == 0) remove(tmp);
+    ckpt_discard(dir, z, step);
+    if (why[0]) { // the one rank that knows what failed says it
+        char latest[CKPT_PATH + 16], name[64] = "";
+        snprintf(latest, sizeof(latest), "%s/latest", dir);
+        FILE *f = fopen(latest, "r");
+        if (f && fscanf(f, "%63s", name) != 1) name[0] = 0;
+        if (f) fclose(f);
+        fprintf(stderr, "error: checkpoint of step %d not saved: %s; %s%s%s; %s\n", step, why, name[0] ? latest : dir,
+                name[0] ? " still names " : " holds no checkpoint yet", name,
+                r->cfg.on_save_error_continue && !final ? "training goes on without it (--on-save-error continue)"
+                : final ? "stopping" : "stopping (--on-save-error continue would go on)");
+        fflush(stderr);
+    }
+    return -1;
 }
 
 // --export CKPT OUT: the model of a sharded checkpoint as one llm.c file, unit by unit, so
@@ -468,6 +507,7 @@ static int trainer_run(Run *r, int argc, char **argv) {
     double total_ms = 0.0;
     int fp16 = c->precision == ZC_FP16;
     int done = r->first_step - 1; // the last step trained
+    int failed = 0;               // a save failed: the run ends with exit code 1
     for (int step = r->first_step; step <= c->steps; step++) {
         double t0 = now_seconds();
         StepResult s = train_step(r, step);
@@ -508,10 +548,14 @@ static int trainer_run(Run *r, int argc, char **argv) {
             if (stop) gpt2_sample_skip(&r->sample_rng, c->sample_len);
             else gpt2_sample(&r->model, r->have_tok ? &r->tok : NULL, c->sample_len, &r->sample_rng);
         }
-        if (c->out_dir && ((c->save_every > 0 && step % c->save_every == 0) || last || stop)) save(r, step);
+        // A failed save stops the run (--on-save-error stop), unless asked to go on; the last one
+        // (at the end, or on a stop signal) fails the run either way.
+        if (c->out_dir && ((c->save_every > 0 && step % c->save_every == 0) || last || stop) &&
+            save(r, step, last || stop) != 0 && (!c->on_save_error_continue || last || stop))
+            failed = stop = 1;
         if (r->log) fflush(r->log);
         if (stop) {
-            if (lead) {
+            if (lead && !failed) {
                 int sig = preempt_signal();
                 printf("stopping after step %d of %d: %s%s", step, c->steps, sig ? preempt_signal_name(sig) : "a signal",
                        sig ? " received" : " on another rank");
@@ -530,7 +574,7 @@ static int trainer_run(Run *r, int argc, char **argv) {
     dataloader_free(&r->train);
     if (r->have_val) dataloader_free(&r->val);
     gpt2_free(&r->model);
-    return 0;
+    return failed ? 1 : 0;
 }
 
 #endif // TRAINER_H
