@@ -446,6 +446,7 @@ static ZeroBackend trainer_backend(Run *r) {
     if (!b->gpu->lt) gpu_init(b->gpu); // here, not in main: --help and option errors need no GPU
     b->rank = r->rank;
     b->world = r->world;
+    b->nodes = r->nodes;
     b->timeout = r->cfg.comm_timeout;
     if (!b->comm) {
         ncclUniqueId id;

@@ -743,6 +743,7 @@ static ZeroBackend trainer_backend(Run *r) {
     b->comm = MPI_COMM_WORLD;
     b->rank = r->rank;
     b->world = r->world;
+    b->nodes = r->nodes;
     b->timeout = r->cfg.comm_timeout;
     MPI_Op_create(mpi_sum_bf16, 1, &b->sum16[ZC_BF16]);
     MPI_Op_create(mpi_sum_fp16, 1, &b->sum16[ZC_FP16]);

@@ -5,6 +5,8 @@
 #ifndef CPU_MPI_BACKEND_H
 #define CPU_MPI_BACKEND_H
 
+#include "run/job.h"
+
 // ----------------------------------------------------------------------------------------
 // Communication: the MPI backend that zero.h drives. It performs collectives, nothing more.
 
@@ -12,6 +14,7 @@
 typedef struct {
     MPI_Comm comm;
     int rank, world, step;
+    int nodes;                      // hosts the job spans (job.h: how a job across hosts ends)
     double timeout;                 // --comm-timeout: seconds before the watchdog aborts
     MPI_Request req[MAX_PENDING];
     int busy[MAX_PENDING];
@@ -85,7 +88,7 @@ static void mpi_wait_request(MpiBackend *b, MPI_Request *req, const char *what) 
             fprintf(stderr, "error: rank %d: %s did not complete within %g s at step %d; "
                             "a peer is stuck or gone (--comm-timeout); aborting the job\n",
                     b->rank, what, b->timeout, b->step);
-            MPI_Abort(b->comm, 3);
+            job_abort(b->comm, b->nodes, 3);
         }
         if (spins > 100) { struct timespec ts = {0, 50000}; nanosleep(&ts, NULL); }
     }

@@ -18,7 +18,7 @@
 #ifndef TRAINER_H
 #define TRAINER_H
 
-#include "run/preempt.h"
+#include "run/job.h"
 
 // ----------------------------------------------------------------------------------------
 // Parameters in and out: initialisation, model files, gradient dumps. Unit by unit through
@@ -162,6 +162,7 @@ typedef struct Run {
     Tokenizer tok;
     FILE *log;         // rank 0 only
     const char *blas;  // the including trainer's BLAS library, for the header (NULL: none)
+    int nodes;         // hosts the job spans (job.h)
 } Run;
 
 // Setup failures are agreed on by all ranks, so that every rank exits cleanly together;
@@ -496,10 +497,12 @@ static int trainer_run(Run *r, int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &r->world);
     preempt_install();
+    r->nodes = job_nodes(MPI_COMM_WORLD);
     int rc = setup(r, argc, argv);
     if (rc != 0) return rc > 0 ? 0 : 1;
     const TrainConfig *c = &r->cfg;
     int lead = r->rank == 0;
+    if (lead) job_check_hosts(r->nodes, c->comm_timeout);
     if (lead) print_header(r);
     report_memory(r);
 
@@ -536,7 +539,7 @@ static int trainer_run(Run *r, int argc, char **argv) {
         report_comm(r, step);
         done = step;
         int last = step == c->steps;
-        // A signal on any rank (preempt.h): every rank stops after this step, skipping its
+        // A signal on any rank (job.h): every rank stops after this step, skipping its
         // validation and sample, and saves; --resume goes on from here bit for bit.
         int stop = !last && preempt_agree(&r->model.z.be) > 0;
         if (r->have_val && !stop && (step % c->val_every == 0 || last)) {

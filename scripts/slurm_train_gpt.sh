@@ -41,6 +41,14 @@ NP=$(( ${SLURM_NNODES:-1} * ${SLURM_NTASKS_PER_NODE:-8} ))
 # export NCCL_IB_HCA=mlx5              # InfiniBand adapters
 # export NCCL_DEBUG=WARN               # INFO to see the rings and trees NCCL builds
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+# A node that stops answering (a network partition): the trainer's watchdog names the collective
+# after --comm-timeout (300 s by default), and mpirun must then notice the lost node by TCP
+# keepalive (OpenMPI's default takes up to 480 s, and the watchdog's own abort would otherwise
+# leave mpirun waiting for good: run/job.h). 5 + 5 x 62 s fits --comm-timeout 300; the trainer
+# says which numbers fit another (README: several hosts).
+export OMPI_MCA_oob_tcp_keepalive_time=${OMPI_MCA_oob_tcp_keepalive_time:-5}
+export OMPI_MCA_oob_tcp_keepalive_intvl=${OMPI_MCA_oob_tcp_keepalive_intvl:-5}
+export OMPI_MCA_oob_tcp_keepalive_probes=${OMPI_MCA_oob_tcp_keepalive_probes:-62}
 
 # pass the environment on to every node's processes (only variables that are set)
 envs=()
