@@ -15,6 +15,10 @@ BLAS_CANDIDATES ?= /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-li
 BLASDIR  = $(firstword $(foreach d,$(BLAS_CANDIDATES),$(shell [ -e $(d)/libopenblas.so ] && echo $(d))))
 LDLIBS   = $(if $(BLASDIR),-L$(BLASDIR) -Wl$(comma)-rpath$(comma)$(BLASDIR)) -lopenblas -lcjson -lm
 SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+# Outputs appear whole: each is written under a name of its own (TMP: the recipe shell's pid) and
+# renamed in the same recipe line, so that two builds at once (two test suites in one clone) never
+# run, or write into, a half-written file.
+TMP      = $@.$$$$.part
 # The shared headers at the root and each layer's folder (core/, run/, cpu/, gpu/, data/).
 HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
@@ -29,14 +33,14 @@ setup:
 # rewritten only when it changes. When `setup` is asked for in the same command, it runs first
 # (also under -j).
 .blas_dir: FORCE | $(filter setup,$(MAKECMDGOALS))
-	@echo '$(BLASDIR)' | cmp -s - $@ || echo '$(BLASDIR)' > $@
+	@echo '$(BLASDIR)' | cmp -s - $@ || { echo '$(BLASDIR)' > $(TMP) && mv -f $(TMP) $@; }
 
 train_gpt_cpu: train_gpt_cpu.c $(HEADERS) .blas_dir
-	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $< -o $(TMP) $(LDLIBS) && mv -f $(TMP) $@
 
 # The same trainer under AddressSanitizer + UndefinedBehaviorSanitizer, used by the test suite.
 train_gpt_cpu_asan: train_gpt_cpu.c $(HEADERS) .blas_dir
-	$(CC) $(filter-out -O3,$(CFLAGS)) $(SANFLAGS) $< -o $@ $(LDLIBS)
+	$(CC) $(filter-out -O3,$(CFLAGS)) $(SANFLAGS) $< -o $(TMP) $(LDLIBS) && mv -f $(TMP) $@
 
 # The GPU trainer (train_gpt.cu): nvcc for sm_80 (A100) and sm_90 (H100), no warnings from nvcc
 # or the host compiler. Its precision is fixed at compile time (as llm.c's): PRECISION=BF16 (the
@@ -61,7 +65,7 @@ check_precision = $(if $(filter $(1),$(GPU_PRECISIONS)),,$(error PRECISION=$(1):
 # `make train_gpt PRECISION=FP32` after a bf16 build rebuilds, and a second one does not.
 .train_gpt_precision: FORCE
 	$(call check_precision,$(PRECISION))
-	@echo $(PRECISION) | cmp -s - $@ || echo $(PRECISION) > $@
+	@echo $(PRECISION) | cmp -s - $@ || { echo $(PRECISION) > $(TMP) && mv -f $(TMP) $@; }
 train_gpt: train_gpt.cu $(HEADERS) $(GPU_HEADERS) .train_gpt_precision
 	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(PRECISION) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
 train_gpt_bf16 train_gpt_fp16 train_gpt_fp32: train_gpt_%: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
@@ -87,30 +91,30 @@ emu_source   = { echo '\#line 1 "$(1)"'; sed -E 's/([A-Za-z_][A-Za-z_0-9]*)<<<(.
 EMU_GPU_HEADERS := $(patsubst gpu/%,test/bin/emu/gpu/%,$(GPU_HEADERS))
 test/bin/emu/gpu/%.cuh: gpu/%.cuh
 	@mkdir -p test/bin/emu/gpu
-	$(call emu_source,$<,$@)
+	$(call emu_source,$<,$(TMP)) && mv -f $(TMP) $@
 test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32: test/bin/train_gpt_emu_%: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
 	@mkdir -p test/bin
-	$(call emu_source,$<,$@.cpp)
-	$(EMU_CXX) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) -x c++ $@.cpp -o $@ $(EMU_LDLIBS)
+	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
+	$(EMU_CXX) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 # The same, bf16, under AddressSanitizer + UndefinedBehaviorSanitizer: the trainer's host code
 # (checkpoints, token grouping, the backend's bookkeeping) checked as the CPU trainer's is.
 test/bin/train_gpt_emu_bf16_asan: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
 	@mkdir -p test/bin
-	$(call emu_source,$<,$@.cpp)
-	$(filter-out -O2,$(EMU_CXX)) $(SANFLAGS) -DGPU_PRECISION_BF16 -x c++ $@.cpp -o $@ $(EMU_LDLIBS)
+	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
+	$(filter-out -O2,$(EMU_CXX)) $(SANFLAGS) -DGPU_PRECISION_BF16 -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 # The emulator's own checks (test_gpu_emu runs each case)
 test/bin/cuda_emu_selftest: test/cuda_emu_selftest.cu $(EMU_HEADERS)
 	@mkdir -p test/bin
-	$(call emu_source,$<,$@.cpp)
-	$(EMU_CXX) -x c++ $@.cpp -o $@ $(EMU_LDLIBS)
+	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
+	$(EMU_CXX) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 
 # Unit-test programs: test/foo.c -> test/bin/foo (normal) and test/bin/foo_asan (sanitized).
 test/bin/%: test/%.c $(HEADERS) .blas_dir
 	@mkdir -p test/bin
-	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $< -o $(TMP) $(LDLIBS) && mv -f $(TMP) $@
 test/bin/%_asan: test/%.c $(HEADERS) .blas_dir
 	@mkdir -p test/bin
-	$(CC) $(filter-out -O3,$(CFLAGS)) $(SANFLAGS) $< -o $@ $(LDLIBS)
+	$(CC) $(filter-out -O3,$(CFLAGS)) $(SANFLAGS) $< -o $(TMP) $(LDLIBS) && mv -f $(TMP) $@
 
 # test_kernels includes the trainer itself
 test/bin/test_kernels test/bin/test_kernels_asan: train_gpt_cpu.c

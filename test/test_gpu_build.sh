@@ -23,8 +23,7 @@ if [ ! -x "$NVCC" ]; then
 fi
 fails=0
 fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-d=test/out/gpu_build
-rm -rf "$d"; mkdir -p "$d"
+. test/lib.sh; new_scratch gpu_build
 
 # -Werror turns warnings into errors, but nvcc's driver prints some of its own that are not
 # ("nvcc warning : ..."): any warning line is a failure too (gcc "warning:", cudafe "warning #").

@@ -5,7 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu || exit 1
-d=test/out/zero_failures; rm -rf $d; mkdir -p $d
+. test/lib.sh; new_scratch zero_failures
 $PYTHON test/zero_check.py shard $d/train.bin 20000 512 1
 args="--train-data $d/train.bin --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16
       --seq-len 16 --batch 2 --steps 1000000 --val-every 0 --sample-every 0"
