@@ -189,6 +189,7 @@ static int setup(Run *r, int argc, char **argv) {
     if (r->rank != 0 && !freopen("/dev/null", "w", stderr)) return -1;
     int rc = config_parse(c, argc, argv);
     if (rc == 0 && c->ds_config_path && ds_config_apply(c, c->ds_config_path, r->world, c->ds_strict)) rc = -1;
+    if (rc == 0 && config_locate_defaults(c)) rc = -1;
     FILE *init = NULL;
     GPT2FileInfo info;
     CkptManifest *resume = c->resume_path ? (CkptManifest *)xmalloc(sizeof(CkptManifest)) : NULL;
@@ -244,8 +245,8 @@ static int setup(Run *r, int argc, char **argv) {
                                          c->model.vocab_size) == 0;
     if (!all_ok(ok)) return -1;
     int sampling = c->sample_len > 0 && c->sample_every > 0;
-    r->have_tok = sampling && tokenizer_init(&r->tok, c->tokenizer_path) == 0;
-    if (r->rank == 0 && sampling && !r->have_tok) printf("(no tokenizer: samples print token ids)\n");
+    r->have_tok = sampling && c->tokenizer_path && tokenizer_init(&r->tok, c->tokenizer_path) == 0;
+    if (r->rank == 0 && sampling && !r->have_tok && c->tokenizer_path) printf("(no tokenizer: samples print token ids)\n");
     if (r->rank == 0 && c->log_path && !(r->log = fopen(c->log_path, "w"))) {
         fprintf(stderr, "error: %s: cannot open log file\n", c->log_path);
         ok = 0;
