@@ -23,7 +23,7 @@ TMP      = $@.$$$$.part
 HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
-.PHONY: all test bench setup clean data fuzz gpu_check FORCE
+.PHONY: all test bench setup clean data fuzz gpu_check soak FORCE
 all: train_gpt_cpu
 
 setup:
@@ -124,6 +124,11 @@ test: train_gpt_cpu train_gpt_cpu_asan
 
 bench: train_gpt_cpu test/bin/test_gemm_bf16
 	bash scripts/bench.sh
+
+# Not in the suite (minutes): 2 ranks, ZeRO-3, fp16 through random kills, stops and restarts until
+# SOAK_STEPS (3000) are done; the final weights must equal an uninterrupted run's (test/soak.sh).
+soak: train_gpt_cpu
+	bash test/soak.sh
 
 # The embedded data set: Brown corpus shards and the GPT-2 tokenizer file, committed
 # in data/ so training needs no network. `make data` rebuilds them byte for byte from

@@ -485,12 +485,9 @@ static void gpu_require_device(int rank, int *ndev) {
 
 // One GPU per process: the process's rank among those on its node picks the device.
 static void gpu_init(Gpu *gpu) {
-    MPI_Comm local;
-    int rank, lrank, ndev = 0;
+    int rank, lrank, nlocal, ndev = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-    MPI_Comm_rank(local, &lrank);
-    MPI_Comm_free(&local);
+    job_local(MPI_COMM_WORLD, &lrank, &nlocal);
     gpu_require_device(rank, &ndev);
     gpu->device = lrank % ndev;
     if (lrank >= ndev && rank == 0)
@@ -542,6 +539,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--plan")) return planner_main(argc, argv, &plan_backend); // arithmetic only
     if (argc > 1 && !strcmp(argv[1], "--export")) return export_main(argc, argv);
+    preempt_install();
     MPI_Init(&argc, &argv);
     static Run run;
     static Gpu gpu;

@@ -817,12 +817,9 @@ static void report_openblas(int rank, int threads) {
 
 // Ranks on one machine share its cores, unless the user said otherwise (OMP_NUM_THREADS).
 static void share_cores(void) {
-    MPI_Comm local;
-    int rank, nlocal;
+    int rank, lrank, nlocal;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-    MPI_Comm_size(local, &nlocal);
-    MPI_Comm_free(&local);
+    job_local(MPI_COMM_WORLD, &lrank, &nlocal);
     int threads = cpu_threads_per_rank(nlocal); // the cores this rank may run on (its binding), or the user's choice
     // OpenMPI binds each rank to one core when it starts one or two ranks: on a machine with
     // more cores those would sit idle.
@@ -841,6 +838,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--export")) return export_main(argc, argv);
     pick_openblas_threading(argv);
     pick_openblas_core(argv);
+    preempt_install(); // (after the re-executions above, which reset it)
     MPI_Init(&argc, &argv);
     share_cores();
     static Run run; // large: keep it off the stack

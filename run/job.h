@@ -12,7 +12,8 @@
 //   step (the trainer then saves and exits 0). Returns how many ranks were signalled (0: go on).
 //   preempt_signal() is this rank's signal (0: none); preempt_signal_name() names one.
 //
-//   job_nodes(comm) counts the hosts the job spans (collective). job_abort(comm, nodes, code)
+//   job_local(comm, &local_rank, &local_size): this rank among the ranks on its host;
+//   job_nodes(comm) counts the hosts the job spans (both collective). job_abort(comm, nodes, code)
 //   ends the job after the watchdog has said why (--comm-timeout). On one host that is
 //   MPI_Abort. Across hosts a rank cannot tell a stuck peer from a lost network, and MPI_Abort
 //   over a lost network leaves mpirun waiting forever for the daemon it cannot reach (OpenMPI
@@ -78,13 +79,19 @@ static inline int preempt_agree(const ZeroBackend *be) {
 // ----------------------------------------------------------------------------------------
 // Ending a job that cannot go on
 
-static inline int job_nodes(MPI_Comm comm) {
+// This rank's place among the job's ranks on its host: its rank there, and how many they are.
+static inline void job_local(MPI_Comm comm, int *local_rank, int *local_size) {
     MPI_Comm local;
-    int rank, lrank;
+    int rank;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-    MPI_Comm_rank(local, &lrank);
+    MPI_Comm_rank(local, local_rank);
+    MPI_Comm_size(local, local_size);
     MPI_Comm_free(&local);
+}
+static inline int job_nodes(MPI_Comm comm) {
+    int lrank, nlocal;
+    job_local(comm, &lrank, &nlocal);
     int first = lrank == 0;
     MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_SUM, comm);
     return first;
@@ -126,18 +133,25 @@ static inline void job_sleep(double seconds) { // through signals
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
+// The command name of process pid (its /proc comm), "" if unknown.
+static inline void job_process_name(int pid, char *name, size_t n) {
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(name, (int)n, f)) name[0] = 0;
+    if (f) fclose(f);
+    name[strcspn(name, "\n")] = 0;
+}
+static inline int job_is_daemon(const char *name) { return !strcmp(name, "orted") || !strcmp(name, "prted"); }
+
 static inline void job_abort(MPI_Comm comm, int nodes, int code) {
     fflush(stdout);
     fflush(stderr);
     if (nodes > 1 && job_openmpi()) {
         signal(SIGTERM, SIG_DFL); // the launcher's SIGTERM now ends this rank at once
-        char path[64], parent[32] = "";
-        snprintf(path, sizeof(path), "/proc/%d/comm", (int)getppid());
-        FILE *f = fopen(path, "r");
-        if (f && !fgets(parent, sizeof(parent), f)) parent[0] = 0;
-        if (f) fclose(f);
-        parent[strcspn(parent, "\n")] = 0;
-        if (!strcmp(parent, "orted") || !strcmp(parent, "prted")) {
+        char parent[32];
+        job_process_name((int)getppid(), parent, sizeof(parent));
+        if (job_is_daemon(parent)) {
             job_sleep(2.0);
             kill(getppid(), SIGTERM);
             job_sleep(30.0); // (the daemon ends this rank meanwhile)

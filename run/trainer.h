@@ -15,6 +15,8 @@
 //     so the including file declares `static ZeroBackend trainer_backend(struct Run *r);` first)
 // Processes come from mpirun: MPI is initialised before trainer_run() and is used here only to
 // agree on setup and to end the job; every collective of training goes through the backend.
+// The including file calls preempt_install() (job.h) first thing in main, before MPI_Init: from
+// then on a stop signal stops the run cleanly after a step.
 #ifndef TRAINER_H
 #define TRAINER_H
 
@@ -497,7 +499,6 @@ static int export_main(int argc, char **argv) {
 static int trainer_run(Run *r, int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &r->world);
-    preempt_install();
     r->nodes = job_nodes(MPI_COMM_WORLD);
     int rc = setup(r, argc, argv);
     if (rc != 0) return rc > 0 ? 0 : 1;
