@@ -147,7 +147,7 @@ static inline void ckpt_remove_dir(const char *path) {
     DIR *d = opendir(path);
     if (!d) return;
     char file[CKPT_PATH + 300];
-    for (struct dirent *e; (e = readdir(d));) {
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         ckpt_fmt(file, sizeof(file), "%s/%s", path, e->d_name);
         unlink(file);

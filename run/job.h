@@ -40,6 +40,12 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1 // MPI's C API only, also as C++ (nvcc, the emulator's g++)
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 #include "zero.h"
 
