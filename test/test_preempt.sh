@@ -17,10 +17,13 @@ make -s train_gpt_cpu || exit 1
 new_scratch preempt
 $PYTHON test/zero_check.py shard $d/train.bin 20000 512 1
 $PYTHON test/zero_check.py shard $d/val.bin 2000 512 2
-N=60
+# The uninterrupted and the resumed runs end at step N; an interrupted run is given many more
+# steps (a constant learning rate: --steps changes nothing else), so that however slow this
+# machine, it is still training when the test freezes it.
+N=80 M=1000000
 shape="--layers 3 --channels 128 --heads 2 --vocab-size 512 --max-seq-len 16"
-args="--train-data $d/train.bin --val-data $d/val.bin --seq-len 16 --total-batch 256 --steps $N --lr 2e-3 --warmup 3
-      --val-every 10 --val-steps 2 --sample-every 1 --sample-len 4 --seed 9"
+args="--train-data $d/train.bin --val-data $d/val.bin --seq-len 16 --total-batch 256 --lr 2e-3 --lr-schedule constant
+      --warmup 3 --val-every 10 --val-steps 2 --sample-every 1 --sample-len 4 --seed 9"
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$1" | awk -F'[:,]' -v from=$2 '$2 >= from {print $2, $4}'; }
@@ -34,7 +37,7 @@ pending() { local m; m=$(awk '/^ShdPnd:|^SigPnd:/ {print $2}' /proc/$1/status 2>
 interrupted() {
   local name=$1 np=$2 sig=$3 target=$4 k=$((5 + RANDOM % 40)) job ranks k0 s rc t0
   rm -rf $d/$name
-  OMP_NUM_THREADS=1 mpirun -np $np --oversubscribe ./train_gpt_cpu $shape $args --batch $((8 / np)) \
+  OMP_NUM_THREADS=1 mpirun -np $np --oversubscribe ./train_gpt_cpu $shape $args --steps $M --batch $((8 / np)) \
     --zero-stage $((np == 1 ? 0 : 3)) --out $d/$name --save-every 10 --log $d/$name.jsonl > $d/$name.out 2>&1 &
   job=$!
   for _ in $(seq 600); do [ "$(last_step $d/$name.jsonl)" -ge $k ] 2>/dev/null && break; sleep 0.05; done
@@ -57,11 +60,11 @@ interrupted() {
   [ $rc -eq 0 ] || { tail -5 $d/$name.out; fail "$name: exit code $rc"; }
   [ "$s" = $((k0 + 1)) ] || [ "$s" = $((k0 + 2)) ] || fail "$name: stopped after step '$s', not $((k0 + 1)) or $((k0 + 2))"
   [ "$(last_step $d/$name.jsonl)" = "$s" ] || fail "$name: the log goes on to step $(last_step $d/$name.jsonl)"
-  grep -q "^stopping after step $s of $N: SIG$sig received; continue with --resume $d/$name$" $d/$name.out \
+  grep -q "^stopping after step $s of $M: SIG$sig received; continue with --resume $d/$name$" $d/$name.out \
     || fail "$name: no stop line naming $sig and the step"
   ls $d/$name | grep -q tmp && fail "$name: temporary files left"
   # resume with the same options, same ranks
-  OMP_NUM_THREADS=1 mpirun -np $np --oversubscribe ./train_gpt_cpu $args --batch $((8 / np)) \
+  OMP_NUM_THREADS=1 mpirun -np $np --oversubscribe ./train_gpt_cpu $args --steps $N --batch $((8 / np)) \
     --zero-stage $((np == 1 ? 0 : 3)) --resume $d/$name --out $d/$name --log $d/${name}_resumed.jsonl \
     > $d/${name}_resumed.out 2>&1 || { tail -5 $d/${name}_resumed.out; fail "$name: resume failed"; return; }
   [ "$(losses $d/${name}_resumed.jsonl 0)" = "$(losses $d/ref$np.jsonl $((s + 1)))" ] && [ -n "$(losses $d/${name}_resumed.jsonl 0)" ] \
@@ -74,7 +77,7 @@ interrupted() {
 }
 
 for np in 1 2; do
-  OMP_NUM_THREADS=1 mpirun -np $np --oversubscribe ./train_gpt_cpu $shape $args --batch $((8 / np)) \
+  OMP_NUM_THREADS=1 mpirun -np $np --oversubscribe ./train_gpt_cpu $shape $args --steps $N --batch $((8 / np)) \
     --zero-stage $((np == 1 ? 0 : 3)) --out $d/ref$np \
     --log $d/ref$np.jsonl > $d/ref$np.out 2>&1 || { tail $d/ref$np.out; fail "uninterrupted run on $np ranks"; }
 done
@@ -83,7 +86,7 @@ interrupted usr1_np2 2 USR1 mpirun
 
 echo "== a second SIGINT ends the process at once"
 # (steps of 64 micro-steps: the second SIGINT comes well before the step could end)
-./train_gpt_cpu $shape ${args/--total-batch 256/--total-batch 8192} --batch 8 --out $d/int --log $d/int.jsonl > $d/int.out 2>&1 &
+./train_gpt_cpu $shape ${args/--total-batch 256/--total-batch 8192} --steps $M --batch 8 --out $d/int --log $d/int.jsonl > $d/int.out 2>&1 &
 job=$!
 for _ in $(seq 600); do [ -n "$(last_step $d/int.jsonl)" ] && break; sleep 0.05; done
 kill -INT $job; sleep 0.3; kill -INT $job
