@@ -6,26 +6,41 @@ OPT      ?= -O3 -march=native
 # -fno-math-errno: sqrtf and friends need no errno branch, so loops around them vectorise
 CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -fno-math-errno -fopenmp -Wall -Wextra -Werror -I.
 # OpenBLAS built on OpenMP: its matmuls and our kernels share one thread pool, instead of two
-# pools spinning against each other on the same cores (1.4x faster steps here).
-BLASDIR  := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp))
-LDLIBS   := $(if $(BLASDIR),-L$(BLASDIR) -Wl$(comma)-rpath$(comma)$(BLASDIR)) -lopenblas -lcjson -lm
+# pools spinning against each other on the same cores (2x faster fp32 steps here). Looked up
+# when a recipe runs, not when this file is parsed (`=`, and a shell test rather than $(wildcard),
+# whose directory cache would not see it appear): on a fresh machine `make setup train_gpt_cpu`
+# installs it between the two. .blas_dir records the choice, so that a binary linked before it
+# was installed is relinked by the next `make`; the trainer also switches at run time (README).
+BLAS_CANDIDATES ?= /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp
+BLASDIR  = $(firstword $(foreach d,$(BLAS_CANDIDATES),$(shell [ -e $(d)/libopenblas.so ] && echo $(d))))
+LDLIBS   = $(if $(BLASDIR),-L$(BLASDIR) -Wl$(comma)-rpath$(comma)$(BLASDIR)) -lopenblas -lcjson -lm
 SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+# Outputs appear whole: each is written under a name of its own (TMP: the recipe shell's pid) and
+# renamed in the same recipe line, so that two builds at once (two test suites in one clone) never
+# run, or write into, a half-written file.
+TMP      = $@.$$$$.part
 # The shared headers at the root and each layer's folder (core/, run/, cpu/, gpu/, data/).
 HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
-.PHONY: all test bench bench-optimizer nvme-demo setup clean data fuzz gpu_check FORCE
+.PHONY: all test bench bench-optimizer nvme-demo setup clean data fuzz gpu_check soak FORCE
 all: train_gpt_cpu
 
 setup:
 	bash scripts/setup.sh
 
-train_gpt_cpu: train_gpt_cpu.c $(HEADERS)
-	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+# The OpenBLAS directory the trainers link against (empty: the system's default libopenblas),
+# rewritten only when it changes. When `setup` is asked for in the same command, it runs first
+# (also under -j).
+.blas_dir: FORCE | $(filter setup,$(MAKECMDGOALS))
+	@echo '$(BLASDIR)' | cmp -s - $@ || { echo '$(BLASDIR)' > $(TMP) && mv -f $(TMP) $@; }
+
+train_gpt_cpu: train_gpt_cpu.c $(HEADERS) .blas_dir
+	$(CC) $(CFLAGS) $< -o $(TMP) $(LDLIBS) && mv -f $(TMP) $@
 
 # The same trainer under AddressSanitizer + UndefinedBehaviorSanitizer, used by the test suite.
-train_gpt_cpu_asan: train_gpt_cpu.c $(HEADERS)
-	$(CC) $(filter-out -O3,$(CFLAGS)) $(SANFLAGS) $< -o $@ $(LDLIBS)
+train_gpt_cpu_asan: train_gpt_cpu.c $(HEADERS) .blas_dir
+	$(CC) $(filter-out -O3,$(CFLAGS)) $(SANFLAGS) $< -o $(TMP) $(LDLIBS) && mv -f $(TMP) $@
 
 # The GPU trainer (train_gpt.cu): nvcc for sm_80 (A100) and sm_90 (H100), no warnings from nvcc
 # or the host compiler. Its precision is fixed at compile time (as llm.c's): PRECISION=BF16 (the
@@ -38,12 +53,13 @@ CUDA_HOME ?= /usr/local/cuda
 NCCL_HOME ?= $(CUDA_HOME)
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 GPU_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+# (`=` where mpicc is asked: then it is asked when a recipe runs, after `make setup` installed it.)
 GPU_LIBDIRS := $(sort $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib $(NCCL_HOME)/lib $(NCCL_HOME)/lib64))
 # -ffp-contract=off: the host never fuses a product and a sum, so the optimizer engine's offloaded
 # update gives the device kernel's bits (core/optimizer.h's device path rounds every operation).
-NVCCFLAGS := -O3 -std=c++17 -D_GNU_SOURCE -Werror all-warnings -Xcompiler -Wall$(comma)-Wextra$(comma)-Werror$(comma)-fopenmp$(comma)-ffp-contract=off \
+NVCCFLAGS = -O3 -std=c++17 -D_GNU_SOURCE -Werror all-warnings -Xcompiler -Wall$(comma)-Wextra$(comma)-Werror$(comma)-fopenmp$(comma)-ffp-contract=off \
              -I. -I$(NCCL_HOME)/include $(shell mpicc -showme:compile 2>/dev/null)
-GPU_LDLIBS := $(foreach d,$(GPU_LIBDIRS),-L$(d) -Xlinker -rpath=$(d)) -lcublasLt -lcudart -lnccl -lcjson \
+GPU_LDLIBS = $(foreach d,$(GPU_LIBDIRS),-L$(d) -Xlinker -rpath=$(d)) -lcublasLt -lcudart -lnccl -lcjson \
               $(shell mpicc -showme:link 2>/dev/null) -lgomp
 GPU_PRECISIONS := BF16 FP16 FP32
 check_precision = $(if $(filter $(1),$(GPU_PRECISIONS)),,$(error PRECISION=$(1): use BF16, FP16 or FP32))
@@ -51,7 +67,7 @@ check_precision = $(if $(filter $(1),$(GPU_PRECISIONS)),,$(error PRECISION=$(1):
 # `make train_gpt PRECISION=FP32` after a bf16 build rebuilds, and a second one does not.
 .train_gpt_precision: FORCE
 	$(call check_precision,$(PRECISION))
-	@echo $(PRECISION) | cmp -s - $@ || echo $(PRECISION) > $@
+	@echo $(PRECISION) | cmp -s - $@ || { echo $(PRECISION) > $(TMP) && mv -f $(TMP) $@; }
 train_gpt: train_gpt.cu $(HEADERS) $(GPU_HEADERS) .train_gpt_precision
 	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(PRECISION) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
 train_gpt_bf16 train_gpt_fp16 train_gpt_fp32: train_gpt_%: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
@@ -71,36 +87,36 @@ gpu_check: train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_cpu
 # The pieces under gpu/ get the same rewrite, into test/bin/emu/gpu/, which -Itest/bin/emu puts
 # ahead of the originals.
 EMU_HEADERS := $(wildcard test/cuda_emu/*.h)
-EMU_CXX     := g++ -std=c++17 -D_GNU_SOURCE -O2 -g -fopenmp -ffp-contract=off -Wall -Wextra -Werror -Wno-unknown-pragmas -Itest/cuda_emu -Itest/bin/emu -I. $(shell mpicc -showme:compile 2>/dev/null)
-EMU_LDLIBS  := $(LDLIBS) $(shell mpicc -showme:link 2>/dev/null)
+EMU_CXX     = g++ -std=c++17 -D_GNU_SOURCE -O2 -g -fopenmp -ffp-contract=off -Wall -Wextra -Werror -Wno-unknown-pragmas -Itest/cuda_emu -Itest/bin/emu -I. $(shell mpicc -showme:compile 2>/dev/null)
+EMU_LDLIBS  = $(LDLIBS) $(shell mpicc -showme:link 2>/dev/null)
 emu_source   = { echo '\#line 1 "$(1)"'; sed -E 's/([A-Za-z_][A-Za-z_0-9]*)<<<(.*)>>>\(/emu_launch(\1, "\1", \2)(/' $(1); } > $(2)
 EMU_GPU_HEADERS := $(patsubst gpu/%,test/bin/emu/gpu/%,$(GPU_HEADERS))
 test/bin/emu/gpu/%.cuh: gpu/%.cuh
 	@mkdir -p test/bin/emu/gpu
-	$(call emu_source,$<,$@)
+	$(call emu_source,$<,$(TMP)) && mv -f $(TMP) $@
 test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32: test/bin/train_gpt_emu_%: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
 	@mkdir -p test/bin
-	$(call emu_source,$<,$@.cpp)
-	$(EMU_CXX) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) -x c++ $@.cpp -o $@ $(EMU_LDLIBS)
+	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
+	$(EMU_CXX) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 # The same, bf16, under AddressSanitizer + UndefinedBehaviorSanitizer: the trainer's host code
 # (checkpoints, token grouping, the backend's bookkeeping) checked as the CPU trainer's is.
 test/bin/train_gpt_emu_bf16_asan: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
 	@mkdir -p test/bin
-	$(call emu_source,$<,$@.cpp)
-	$(filter-out -O2,$(EMU_CXX)) $(SANFLAGS) -DGPU_PRECISION_BF16 -x c++ $@.cpp -o $@ $(EMU_LDLIBS)
+	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
+	$(filter-out -O2,$(EMU_CXX)) $(SANFLAGS) -DGPU_PRECISION_BF16 -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 # The emulator's own checks (test_gpu_emu runs each case)
 test/bin/cuda_emu_selftest: test/cuda_emu_selftest.cu $(EMU_HEADERS)
 	@mkdir -p test/bin
-	$(call emu_source,$<,$@.cpp)
-	$(EMU_CXX) -x c++ $@.cpp -o $@ $(EMU_LDLIBS)
+	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
+	$(EMU_CXX) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 
 # Unit-test programs: test/foo.c -> test/bin/foo (normal) and test/bin/foo_asan (sanitized).
-test/bin/%: test/%.c $(HEADERS)
+test/bin/%: test/%.c $(HEADERS) .blas_dir
 	@mkdir -p test/bin
-	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
-test/bin/%_asan: test/%.c $(HEADERS)
+	$(CC) $(CFLAGS) $< -o $(TMP) $(LDLIBS) && mv -f $(TMP) $@
+test/bin/%_asan: test/%.c $(HEADERS) .blas_dir
 	@mkdir -p test/bin
-	$(CC) $(filter-out -O3,$(CFLAGS)) $(SANFLAGS) $< -o $@ $(LDLIBS)
+	$(CC) $(filter-out -O3,$(CFLAGS)) $(SANFLAGS) $< -o $(TMP) $(LDLIBS) && mv -f $(TMP) $@
 
 # test_kernels includes the trainer itself
 test/bin/test_kernels test/bin/test_kernels_asan: train_gpt_cpu.c
@@ -119,6 +135,11 @@ bench-optimizer: test/bin/bench_optimizer
 # NVME_PATH=DIR, ~23 GB free there; minutes per step on a laptop-class disk).
 nvme-demo: train_gpt_cpu test/bin/bench_nvme
 	bash scripts/nvme_demo.sh
+
+# Not in the suite (minutes): 2 ranks, ZeRO-3, fp16 through random kills, stops and restarts until
+# SOAK_STEPS (3000) are done; the final weights must equal an uninterrupted run's (test/soak.sh).
+soak: train_gpt_cpu
+	bash test/soak.sh
 
 # The embedded data set: Brown corpus shards and the GPT-2 tokenizer file, committed
 # in data/ so training needs no network. `make data` rebuilds them byte for byte from
@@ -159,5 +180,5 @@ fuzz: test/bin/fuzz_dataloader_libfuzzer test/bin/fuzz_ds_config_libfuzzer
 		$(wildcard ../shared/examples)
 
 clean:
-	rm -rf train_gpt_cpu train_gpt_cpu_asan train_gpt train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 .train_gpt_precision \
+	rm -rf train_gpt_cpu train_gpt_cpu_asan train_gpt train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 .train_gpt_precision .blas_dir \
 		test/bin test/out

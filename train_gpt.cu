@@ -30,6 +30,7 @@
 // stream, ordered against compute with events (see the backend). The host waits for the
 // device only where it needs a number (loss, norm, a logits row, checkpoint staging) and at
 // the end of each step, always through gpu_sync(), which is also the watchdog.
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -451,6 +452,7 @@ static ZeroBackend trainer_backend(Run *r) {
     if (!b->gpu->lt) gpu_init(b->gpu); // here, not in main: --help and option errors need no GPU
     b->rank = r->rank;
     b->world = r->world;
+    b->nodes = r->nodes;
     b->timeout = r->cfg.comm_timeout;
     if (!b->comm) {
         ncclUniqueId id;
@@ -471,16 +473,30 @@ static ZeroBackend trainer_backend(Run *r) {
     return nccl_backend(b);
 }
 
+// No usable GPU (no NVIDIA driver, or no device) on some rank: every rank learns it, the lowest
+// such rank says once what is wrong and what to run instead, and every rank exits 1.
+static void gpu_require_device(int rank, int *ndev) {
+    cudaError_t e = cudaGetDeviceCount(ndev);
+    int world, bad = e != cudaSuccess || *ndev < 1 ? rank : INT_MAX;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (bad == INT_MAX) return;
+    if (bad == rank)
+        fprintf(stderr, "error: no usable GPU (rank %d: cudaGetDeviceCount: %s): train_gpt needs an NVIDIA GPU "
+                        "and its driver; here run the CPU trainer (make train_gpt_cpu && mpirun -np %d ./train_gpt_cpu, "
+                        "same options), or check the GPU code on the CUDA emulator (make test/bin/train_gpt_emu_bf16)\n",
+                rank, e == cudaSuccess ? "no CUDA device" : cudaGetErrorString(e), world);
+    fflush(stderr);
+    MPI_Finalize();
+    exit(1);
+}
+
 // One GPU per process: the process's rank among those on its node picks the device.
 static void gpu_init(Gpu *gpu) {
-    MPI_Comm local;
-    int rank, lrank, ndev = 0;
+    int rank, lrank, nlocal, ndev = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-    MPI_Comm_rank(local, &lrank);
-    MPI_Comm_free(&local);
-    CUDA_CHECK(cudaGetDeviceCount(&ndev));
-    if (ndev < 1) gpu_fatal("cudaGetDeviceCount", "no CUDA device", __FILE__, __LINE__);
+    job_local(MPI_COMM_WORLD, &lrank, &nlocal);
+    gpu_require_device(rank, &ndev);
     gpu->device = lrank % ndev;
     if (lrank >= ndev && rank == 0)
         fprintf(stderr, "warning: more processes per node than GPUs (%d): several share a device\n", ndev);
@@ -532,6 +548,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--plan")) return planner_main(argc, argv, &plan_backend); // arithmetic only
     if (argc > 1 && !strcmp(argv[1], "--export")) return export_main(argc, argv);
+    preempt_install();
     MPI_Init(&argc, &argv);
     static Run run;
     static Gpu gpu;

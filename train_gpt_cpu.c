@@ -748,6 +748,7 @@ static ZeroBackend trainer_backend(Run *r) {
     b->comm = MPI_COMM_WORLD;
     b->rank = r->rank;
     b->world = r->world;
+    b->nodes = r->nodes;
     b->timeout = r->cfg.comm_timeout;
     MPI_Op_create(mpi_sum_bf16, 1, &b->sum16[ZC_BF16]);
     MPI_Op_create(mpi_sum_fp16, 1, &b->sum16[ZC_FP16]);
@@ -768,14 +769,62 @@ static void pick_openblas_core(char **argv) {
     execv("/proc/self/exe", argv); // returns only on failure: then carry on with Prescott
 }
 
+// OpenBLAS comes in three threading builds, and Debian makes the pthread one the default
+// libopenblas.so.0. Ours must be the OpenMP one: its matmuls then run on the OpenMP threads our
+// kernels run on, instead of a second pool of threads spinning against them on the same cores
+// (d12 fp32 here: ~2x slower steps). The Makefile links it by its directory; a binary linked
+// without it (built before `make setup` installed it) runs again with that directory first on the
+// library path. ZEROC_OPENBLAS=keep keeps whatever was loaded (the trainer then says what it costs).
+static const char *const openblas_openmp_dirs[] = {"/usr/lib/x86_64-linux-gnu/openblas-openmp",
+                                                   "/usr/lib/aarch64-linux-gnu/openblas-openmp"};
+static const char *const openblas_threading[3] = {"single-threaded", "pthread", "OpenMP"}; // by openblas_get_parallel()
+#define OPENBLAS_OPENMP 2
+static const char *openblas_threading_name(void) {
+    int p = openblas_get_parallel();
+    return p >= 0 && p < 3 ? openblas_threading[p] : "unknown";
+}
+static void pick_openblas_threading(char **argv) {
+    const char *choice = getenv("ZEROC_OPENBLAS");
+    if (openblas_get_parallel() == OPENBLAS_OPENMP || (choice && *choice)) return; // "keep"; or "switched": once
+    for (size_t i = 0; i < sizeof(openblas_openmp_dirs) / sizeof(*openblas_openmp_dirs); i++) {
+        char lib[256], path[8192];
+        snprintf(lib, sizeof(lib), "%s/libopenblas.so.0", openblas_openmp_dirs[i]);
+        if (access(lib, R_OK) != 0) continue;
+        const char *old = getenv("LD_LIBRARY_PATH");
+        snprintf(path, sizeof(path), "%s%s%s", openblas_openmp_dirs[i], old && *old ? ":" : "", old ? old : "");
+        setenv("LD_LIBRARY_PATH", path, 1);
+        setenv("ZEROC_OPENBLAS", "switched", 1);
+        setenv("ZEROC_OPENBLAS_WAS", openblas_threading_name(), 1);
+        execv("/proc/self/exe", argv); // returns only on failure: then carry on with this one
+        return;
+    }
+}
+// The header's BLAS row: "OpenBLAS 0.3.21, SkylakeX kernels, OpenMP build"
+static const char *openblas_description(void) {
+    static char buf[96];
+    char version[32] = "?";
+    sscanf(openblas_get_config(), "OpenBLAS %31s", version);
+    snprintf(buf, sizeof(buf), "OpenBLAS %s, %s kernels, %s build", version, openblas_get_corename(), openblas_threading_name());
+    return buf;
+}
+// One line (rank 0) when OpenBLAS is not the OpenMP build, or had to be switched to it at run time.
+static void report_openblas(int rank, int threads) {
+    const char *choice = getenv("ZEROC_OPENBLAS"), *was = getenv("ZEROC_OPENBLAS_WAS");
+    if (rank != 0) return;
+    if (openblas_get_parallel() == OPENBLAS_OPENMP && choice && !strcmp(choice, "switched"))
+        printf("note: OpenBLAS's %s build was loaded; switched to its OpenMP build at run time (a binary built "
+               "before libopenblas0-openmp was installed: `make` relinks it)\n", was ? was : "?");
+    else if (openblas_get_parallel() != OPENBLAS_OPENMP && threads > 1)
+        printf("warning: OpenBLAS is its %s build, not the OpenMP one: its matmuls and the kernels' OpenMP threads "
+               "compete for the cores (steps 2-4x slower); install libopenblas0-openmp (`make setup`) and run "
+               "`make`%s\n", openblas_threading_name(), choice && !strcmp(choice, "keep") ? ", or unset ZEROC_OPENBLAS" : "");
+}
+
 // Ranks on one machine share its cores, unless the user said otherwise (OMP_NUM_THREADS).
 static void share_cores(void) {
-    MPI_Comm local;
-    int rank, nlocal;
+    int rank, lrank, nlocal;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-    MPI_Comm_size(local, &nlocal);
-    MPI_Comm_free(&local);
+    job_local(MPI_COMM_WORLD, &lrank, &nlocal);
     int threads = cpu_threads_per_rank(nlocal); // the cores this rank may run on (its binding), or the user's choice
     // OpenMPI binds each rank to one core when it starts one or two ranks: on a machine with
     // more cores those would sit idle.
@@ -792,11 +841,17 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--plan")) return planner_main(argc, argv, &cpu_plan_backend); // arithmetic only: no MPI
     if (argc > 1 && !strcmp(argv[1], "--export")) return export_main(argc, argv);
+    pick_openblas_threading(argv);
     pick_openblas_core(argv);
+    preempt_install(); // (after the re-executions above, which reset it)
     MPI_Init(&argc, &argv);
     share_cores();
     static Run run; // large: keep it off the stack
     static MpiBackend mpi;
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    report_openblas(rank, omp_get_max_threads());
+    run.blas = openblas_description();
     run.backend = &mpi;
     run.plan_backend = &cpu_plan_backend;
     int rc = trainer_run(&run, argc, argv);

@@ -5,6 +5,8 @@
 #ifndef CPU_MPI_BACKEND_H
 #define CPU_MPI_BACKEND_H
 
+#include "run/job.h"
+
 // ----------------------------------------------------------------------------------------
 // Communication: the MPI backend that zero.h drives. It performs collectives, nothing more.
 
@@ -12,6 +14,7 @@
 typedef struct {
     MPI_Comm comm;
     int rank, world, step;
+    int nodes;                      // hosts the job spans (job.h: how a job across hosts ends)
     double timeout;                 // --comm-timeout: seconds before the watchdog aborts
     MPI_Request req[MAX_PENDING];
     int busy[MAX_PENDING];
@@ -85,7 +88,7 @@ static void mpi_wait_request(MpiBackend *b, MPI_Request *req, const char *what) 
             fprintf(stderr, "error: rank %d: %s did not complete within %g s at step %d; "
                             "a peer is stuck or gone (--comm-timeout); aborting the job\n",
                     b->rank, what, b->timeout, b->step);
-            MPI_Abort(b->comm, 3);
+            job_abort(b->comm, b->nodes, 3);
         }
         if (spins > 100) { struct timespec ts = {0, 50000}; nanosleep(&ts, NULL); }
     }
@@ -153,8 +156,7 @@ static void host_update(void *ctx, const OptStep *step, float *p, float *const *
 static void mpi_fatal(void *ctx, const char *msg) {
     MpiBackend *b = (MpiBackend *)ctx;
     fprintf(stderr, "error: rank %d: %s\n", b->rank, msg);
-    fflush(stderr);
-    MPI_Abort(b->comm, 1);
+    job_abort(b->comm, b->nodes, 1);
 }
 
 static ZeroBackend mpi_backend(MpiBackend *b) {

@@ -4,6 +4,7 @@
 #ifndef GPU_NCCL_BACKEND_CUH
 #define GPU_NCCL_BACKEND_CUH
 #include "gpu/kernels.cuh"
+#include "run/job.h"
 
 // ----------------------------------------------------------------------------------------
 // Communication: the NCCL backend that zero.h drives. MPI only launched the processes and
@@ -20,7 +21,7 @@
 //
 // Watchdog. The host blocks only in gpu_sync(), which polls with --comm-timeout: when the
 // device does not get there in time, it names the oldest collective that has not completed,
-// in the CPU trainer's words, and aborts the job (ncclCommAbort, then MPI_Abort). NCCL's
+// in the CPU trainer's words, and aborts the job (ncclCommAbort, then job_abort). NCCL's
 // asynchronous errors (a peer gone) are checked at every poll and unit boundary.
 
 #define MAX_PENDING (GPT2_MAX_UNITS + 8)
@@ -31,6 +32,7 @@ typedef struct NcclBackend {
     ncclComm_t comm;
     cudaStream_t stream;           // communication
     int rank, world, step;
+    int nodes;                     // hosts the job spans (run/job.h: how a job across hosts ends)
     double timeout;
     cudaEvent_t ready;             // recorded on compute before each collective
     cudaEvent_t done[MAX_PENDING]; // recorded on the comm stream after it
@@ -52,7 +54,7 @@ static void comm_abort(NcclBackend *b, const char *what, const char *why) {
     fprintf(stderr, "error: rank %d: %s %s at step %d; a peer is stuck or gone (--comm-timeout); aborting the job\n",
             b->rank, what, why, b->step);
     if (b->comm) ncclCommAbort(b->comm);
-    MPI_Abort(MPI_COMM_WORLD, 3);
+    job_abort(MPI_COMM_WORLD, b->nodes, 3);
 }
 static void comm_check_async(NcclBackend *b) {
     if (!b->comm) return;
@@ -336,9 +338,8 @@ static void dev_device_wait(void *ctx, int h) {
 static void dev_fatal(void *ctx, const char *msg) {
     NcclBackend *b = (NcclBackend *)ctx;
     fprintf(stderr, "error: rank %d: %s\n", b->rank, msg);
-    fflush(stderr);
     if (b->comm) ncclCommAbort(b->comm);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    job_abort(MPI_COMM_WORLD, b->nodes, 1);
 }
 
 static ZeroBackend nccl_backend(NcclBackend *b) {

@@ -15,9 +15,15 @@
 //   and resuming on another world size reassembles each unit from the old slices (resharding).
 //   Weights are apart from the moments: reading the model (export) never reads optimizer state.
 //
-//   Crash safety: every file is written under a temporary name, fsync'd and renamed; the
-//   manifest is written after all rank files are in place, and `latest` is replaced last. A
-//   process killed at any moment leaves `latest` naming a complete checkpoint.
+//   Crash safety: a checkpoint is written into DIR/step_NNNNNNNN.tmp/ (every file fsync'd, the
+//   manifest after all rank files), and only once it is complete (ckpt_commit) renamed to
+//   step_NNNNNNNN (replacing an older one of the same step) and named by `latest`, which is
+//   replaced last; what needs disk space is written before anything visible changes. A process
+//   killed at any moment leaves `latest` naming a complete checkpoint.
+//   Failed saves (a full disk, say): ckpt_save and ckpt_commit return -1 on every rank, with
+//   "PATH: reason" of the first failure in `why` on one rank (the lowest that failed) and empty
+//   elsewhere; they print nothing, so that the caller can say it in one line. ckpt_discard then
+//   removes the unfinished step directory: `latest` and the checkpoints before are untouched.
 //
 //   Loading reads unit by unit, so memory stays bounded by one unit (plus the slices this rank
 //   keeps), verifies sizes and checksums, and never writes. Errors print one line naming the
@@ -30,6 +36,7 @@
 #ifndef CHECKPOINT_H
 #define CHECKPOINT_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -82,32 +89,44 @@ static inline void ckpt_sum(Checksum *c, const void *p, size_t n) {
     c->bytes += n;
 }
 
-typedef struct { FILE *f; char path[CKPT_PATH], tmp[CKPT_PATH + 8]; Checksum sum; int ok; } CkptOut;
+// A file written under PATH.tmp; err: errno of the first failure (0: none).
+typedef struct { FILE *f; char path[CKPT_PATH], tmp[CKPT_PATH + 8]; Checksum sum; int ok, err; } CkptOut;
 
+static inline int ckpt_out_fail(CkptOut *o) {
+    if (o->ok) { o->ok = 0; o->err = errno ? errno : EIO; }
+    return -1;
+}
 static inline int ckpt_out_open(CkptOut *o, const char *path) {
     ckpt_fmt(o->path, sizeof(o->path), "%s", path);
     ckpt_fmt(o->tmp, sizeof(o->tmp), "%s.tmp", path);
     ckpt_sum_init(&o->sum);
+    o->ok = 1;
+    o->err = 0;
     o->f = fopen(o->tmp, "wb");
-    o->ok = o->f != NULL;
-    if (!o->ok) fprintf(stderr, "error: %s: cannot create\n", o->tmp);
-    return o->ok ? 0 : -1;
+    return o->f ? 0 : ckpt_out_fail(o);
 }
 static inline void ckpt_out_write(CkptOut *o, const void *p, size_t n) {
-    if (o->ok && fwrite(p, 1, n, o->f) != n) o->ok = 0;
+    if (o->ok && fwrite(p, 1, n, o->f) != n) ckpt_out_fail(o);
     ckpt_sum(&o->sum, p, n);
 }
-// Makes the file durable under its final name, or removes it.
-static inline int ckpt_out_close(CkptOut *o) {
+// Makes the file durable under its temporary name, or removes it.
+static inline int ckpt_out_sync(CkptOut *o) {
     if (!o->f) return -1;
-    int ok = o->ok && fflush(o->f) == 0 && fsync(fileno(o->f)) == 0;
-    ok = (fclose(o->f) == 0) && ok;
-    if (!ok || rename(o->tmp, o->path) != 0) {
-        fprintf(stderr, "error: %s: write failed (%s)\n", o->path, strerror(errno));
-        remove(o->tmp);
-        return -1;
-    }
+    if (o->ok && (fflush(o->f) != 0 || fsync(fileno(o->f)) != 0)) ckpt_out_fail(o);
+    if (fclose(o->f) != 0) ckpt_out_fail(o);
+    o->f = NULL;
+    if (!o->ok) remove(o->tmp);
+    return o->ok ? 0 : -1;
+}
+// ... and then under its final name.
+static inline int ckpt_out_close(CkptOut *o) {
+    if (ckpt_out_sync(o) != 0) return -1;
+    if (rename(o->tmp, o->path) != 0) { ckpt_out_fail(o); remove(o->tmp); return -1; }
     return 0;
+}
+// why = "PATH: reason" of a failed file, unless it already names an earlier failure.
+static inline void ckpt_out_why(const CkptOut *o, char *why, size_t n) {
+    if (!o->ok && !why[0]) ckpt_fmt(why, n, "%s: %s", o->path, strerror(o->err));
 }
 static inline void ckpt_fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY);
@@ -118,6 +137,23 @@ static inline void ckpt_fsync_dir(const char *dir) {
 
 static inline void ckpt_step_dir(char *buf, size_t n, const char *dir, long step) {
     ckpt_fmt(buf, n, "%s/step_%08ld", dir, step);
+}
+// where a step's checkpoint is written until ckpt_commit
+static inline void ckpt_step_tmp(char *buf, size_t n, const char *dir, long step) {
+    ckpt_fmt(buf, n, "%s/step_%08ld.tmp", dir, step);
+}
+// Removes a step directory and the files in it (it holds no directories). Missing is fine.
+static inline void ckpt_remove_dir(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return;
+    char file[CKPT_PATH + 300];
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        ckpt_fmt(file, sizeof(file), "%s/%s", path, e->d_name);
+        unlink(file);
+    }
+    closedir(d);
+    rmdir(path);
 }
 static inline void ckpt_rank_file(char *buf, size_t n, const char *step_dir, const char *kind, int rank) {
     ckpt_fmt(buf, n, "%s/%s_rank%05d.bin", step_dir, kind, rank);
@@ -132,16 +168,19 @@ static inline void ckpt_shard_header(int32_t h[256], const GPT2Config *c, int ki
 // --- saving -------------------------------------------------------------------------------
 
 // Every rank calls it. The model states are read through the backend's to_host, one slice at
-// a time, so they may live on a GPU.
+// a time, so they may live on a GPU. Writes DIR/step_N.tmp/ (ckpt_commit makes it the
+// checkpoint); -1 on every rank on failure, `why` (n bytes) filled on the lowest failing rank.
 static inline int ckpt_save(const char *dir, Zero *z, const GPT2Config *cfg, const TrainerState *st,
-                            const char *precision) {
+                            const char *precision, char *why, size_t why_n) {
     char step_dir[CKPT_PATH], path[CKPT_PATH];
-    ckpt_step_dir(step_dir, sizeof(step_dir), dir, (long)st->step);
+    ckpt_step_tmp(step_dir, sizeof(step_dir), dir, (long)st->step);
+    why[0] = 0;
     double ok = 1.0;
     if (z->rank == 0) {
         mkdir(dir, 0755);
-        if (mkdir(step_dir, 0755) != 0 && errno != EEXIST) {
-            fprintf(stderr, "error: %s: cannot create checkpoint directory (%s)\n", step_dir, strerror(errno));
+        ckpt_remove_dir(step_dir); // what a save killed midway left
+        if (mkdir(step_dir, 0755) != 0) {
+            ckpt_fmt(why, why_n, "%s: cannot create the checkpoint directory: %s", step_dir, strerror(errno));
             ok = 0.0;
         }
     }
@@ -170,26 +209,33 @@ static inline int ckpt_save(const char *dir, Zero *z, const GPT2Config *cfg, con
                 ckpt_out_write(&optim, host, n * sizeof(float));
             }
         }
-        if (!host) model.ok = 0;
+        if (!host) { errno = ENOMEM; ckpt_out_fail(&model); }
         free(host);
     }
     bad |= ckpt_out_close(&model) | ckpt_out_close(&optim);
+    ckpt_out_why(&model, why, why_n);
+    ckpt_out_why(&optim, why, why_n);
 
-    // Rank 0 learns every file's size and checksum (as 32-bit halves: doubles carry them exactly).
+    // Rank 0 learns every file's size and checksum (as 32-bit halves: doubles carry them
+    // exactly), and every rank who failed.
     int W = z->world;
-    double *info = (double *)calloc((size_t)W * 6 + 1, sizeof(double));
-    double *mine = info + (size_t)z->rank * 6;
+    double *info = (double *)calloc((size_t)W * 7, sizeof(double));
+    double *mine = info + (size_t)z->rank * 7;
     mine[0] = (double)model.sum.bytes; mine[1] = (double)(model.sum.h >> 32); mine[2] = (double)(model.sum.h & 0xffffffffu);
     mine[3] = (double)optim.sum.bytes; mine[4] = (double)(optim.sum.h >> 32); mine[5] = (double)(optim.sum.h & 0xffffffffu);
-    info[(size_t)W * 6] = bad ? 0.0 : 1.0;
-    z->be.sum_doubles(z->be.ctx, info, W * 6 + 1);
-    int all_ok = info[(size_t)W * 6] == (double)W;
-    if (z->rank == 0 && all_ok) {
+    mine[6] = bad ? 1.0 : 0.0;
+    z->be.sum_doubles(z->be.ctx, info, W * 7);
+    int first_bad = -1;
+    for (int q = W - 1; q >= 0; q--) if (info[(size_t)q * 7 + 6] != 0.0) first_bad = q;
+    if (first_bad != z->rank) why[0] = 0;
+    bad = 0;
+    if (z->rank == 0 && first_bad < 0) {
         CkptOut so, mo;
         ckpt_fmt(path, sizeof(path), "%s/state.bin", step_dir);
         bad = ckpt_out_open(&so, path);
         if (!bad) ckpt_out_write(&so, st, sizeof(*st));
         bad |= ckpt_out_close(&so);
+        ckpt_out_why(&so, why, why_n);
         ckpt_fmt(path, sizeof(path), "%s/manifest.json", step_dir);
         bad |= ckpt_out_open(&mo, path);
         if (!bad) {
@@ -205,7 +251,7 @@ static inline int ckpt_save(const char *dir, Zero *z, const GPT2Config *cfg, con
                 (unsigned long long)so.sum.h);
             ckpt_out_write(&mo, line, (size_t)k);
             for (int q = 0; q < W; q++) {
-                const double *x = info + (size_t)q * 6;
+                const double *x = info + (size_t)q * 7;
                 for (int kind = 0; kind < 2; kind++) {
                     unsigned long long hsum = ((unsigned long long)x[kind * 3 + 1] << 32) | (unsigned long long)x[kind * 3 + 2];
                     k = snprintf(line, sizeof(line), "    {\"file\": \"%s_rank%05d.bin\", \"bytes\": %.0f, \"fnv1a64\": \"%016llx\"}%s\n",
@@ -216,23 +262,60 @@ static inline int ckpt_save(const char *dir, Zero *z, const GPT2Config *cfg, con
             ckpt_out_write(&mo, "  ]\n}\n", 6);
         }
         bad |= ckpt_out_close(&mo);
+        ckpt_out_why(&mo, why, why_n);
         ckpt_fsync_dir(step_dir);
-        // Only now does the new checkpoint become the one to resume from.
-        CkptOut lo;
-        ckpt_fmt(path, sizeof(path), "%s/latest", dir);
-        bad |= ckpt_out_open(&lo, path);
-        if (!bad) {
-            char name[64];
-            int k = snprintf(name, sizeof(name), "step_%08llu\n", (unsigned long long)st->step);
-            ckpt_out_write(&lo, name, (size_t)k);
-        }
-        bad |= ckpt_out_close(&lo);
-        ckpt_fsync_dir(dir);
     }
     free(info);
-    double fine = (all_ok && !bad) ? 1.0 : 0.0;
+    double fine = (first_bad < 0 && !bad) ? 1.0 : 0.0;
     z->be.sum_doubles(z->be.ctx, &fine, 1);
     return fine == (double)W ? 0 : -1;
+}
+
+// Every rank calls it after ckpt_save succeeded (and whatever else belongs to the step was
+// written): rank 0 moves DIR/step_N.tmp to DIR/step_N and points `latest` at it. The new
+// `latest` is written first, under a temporary name, so that a full disk fails before anything
+// visible changes; renames need no space. -1 on every rank on failure (`why` on rank 0).
+static inline int ckpt_commit(const char *dir, Zero *z, long step, char *why, size_t why_n) {
+    double ok = 1.0;
+    why[0] = 0;
+    if (z->rank == 0) {
+        char tmp[CKPT_PATH], final[CKPT_PATH], path[CKPT_PATH], name[64];
+        CkptOut lo;
+        ckpt_fmt(path, sizeof(path), "%s/latest", dir);
+        int k = snprintf(name, sizeof(name), "step_%08ld\n", step);
+        if (ckpt_out_open(&lo, path) == 0) ckpt_out_write(&lo, name, (size_t)k);
+        if (ckpt_out_sync(&lo) != 0) ok = 0.0;
+        ckpt_out_why(&lo, why, why_n);
+        ckpt_step_tmp(tmp, sizeof(tmp), dir, step);
+        ckpt_step_dir(final, sizeof(final), dir, step);
+        // a complete older checkpoint of the same step (a rerun) is swapped out and removed
+        if (ok == 1.0 && rename(tmp, final) != 0) {
+            int err = errno;
+            if ((err == ENOTEMPTY || err == EEXIST) && renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0)
+                ckpt_remove_dir(tmp);
+            else {
+                ckpt_fmt(why, why_n, "%s: cannot rename to %s: %s", tmp, final, strerror(err));
+                ok = 0.0;
+            }
+        }
+        if (ok == 1.0 && rename(lo.tmp, lo.path) != 0) {
+            ckpt_fmt(why, why_n, "%s: cannot rename to %s: %s", lo.tmp, lo.path, strerror(errno));
+            ok = 0.0;
+        }
+        if (ok != 1.0) remove(lo.tmp);
+        ckpt_fsync_dir(dir);
+    }
+    z->be.sum_doubles(z->be.ctx, &ok, 1);
+    return ok == (double)z->world ? 0 : -1;
+}
+
+// After a failed save: rank 0 removes DIR/step_N.tmp, whatever it holds. Every rank calls it.
+static inline void ckpt_discard(const char *dir, Zero *z, long step) {
+    char tmp[CKPT_PATH];
+    ckpt_step_tmp(tmp, sizeof(tmp), dir, step);
+    double done = 1.0;
+    if (z->rank == 0) ckpt_remove_dir(tmp);
+    z->be.sum_doubles(z->be.ctx, &done, 1); // no rank writes there again before it is gone
 }
 
 // --- reading ------------------------------------------------------------------------------

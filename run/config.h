@@ -9,6 +9,9 @@
 //     naming the option on error; config_value() reads any option back for reports; ds_config.h
 //     reads the DeepSpeed keys through it (ds_option). Adding an option is adding a row (and its
 //     field); a few rows have a hook for what a range cannot say (--model's presets, say).
+//   - config_locate_defaults() finds the defaults that name files (the data, the tokenizer:
+//     relative paths) next to the program when the working directory has none of them, or says
+//     in one line where it looked.
 //   - config_validate() checks what no single row can: options against each other and against
 //     the model (known once --init's header is read). Both print ONE line naming the culprit
 //     and return -1 on bad input; the caller exits.
@@ -26,6 +29,8 @@
 #define CONFIG_H
 
 #include <getopt.h>
+#include <glob.h>
+#include <unistd.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -56,7 +61,7 @@ enum {
     CK_WARMUP_MIN_RATIO, CK_WEIGHT_DECAY, CK_BETA1, CK_BETA2, CK_EPS, CK_MOMENTUM, CK_GRAD_CLIP,
     CK_PRECISION, CK_LOSS_SCALE, CK_INITIAL_SCALE_POWER, CK_LOSS_SCALE_WINDOW, CK_HYSTERESIS, CK_MIN_LOSS_SCALE,
     CK_CONSECUTIVE_HYSTERESIS, CK_ON_MIN_SCALE,
-    CK_VAL_EVERY, CK_VAL_STEPS, CK_SAMPLE_EVERY, CK_SAMPLE_LEN, CK_SEED, CK_OUT, CK_SAVE_EVERY, CK_LOG,
+    CK_VAL_EVERY, CK_VAL_STEPS, CK_SAMPLE_EVERY, CK_SAMPLE_LEN, CK_SEED, CK_OUT, CK_SAVE_EVERY, CK_ON_SAVE_ERROR, CK_LOG,
     CK_DUMP_GRADS, CK_PRINT_EVERY, CK_RESUME,
     CK_ZERO_STAGE, CK_OFFLOAD_OPTIMIZER, CK_OFFLOAD_PARAM, CK_PIN_MEMORY, CK_NVME_PATH, CK_NVME_BUFFERS,
     CK_NVME_BUFFER_SIZE, CK_AIO_THREADS, CK_AIO_QUEUE_DEPTH, CK_AIO_BLOCK_SIZE, CK_COMM_TIMEOUT, CK_DEEPSPEED, CK_STRICT,
@@ -86,6 +91,7 @@ typedef struct TrainConfig {
     // data
     const char *train_data, *val_data, *tokenizer_path;
     int no_shuffle;
+    char located[3][4096];  // defaults found next to the program (config_locate_defaults)
     // batch: B sequences of T tokens per micro-step; total_batch tokens per optimizer step
     // = B * T * processes * grad_accum. grad_accum 0 until config_validate derives it.
     int batch, seq_len;
@@ -112,6 +118,7 @@ typedef struct TrainConfig {
     const char *out_dir, *log_path, *dump_grads_path;
     const char *resume_path; // a sharded checkpoint (checkpoint.h) to continue from
     int save_every;
+    int on_save_error_continue; // a failed save: 0 stop the run, 1 warn and go on
     int print_every;      // the step line on stdout every N steps (and the first and last)
     // data parallelism
     int zero_stage;       // 0-3, see zero.h
@@ -185,6 +192,7 @@ static inline int config_hook_precision(TrainConfig *c, const char *a) {
 
 static const char *const config_on_min_scale_names[2] = {"abort", "skip"};
 static const char *const config_offload_names[3] = {"none", "cpu", "nvme"}; // zero.h's LOC_DEVICE, LOC_HOST, LOC_NVME
+static const char *const config_on_save_error_names[2] = {"stop", "continue"};
 
 #define CO_F(field) offsetof(TrainConfig, field)
 #define CO_NUM(name, type, field, def, lo, hi, section, arg, help, ds, expect) \
@@ -206,7 +214,9 @@ static inline const ConfigOption *config_options(void) {
         CO_NUM("max-seq-len", OT_INT, model.max_seq_len, 256, 1, 1 << 20, NULL, "N", "positions (wpe's rows)", NULL, NULL),
         {"vocab-size", OT_INT, CO_F(model.vocab_size), 50257, NULL, 1, 65536, NULL, 0, NULL, "N",
          "padded to a multiple of 128", NULL, NULL, config_hook_vocab},
-        CO_STR("train-data", train_data, "data/brown_train_*.bin", "data", "GLOB", "token shards to train on"),
+        CO_STR("train-data", train_data, "data/brown_train_*.bin", "data", "GLOB",
+               "token shards to train on (the data and tokenizer defaults: from the\n"
+               "working directory, else next to the program)"),
         CO_STR("val-data", val_data, "data/brown_val_*.bin", NULL, "GLOB", "token shards to validate on"),
         CO_STR("tokenizer", tokenizer_path, "data/gpt2_tokenizer.bin", NULL, "FILE", "for printing samples as text"),
         CO_FLAG("no-shuffle", no_shuffle, NULL, "read sequences in file order (default: shuffled per epoch)", NULL),
@@ -275,6 +285,9 @@ static inline const ConfigOption *config_options(void) {
                "directory for checkpoints: DIR/step_N/ (sharded, for --resume),\n"
                "DIR/latest, and DIR/model_N.bin (llm.c format), at the end"),
         CO_NUM("save-every", OT_INT, save_every, 0, 0, 1 << 30, NULL, "N", "and every N steps", NULL, NULL),
+        CO_CHOICE("on-save-error", on_save_error_continue, 0, config_on_save_error_names, 2, NULL, "A",
+                  "a save that fails (disk full...): stop the run (exit 1) | continue\n"
+                  "without it; either way `latest` keeps naming the last good one", NULL, NULL),
         CO_STR("log", log_path, NULL, NULL, "FILE", "JSON lines: one object per step and per validation"),
         CO_STR("dump-grads", dump_grads_path, NULL, NULL, "FILE",
                "write the first step's gradients as a checkpoint-format file; for tests"),
@@ -567,6 +580,49 @@ static inline int config_parse(TrainConfig *c, int argc, char **argv) {
         fprintf(stderr, "error: --resume, --init, --model and --layers/--channels/--heads/--max-seq-len/--vocab-size "
                         "each define the model; give only one of them\n");
         return -1;
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------------------
+// Defaults that name files
+
+static inline int config_matches(const char *pattern) {
+    glob_t g;
+    int found = glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0;
+    globfree(&g);
+    return found;
+}
+// A default data or tokenizer path (relative) that matches nothing from the working directory is
+// looked for in the program's directory (that of /proc/self/exe), and taken from there when it
+// is found. A default set of training shards (or validation shards, when validation is on) found
+// in neither place is an error naming both (-1, one line); a default tokenizer found in neither is a
+// note naming both (when sampling is on), and the path becomes NULL: samples print token ids.
+// Options given on the command line are left as they are.
+static inline int config_locate_defaults(TrainConfig *c) {
+    static const int keys[3] = {CK_TRAIN_DATA, CK_VAL_DATA, CK_TOKENIZER};
+    char dir[4096];
+    ssize_t n = readlink("/proc/self/exe", dir, sizeof(dir) - 1);
+    dir[n > 0 ? n : 0] = 0;
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    for (int i = 0; i < 3; i++) {
+        int k = keys[i];
+        const char **path = (const char **)config_field(c, k);
+        if (c->source[k] != CFG_SRC_DEFAULT || !*path || (*path)[0] == '/' || config_matches(*path)) continue;
+        int fits = snprintf(c->located[i], sizeof(c->located[i]), "%s/%s", dir, *path) < (int)sizeof(c->located[i]);
+        if (fits && dir[0] && config_matches(c->located[i])) { *path = c->located[i]; continue; }
+        if (k == CK_VAL_DATA && (c->val_every == 0 || c->val_steps == 0)) continue;
+        int sampling = c->sample_len > 0 && c->sample_every > 0;
+        if (k == CK_TOKENIZER && !sampling) continue;
+        char cwd[4096];
+        if (!getcwd(cwd, sizeof(cwd))) snprintf(cwd, sizeof(cwd), "(unknown)");
+        fprintf(stderr, "%s: %s (the default --%s) matches nothing in the working directory %s, nor next to the "
+                        "program in %s; %s%s\n", k == CK_TOKENIZER ? "note" : "error", *path, config_key_name(k), cwd,
+                dir[0] ? dir : "(unknown)", k == CK_TOKENIZER ? "samples print token ids" : "give --",
+                k == CK_TOKENIZER ? "" : config_key_name(k));
+        if (k != CK_TOKENIZER) return -1;
+        *path = NULL;
     }
     return 0;
 }

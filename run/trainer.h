@@ -15,6 +15,8 @@
 //     so the including file declares `static ZeroBackend trainer_backend(struct Run *r);` first)
 // Processes come from mpirun: MPI is initialised before trainer_run() and is used here only to
 // agree on setup and to end the job; every collective of training goes through the backend.
+// The including file calls preempt_install() (job.h) first thing in main, before MPI_Init: from
+// then on a stop signal stops the run cleanly after a step.
 #ifndef TRAINER_H
 #define TRAINER_H
 
@@ -22,6 +24,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
+#include "run/job.h"
 
 // ----------------------------------------------------------------------------------------
 // Parameters in and out: initialisation, model files, gradient dumps. Unit by unit through
@@ -48,22 +51,35 @@ static int gpt2_load_or_init(GPT2 *m, FILE *f, const char *path, int version, ui
 }
 
 // The model as an llm.c file (fp32: in 16-bit runs, the 16-bit parameters the model computes
-// with, widened). Every rank calls it (ZeRO-3 gathers each unit); rank 0 writes.
-static int gpt2_save(GPT2 *m, const char *path) {
+// with, widened). Every rank calls it (ZeRO-3 gathers each unit); rank 0 writes PATH.tmp and
+// fsyncs it, and the caller renames it to PATH (once the checkpoint it belongs to is complete).
+// -1 on every rank on failure (PATH.tmp removed), with "PATH: reason" in why (n bytes) on rank 0.
+static int gpt2_save(GPT2 *m, const char *path, char *why, size_t n) {
     Zero *z = &m->z;
-    FILE *f = z->rank == 0 ? gpt2_begin_checkpoint(path, &m->cfg, 3) : NULL;
-    int ok = z->rank != 0 || f != NULL;
+    CkptOut o;
+    memset(&o, 0, sizeof(o));
+    why[0] = 0;
+    if (z->rank == 0 && ckpt_out_open(&o, path) == 0) {
+        int32_t h[256];
+        gpt2_fill_header(h, &m->cfg, 3);
+        ckpt_out_write(&o, h, sizeof(h));
+    }
     float *unit = (float *)xmalloc(zero_max_unit(z) * sizeof(float));
     zero_begin_forward(z, 0, 1);
     for (int u = 0; u < z->lay.num_units; u++) {
         const void *p = zero_params(z, u, -1);
-        if (!f || !ok) continue;
+        if (z->rank != 0 || !o.ok) continue;
         z->be.to_host(z->be.ctx, unit, p, gpt2_unit_padded(&z->lay, u), z->dtype);
-        ok = gpt2_unit_file_io(f, &z->lay, u, unit, 1, 3) == 0;
+        if (gpt2_unit_file_io(o.f, &z->lay, u, unit, 1, 3) != 0) ckpt_out_fail(&o);
     }
     free(unit);
-    if (f) return gpt2_end_checkpoint(f, path, ok);
-    return ok ? 0 : -1;
+    double ok = 1.0;
+    if (z->rank == 0) {
+        ok = ckpt_out_sync(&o) == 0;
+        ckpt_out_why(&o, why, n);
+    }
+    z->be.sum_doubles(z->be.ctx, &ok, 1);
+    return ok == (double)z->world ? 0 : -1;
 }
 
 // The first step's gradient in checkpoint format: the same header and tensor order as a model
@@ -127,6 +143,11 @@ static void gpt2_sample(GPT2 *m, const Tokenizer *tok, int len, uint64_t *rng) {
     }
     if (print) printf("\n");
 }
+// The sampler's generator as gpt2_sample(len) leaves it (one draw per token): a run stopped by a
+// signal skips its sample but saves the generator an uninterrupted run would have.
+static void gpt2_sample_skip(uint64_t *rng, int len) {
+    for (int i = 0; i < len; i++) (void)rng_u32(rng);
+}
 
 // ----------------------------------------------------------------------------------------
 // A training run: everything main needs, in one place
@@ -146,6 +167,8 @@ typedef struct Run {
     LossScaler scaler;   // fp16's (mixed_precision.h); bf16 and fp32 run at scale 1
     Tokenizer tok;
     FILE *log;         // rank 0 only
+    const char *blas;  // the including trainer's BLAS library, for the header (NULL: none)
+    int nodes;         // hosts the job spans (job.h)
 } Run;
 
 // Setup failures are agreed on by all ranks, so that every rank exits cleanly together;
@@ -196,10 +219,8 @@ static int nvme_prepare(Run *r, char *dir, size_t n) {
     char host[256] = "host", msg[600] = "";
     gethostname(host, sizeof(host) - 1);
     for (char *h = host; *h; h++) if (*h == '/' || *h == '-') *h = '_';
-    MPI_Comm local;
-    int lrank;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
-    MPI_Comm_rank(local, &lrank);
+    int lrank, nlocal;
+    job_local(MPI_COMM_WORLD, &lrank, &nlocal);
     struct stat st;
     int found = stat(base, &st) == 0, ok = found && S_ISDIR(st.st_mode);
     if (!ok) snprintf(msg, sizeof(msg), "--nvme-path %s: %s", base, found ? "not a directory" : strerror(errno));
@@ -232,13 +253,11 @@ static int nvme_prepare(Run *r, char *dir, size_t n) {
         }
         if (d) closedir(d);
     }
-    MPI_Barrier(local);
-    // the bytes every rank of this host keeps there, against what its filesystem has free
+    MPI_Barrier(MPI_COMM_WORLD);
+    // the bytes every rank of this host keeps there (all alike), against what its filesystem has free
     PlanInput in = planner_input_from_train_config(c, r->world, r->plan_backend);
     MemoryPlan plan;
-    double need = planner_plan(&in, &plan) == 0 ? plan.nvme_total : 0.0, here = need;
-    MPI_Allreduce(&need, &here, 1, MPI_DOUBLE, MPI_SUM, local);
-    MPI_Comm_free(&local);
+    double here = (planner_plan(&in, &plan) == 0 ? plan.nvme_total : 0.0) * nlocal;
     struct statvfs fs;
     if (ok && statvfs(base, &fs) == 0 && fs.f_blocks > 0 && (double)fs.f_bavail * fs.f_frsize < here) { // (ramfs: no sizes)
         ok = 0;
@@ -262,6 +281,7 @@ static int setup(Run *r, int argc, char **argv) {
     if (r->rank != 0 && !freopen("/dev/null", "w", stderr)) return -1;
     int rc = config_parse(c, argc, argv);
     if (rc == 0 && c->ds_config_path && ds_config_apply(c, c->ds_config_path, r->world, c->ds_strict)) rc = -1;
+    if (rc == 0 && config_locate_defaults(c)) rc = -1;
     FILE *init = NULL;
     GPT2FileInfo info;
     CkptManifest *resume = c->resume_path ? (CkptManifest *)xmalloc(sizeof(CkptManifest)) : NULL;
@@ -329,8 +349,8 @@ static int setup(Run *r, int argc, char **argv) {
                                          c->model.vocab_size) == 0;
     if (!all_ok(ok)) return -1;
     int sampling = c->sample_len > 0 && c->sample_every > 0;
-    r->have_tok = sampling && tokenizer_init(&r->tok, c->tokenizer_path) == 0;
-    if (r->rank == 0 && sampling && !r->have_tok) printf("(no tokenizer: samples print token ids)\n");
+    r->have_tok = sampling && c->tokenizer_path && tokenizer_init(&r->tok, c->tokenizer_path) == 0;
+    if (r->rank == 0 && sampling && !r->have_tok && c->tokenizer_path) printf("(no tokenizer: samples print token ids)\n");
     if (r->rank == 0 && c->log_path && !(r->log = fopen(c->log_path, "w"))) {
         fprintf(stderr, "error: %s: cannot open log file\n", c->log_path);
         ok = 0;
@@ -379,6 +399,7 @@ static void print_header(const Run *r) {
         snprintf(prec, sizeof(prec), "%s", c->precision == ZC_BF16 ? "bf16, fp32 master weights" : "fp32");
     printf("| %-18s | %-53s |\n", "precision", prec);
     printf("| %-18s | %-53d |\n", "threads per rank", omp_get_max_threads());
+    if (r->blas) printf("| %-18s | %-53s |\n", "BLAS", r->blas);
     printf("+--------------------+-------------------------------------------------------+\n");
 }
 
@@ -534,9 +555,14 @@ static float validate(Run *r) {
     return (float)(sum / steps);
 }
 
-// A sharded checkpoint to resume from (checkpoint.h), and the model in llm.c's format.
-static void save(Run *r, int step) {
-    char path[4096];
+// A sharded checkpoint to resume from (checkpoint.h), and the model in llm.c's format; `latest`
+// names the checkpoint once both are written. Returns 0, or -1 on every rank when the save
+// failed (a full disk, say): then one line says where and why and what happens next (the run
+// stops unless --on-save-error continue, and always after its final save), and nothing of this
+// save is left behind; `latest` and the checkpoints before are untouched.
+static int save(Run *r, int step, int final) {
+    const char *dir = r->cfg.out_dir;
+    char path[4096], tmp[4104], why[CKPT_PATH + 256];
     TrainerState st;
     memset(&st, 0, sizeof(st));
     st.magic = CKPT_STATE_MAGIC;
@@ -545,10 +571,31 @@ static void save(Run *r, int step) {
     st.scaler = r->scaler;
     st.sample_rng = r->sample_rng;
     st.train_data = dataloader_state(&r->train);
-    if (ckpt_save(r->cfg.out_dir, &r->model.z, &r->cfg.model, &st, zc_dtype_names[r->cfg.precision])) die();
-    snprintf(path, sizeof(path), "%s/model_%08d.bin", r->cfg.out_dir, step);
-    if (gpt2_save(&r->model, path)) die();
-    if (r->rank == 0) printf("saved %s/step_%08d and %s\n", r->cfg.out_dir, step, path);
+    Zero *z = &r->model.z;
+    snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    int bad = ckpt_save(dir, z, &r->cfg.model, &st, zc_dtype_names[r->cfg.precision], why, sizeof(why)) != 0 ||
+              gpt2_save(&r->model, path, why, sizeof(why)) != 0 || ckpt_commit(dir, z, step, why, sizeof(why)) != 0;
+    if (!bad) {
+        if (r->rank == 0 && rename(tmp, path) != 0) fprintf(stderr, "warning: %s: %s\n", tmp, strerror(errno));
+        if (r->rank == 0) printf("saved %s/step_%08d and %s\n", dir, step, path);
+        return 0;
+    }
+    if (r->rank == 0) remove(tmp);
+    ckpt_discard(dir, z, step);
+    if (why[0]) { // the one rank that knows what failed says it
+        char latest[CKPT_PATH + 16], name[64] = "";
+        snprintf(latest, sizeof(latest), "%s/latest", dir);
+        FILE *f = fopen(latest, "r");
+        if (f && fscanf(f, "%63s", name) != 1) name[0] = 0;
+        if (f) fclose(f);
+        fprintf(stderr, "error: checkpoint of step %d not saved: %s; %s%s%s; %s\n", step, why, name[0] ? latest : dir,
+                name[0] ? " still names " : " holds no checkpoint yet", name,
+                r->cfg.on_save_error_continue && !final ? "training goes on without it (--on-save-error continue)"
+                : final ? "stopping" : "stopping (--on-save-error continue would go on)");
+        fflush(stderr);
+    }
+    return -1;
 }
 
 // --export CKPT OUT: the model of a sharded checkpoint as one llm.c file, unit by unit, so
@@ -584,16 +631,20 @@ static int export_main(int argc, char **argv) {
 static int trainer_run(Run *r, int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &r->world);
+    r->nodes = job_nodes(MPI_COMM_WORLD);
     int rc = setup(r, argc, argv);
     if (rc != 0) return rc > 0 ? 0 : 1;
     const TrainConfig *c = &r->cfg;
     int lead = r->rank == 0;
+    if (lead) job_check_hosts(r->nodes, c->comm_timeout);
     if (lead) print_header(r);
     report_memory(r);
 
     double flops_per_token = 6.0 * r->model.z.lay.num_params + 12.0 * c->model.num_layers * c->model.channels * c->seq_len;
     double total_ms = 0.0;
     int fp16 = c->precision == ZC_FP16;
+    int done = r->first_step - 1; // the last step trained
+    int failed = 0;               // a save failed: the run ends with exit code 1
     for (int step = r->first_step; step <= c->steps; step++) {
         double t0 = now_seconds();
         zero_nvme_stats(&r->model.z); // what validation, sampling or a save read is not this step's
@@ -629,18 +680,38 @@ static int trainer_run(Run *r, int argc, char **argv) {
             }
         }
         report_comm(r, step);
+        done = step;
         int last = step == c->steps;
-        if (r->have_val && (step % c->val_every == 0 || last)) {
+        // A signal on any rank (job.h): every rank stops after this step, skipping its
+        // validation and sample, and saves; --resume goes on from here bit for bit.
+        int stop = !last && preempt_agree(&r->model.z.be) > 0;
+        if (r->have_val && !stop && (step % c->val_every == 0 || last)) {
             float vl = validate(r);
             if (lead) printf("val loss %.6f\n", vl);
             if (lead && r->log) fprintf(r->log, "{\"step\":%d,\"val_loss\":%.9g}\n", step, vl);
         }
-        if (c->sample_len > 0 && c->sample_every > 0 && (step % c->sample_every == 0 || last))
-            gpt2_sample(&r->model, r->have_tok ? &r->tok : NULL, c->sample_len, &r->sample_rng);
-        if (c->out_dir && ((c->save_every > 0 && step % c->save_every == 0) || last)) save(r, step);
+        if (c->sample_len > 0 && c->sample_every > 0 && (step % c->sample_every == 0 || last)) {
+            if (stop) gpt2_sample_skip(&r->sample_rng, c->sample_len);
+            else gpt2_sample(&r->model, r->have_tok ? &r->tok : NULL, c->sample_len, &r->sample_rng);
+        }
+        // A failed save stops the run (--on-save-error stop), unless asked to go on; the last one
+        // (at the end, or on a stop signal) fails the run either way.
+        if (c->out_dir && ((c->save_every > 0 && step % c->save_every == 0) || last || stop) &&
+            save(r, step, last || stop) != 0 && (!c->on_save_error_continue || last || stop))
+            failed = stop = 1;
         if (r->log) fflush(r->log);
+        if (stop) {
+            if (lead && !failed) {
+                int sig = preempt_signal();
+                printf("stopping after step %d of %d: %s%s", step, c->steps, sig ? preempt_signal_name(sig) : "a signal",
+                       sig ? " received" : " on another rank");
+                if (c->out_dir) printf("; continue with --resume %s\n", c->out_dir);
+                else printf(" (no --out: nothing saved)\n");
+            }
+            break;
+        }
     }
-    int timed = c->steps - r->first_step;
+    int timed = done - r->first_step;
     if (lead && timed > 0)
         printf("average step (after the first): %.1f ms, %.0f tok/s\n", total_ms / timed,
                c->total_batch / (total_ms / timed / 1e3));
@@ -650,7 +721,7 @@ static int trainer_run(Run *r, int argc, char **argv) {
     dataloader_free(&r->train);
     if (r->have_val) dataloader_free(&r->val);
     gpt2_free(&r->model);
-    return 0;
+    return failed ? 1 : 0;
 }
 
 #endif // TRAINER_H

@@ -2,14 +2,19 @@
 # The whole test suite: runs every test/test_*.sh (or those named as arguments).
 # A test script exits 0 for pass, 77 for skip (it prints why), anything else for fail.
 # Ends with the line "N passed, N failed, N skipped".
+# Each run's logs go to a directory of its own, test/out/run.XXXXXX (test/out/last-run points
+# to the newest), and each test works in its own scratch directory (test/lib.sh), so that two
+# suites can run at once, in two clones or in one.
 cd "$(dirname "$0")/.." || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export PYTHON=/usr/bin/python3
 mkdir -p test/out
+logs=$(mktemp -d test/out/run.XXXXXX) || exit 1
+ln -sfn "$(basename "$logs")" test/out/last-run
 tests=("$@"); [ ${#tests[@]} -eq 0 ] && tests=(test/test_*.sh)
 pass=0; fail=0; skip=0; failed=()
 for t in "${tests[@]}"; do
-  name=$(basename "$t" .sh); log=test/out/$name.log
+  name=$(basename "$t" .sh); log=$logs/$name.log
   start=$(date +%s)
   bash "$t" >"$log" 2>&1; rc=$?
   secs=$(( $(date +%s) - start ))
@@ -18,5 +23,6 @@ for t in "${tests[@]}"; do
   else fail=$((fail+1)); failed+=("$name"); printf 'FAIL %-40s %4ds\n' "$name" "$secs"; tail -n 20 "$log" | sed 's/^/    | /'
   fi
 done
+echo "(logs in $logs)"
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]

@@ -5,7 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu || exit 1
-d=test/out/checkpoint; rm -rf $d; mkdir -p $d
+. test/lib.sh; new_scratch checkpoint
 $PYTHON test/zero_check.py shard $d/train.bin 20000 512 1
 base="--train-data $d/train.bin --seq-len 16 --batch 2 --total-batch 128 --steps 8 --val-every 0 --sample-every 0
       --lr 2e-3 --warmup 2 --seed 5"

@@ -9,7 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu || exit 1
-d=test/out/ds_config; rm -rf $d; mkdir -p $d
+. test/lib.sh; new_scratch ds_config
 $PYTHON test/zero_check.py shard $d/train.bin 20000 512 1
 tiny=(--layers 2 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16 --seq-len 16
       --val-every 0 --sample-every 0 --train-data $d/train.bin)

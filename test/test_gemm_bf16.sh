@@ -19,6 +19,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 make -s test/bin/test_gemm_bf16 test/bin/test_gemm_bf16_asan
+. test/lib.sh; new_scratch gemm_bf16 # (the two extra builds go there: this run's own)
 
 run() {  # name, binary, args...
   local name=$1; shift
@@ -37,20 +38,20 @@ run() {  # name, binary, args...
 # the two extra builds compile in parallel while the first two run
 LIBS="-lopenblas -lm"
 gcc -std=c11 -D_GNU_SOURCE -O2 -march=x86-64 -fopenmp -Wall -Wextra -Werror -I. \
-    test/test_gemm_bf16.c -o test/bin/test_gemm_bf16_portable $LIBS &
+    test/test_gemm_bf16.c -o $d/test_gemm_bf16_portable $LIBS &
 p1=$!
 gcc -std=c11 -D_GNU_SOURCE -O2 -march=native -fopenmp -Wall -Wextra -Werror -I. \
     -DGEMM_BF16_KC=32 -DGEMM_BF16_RC=32 -DGEMM_BF16_SC=32 -DGEMM_BF16_SERIAL_FLOPS=0 \
     -DGEMM_BF16_RES_L2_BYTES=4096 \
-    test/test_gemm_bf16.c -o test/bin/test_gemm_bf16_tiny $LIBS &
+    test/test_gemm_bf16.c -o $d/test_gemm_bf16_tiny $LIBS &
 p2=$!
 
 run "native build" ./test/bin/test_gemm_bf16
 run "sanitized build" ./test/bin/test_gemm_bf16_asan --quick
 wait $p1 || { echo "FAILED: portable build"; exit 1; }
 wait $p2 || { echo "FAILED: tiny-block build"; exit 1; }
-run "portable build (-march=x86-64)" ./test/bin/test_gemm_bf16_portable --quick
-run "tiny-block build" ./test/bin/test_gemm_bf16_tiny --quick
+run "portable build (-march=x86-64)" $d/test_gemm_bf16_portable --quick
+run "tiny-block build" $d/test_gemm_bf16_tiny --quick
 
 echo "== header compiles warning-free on its own: C11 -Wpedantic, without OpenMP, C++17"
 gcc -std=c11 -fopenmp -Wall -Wextra -Wpedantic -Werror -fsyntax-only -I. -x c cpu/gemm_bf16.h

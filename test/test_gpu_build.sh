@@ -10,7 +10,7 @@
 #     was built for), --precision refusing the other two with one line, option errors (the same
 #     line as the CPU trainer), --plan (the CPU trainer's model states and buffers, its own
 #     activations, computed here independently, and no workspace); and without a usable GPU a
-#     run fails at once with one line naming the CUDA error (no hang).
+#     run fails at once with one line naming the CUDA error and what to run instead (no hang).
 # Skips (exit 77) only when nvcc is absent. Running on a GPU: test/gpu/run_gpu_checks.sh.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -23,8 +23,7 @@ if [ ! -x "$NVCC" ]; then
 fi
 fails=0
 fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-d=test/out/gpu_build
-rm -rf "$d"; mkdir -p "$d"
+. test/lib.sh; new_scratch gpu_build
 
 # -Werror turns warnings into errors, but nvcc's driver prints some of its own that are not
 # ("nvcc warning : ..."): any warning line is a failure too (gcc "warning:", cudafe "warning #").
@@ -50,7 +49,8 @@ for h in *.h core/*.h run/*.h data/*.h gpu/layout.h; do
   case "$h" in run/trainer.h|core/model.h) continue ;; esac # need the including trainer's GPT2, kernels and functions
   n=${h//\//_}
   printf '#include "%s"\n' "$h" >"$d/hdr_$n.cu"
-  if "$NVCC" -std=c++17 -D_GNU_SOURCE -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -I. \
+  # (with MPI's include path, as the trainer's build: run/job.h speaks MPI)
+  if "$NVCC" -std=c++17 -D_GNU_SOURCE -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -I. $(mpicc -showme:compile) \
        -c "$d/hdr_$n.cu" -o "$d/hdr_$n.o" >"$d/hdr_$n.log" 2>&1; then
     echo "ok   $h"
   else
@@ -150,9 +150,10 @@ if [ -x train_gpt ]; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     echo "== a GPU is present: test/gpu/run_gpu_checks.sh runs the GPU checks (not part of this suite)"
   else
-    echo "== no usable GPU: a training run fails at once, naming the CUDA error"
+    echo "== no usable GPU: a training run fails at once, naming the CUDA error and what to run instead"
     timeout 120 ./train_gpt --model d12 --steps 1 >"$d/nogpu.txt" 2>&1; rc=$?
-    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "^error: rank 0: cuda" "$d/nogpu.txt"; then
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c . "$d/nogpu.txt")" -eq 1 ] &&
+       grep -q "^error: no usable GPU (rank 0: cudaGetDeviceCount: .*): .* run the CPU trainer (make train_gpt_cpu" "$d/nogpu.txt"; then
       echo "ok   $(grep -m1 '^error:' "$d/nogpu.txt")"
     else
       cat "$d/nogpu.txt"; fail "run without a GPU (rc $rc)"

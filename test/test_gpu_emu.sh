@@ -35,8 +35,7 @@ fi
 make -s test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32 test/bin/cuda_emu_selftest \
   test/bin/train_gpt_emu_bf16_asan \
   train_gpt_cpu || { echo "FAIL: build"; exit 1; }
-d=test/out/gpu_emu
-rm -rf "$d"; mkdir -p "$d"
+. test/lib.sh; new_scratch gpu_emu
 fails=0
 fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' | tr '\n' ' '; } # of the step lines on stdin

@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 mkdir -p test/bin
 
 make -s test/bin/test_mixed_precision test/bin/test_mixed_precision_asan
+. test/lib.sh; new_scratch mixed_precision # (this run's own builds)
 
 echo "== native build"
 if [ "${ZC_MP_QUICK:-0}" = 1 ]; then
@@ -24,8 +25,8 @@ echo "== sanitized build"
 
 echo "== portable build (no SIMD)"
 gcc -std=c11 -D_GNU_SOURCE -O2 -march=x86-64 -fopenmp -Wall -Wextra -Werror -I. \
-    test/test_mixed_precision.c -o test/bin/test_mixed_precision_portable -lm
-./test/bin/test_mixed_precision_portable --samples 2000000
+    test/test_mixed_precision.c -o $d/test_mixed_precision_portable -lm
+$d/test_mixed_precision_portable --samples 2000000
 
 echo "== header compiles warning-free as C11 (pedantic) and C++17"
 gcc -std=c11 -march=native -fopenmp -Wall -Wextra -Wpedantic -Werror -fsyntax-only -x c mixed_precision.h
@@ -37,7 +38,7 @@ if [ -x "$NVCC" ]; then
   echo "== header compiles warning-free as CUDA C++ (nvcc, compile only)"
   # -Werror all-warnings covers nvcc's own front end; -Xcompiler ... the host compiler.
   out=$("$NVCC" -std=c++17 -arch=sm_80 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-fopenmp \
-        -I. -c test/mixed_precision_nvcc.cu -o test/bin/mixed_precision_nvcc.o 2>&1) || { echo "$out"; exit 1; }
+        -I. -c test/mixed_precision_nvcc.cu -o $d/mixed_precision_nvcc.o 2>&1) || { echo "$out"; exit 1; }
   if echo "$out" | grep -qi warning; then echo "$out"; exit 1; fi
   echo ok
 else

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu
-d=test/out/mixed_training; rm -rf $d; mkdir -p $d
+. test/lib.sh; new_scratch mixed_training
 $PYTHON test/zero_check.py shard $d/train.bin 40000 512 5
 shape="--layers 2 --channels 64 --heads 4 --vocab-size 512 --max-seq-len 32"
 common="--seq-len 32 --train-data $d/train.bin --total-batch 256 --lr 3e-3 --warmup 5 --val-every 0 --sample-every 0 --seed 3"

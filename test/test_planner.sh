@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu test/bin/test_planner
-d=test/out/planner; rm -rf $d; mkdir -p $d
+. test/lib.sh; new_scratch planner
 
 echo "== unit checks (test/test_planner.c)"
 test/bin/test_planner

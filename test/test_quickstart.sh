@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu
-d=test/out/quickstart; rm -rf $d; mkdir -p $d
+. test/lib.sh; new_scratch quickstart
 ./train_gpt_cpu --steps 30 --val-every 30 --sample-every 30 --sample-len 24 --log $d/log.jsonl > $d/out.txt
 first=$(grep '"step":1,' $d/log.jsonl | grep -o '"loss":[0-9.]*' | cut -d: -f2)
 last=$(grep '"step":30,' $d/log.jsonl | grep -o '"loss":[0-9.]*' | cut -d: -f2)

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu_asan
-d=test/out/trainer_asan; rm -rf $d; mkdir -p $d
+. test/lib.sh; new_scratch trainer_asan
 $PYTHON test/zero_check.py shard $d/train.bin 5000 512 1
 export ASAN_OPTIONS=abort_on_error=1:detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 args="--train-data $d/train.bin --val-data $d/train.bin --layers 2 --channels 32 --heads 2 --vocab-size 512

@@ -4,7 +4,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu || exit 1
-d=test/out/trainer_cli; rm -rf $d; mkdir -p $d
+. test/lib.sh; new_scratch trainer_cli
 $PYTHON test/zero_check.py shard $d/train.bin 5000 512 1
 small="--layers 2 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16 --seq-len 16 --batch 2 --steps 1
        --val-every 0 --sample-every 0 --train-data $d/train.bin"

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu
-d=test/out/trainer_resume; rm -rf $d; mkdir -p $d
+. test/lib.sh; new_scratch trainer_resume
 # exactly one batch of B*T+1 tokens, so every step trains on the same batch
 $PYTHON test/zero_check.py shard $d/one_batch.bin $((4 * 16 + 1)) 512 3
 args="--train-data $d/one_batch.bin --no-shuffle --batch 4 --seq-len 16 --val-every 0 --sample-every 0

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu
-d=test/out/zero; rm -rf $d; mkdir -p $d
+. test/lib.sh; new_scratch zero
 L=4 C=32 NH=2 V=512 MAXT=16 T=16 B=2 TOTAL=128 STEPS=20
 $PYTHON test/zero_check.py shard $d/train.bin 20000 $V 1
 args="--train-data $d/train.bin --layers $L --channels $C --heads $NH --vocab-size $V --max-seq-len $MAXT

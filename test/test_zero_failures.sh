@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# A distributed job never hangs: a rank that dies ends the whole job within seconds, and a
-# rank that stops answering (SIGSTOP: alive, but silent, like a stuck GPU) trips the
-# --comm-timeout watchdog, which names the collective, the unit, the step and the rank.
+# A distributed job never hangs: a rank that dies ends the whole job within seconds, a killed
+# mpirun takes its ranks with it, and a rank that stops answering (SIGSTOP: alive, but silent,
+# like a stuck GPU) trips the --comm-timeout watchdog, which names the collective, the unit, the
+# step and the rank.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu || exit 1
-d=test/out/zero_failures; rm -rf $d; mkdir -p $d
+. test/lib.sh; new_scratch zero_failures
 $PYTHON test/zero_check.py shard $d/train.bin 20000 512 1
 args="--train-data $d/train.bin --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16
       --seq-len 16 --batch 2 --steps 1000000 --val-every 0 --sample-every 0"
@@ -35,6 +36,13 @@ start_job --layers 2
 victim=$(echo $ranks | awk '{print $2}')
 kill -9 $victim
 wait_job 20
+
+echo "--- kill -9 of mpirun itself: its ranks end with it (OpenMPI's doing: none trains on, orphaned)"
+start_job --layers 2
+kill -9 $job; wait $job 2>/dev/null
+for _ in $(seq 200); do left=$(for p in $ranks; do kill -0 $p 2>/dev/null && echo -n "$p "; done); [ -z "$left" ] && break; sleep 0.1; done
+[ -z "$left" ] || { echo "FAIL: ranks $left still running 20 s after mpirun was killed"; kill -9 $ranks; exit 1; }
+echo "no rank left"
 
 echo "--- SIGSTOP one rank: the watchdog fires after --comm-timeout 2"
 # With 16 micro-steps per step nearly every collective is a unit's gather or reduce-scatter,

@@ -92,7 +92,7 @@ struct dim3 {
 };
 typedef enum cudaError {
     cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
-    cudaErrorInvalidConfiguration = 9, cudaErrorNoDevice = 100, cudaErrorNotReady = 600,
+    cudaErrorInvalidConfiguration = 9, cudaErrorInsufficientDriver = 35, cudaErrorNoDevice = 100, cudaErrorNotReady = 600,
 } cudaError_t;
 enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
                       cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
@@ -112,6 +112,7 @@ static inline const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNotReady: return "device not ready";
     }
     return "unknown error";
@@ -701,8 +702,11 @@ static inline cudaError_t cudaMemset(void *p, int value, size_t bytes) {
 // The device
 
 static inline cudaError_t cudaGetDeviceCount(int *n) {
-    const char *s = getenv("EMU_DEVICES"); // EMU_DEVICES=0: a machine without a GPU
+    // EMU_DEVICES=0: a machine with NVIDIA's driver but no GPU; =nodriver: without the driver (what
+    // CUDA's runtime says on an ordinary machine)
+    const char *s = getenv("EMU_DEVICES");
     *n = s ? atoi(s) : 1;
+    if (s && !strcmp(s, "nodriver")) return cudaErrorInsufficientDriver;
     return *n > 0 ? cudaSuccess : cudaErrorNoDevice;
 }
 static inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
