@@ -36,9 +36,15 @@
 //              before the current unit computes. A gathered unit is kept while no other unit
 //              needs its buffer: the embeddings (used by the token lookup and again by the tied
 //              LM head, forward and backward; the lookup's backward needs no weights) and the
-//              final LayerNorm are gathered once per micro-step, and the last two layers are
-//              still in the two layer buffers when the backward begins. Every other layer is
-//              gathered twice per micro-step.
+//              final LayerNorm are gathered once per micro-step. The layers share two buffers:
+//              the one in use and the one being filled for the next (whichever the unit in use
+//              is not in), so the last two layers are still there when the backward begins.
+//              Every other layer is gathered twice per micro-step. Activation recompute asks for
+//              a layer again for its recompute (model.h): one recompute per layer (full with
+//              K = 1, selective) shares the backward's gather; full recompute of segments of
+//              K > 2 layers gathers each segment's layers for the recompute, in forward order,
+//              and again for the backward all but the last two, and prefetches the next
+//              segment's first layer where it would otherwise have prefetched the layer below.
 //   Accounting. Every collective's bytes are counted in the ring model (all-gather or
 //   reduce-scatter of M bytes over N ranks: M(N-1)/N; all-reduce: twice that), and every
 //   buffer this header asks the backend to allocate is counted by kind.
@@ -73,13 +79,14 @@ static const char *const zero_collective_names[ZC_NUM_COLLECTIVES] = {"all_reduc
 // The kinds of memory a rank holds. MEM_STATE + k is the optimizer's state array k (named by
 // optimizer.h: "adam_m", "adam_v", "lion_m", ...). activations and workspace (what a trainer
 // needs beyond these to compute: the CPU trainer's fp32 working copies in 16-bit runs) are
-// counted by the trainer.
+// counted by the trainer, and so are the activations a device trainer keeps in host memory
+// (host_activations: the GPU trainer's checkpoints with cpu_checkpointing).
 enum { MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_BUFFERS = MEM_STATE + OPT_MAX_SLICES, MEM_ACTIVATIONS,
-       MEM_WORKSPACE, MEM_KINDS };
+       MEM_WORKSPACE, MEM_HOST_ACTIVATIONS, MEM_KINDS };
 // The kind's name in logs and plans; NULL for a state array the optimizer does not keep.
 static inline const char *zero_memory_name(int optimizer, int kind) {
     static const char *const names[MEM_KINDS] = {"params", "grads", "master", "state0", "state1", "buffers",
-                                                 "activations", "workspace"};
+                                                 "activations", "workspace", "host_activations"};
     if (kind >= MEM_STATE && kind < MEM_STATE + OPT_MAX_SLICES) return optimizer_info(optimizer)->slice_names[kind - MEM_STATE];
     return names[kind];
 }
@@ -144,6 +151,10 @@ typedef struct {
     int pending[GPT2_MAX_UNITS];   // handle of the unit's collective in flight, or -1
     int pending_recv[GPT2_MAX_UNITS]; // which scatter_recv buffer the unit's reduce-scatter uses
     int gathered[GPT2_MAX_UNITS];  // stage 3: the unit's parameters are (being) gathered in its buffer
+    int layer_buffer[GPT2_MAX_UNITS]; // stage 3: which gather_layer a gathered layer is in
+    int buffer_layer[2];           // ... and the layer each holds (-1: none)
+    int in_use;                    // the layer zero_params handed out last (its buffer is not refilled)
+    int unclaimed[GPT2_MAX_UNITS]; // stage 3: a layer prefetched, not asked for yet (pending: its all-gather)
     int step;                      // for the watchdog's message
     unsigned long forwards;        // forward passes begun: a unit's values are the same within one
     // accounting
@@ -207,6 +218,7 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int stage, int rank
         for (int i = 0; i < 2; i++) z->gather_layer[i] = zero_alloc(z, MEM_BUFFERS, zero_max_layer(z));
     }
     for (int u = 0; u < GPT2_MAX_UNITS; u++) z->pending[u] = -1;
+    z->buffer_layer[0] = z->buffer_layer[1] = z->in_use = -1;
 }
 
 // Elements of the bounded buffers zero_init allocates: gradient buckets and reduce-scatter
@@ -234,7 +246,7 @@ static inline void zero_free(Zero *z) {
 static inline void *zero_gather_buffer(const Zero *z, int u) {
     if (u == UNIT_EMBED) return z->gather_embed;
     if (u == gpt2_final_unit(&z->lay)) return z->gather_final;
-    return z->gather_layer[u % 2]; // consecutive layers alternate: one computes, one prefetches
+    return z->gather_layer[z->layer_buffer[u]]; // (zero_prefetch put it there)
 }
 static inline void *zero_bucket(const Zero *z, int u) {
     if (u == UNIT_EMBED) return z->bucket_embed;
@@ -265,9 +277,14 @@ static inline void zero_wait(Zero *z, int u, const char *what) {
 // Stage 3: start gathering unit u's parameters into its buffer, unless already there.
 static inline void zero_prefetch(Zero *z, int u) {
     if (z->stage != 3 || u < 0 || u >= z->lay.num_units || z->gathered[u]) return;
-    if (zero_is_layer(z, u)) // the buffer's previous layer (same parity) is overwritten
-        for (int v = 1; v < gpt2_final_unit(&z->lay); v++)
-            if (v % 2 == u % 2) z->gathered[v] = 0;
+    if (zero_is_layer(z, u)) { // into the layer buffer the layer in use is not in; its layer is dropped
+        int b = z->buffer_layer[0] >= 0 && z->buffer_layer[0] == z->in_use ? 1 : 0, v = z->buffer_layer[b];
+        if (v >= 0 && z->unclaimed[v]) zero_wait(z, v, "all_gather"); // (a prefetch nobody asked for)
+        if (v >= 0) z->gathered[v] = z->unclaimed[v] = 0;
+        z->buffer_layer[b] = u;
+        z->layer_buffer[u] = b;
+        z->unclaimed[u] = 1;
+    }
     z->pending[u] = z->be.all_gather(z->be.ctx, zero_at(z, z->params, zero_shard_offset(z, u)), zero_gather_buffer(z, u),
                                      zero_slice(z, u), z->dtype);
     z->gathered[u] = 1;
@@ -281,16 +298,19 @@ static inline void zero_begin_forward(Zero *z, int micro, int accum) {
     z->accum = accum;
     z->forwards++;
     for (int u = 0; u < z->lay.num_units; u++) z->gathered[u] = 0;
+    z->buffer_layer[0] = z->buffer_layer[1] = z->in_use = -1;
 }
 
 // The parameters of unit u, for its forward or its backward. next: the unit that will be
 // needed after this one, prefetched now so that its gather overlaps this unit's compute (-1:
-// none). Stage 3 re-gathers a layer for its backward only if its buffer was reused since.
+// none). Stage 3 re-gathers a layer for its backward (or its recompute) only if its buffer was
+// reused since.
 static inline void *zero_params(Zero *z, int u, int next) {
     z->be.progress(z->be.ctx);
     if (z->stage != 3) return zero_at(z, z->params, z->lay.unit_offset[u]);
     zero_prefetch(z, u);
     zero_wait(z, u, "all_gather");
+    if (zero_is_layer(z, u)) z->unclaimed[u] = 0, z->in_use = u;
     zero_prefetch(z, next);
     return zero_gather_buffer(z, u);
 }

@@ -3,7 +3,8 @@
 // Contract
 //   - PlanInput describes a run: a model, a precision, an optimizer, a ZeRO stage, a world
 //     size N (any N: 1024 is fine, nothing is allocated), a micro-batch B and sequence length
-//     T, activation recompute on/off, optimizer state offloaded to host on/off, and the trainer
+//     T, activation recompute (none, full every K layers, selective; full's checkpoints in host
+//     memory or not), optimizer state offloaded to host on/off, and the trainer
 //     (PlanBackend: how its backend lays out activations and what workspace it needs; each
 //     trainer hands over its own, so that this header knows no backend).
 //   - The model is either
@@ -51,14 +52,17 @@
 //   scratch) fp32.
 //   GPU trainer (gpu/layout.h): every tensor at its element size (2 bytes in bf16/fp16, 4 in
 //   fp32) but the fp32 statistics and losses, each tensor 256-byte aligned.
-//   Recompute (a PLAN; the trainer does not implement it): keep each layer's input (the
-//   embedding output and every layer's output, residual3) and ONE layer's worth of the other
-//   per-layer tensors, rebuilt layer by layer during the backward; the rest (final LayerNorm,
-//   logits, losses, backward scratch) as without recompute.
+//   Recompute (gpt2.h; each backend lays out what it keeps and its scratch, and the planner
+//   takes the bytes from it): full every K keeps ceil(L/K) layer inputs and the last layer's
+//   output and K layers' worth of scratch; selective keeps each layer's qkv, residual2, fch and
+//   output and one layer of the rest; the rest (final LayerNorm, logits, losses, backward
+//   scratch) as without recompute. The GPU trainer's cpu_checkpointing keeps full's
+//   checkpoints in host memory (two on the device, in transit).
 //   Textbook, one layer, s = T, b = B, h = C, a = heads: 16-bit sbh(34 + 5as/h) bytes, of which
 //   sbh(2 + as/h) are 1-byte dropout masks; in fp32 the 2-byte elements double: sbh(66 + 9as/h).
-//   With full recompute the textbook keeps each layer's input (2sbh in 16-bit, 4sbh in fp32)
-//   plus one layer's full activations.
+//   With full recompute the textbook keeps each checkpointed layer's input (2sbh in 16-bit, 4sbh
+//   in fp32) plus K layers' full activations; with selective recompute (Korthikanti et al.) each
+//   layer keeps all but the attention's s x s matrices: sbh 34 (16-bit), sbh 66 (fp32).
 //
 // Buffers (at the parameter precision): stages 2, 3: a gradient bucket
 //   for the embeddings, the final LayerNorm and two for layers, and reduce-scatter receive
@@ -89,9 +93,11 @@
 // workspace it needs beyond the model states, in bytes (dtype: ZC_*; threads: the CPU trainer's
 // OpenMP threads per rank), and how the table names them. Each trainer hands over its own.
 typedef struct {
-    double (*activation_bytes)(const GPT2Config *c, int B, int T, int dtype, int recompute);
+    // device bytes of the activations; *host: those the trainer keeps in host memory instead
+    double (*activation_bytes)(const GPT2Config *c, int B, int T, int dtype, GPT2Recompute r, double *host);
     double (*workspace_bytes)(const ParamLayout *lay, const GPT2Config *c, int B, int T, int dtype, int threads);
     const char *activation_formula[ZC_NUM_DTYPES]; // the table's formula column, per precision
+    const char *recompute_formula[ZC_NUM_DTYPES];  // ... with recompute
     const char *workspace_label[ZC_NUM_DTYPES];
     const char *workspace_formula;
     int default_precision;                       // the trainer's own default
@@ -107,7 +113,7 @@ typedef struct {
     int zero_stage;        // 0-3
     int world;             // N ranks
     int batch, seq_len;    // micro-batch B and sequence length T
-    int recompute;         // activation recompute (a plan: the trainer does not implement it)
+    GPT2Recompute recompute; // activation recompute (gpt2.h): none, full every K layers, selective
     int offload_optimizer; // master, m, v in host memory
     int threads;           // the CPU trainer's OpenMP threads per rank (its bf16 matmul scratch);
                            // 0: as it picks them with all ranks on this machine (planner_threads)
@@ -128,7 +134,7 @@ typedef struct {
     double host_optimizer, host_total;
     double model_states_textbook;  // the stage formula on the unpadded P, all of it wherever it lives
     double act_textbook_layer;     // Korthikanti per layer, at the plan's precision (0 if unknown)
-    double act_textbook;           // L layers' worth (recompute: inputs + one layer)
+    double act_textbook;           // L layers' worth (full: inputs + K layers; selective: L x sbh 34)
 } MemoryPlan;
 
 // ----------------------------------------------------------------------------------------
@@ -149,6 +155,7 @@ static inline void planner_input_defaults(PlanInput *in, const PlanBackend *back
     in->world = 1;
     in->batch = d.batch;
     in->seq_len = d.seq_len;
+    in->recompute = config_recompute(&d);
 }
 
 // The plan of a training run the trainer is about to make.
@@ -163,6 +170,7 @@ static inline PlanInput planner_input_from_train_config(const TrainConfig *c, in
     in.seq_len = c->seq_len;
     in.precision = c->precision;
     in.optimizer = c->optimizer;
+    in.recompute = config_recompute(c);
     return in;
 }
 
@@ -281,7 +289,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         p->buffers_known = 1;
         if (in->backend) { // the trainer's own layout
             dev[MEM_ACTIVATIONS] = in->backend->activation_bytes(&in->cfg, in->batch, in->seq_len, in->precision,
-                                                                 in->recompute);
+                                                                 in->recompute, &p->host[MEM_HOST_ACTIVATIONS]);
             dev[MEM_WORKSPACE] = in->backend->workspace_bytes(&z.lay, &in->cfg, in->batch, in->seq_len, in->precision,
                                                               planner_threads(in));
             p->activations_known = p->workspace_known = 1;
@@ -291,7 +299,13 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
     if (p->activations_known) {
         double s = in->seq_len, b = in->batch, h = in->cfg.channels, a = in->cfg.num_heads, L = in->cfg.num_layers;
         p->act_textbook_layer = planner_textbook_layer_bytes(s, b, h, a, elem);
-        p->act_textbook = in->recompute ? L * elem * s * b * h + p->act_textbook_layer : L * p->act_textbook_layer;
+        double K = gpt2_recompute_every(in->recompute);
+        if (in->recompute.mode == RECOMPUTE_FULL)
+            p->act_textbook = ceil(L / K) * elem * s * b * h + K * p->act_textbook_layer;
+        else if (in->recompute.mode == RECOMPUTE_SELECTIVE)
+            p->act_textbook = L * planner_textbook_layer_bytes(s, b, h, 0.0, elem);
+        else
+            p->act_textbook = L * p->act_textbook_layer;
         if (!p->exact || !in->backend) dev[MEM_ACTIVATIONS] = p->act_textbook;
     }
     if (p->exact && !in->backend) p->activations_known = 1; // the textbook's, below
@@ -304,7 +318,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
     p->total = p->model_states + dev[MEM_BUFFERS] + dev[MEM_ACTIVATIONS] + dev[MEM_WORKSPACE];
     p->host_optimizer = 0.0;
     for (int k = MEM_MASTER; k < MEM_BUFFERS; k++) p->host_optimizer += p->host[k];
-    p->host_total = p->host_optimizer;
+    p->host_total = p->host_optimizer + p->host[MEM_HOST_ACTIVATIONS];
     return 0;
 }
 
@@ -355,6 +369,23 @@ static inline const char *planner_states_formula(char *buf, size_t n, const Memo
     return buf;
 }
 
+// "off", "full, every layer", "full, every 2 layers, checkpoints in host memory", "selective".
+static inline const char *planner_recompute_name(char *buf, size_t n, GPT2Recompute r) {
+    int K = gpt2_recompute_every(r);
+    if (r.mode != RECOMPUTE_FULL) snprintf(buf, n, "%s", r.mode == RECOMPUTE_SELECTIVE ? "selective" : "off");
+    else if (K == 1) snprintf(buf, n, "full, every layer%s", r.host ? ", checkpoints in host memory" : "");
+    else snprintf(buf, n, "full, every %d layers%s", K, r.host ? ", checkpoints in host memory" : "");
+    return buf;
+}
+// The textbook's activations of L layers with this recompute.
+static inline const char *planner_textbook_formula(GPT2Recompute r, int precision) {
+    int fp32 = precision == ZC_F32;
+    if (r.mode == RECOMPUTE_SELECTIVE) return fp32 ? "L sbh 66" : "L sbh 34";
+    if (r.mode == RECOMPUTE_FULL && gpt2_recompute_every(r) > 1) return fp32 ? "4sbh L/K + K layers" : "2sbh L/K + K layers";
+    if (r.mode == RECOMPUTE_FULL) return fp32 ? "4sbhL + one layer" : "2sbhL + one layer";
+    return fp32 ? "L sbh(66+9as/h)" : "L sbh(34+5as/h)";
+}
+
 static inline const char *planner_mode_name(int precision) {
     return precision == ZC_F32 ? "fp32" : precision == ZC_BF16 ? "bf16 mixed precision" : "fp16 mixed precision";
 }
@@ -383,6 +414,11 @@ static inline void planner_row(FILE *f, const char *label, const char *formula, 
     fprintf(f, "\n");
 }
 #define PLANNER_KIND(k) (1u << (k))
+// The plan's bytes of zero.h's kind k per rank, where that kind lives: the device, or for
+// host_activations the host.
+static inline double planner_kind_bytes(const MemoryPlan *p, int k) {
+    return k == MEM_HOST_ACTIVATIONS ? p->host[k] : p->device[k];
+}
 
 // The table. actual: NULL, or actual_ranks x MEM_KINDS bytes the ranks really allocated
 // (rank-major, zero.h's kinds, as report_memory gathers them): printed beside the plan with
@@ -412,8 +448,10 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
             in->optimizer == OPT_ADAMW ? "AdamW" : in->optimizer == OPT_LION ? "Lion"
             : in->optimizer == OPT_SGD_MOMENTUM ? "SGD with momentum" : "plain SGD",
             S, in->world);
+    char rn[80];
     fprintf(f, "            micro-batch B = %d, T = %d, activation recompute %s, optimizer state on %s\n", in->batch,
-            in->seq_len, in->recompute ? "ON (a plan)" : "off", in->offload_optimizer ? "the HOST (offloaded)" : "the device");
+            in->seq_len, planner_recompute_name(rn, sizeof(rn), in->recompute),
+            in->offload_optimizer ? "the HOST (offloaded)" : "the device");
     fprintf(f, "\n  %-38s %-24s %19s %11s", "on the device, per rank", "formula", "bytes", "size");
     if (actual) fprintf(f, " %19s", actual_ranks > 1 ? "allocated (rank 0)" : "allocated");
     fprintf(f, "\n");
@@ -456,26 +494,32 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
                    : S == 2 ? "ZeRO buffers (buckets, recv slices)" : "ZeRO buffers (none below stage 2)",
                 p->buffers_known ? "zero_init's units" : "not modelled", p->buffers_known ? &d[MEM_BUFFERS] : NULL, A, R,
                 PLANNER_KIND(MEM_BUFFERS));
-    snprintf(lab, sizeof(lab), "activations (%s%s)", p->exact ? "this trainer" : "textbook",
-             in->recompute ? ", recompute" : "");
-    planner_row(f, lab, p->exact && in->backend ? in->backend->activation_formula[in->precision]
-                 : in->recompute ? (in->precision == ZC_F32 ? "4sbhL + one layer" : "2sbhL + one layer")
-                                 : (in->precision == ZC_F32 ? "L sbh(66+9as/h)" : "L sbh(34+5as/h)"),
+    int rc = in->recompute.mode != RECOMPUTE_NONE;
+    if (p->exact && rc) snprintf(lab, sizeof(lab), "activations (recompute %s)", gpt2_recompute_names[in->recompute.mode]);
+    else snprintf(lab, sizeof(lab), "activations (%s%s)", p->exact ? "this trainer" : "textbook", rc ? ", recompute" : "");
+    planner_row(f, lab, p->exact && in->backend ? (rc ? in->backend->recompute_formula : in->backend->activation_formula)[in->precision]
+                 : planner_textbook_formula(in->recompute, in->precision),
                 p->activations_known ? &d[MEM_ACTIVATIONS] : NULL, A, R, PLANNER_KIND(MEM_ACTIVATIONS));
     planner_row(f, in->backend ? in->backend->workspace_label[in->precision] : "workspace",
                 p->workspace_known ? in->backend->workspace_formula : "not modelled",
                 p->workspace_known ? &d[MEM_WORKSPACE] : NULL, A, R, PLANNER_KIND(MEM_WORKSPACE));
     planner_row(f, p->buffers_known && p->activations_known && p->workspace_known ? "= TOTAL on the device"
                                                                                  : "= TOTAL on the device (known parts)",
-                "", &p->total, A, R, (1u << MEM_KINDS) - 1);
-    if (off) {
+                "", &p->total, A, R, ((1u << MEM_KINDS) - 1) & ~PLANNER_KIND(MEM_HOST_ACTIVATIONS));
+    double host_acts = p->host[MEM_HOST_ACTIVATIONS];
+    if (off || host_acts > 0) {
         fprintf(f, "\n  in host memory, per rank\n");
-        planner_row(f, "master weights (fp32)", planner_term(fm, sizeof(fm), p->bytes_master, S > 0), &p->host[MEM_MASTER],
-                    NULL, 0, 0);
-        double moments = 0.0;
-        for (int k = 0; k < OPT_MAX_SLICES; k++) moments += p->host[MEM_STATE + k];
-        planner_row(f, "optimizer state arrays (fp32)", planner_term(fm, sizeof(fm), planner_state_bytes(p), S > 0),
-                    &moments, NULL, 0, 0);
+        if (off) {
+            planner_row(f, "master weights (fp32)", planner_term(fm, sizeof(fm), p->bytes_master, S > 0), &p->host[MEM_MASTER],
+                        NULL, 0, 0);
+            double moments = 0.0;
+            for (int k = 0; k < OPT_MAX_SLICES; k++) moments += p->host[MEM_STATE + k];
+            planner_row(f, "optimizer state arrays (fp32)", planner_term(fm, sizeof(fm), planner_state_bytes(p), S > 0),
+                        &moments, NULL, 0, 0);
+        }
+        if (host_acts > 0) // compared with what the ranks allocated, like the device's kinds
+            planner_row(f, "activations: checkpoints (pinned)", "cpu_checkpointing", &host_acts, A, R,
+                        PLANNER_KIND(MEM_HOST_ACTIVATIONS));
         planner_row(f, "= TOTAL in host memory", "", &p->host_total, NULL, 0, 0);
     }
     fprintf(f, "\n  textbook, for comparison\n");
@@ -484,8 +528,10 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
     if (p->activations_known) {
         planner_row(f, "activations of one layer", in->precision == ZC_F32 ? "sbh(66 + 9as/h)" : "sbh(34 + 5as/h)",
                     &p->act_textbook_layer, NULL, 0, 0);
-        planner_row(f, in->recompute ? "activations, L inputs + one layer" : "activations, L layers",
-                    in->recompute ? (in->precision == ZC_F32 ? "4sbhL + one layer" : "2sbhL + one layer") : "L x the above",
+        planner_row(f, in->recompute.mode == RECOMPUTE_FULL ? "activations, kept inputs + K layers"
+                       : in->recompute.mode == RECOMPUTE_SELECTIVE ? "activations, L layers less attention's"
+                                                                   : "activations, L layers",
+                    rc ? planner_textbook_formula(in->recompute, in->precision) : "L x the above",
                     &p->act_textbook, NULL, 0, 0);
     } else {
         fprintf(f, "  activations: unknown (give --layers, --channels and --heads with --params)\n");
@@ -493,7 +539,7 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
     if (actual) {
         int all = 1;
         for (int q = 0; q < actual_ranks; q++)
-            for (int k = 0; k < MEM_KINDS; k++) all = all && actual[q * MEM_KINDS + k] == d[k];
+            for (int k = 0; k < MEM_KINDS; k++) all = all && actual[q * MEM_KINDS + k] == planner_kind_bytes(p, k);
         fprintf(f, "  plan vs allocated: %s\n", all ? "every kind on every rank matches exactly" : "MISMATCH (see DIFFERS)");
     }
 }
@@ -518,9 +564,10 @@ static inline void planner_print_json(FILE *f, const MemoryPlan *p) {
         fprintf(f, ",\"vocab_size\":%d,\"padded_vocab_size\":%d,\"max_seq_len\":%d", c->vocab_size,
                 c->padded_vocab_size, c->max_seq_len);
     fprintf(f, ",\"precision\":\"%s\",\"optimizer\":\"%s\",\"zero_stage\":%d,\"world\":%d,\"batch\":%d,\"seq_len\":%d,"
-               "\"recompute\":%s,\"offload_optimizer\":%s},",
+               "\"recompute\":\"%s\",\"recompute_every\":%d,\"cpu_checkpointing\":%s,\"offload_optimizer\":%s},",
             zc_dtype_names[in->precision], optimizer_info(in->optimizer)->name, in->zero_stage, in->world,
-            in->batch, in->seq_len, in->recompute ? "true" : "false", in->offload_optimizer ? "true" : "false");
+            in->batch, in->seq_len, gpt2_recompute_names[in->recompute.mode], gpt2_recompute_every(in->recompute),
+            in->recompute.host ? "true" : "false", in->offload_optimizer ? "true" : "false");
     fprintf(f, "\"exact\":%s,", p->exact ? "true" : "false");
     planner_json_num(f, "num_params", p->num_params, 1); fputc(',', f);
     planner_json_num(f, "padded_params", p->padded_params, 1); fputc(',', f);
@@ -535,8 +582,8 @@ static inline void planner_print_json(FILE *f, const MemoryPlan *p) {
     for (int k = 0; k < MEM_KINDS; k++) {
         if (!zero_memory_name(in->optimizer, k)) continue;
         int known = k == MEM_BUFFERS ? p->buffers_known : k == MEM_WORKSPACE ? p->workspace_known
-                    : k == MEM_ACTIVATIONS ? p->activations_known : 1;
-        planner_json_num(f, zero_memory_name(in->optimizer, k), p->device[k], known);
+                    : k == MEM_ACTIVATIONS || k == MEM_HOST_ACTIVATIONS ? p->activations_known : 1;
+        planner_json_num(f, zero_memory_name(in->optimizer, k), planner_kind_bytes(p, k), known);
         fputc(',', f);
     }
     planner_json_num(f, "optimizer", p->optimizer, 1); fputc(',', f);
@@ -546,6 +593,7 @@ static inline void planner_print_json(FILE *f, const MemoryPlan *p) {
     planner_json_num(f, "master", p->host[MEM_MASTER], 1); fputc(',', f);
     for (int k = 0; k < oi->slices; k++) { planner_json_num(f, oi->slice_names[k], p->host[MEM_STATE + k], 1); fputc(',', f); }
     planner_json_num(f, "optimizer", p->host_optimizer, 1); fputc(',', f);
+    planner_json_num(f, "activations", p->host[MEM_HOST_ACTIVATIONS], p->activations_known); fputc(',', f);
     planner_json_num(f, "total", p->host_total, 1);
     fprintf(f, "},");
     planner_json_num(f, "model_states_textbook", p->model_states_textbook, 1); fputc(',', f);
@@ -580,7 +628,10 @@ static inline void planner_help(FILE *f, const char *prog, const PlanBackend *ba
             "  --world N             ranks, any number (default 1)\n"
             "  --batch B             micro-batch per rank (default %d)\n"
             "  --seq-len T           tokens per sequence (default %d; at most --max-seq-len for GPT-2 shapes)\n"
-            "  --recompute           plan activation recompute: keep each layer's input and one layer's worth\n"
+            "  --recompute R         activation recompute: none | full (keep each layer's input, recompute\n"
+            "                        the layer in its backward) | selective (keep the matmuls' outputs)\n"
+            "  --recompute-every K   full: keep every K-th layer's input, recompute K layers at a time\n"
+            "  --cpu-checkpointing   full: the GPU trainer keeps the inputs in host memory\n"
             "  --offload-optimizer   optimizer state (master weights, moments) in host memory\n"
             "  --threads N           the CPU trainer's OpenMP threads per rank, which size its bf16 matmul\n"
             "                        scratch (default: OMP_NUM_THREADS, else this machine's cores / --world)\n"
@@ -630,7 +681,8 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
         {"model", 1, 0, 0}, {"layers", 1, 0, 0}, {"channels", 1, 0, 0}, {"heads", 1, 0, 0},
         {"vocab-size", 1, 0, 0}, {"max-seq-len", 1, 0, 0}, {"seq-len", 1, 0, 0}, {"params", 1, 0, 0},
         {"precision", 1, 0, 0}, {"optimizer", 1, 0, 0}, {"zero-stage", 1, 0, 0}, {"world", 1, 0, 0},
-        {"batch", 1, 0, 0}, {"recompute", 0, 0, 0}, {"offload-optimizer", 0, 0, 0}, {"json", 0, 0, 0},
+        {"batch", 1, 0, 0}, {"recompute", 1, 0, 0}, {"offload-optimizer", 0, 0, 0}, {"json", 0, 0, 0},
+        {"recompute-every", 1, 0, 0}, {"cpu-checkpointing", 0, 0, 0},
         {"threads", 1, 0, 0}, {"help", 0, 0, 0}, {"plan", 0, 0, 0}, {0, 0, 0, 0}};
     PlanInput in;
     planner_input_defaults(&in, backend);
@@ -649,7 +701,9 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
         if (!strcmp(o, "help")) { planner_help(stdout, argv[0], backend); return 0; }
         else if (!strcmp(o, "plan")) continue;
         else if (!strcmp(o, "json")) json = 1;
-        else if (!strcmp(o, "recompute")) in.recompute = 1;
+        else if (!strcmp(o, "recompute")) r = planner_pick(o, a, gpt2_recompute_names, NUM_RECOMPUTE, &in.recompute.mode);
+        else if (!strcmp(o, "recompute-every")) r = config_int(o, a, 1, GPT2_MAX_LAYERS, &in.recompute.every);
+        else if (!strcmp(o, "cpu-checkpointing")) in.recompute.host = 1;
         else if (!strcmp(o, "offload-optimizer")) in.offload_optimizer = 1;
         else if (!strcmp(o, "model")) {
             model_name = a;
@@ -706,6 +760,18 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
     }
     const char *why = planner_input_problem(&in);
     if (why) { fprintf(stderr, "error: model options: %s\n", why); return 1; }
+    if (in.recompute.every > 1 && in.recompute.mode != RECOMPUTE_FULL) {
+        fprintf(stderr, "error: --recompute-every %d needs --recompute full\n", in.recompute.every);
+        return 1;
+    }
+    if (in.recompute.host && in.recompute.mode != RECOMPUTE_FULL) {
+        fprintf(stderr, "error: --cpu-checkpointing needs --recompute full\n");
+        return 1;
+    }
+    if ((in.params_count == 0 || in.shape_known) && in.recompute.every > in.cfg.num_layers) {
+        fprintf(stderr, "error: --recompute-every %d exceeds the model's %d layers\n", in.recompute.every, in.cfg.num_layers);
+        return 1;
+    }
     MemoryPlan p;
     planner_plan(&in, &p);
     if (json) planner_print_json(stdout, &p);

@@ -4,9 +4,10 @@
 // Contract. The including file (train_gpt_cpu.c; train_gpt.cu) defines, before including:
 //   GPT2: a struct with at least GPT2Config cfg; Zero z; int B, T; int *inputs, *targets (host
 //     arrays of B*T); size_t bytes_activations
-//   gpt2_build(m, cfg, B, T, stage, rank, world, dtype, optimizer, ZeroBackend), gpt2_free(m)
+//   gpt2_build(m, cfg, B, T, stage, rank, world, dtype, optimizer, recompute, ZeroBackend), gpt2_free(m)
 //     (dtype: ZC_F32, ZC_BF16, ZC_FP16, the element type of parameters, gradients, activations;
-//     optimizer: optimizer.h's kind, whose state arrays zero.h keeps)
+//     optimizer: optimizer.h's kind, whose state arrays zero.h keeps; recompute: gpt2.h's
+//     GPT2Recompute, what the forward keeps for the backward)
 //   gpt2_forward(m, inputs, targets, B, T, dloss) -> mean loss; gpt2_backward(m, B, T)
 //     (both from model.h, over the trainer's kernels)
 //   gpt2_grad_norm(m) -> global norm; gpt2_update(m, const OptStep *)
@@ -188,7 +189,7 @@ static int setup(Run *r, int argc, char **argv) {
 
     r->accum = config_accum_steps(c, r->world);
     gpt2_build(&r->model, &c->model, c->batch, c->seq_len, c->zero_stage, r->rank, r->world, c->precision, c->optimizer,
-               trainer_backend(r));
+               config_recompute(c), trainer_backend(r));
     r->first_step = 1;
     r->sample_rng = c->seed ^ 0x5A3C1E;
     if (c->precision == ZC_FP16)

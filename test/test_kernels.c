@@ -582,7 +582,8 @@ static void test_model(void) {
     // ZeRO stage 0 on one rank: the full parameters and gradients in flat buffers, and no
     // collective ever starts, so the backend only allocates.
     GPT2 m;
-    gpt2_build(&m, &cfg, MB, MT, 0, 0, 1, ZC_F32, OPT_ADAMW, local_backend());
+    GPT2Recompute none = {RECOMPUTE_NONE, 1, 0};
+    gpt2_build(&m, &cfg, MB, MT, 0, 0, 1, ZC_F32, OPT_ADAMW, none, local_backend());
     ParamLayout *lay = &m.z.lay;
     float *params = (float *)m.z.params, *grads = (float *)m.z.grads;
     for (int u = 0; u < lay->num_units; u++) gpt2_init_unit(lay, u, 1337, params + lay->unit_offset[u]);
