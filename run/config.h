@@ -573,8 +573,9 @@ static inline int config_validate_recompute(TrainConfig *c) {
         double n = c->ds_extra[DSX_NUMBER_CHECKPOINTS];
         int every = n < 1 ? 1 : (int)ceil(L / n);
         if (config_given(c, CK_RECOMPUTE_EVERY) && c->recompute_every != every) {
-            fprintf(stderr, "error: --recompute-every %d: the --deepspeed file's activation_checkpointing.number_checkpoints "
-                            "%.0f means every %d of the model's %d layers; they conflict\n", c->recompute_every, n, every, L);
+            fprintf(stderr, "error: --recompute-every %d conflicts with the --deepspeed file's "
+                            "activation_checkpointing.number_checkpoints %.0f (of the model's %d layers' inputs: every %d)\n",
+                    c->recompute_every, n, L, every);
             return -1;
         }
         c->recompute_every = every;

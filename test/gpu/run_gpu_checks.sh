@@ -11,7 +11,14 @@
 #   2. ZeRO stage equivalence on the GPUs present (mpirun -np NGPU), fp32 and bf16: stages 0-3,
 #      with gradient accumulation, give the same losses step by step (fp32: up to summation
 #      order; bf16: within its tolerance, as the stages round gradient sums at different points).
-#   3. Benchmark, bf16: GPT-2 124M (d12), T=1024, 524,288 tokens per step, ZeRO-2 and ZeRO-3:
+#   3. Activation recompute (--recompute full, full every 2, selective, full with cpu_checkpointing
+#      and every 3), fp32, bf16, fp16, one GPU: every step's loss and the first step's gradient
+#      equal the run without recompute bit for bit, the memory table says plan = allocated (host
+#      checkpoints included), and full recompute's loss and gradient agree with the CPU trainer's
+#      within the tolerances of 1; on NGPU GPUs, ZeRO-3, bf16, two micro-steps: the losses equal
+#      the run without recompute and the all-gather bytes per step follow the recompute's
+#      schedule (test/zero_check.py gathers).
+#   4. Benchmark, bf16: GPT-2 124M (d12), T=1024, 524,288 tokens per step, ZeRO-2 and ZeRO-3:
 #      ms/step, tokens/s and MFU. MFU needs the GPU's peak: H100 (989 TFLOP/s dense bf16) is
 #      known; any other GPU needs --peak-tflops, otherwise no MFU is printed.
 # Tolerances (relative; loss: to max(1, |loss|); gradients: compare_grads.py's relative L2 error
@@ -120,10 +127,51 @@ print(f"{'ok  ' if ok else 'FAIL'} {p} losses by stage: " + "; ".join(f"{s}: " +
 sys.exit(0 if ok else 1)
 EOF
   done
+
+  echo "== 3. activation recompute: the run without it bit for bit, the CPU trainer's numbers within tolerance" | tee -a "$summary"
+  rargs=(--layers 4 --channels 64 --heads 4 --batch 2 --seq-len 32 --grad-accum 2 --steps 2 "${common[@]}")
+  rmodes=("none 1" "full 1" "full 2" "selective 1" "full 1 --cpu-checkpointing" "full 3 --cpu-checkpointing")
+  steps() { grep '^{"step"' "$1" | grep '"loss"' | sed -E 's/,"ms":[^,]*,"tok_s":[^,}]*//'; }
+  for p in fp32 bf16 fp16; do
+    ok=1
+    for mk in "${rmodes[@]}"; do
+      set -- $mk; mode=$1 k=$2; shift 2; tag=rc_${p}_$mode$k${1:+_host}
+      # shellcheck disable=SC2046
+      $gpu$p "${rargs[@]}" --precision $p $(prec_opts $p) --recompute "$mode" --recompute-every "$k" "$@" \
+        --dump-grads "$d/$tag.bin" --log "$d/$tag.jsonl" >"$d/$tag.log" 2>&1 || { tail -n 20 "$d/$tag.log"; fail "$tag run"; ok=0; continue; }
+      grep -q "plan vs allocated: every kind on every rank matches exactly" "$d/$tag.log" || { fail "$tag: plan != allocated"; ok=0; }
+      [ "$mode" = none ] && continue
+      if [ -z "$(steps "$d/$tag.jsonl")" ] || [ "$(steps "$d/$tag.jsonl")" != "$(steps "$d/rc_${p}_none1.jsonl")" ] ||
+         ! cmp -s "$d/$tag.bin" "$d/rc_${p}_none1.bin"; then fail "$tag: losses or gradient differ from no recompute"; ok=0; fi
+    done
+    # shellcheck disable=SC2046
+    ./train_gpt_cpu "${rargs[@]}" --precision $p $(prec_opts $p) --recompute full --dump-grads "$d/rc_cpu_$p.bin" \
+      --log "$d/rc_cpu_$p.jsonl" >"$d/rc_cpu_$p.log" 2>&1 || fail "CPU recompute run $p"
+    lc=$(first_loss "$d/rc_cpu_$p.jsonl"); lg=$(first_loss "$d/rc_${p}_full1.jsonl"); lt=$(loss_tol $p)
+    if $PY -c "import sys; a,b=float('$lc'),float('$lg'); sys.exit(0 if abs(a-b) <= $lt*max(1,abs(a)) else 1)" 2>/dev/null &&
+       $PY test/gpu/compare_grads.py "$d/rc_cpu_$p.bin" "$d/rc_${p}_full1.bin" --tol "$(grad_tol $p)" >"$d/rc_cmp_$p.txt"; then
+      [ $ok = 1 ] && echo "ok   $p: full, full every 2, selective, cpu_checkpointing (every 1, 3) = no recompute, bit for bit;" \
+        "full vs CPU: loss $lg vs $lc, gradients $(tail -n 1 "$d/rc_cmp_$p.txt")" | tee -a "$summary"
+    else cat "$d/rc_cmp_$p.txt" 2>/dev/null; fail "$p full recompute vs the CPU trainer: loss '$lg' vs '$lc', or gradients"; fi
+  done
+  ok=1
+  for mk in "none 1" "full 2" "full 3 --cpu-checkpointing" "selective 1"; do
+    set -- $mk; mode=$1 k=$2; shift 2; tag=rcz_$mode$k
+    mpi "$ngpu" ${gpu}bf16 "${rargs[@]}" --zero-stage 3 --recompute "$mode" --recompute-every "$k" "$@" --log "$d/$tag.jsonl" \
+      >"$d/$tag.log" 2>&1 || { tail -n 20 "$d/$tag.log"; fail "$tag ZeRO-3 run"; ok=0; continue; }
+    want=$($PY test/zero_check.py gathers 4 64 50257 256 "$ngpu" 2 2 "$mode" "$k")
+    got=$(grep '"event":"comm"' "$d/$tag.jsonl" | sed -E 's/.*"all_gather":([0-9]+).*/\1/' | sort -u | tr '\n' ' ')
+    [ "$got" = "$want " ] || { fail "$tag: all_gather bytes per step '$got', the schedule says '$want'"; ok=0; }
+    [ "$mode" = none ] && continue
+    [ -n "$(steps "$d/$tag.jsonl")" ] && [ "$(steps "$d/$tag.jsonl")" = "$(steps "$d/rcz_none1.jsonl")" ] ||
+      { fail "$tag: ZeRO-3 losses differ from no recompute"; ok=0; }
+  done
+  [ $ok = 1 ] && echo "ok   ZeRO-3 on $ngpu GPU(s), bf16: full every 2 and 3 (cpu_checkpointing), selective = no recompute;" \
+    "all-gather bytes as the schedule says" | tee -a "$summary"
 fi
 
 if [ $do_bench -eq 1 ]; then
-  echo "== 3. benchmark, bf16: d12, T=1024, 524,288 tokens/step, B=$bench_B per GPU, $ngpu GPU(s)" | tee -a "$summary"
+  echo "== 4. benchmark, bf16: d12, T=1024, 524,288 tokens/step, B=$bench_B per GPU, $ngpu GPU(s)" | tee -a "$summary"
   if [ -z "$peak" ]; then
     case "$gpu_name" in *H100*) peak=989 ;; esac # dense bf16 tensor-core peak of the H100 SXM
   fi
