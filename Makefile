@@ -14,7 +14,7 @@ SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-san
 HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
-.PHONY: all test bench setup clean data fuzz gpu_check FORCE
+.PHONY: all test bench bench_recompute setup clean data fuzz gpu_check FORCE
 all: train_gpt_cpu
 
 setup:
@@ -108,6 +108,11 @@ test: train_gpt_cpu train_gpt_cpu_asan
 
 bench: train_gpt_cpu test/bin/test_gemm_bf16
 	bash scripts/bench.sh
+
+# Activation recompute on d12: bytes, step time (none / full / selective interleaved); LONG=1 adds
+# one step at T = 8192 with its peak RSS (about 9 GB, a few minutes).
+bench_recompute: train_gpt_cpu
+	bash scripts/bench_recompute.sh
 
 # The embedded data set: Brown corpus shards and the GPT-2 tokenizer file, committed
 # in data/ so training needs no network. `make data` rebuilds them byte for byte from

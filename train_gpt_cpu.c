@@ -696,8 +696,10 @@ static float *gpt2_layers_output(GPT2 *m, int B, int T) { return layer_acts(m, m
 static LayerActs gpt2_layer_acts_recompute(GPT2 *m, int l, int B, int T) {
     LayerActs x = layer_acts(m, l, B, T);
     if (!m->mixed) return x;
-    if (l > 0 && l == gpt2_segment_start(m->recompute, l)) // the input: residual3 of layer l - 1
-        zc_widen(x.residual, kept16(m, A_RESIDUAL3, l - 1, B, T), layer_numel(&m->cfg, A_RESIDUAL3, B, T), m->dtype);
+    if (l > 0 && l == gpt2_segment_start(m->recompute, l)) { // the input: residual3 of layer l - 1
+        LayerActs prev = layer_acts(m, l - 1, B, T);
+        widen_kept(m, &prev, A_RESIDUAL3, l - 1, B, T);
+    }
     for (int i = 0; i < NUM_ACTIVATIONS; i++)
         if (i != A_RESIDUAL3 && kept16(m, i, l, B, T)) widen_kept(m, &x, i, l, B, T);
     return x;
