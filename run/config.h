@@ -258,12 +258,13 @@ static inline const ConfigOption *config_options(void) {
                   "fp16: overflow at the floor: abort | skip the step", NULL, NULL),
         CO_CHOICE("recompute", recompute, RECOMPUTE_NONE, gpt2_recompute_names, NUM_RECOMPUTE,
                   "activation recompute (DeepSpeed's activation_checkpointing)", "R",
-                  "none | full: keep each layer's input, recompute the layer in its\n"
-                  "backward | selective: keep the matmuls' outputs, recompute the\n"
-                  "LayerNorms, attention and GELU (bit-identical results either way)", NULL, NULL),
+                  "none | full | selective: less memory, bit-identical results;\n"
+                  "full keeps each layer's input and recomputes the layer in its\n"
+                  "backward; selective keeps the matmuls' outputs and recomputes\n"
+                  "the LayerNorms, attention and GELU", NULL, NULL),
         CO_NUM("recompute-every", OT_INT, recompute_every, 1, 1, GPT2_MAX_LAYERS, NULL, "K",
-               "full: keep every K-th layer's input only and recompute K layers\n"
-               "at a time (sqrt(L): the fewest bytes of inputs + scratch)", NULL, NULL),
+               "full: keep every K-th layer's input, recompute K layers at a\n"
+               "time (sqrt(L) schedules; for GPT-2, K = 1 keeps the fewest bytes)", NULL, NULL),
         CO_FLAG("cpu-checkpointing", cpu_checkpointing, NULL,
                 "full: the GPU trainer keeps the inputs in pinned host memory\n"
                 "(the CPU trainer's are there already)", "activation_checkpointing.cpu_checkpointing"),

@@ -12,11 +12,11 @@
 #      /usr/bin/time -v: its peak RSS beside the plan (with recompute, and without: above the
 #      machine's memory), and the largest T whose plan fits in this machine's memory, with and
 #      without recompute.
-# Environment: ROUNDS (3), STEPS (4), CONFIGS (a ;-separated list of trainer options), LONG (0).
+# Environment: ROUNDS (3), STEPS (5), CONFIGS (a ;-separated list of trainer options), LONG (0).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 make -s train_gpt_cpu || exit 1
-ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-4} LONG=${LONG:-0}
+ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-5} LONG=${LONG:-0}
 CONFIGS=${CONFIGS-"--batch 4 --seq-len 64 --precision bf16;--batch 1 --seq-len 1024 --precision bf16;--batch 4 --seq-len 64 --precision fp32"}
 PY=/usr/bin/python3
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
