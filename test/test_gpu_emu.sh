@@ -88,8 +88,9 @@ done
 
 for k in 1 2; do # the recompute runs of run_gpu_checks.sh section 3, their copies now first
   ref=$d/checks/rc_bf16_none1 out=$d/early_ck$k
-  EMU_SCHEDULE=comm-first test/bin/train_gpt_emu_bf16 --layers 4 --channels 64 --heads 4 --batch 2 --seq-len 32 --grad-accum 2 \
-    --steps 2 "${common[@]}" --recompute full --recompute-every $k --cpu-checkpointing --dump-grads "$out.bin" --log "$out.jsonl" \
+  EMU_SCHEDULE=comm-first test/bin/train_gpt_emu_bf16 --layers 6 --channels 64 --heads 4 --vocab-size 512 --max-seq-len 32 \
+    --batch 2 --seq-len 32 --grad-accum 2 --steps 2 --train-data "$d/checks/rc_tokens.bin" --no-shuffle --val-every 0 \
+    --sample-every 0 --lr 1e-3 --warmup 0 --recompute full --recompute-every $k --cpu-checkpointing --dump-grads "$out.bin" --log "$out.jsonl" \
     >"$out.log" 2>&1 || { tail -n 5 "$out.log"; fail "cpu_checkpointing comm-first run"; continue; }
   a=$(grep '"step"' "$ref.jsonl" | losses) b=$(grep '"step"' "$out.jsonl" | losses)
   if [ -n "$a" ] && [ "$a" = "$b" ] && cmp -s "$ref.bin" "$out.bin"; then
