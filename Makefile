@@ -23,7 +23,7 @@ TMP      = $@.$$$$.part
 HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
-.PHONY: all test bench bench-optimizer nvme-demo setup clean data fuzz gpu_check soak FORCE
+.PHONY: all test bench bench-optimizer bench-recompute nvme-demo setup clean data fuzz gpu_check soak FORCE
 all: train_gpt_cpu
 
 setup:
@@ -140,6 +140,11 @@ nvme-demo: train_gpt_cpu test/bin/bench_nvme
 # SOAK_STEPS (3000) are done; the final weights must equal an uninterrupted run's (test/soak.sh).
 soak: train_gpt_cpu
 	bash test/soak.sh
+
+# Activation recompute on d12: bytes, step time (none / full / selective interleaved); LONG=1 adds
+# one step at T = 8192 with its peak RSS (about 9 GB, a few minutes).
+bench-recompute: train_gpt_cpu
+	bash scripts/bench_recompute.sh
 
 # The embedded data set: Brown corpus shards and the GPT-2 tokenizer file, committed
 # in data/ so training needs no network. `make data` rebuilds them byte for byte from

@@ -27,7 +27,8 @@
 // gradients are floatX, and a parameter gradient is rounded after each kernel that adds to it
 // rather than once per unit and micro-step.
 // Streams: every kernel runs on one compute stream; every collective on one communication
-// stream, ordered against compute with events (see the backend). The host waits for the
+// stream, ordered against compute with events (see the backend); cpu_checkpointing's copies of
+// the checkpoints to and from the host on a third, ordered likewise (the storage hooks). The host waits for the
 // device only where it needs a number (loss, norm, a logits row, checkpoint staging) and at
 // the end of each step, always through gpu_sync(), which is also the watchdog.
 #include <limits.h>
@@ -199,8 +200,14 @@ static void gelu_backward(GpuKernels *kc, floatX *dinp, const floatX *inp, const
 typedef struct {
     GPT2Config cfg;
     Zero z;
-    Activations acts;              // device: floatX, the statistics and losses fp32
+    GPT2Recompute recompute;       // what the forward keeps, what the backward recomputes (gpt2.h)
+    Activations acts;              // device: floatX, the statistics and losses fp32 (gpu/layout.h)
     void *acts_memory;
+    // cpu_checkpointing: full recompute's checkpoints (all but the last two) in pinned host memory,
+    // copied on their own stream, ordered against the compute stream with events
+    floatX *h_checkpoints;
+    cudaStream_t ck_stream;
+    cudaEvent_t ck_mark, ck_saved[2], ck_ready[2]; // ck_*[c % 2]: checkpoint c is on the host / back
     size_t bytes_activations;
     size_t bytes_scratch;          // device memory outside the plan: cuBLASLt workspace, norm partials, tokens
     int B, T;
@@ -221,7 +228,7 @@ typedef struct {
 // refuses every other precision for this binary; the check is the defence should one ever get
 // this far (every kernel and hook below reads floatX).
 static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, int world, const ZeroOptions *zo,
-                       ZeroBackend be) {
+                       GPT2Recompute recompute, ZeroBackend be) {
     int dtype = zo->dtype;
     if (dtype != FLOATX_DTYPE) {
         fprintf(stderr, "error: rank %d: this GPU trainer was built for %s, not %s\n", rank, zc_dtype_names[FLOATX_DTYPE],
@@ -230,22 +237,34 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
     }
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
+    m->recompute = recompute;
     m->kern.comm = (NcclBackend *)be.ctx;
     m->kern.gpu = m->kern.comm->gpu;
     m->kern.plans = &m->plans;
     size_t free0 = 0, free1 = 0, total_dev = 0;
     CUDA_CHECK(cudaMemGetInfo(&free0, &total_dev));
     zero_init(&m->z, cfg, rank, world, zo, be);
-    // Every layer's activations in floatX (the statistics and losses fp32), each tensor 256-byte
-    // aligned: gpu_activation_bytes (gpu/layout.h), the planner's formula for this trainer, which also
-    // gives the offsets. No workspace: the kernels read ZeRO's floatX buffers directly
-    // (MEM_WORKSPACE stays 0).
+    // The activations in floatX (the statistics and losses fp32), each tensor 256-byte aligned,
+    // every layer's or what the recompute keeps and its scratch: gpu_activation_bytes
+    // (gpu/layout.h), the planner's formula for this trainer, which also gives the offsets. No
+    // workspace: the kernels read ZeRO's floatX buffers directly (MEM_WORKSPACE stays 0).
     size_t offset[NUM_ACTIVATIONS];
-    m->bytes_activations = gpu_activation_bytes(cfg, B, T, sizeof(floatX), offset);
+    m->bytes_activations = gpu_activation_bytes(cfg, B, T, sizeof(floatX), recompute, offset);
     CUDA_CHECK(cudaMalloc(&m->acts_memory, m->bytes_activations));
     CUDA_CHECK(cudaMemset(m->acts_memory, 0, m->bytes_activations));
     m->z.mem[MEM_ACTIVATIONS] = m->bytes_activations;
     gpt2_activations_wire_at(&m->acts, m->acts_memory, offset);
+    size_t host_ck = gpu_host_checkpoint_bytes(cfg, B, T, sizeof(floatX), recompute);
+    if (host_ck > 0) {
+        CUDA_CHECK(cudaMallocHost(&m->h_checkpoints, host_ck));
+        m->z.mem[MEM_HOST_ACTIVATIONS] = host_ck;
+        CUDA_CHECK(cudaStreamCreateWithFlags(&m->ck_stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&m->ck_mark, cudaEventDisableTiming));
+        for (int i = 0; i < 2; i++) {
+            CUDA_CHECK(cudaEventCreateWithFlags(&m->ck_saved[i], cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventCreateWithFlags(&m->ck_ready[i], cudaEventDisableTiming));
+        }
+    }
     m->B = B;
     m->T = T;
     size_t bt = (size_t)B * T, Vp = (size_t)cfg->padded_vocab_size;
@@ -297,6 +316,12 @@ static void gpt2_free(GPT2 *m) {
     CUDA_CHECK(cudaFreeHost(m->h_groups)); CUDA_CHECK(cudaFreeHost(m->h_sumsq));
     CUDA_CHECK(cudaEventDestroy(m->groups_sent));
     free(m->token_group); free(m->group_fill);
+    if (m->h_checkpoints) {
+        CUDA_CHECK(cudaFreeHost(m->h_checkpoints));
+        CUDA_CHECK(cudaStreamDestroy(m->ck_stream));
+        CUDA_CHECK(cudaEventDestroy(m->ck_mark));
+        for (int i = 0; i < 2; i++) { CUDA_CHECK(cudaEventDestroy(m->ck_saved[i])); CUDA_CHECK(cudaEventDestroy(m->ck_ready[i])); }
+    }
 }
 
 // --- what model.h needs beyond the kernel wrappers above -------------------------------
@@ -382,22 +407,77 @@ static float classifier_loss(GPT2 *m, int N, float dloss) {
 
 // The storage hooks. The kernels compute on the storage type, floatX, so they pass zero.h's
 // pointers straight through (the CPU trainer converts 16-bit storage here) and need no 16-bit
-// copy beside them (x16 NULL). Every layer's activations stay where the forward computed them,
-// for the backward.
+// copy beside them (x16 NULL); they round every output as they store it (gpt2_act_rounded has
+// nothing to do). The activations stay where the forward or a recompute computed them, in the
+// layout gpu/layout.h gives; with cpu_checkpointing the checkpoints also travel to the host and
+// back (below).
 static UnitParams gpt2_unit_params(GPT2 *m, int u, int next) {
     UnitParams up = {(floatX *)zero_params(&m->z, u, next), NULL};
     return up;
 }
 static floatX *gpt2_unit_grads(GPT2 *m, int u) { return (floatX *)zero_grads(&m->z, u); }
 static void gpt2_unit_grads_done(GPT2 *m, int u) { zero_grads_done(&m->z, u); }
-static LayerActs gpt2_layer_acts_forward(GPT2 *m, int l, int B, int T) {
-    LayerActs x = gpt2_layer_acts(&m->acts, &m->cfg, l, m->cfg.num_layers, B, T);
-    if (flash_attention(m->cfg.channels, m->cfg.num_heads)) // layer l's log-sum-exp rows, not its (T,T) probabilities
-        x.att = (floatX *)(void *)((float *)(void *)m->acts.att + (size_t)l * B * m->cfg.num_heads * T);
+static LayerActs layer_acts(const GPT2 *m, int l, int B, int T) {
+    int slot[NUM_ACTIVATIONS];
+    for (int i = 0; i < NUM_ACTIVATIONS; i++)
+        slot[i] = gpt2_activation_is_layered(i) ? gpu_activation_slot(&m->cfg, m->recompute, i, l) : 0;
+    LayerActs x = gpt2_layer_acts_at(&m->acts, &m->cfg, B, T, slot,
+                                     l > 0 ? gpu_activation_slot(&m->cfg, m->recompute, A_RESIDUAL3, l - 1) : -1);
+    if (flash_attention(m->cfg.channels, m->cfg.num_heads)) // the layer's log-sum-exp rows, not its (T,T) probabilities
+        x.att = (floatX *)(void *)((float *)(void *)m->acts.att + (size_t)slot[A_ATT] * B * m->cfg.num_heads * T);
     return x;
 }
-static void gpt2_layer_store(GPT2 *m, int l, int B, int T) { (void)m; (void)l; (void)B; (void)T; }
-static LayerActs gpt2_layer_acts_backward(GPT2 *m, int l, int B, int T) { return gpt2_layer_acts_forward(m, l, B, T); }
+static void gpt2_act_rounded(GPT2 *m, const LayerActs *x, int l, int i, int B, int T) {
+    (void)m; (void)x; (void)l; (void)i; (void)B; (void)T;
+}
+static floatX *gpt2_layers_output(GPT2 *m, int B, int T) { return layer_acts(m, m->cfg.num_layers - 1, B, T).residual3; }
+static LayerActs gpt2_layer_acts_recompute(GPT2 *m, int l, int B, int T);
+static void gpt2_layer_recomputed(GPT2 *m, int l, int B, int T) { (void)m; (void)l; (void)B; (void)T; }
+static LayerActs gpt2_layer_acts_backward(GPT2 *m, int l, int B, int T) { return layer_acts(m, l, B, T); }
+
+// cpu_checkpointing. Checkpoint c (segment c's output) is in device slot c % 2. The forward
+// sends each of the first gpu_host_checkpoints(...) to the host on ck_stream as soon as the
+// compute stream has produced it, and before segment c + 2 overwrites the slot the compute
+// stream waits for that copy. The backward, starting segment c (whose output in slot c % 2
+// segment c + 1's backward has finished reading), brings checkpoint c - 2 back into that slot
+// for segment c - 1, and segment c's recompute waits for its own input, checkpoint c - 1, if it
+// came from the host.
+static int host_checkpoint(const GPT2 *m, int l) {
+    GPT2Recompute r = m->recompute;
+    return r.mode == RECOMPUTE_FULL && r.host && l / gpt2_recompute_every(r) < gpu_host_checkpoints(&m->cfg, r);
+}
+static LayerActs gpt2_layer_acts_forward(GPT2 *m, int l, int B, int T) {
+    GPT2Recompute r = m->recompute;
+    int c = l / gpt2_recompute_every(r);
+    if (r.mode == RECOMPUTE_FULL && r.host && c >= 2 && gpt2_segment_end(r, m->cfg.num_layers, l))
+        CUDA_CHECK(cudaStreamWaitEvent(m->kern.gpu->compute, m->ck_saved[c % 2], 0)); // checkpoint c - 2 has left
+    return layer_acts(m, l, B, T);
+}
+static void gpt2_layer_store(GPT2 *m, int l, int B, int T) {
+    if (!host_checkpoint(m, l) || !gpt2_segment_end(m->recompute, m->cfg.num_layers, l)) return;
+    size_t btc = (size_t)B * T * m->cfg.channels, c = (size_t)(l / gpt2_recompute_every(m->recompute));
+    CUDA_CHECK(cudaEventRecord(m->ck_mark, m->kern.gpu->compute));
+    CUDA_CHECK(cudaStreamWaitEvent(m->ck_stream, m->ck_mark, 0));
+    CUDA_CHECK(cudaMemcpyAsync(m->h_checkpoints + c * btc, layer_acts(m, l, B, T).residual3, btc * sizeof(floatX),
+                               cudaMemcpyDeviceToHost, m->ck_stream));
+    CUDA_CHECK(cudaEventRecord(m->ck_saved[c % 2], m->ck_stream));
+}
+static LayerActs gpt2_layer_acts_recompute(GPT2 *m, int l, int B, int T) {
+    GPT2Recompute r = m->recompute;
+    int K = gpt2_recompute_every(r), c = l / K;
+    if (r.mode == RECOMPUTE_FULL && r.host && l % K == 0) {
+        size_t btc = (size_t)B * T * m->cfg.channels;
+        if (c >= 2) { // checkpoint c - 2 back, into the slot checkpoint c leaves
+            CUDA_CHECK(cudaEventRecord(m->ck_mark, m->kern.gpu->compute));
+            CUDA_CHECK(cudaStreamWaitEvent(m->ck_stream, m->ck_mark, 0));
+            CUDA_CHECK(cudaMemcpyAsync(layer_acts(m, (c - 1) * K - 1, B, T).residual3, m->h_checkpoints + (size_t)(c - 2) * btc,
+                                       btc * sizeof(floatX), cudaMemcpyHostToDevice, m->ck_stream));
+            CUDA_CHECK(cudaEventRecord(m->ck_ready[c % 2], m->ck_stream));
+        }
+        if (c >= 1 && host_checkpoint(m, l - 1)) CUDA_CHECK(cudaStreamWaitEvent(m->kern.gpu->compute, m->ck_ready[(c - 1) % 2], 0));
+    }
+    return layer_acts(m, l, B, T);
+}
 
 static void gpt2_backward_done(GPT2 *m) { zero_end_backward(&m->z); }
 #include "core/model.h" // gpt2_forward, gpt2_backward: the same passes as the CPU trainer's

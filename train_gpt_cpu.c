@@ -437,9 +437,12 @@ static void crossentropy_softmax_fused(float *logits, float *losses, const int *
 // so the storage hooks below convert at the edges: a unit's parameters are widened into an
 // fp32 view when the passes reach it (bf16 matmuls read the 16-bit weights themselves), its
 // gradient accumulates in fp32 and is rounded into ZeRO's 16-bit buffer when the backward is
-// done with it, and each layer computes in an fp32 slot, stored in 16 bits when its forward is
-// done and widened again for its backward. (The GPU trainer's kernels read and write 16 bits
-// directly; there these hooks pass ZeRO's pointers through.) In fp32 they pass through here too.
+// done with it, and each layer computes in an fp32 slot: every activation that a later kernel
+// reads is rounded to 16 bits as soon as it is produced (gpt2_act_rounded), and what the run keeps
+// for the backward (cpu/workspace.h: every layer's tensors, or with recompute what that keeps) is
+// stored in 16 bits then and widened again for the backward or a recompute. (The GPU trainer's
+// kernels read and write 16 bits directly; there these hooks pass ZeRO's pointers through.) In
+// fp32 they pass through here too.
 
 enum { VIEW_EMBED, VIEW_FINAL, VIEW_LAYER0, VIEW_LAYER1, NUM_VIEWS };
 
@@ -447,11 +450,11 @@ typedef struct {
     GPT2Config cfg;
     Zero z;                        // parameters, gradients, optimizer state, ZeRO buffers
     int dtype, mixed;              // ZC_F32 / ZC_BF16 / ZC_FP16; mixed = dtype != ZC_F32
-    Activations acts;              // fp32; in 16-bit runs the per-layer tensors hold 2 layers
+    GPT2Recompute recompute;       // what the forward keeps, what the backward recomputes (gpt2.h)
+    Activations acts;              // fp32, laid out as cpu_activation_slots says
     float *acts_memory;
-    uint16_t *acts16;              // 16-bit runs: every layer's cpu_activation_is_layer16 tensors
-    int slot_layer[2];             // the layer whose activations the fp32 slot holds (-1: none)
-    int act_slots;                 // layers the fp32 per-layer tensors hold: L, or 2
+    uint16_t *acts16;              // 16-bit runs: what they keep in 16 bits (cpu_kept16_offset)
+    int slot_layer[2];             // without recompute, 16-bit: the layer the fp32 slot holds (-1: none)
     float *view[NUM_VIEWS];        // 16-bit runs: fp32 views of units' parameters
     int view_unit[NUM_VIEWS];
     unsigned long view_forward[NUM_VIEWS]; // ...valid while zero.h's forward count is unchanged
@@ -468,24 +471,26 @@ typedef struct {
 } GPT2;
 
 static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, int world, const ZeroOptions *zo,
-                       ZeroBackend be) {
+                       GPT2Recompute recompute, ZeroBackend be) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     int dtype = zo->dtype;
     m->dtype = dtype;
     m->mixed = dtype != ZC_F32;
+    m->recompute = recompute;
     zero_init(&m->z, cfg, rank, world, zo, be);
     // Every allocation below is counted as it is made; the planner predicts the totals
     // (cpu_activation_bytes, cpu_workspace_bytes) and test_planner compares the two.
     size_t *act = &m->z.mem[MEM_ACTIVATIONS], *work = &m->z.mem[MEM_WORKSPACE];
-    m->act_slots = m->mixed ? 2 : cfg->num_layers;
-    size_t act_floats = cpu_activation_floats(cfg, B, T, m->act_slots);
+    int slots[NUM_ACTIVATIONS];
+    cpu_activation_slots(cfg, recompute, m->mixed, slots);
+    size_t act_floats = cpu_activation_floats(cfg, B, T, recompute, m->mixed);
     m->acts_memory = xcalloc_floats(act_floats);
     *act += act_floats * sizeof(float);
-    gpt2_activations_wire(&m->acts, m->acts_memory, cfg, B, T, m->act_slots);
+    gpt2_activations_wire(&m->acts, m->acts_memory, cfg, B, T, slots);
     m->slot_layer[0] = m->slot_layer[1] = -1;
     if (m->mixed) {
-        size_t n16 = (size_t)cfg->num_layers * cpu_layer16_numel(cfg, B, T);
+        size_t n16 = cpu_kept16_numel(cfg, recompute, B, T);
         m->acts16 = (uint16_t *)xmalloc(n16 * sizeof(uint16_t));
         memset(m->acts16, 0, n16 * sizeof(uint16_t));
         *act += n16 * sizeof(uint16_t);
@@ -641,47 +646,88 @@ static void gpt2_unit_grads_done(GPT2 *m, int u) {
     zero_grads_done(&m->z, u);
 }
 
-// Layer l's 16-bit tensors: layer-major, each layer packed at the batch's (B,T).
-static uint16_t *layer16(const GPT2 *m, int l, int B, int T) { return m->acts16 + (size_t)l * cpu_layer16_numel(&m->cfg, B, T); }
+// Layer l's activations in the fp32 block (cpu/workspace.h's slots), at the batch's (B,T).
+static LayerActs layer_acts(const GPT2 *m, int l, int B, int T) {
+    int slot[NUM_ACTIVATIONS], in = cpu_layer_slots(&m->cfg, m->recompute, m->mixed, l, slot);
+    return gpt2_layer_acts_at(&m->acts, &m->cfg, B, T, slot, in);
+}
+// Where a 16-bit run keeps per-layer tensor i of layer l in 16 bits, or NULL.
+static uint16_t *kept16(const GPT2 *m, int i, int l, int B, int T) {
+    long at = cpu_kept16_offset(&m->cfg, m->recompute, B, T, i, l);
+    return at < 0 ? NULL : m->acts16 + at;
+}
+static size_t layer_numel(const GPT2Config *c, int i, int B, int T) {
+    size_t n[NUM_ACTIVATIONS];
+    gpt2_activation_numels(c, B, T, n);
+    return n[i] / c->num_layers;
+}
+// p (n floats) rounded to the run's 16-bit type in place; with dst16, the 16-bit values land
+// there too. Block by block, so that the widening reads what the narrowing just wrote from cache.
+static void round16(float *p, uint16_t *dst16, size_t n, int dtype) {
+    size_t nb = (n + ZC_MP_BLOCK - 1) / ZC_MP_BLOCK;
+#pragma omp parallel for schedule(static) if (n >= ZC_MP_OMP_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * ZC_MP_BLOCK, len = n - lo < ZC_MP_BLOCK ? n - lo : ZC_MP_BLOCK;
+        uint16_t tmp[ZC_MP_BLOCK], *d = dst16 ? dst16 + lo : tmp;
+        zc_narrow(d, p + lo, len, dtype);
+        zc_widen(p + lo, d, len, dtype);
+    }
+}
+// Widens layer l's kept tensor i from 16 bits into x (a recompute's or a backward's input).
+static void widen_kept(const GPT2 *m, const LayerActs *x, int i, int l, int B, int T) {
+    zc_widen(gpt2_layer_tensor(x, i), kept16(m, i, l, B, T), layer_numel(&m->cfg, i, B, T), m->dtype);
+}
 
 static LayerActs gpt2_layer_acts_forward(GPT2 *m, int l, int B, int T) {
     m->slot_layer[l % 2] = l;
-    return gpt2_layer_acts(&m->acts, &m->cfg, l, m->act_slots, B, T);
+    return layer_acts(m, l, B, T);
 }
-// The forward is done with layer l: store it in 16 bits and keep the stored values in the slot,
-// so that the next layer reads its input exactly as the backward will.
+// 16-bit runs: the kernel's output is rounded in place, and stored when the run keeps it.
+static void gpt2_act_rounded(GPT2 *m, const LayerActs *x, int l, int i, int B, int T) {
+    if (m->mixed) round16(gpt2_layer_tensor(x, i), kept16(m, i, l, B, T), layer_numel(&m->cfg, i, B, T), m->dtype);
+}
+// The forward is done with layer l: without recompute the attention's probabilities are stored
+// in 16 bits too (the rest was as it was produced), and rounded in the slot, which the backward
+// reads while it still holds the layer.
 static void gpt2_layer_store(GPT2 *m, int l, int B, int T) {
-    if (!m->mixed) return;
-    LayerActs x = gpt2_layer_acts(&m->acts, &m->cfg, l, m->act_slots, B, T);
-    float *t[9];
-    size_t n[9];
-    uint16_t *dst = layer16(m, l, B, T);
-    for (int i = 0; i < cpu_layer16_tensors(&x, &m->cfg, B, T, t, n); dst += n[i], i++) {
-        // block by block, so that the widening reads what the narrowing just wrote from cache
-        size_t nb = (n[i] + ZC_MP_BLOCK - 1) / ZC_MP_BLOCK;
-#pragma omp parallel for schedule(static) if (n[i] >= ZC_MP_OMP_MIN)
-        for (size_t b = 0; b < nb; b++) {
-            size_t lo = b * ZC_MP_BLOCK, len = n[i] - lo < ZC_MP_BLOCK ? n[i] - lo : ZC_MP_BLOCK;
-            zc_narrow(dst + lo, t[i] + lo, len, m->dtype);
-            zc_widen(t[i] + lo, dst + lo, len, m->dtype);
-        }
-    }
+    if (!m->mixed || m->recompute.mode != RECOMPUTE_NONE) return;
+    LayerActs x = layer_acts(m, l, B, T);
+    round16(x.att, kept16(m, A_ATT, l, B, T), layer_numel(&m->cfg, A_ATT, B, T), m->dtype);
 }
-// Layer l's activations for its backward, widened from 16 bits unless the slot still holds
-// them, and its input (the output of layer l-1) into the other slot's residual3.
-static LayerActs gpt2_layer_acts_backward(GPT2 *m, int l, int B, int T) {
-    LayerActs x = gpt2_layer_acts(&m->acts, &m->cfg, l, m->act_slots, B, T);
+static float *gpt2_layers_output(GPT2 *m, int B, int T) { return layer_acts(m, m->cfg.num_layers - 1, B, T).residual3; }
+// A recompute of layer l reads what the run kept of it, and its input, from the fp32 block:
+// 16-bit runs widen them there (a segment's later layers read the input their predecessor's
+// recompute left).
+static LayerActs gpt2_layer_acts_recompute(GPT2 *m, int l, int B, int T) {
+    LayerActs x = layer_acts(m, l, B, T);
     if (!m->mixed) return x;
-    float *t[9];
-    size_t n[9];
-    int k = cpu_layer16_tensors(&x, &m->cfg, B, T, t, n);
+    if (l > 0 && l == gpt2_segment_start(m->recompute, l)) { // the input: residual3 of layer l - 1
+        LayerActs prev = layer_acts(m, l - 1, B, T);
+        widen_kept(m, &prev, A_RESIDUAL3, l - 1, B, T);
+    }
+    for (int i = 0; i < NUM_ACTIVATIONS; i++)
+        if (i != A_RESIDUAL3 && kept16(m, i, l, B, T)) widen_kept(m, &x, i, l, B, T);
+    return x;
+}
+static void gpt2_layer_recomputed(GPT2 *m, int l, int B, int T) {
+    if (!m->mixed) return;
+    LayerActs x = layer_acts(m, l, B, T);
+    round16(x.att, NULL, layer_numel(&m->cfg, A_ATT, B, T), m->dtype);
+}
+// Layer l's activations for its backward. With recompute they are where the recompute left
+// them. Without, 16-bit runs widen them from 16 bits unless the slot still holds them, and the
+// layer's input (the output of layer l-1) into the other slot's residual3.
+static LayerActs gpt2_layer_acts_backward(GPT2 *m, int l, int B, int T) {
+    LayerActs x = layer_acts(m, l, B, T);
+    if (!m->mixed || m->recompute.mode != RECOMPUTE_NONE) return x;
     if (m->slot_layer[l % 2] != l) {
-        const uint16_t *src = layer16(m, l, B, T);
-        for (int i = 0; i < k; src += n[i], i++) zc_widen(t[i], src, n[i], m->dtype);
+        for (int i = 0; i < NUM_ACTIVATIONS; i++)
+            if (gpt2_activation_in_slots(i)) widen_kept(m, &x, i, l, B, T);
         m->slot_layer[l % 2] = l;
     }
-    if (l > 0 && m->slot_layer[(l - 1) % 2] != l - 1) { // residual3 is the last of a layer's tensors
-        zc_widen(x.residual, layer16(m, l - 1, B, T) + cpu_layer16_numel(&m->cfg, B, T) - n[k - 1], n[k - 1], m->dtype);
+    if (l > 0 && m->slot_layer[(l - 1) % 2] != l - 1) {
+        LayerActs prev = layer_acts(m, l - 1, B, T);
+        widen_kept(m, &prev, A_RESIDUAL3, l - 1, B, T);
         m->slot_layer[(l - 1) % 2] = -1; // holds only that
     }
     return x;

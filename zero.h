@@ -36,9 +36,15 @@
 //              before the current unit computes. A gathered unit is kept while no other unit
 //              needs its buffer: the embeddings (used by the token lookup and again by the tied
 //              LM head, forward and backward; the lookup's backward needs no weights) and the
-//              final LayerNorm are gathered once per micro-step, and the last two layers are
-//              still in the two layer buffers when the backward begins. Every other layer is
-//              gathered twice per micro-step.
+//              final LayerNorm are gathered once per micro-step. The layers share two buffers:
+//              the one in use and the one being filled for the next (whichever the unit in use
+//              is not in), so the last two layers are still there when the backward begins.
+//              Every other layer is gathered twice per micro-step. Activation recompute asks for
+//              a layer again for its recompute (model.h): one recompute per layer (full with
+//              K = 1, selective) shares the backward's gather; full recompute of segments of
+//              K > 2 layers gathers each segment's layers for the recompute, in forward order,
+//              and again for the backward all but the last two, and prefetches the next
+//              segment's first layer where it would otherwise have prefetched the layer below.
 //   Accounting. Every collective's bytes are counted in the ring model (all-gather or
 //   reduce-scatter of M bytes over N ranks: M(N-1)/N; all-reduce: twice that), and every
 //   buffer this header asks the backend to allocate is counted by kind and by where it lives.
@@ -103,13 +109,15 @@ static const char *const zero_collective_names[ZC_NUM_COLLECTIVES] = {"all_reduc
 // The kinds of memory a rank holds. MEM_STATE + k is the optimizer's state array k (named by
 // optimizer.h: "adam_m", "adam_v", "lion_m", ...). staging: the offload's transfer buffers in
 // host memory. activations and workspace (what a trainer needs beyond these to compute: the CPU
-// trainer's fp32 working copies in 16-bit runs) are counted by the trainer.
+// trainer's fp32 working copies in 16-bit runs) are counted by the trainer, and so are the
+// activations a device trainer keeps in host memory (host_activations: the GPU trainer's
+// checkpoints with cpu_checkpointing).
 enum { MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_BUFFERS = MEM_STATE + OPT_MAX_SLICES, MEM_STAGING,
-       MEM_ACTIVATIONS, MEM_WORKSPACE, MEM_KINDS };
+       MEM_ACTIVATIONS, MEM_WORKSPACE, MEM_HOST_ACTIVATIONS, MEM_KINDS };
 // The kind's name in logs and plans; NULL for a state array the optimizer does not keep.
 static inline const char *zero_memory_name(int optimizer, int kind) {
     static const char *const names[MEM_KINDS] = {"params", "grads", "master", "state0", "state1", "buffers", "staging",
-                                                 "activations", "workspace"};
+                                                 "activations", "workspace", "host_activations"};
     if (kind >= MEM_STATE && kind < MEM_STATE + OPT_MAX_SLICES) return optimizer_info(optimizer)->slice_names[kind - MEM_STATE];
     return names[kind];
 }
@@ -243,6 +251,10 @@ typedef struct {
     int pending[GPT2_MAX_UNITS];   // handle of the unit's collective in flight, or -1
     int pending_recv[GPT2_MAX_UNITS]; // which scatter_recv buffer the unit's reduce-scatter uses
     int gathered[GPT2_MAX_UNITS];  // stage 3: the unit's parameters are (being) gathered in its buffer
+    int layer_buffer[GPT2_MAX_UNITS]; // stage 3: which gather_layer a gathered layer is in
+    int buffer_layer[2];           // ... and the layer each holds (-1: none)
+    int in_use;                    // the layer zero_params handed out last (its buffer is not refilled)
+    int unclaimed[GPT2_MAX_UNITS]; // stage 3: a layer prefetched, not asked for yet (pending: its all-gather)
     int step;                      // for the watchdog's message
     unsigned long forwards;        // forward passes begun: a unit's values are the same within one
     // accounting
@@ -305,7 +317,7 @@ static inline int zero_nvme(const Zero *z, int kind) { return z->where[kind] == 
 // compute memory is the host's, so nothing moves to the host (NVMe is still below it).
 static inline void zero_placement(const ZeroOptions *o, int unified, int where[MEM_KINDS]) {
     for (int k = 0; k < MEM_KINDS; k++) where[k] = LOC_DEVICE;
-    if (!unified) where[MEM_STAGING] = LOC_HOST;
+    if (!unified) where[MEM_STAGING] = where[MEM_HOST_ACTIVATIONS] = LOC_HOST;
     int opt = o->offload_optimizer, par = o->offload_param;
     if (unified && opt == LOC_HOST) opt = LOC_DEVICE;
     if (unified && par == LOC_HOST) par = LOC_DEVICE;
@@ -359,7 +371,7 @@ static inline size_t zero_nvme_file_bytes(const Zero *z, int kind) {
     return b;
 }
 static inline void zero_nvme_fail(Zero *z) {
-    char msg[700];
+    char msg[1200];
     snprintf(msg, sizeof(msg), "NVMe offload: %s; the job stops (the last checkpoint is untouched)", z->nvme->err);
     z->be.fatal(z->be.ctx, msg);
 }
@@ -394,9 +406,9 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world
     for (int i = 0; i < 4; i++) { z->pslot_unit[i] = -1; z->pslot_read[i] = -1; z->pslot_copy[i] = -1; }
     if (zero_nvme(z, MEM_MASTER) || zero_nvme(z, MEM_PARAMS)) { // this rank's files: the kinds on NVMe
         z->nvme = (Nvme *)calloc(1, sizeof(Nvme));
-        char err[600];
+        char err[1024];
         if (!z->nvme || nvme_open(z->nvme, o->nvme_dir, o->nvme_threads, o->nvme_block, err, sizeof(err))) {
-            char msg[700];
+            char msg[1100];
             snprintf(msg, sizeof(msg), "NVMe offload: %s", z->nvme ? err : "out of memory");
             be.fatal(be.ctx, msg);
         }
@@ -458,6 +470,7 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world
         for (int i = 0; i < 2; i++) z->stage_dev_layer[i] = zero_alloc(z, MEM_BUFFERS, zero_max_layer(z) / world);
     }
     for (int u = 0; u < GPT2_MAX_UNITS; u++) z->pending[u] = -1;
+    z->buffer_layer[0] = z->buffer_layer[1] = z->in_use = -1;
 }
 
 // Elements of the bounded buffers zero_init allocates: gradient buckets and reduce-scatter
@@ -530,7 +543,7 @@ static inline void zero_get(Zero *z, int kind, int u, size_t lo, float *host, co
 static inline void *zero_gather_buffer(const Zero *z, int u) {
     if (u == UNIT_EMBED) return z->gather_embed;
     if (u == gpt2_final_unit(&z->lay)) return z->gather_final;
-    return z->gather_layer[u % 2]; // consecutive layers alternate: one computes, one prefetches
+    return z->gather_layer[z->layer_buffer[u]]; // (zero_prefetch put it there)
 }
 static inline void *zero_bucket(const Zero *z, int u) {
     if (u == UNIT_EMBED) return z->bucket_embed;
@@ -571,7 +584,9 @@ static inline void zero_param_read(Zero *z, int u) {
     if (z->pslot_unit[s] == u && z->pslot_gen[s] == z->updates) return;
     if (z->pslot_copy[s] >= 0) z->be.host_wait(z->be.ctx, z->pslot_copy[s], "a parameter slice's copy to the device");
     z->pslot_copy[s] = -1;
-    if (z->pslot_unit[s] >= 0) zero_wait(z, z->pslot_unit[s], "all_gather");
+    int v = z->pslot_unit[s]; // its all-gather may still read the slot (unified) unless it was waited for: a
+                              // layer prefetched and not yet asked for (otherwise v's pending may be its reduce-scatter)
+    if (v >= 0 && zero_is_layer(z, v) && z->unclaimed[v]) zero_wait(z, v, "all_gather");
     if (z->pslot_read[s] >= 0) zero_nvme_wait(z, z->pslot_read[s]);
     z->pslot_read[s] = zero_nvme_io(z, MEM_PARAMS, u, 0, zero_slice(z, u), z->pslot[s], 0);
     z->pslot_unit[s] = u;
@@ -581,9 +596,14 @@ static inline void zero_param_read(Zero *z, int u) {
 // Stage 3: start gathering unit u's parameters into its buffer, unless already there.
 static inline void zero_prefetch(Zero *z, int u) {
     if (z->stage != 3 || u < 0 || u >= z->lay.num_units || z->gathered[u]) return;
-    if (zero_is_layer(z, u)) // the buffer's previous layer (same parity) is overwritten
-        for (int v = 1; v < gpt2_final_unit(&z->lay); v++)
-            if (v % 2 == u % 2) z->gathered[v] = 0;
+    if (zero_is_layer(z, u)) { // into the layer buffer the layer in use is not in; its layer is dropped
+        int b = z->buffer_layer[0] >= 0 && z->buffer_layer[0] == z->in_use ? 1 : 0, v = z->buffer_layer[b];
+        if (v >= 0 && z->unclaimed[v]) zero_wait(z, v, "all_gather"); // (a prefetch nobody asked for)
+        if (v >= 0) z->gathered[v] = z->unclaimed[v] = 0;
+        z->buffer_layer[b] = u;
+        z->layer_buffer[u] = b;
+        z->unclaimed[u] = 1;
+    }
     const void *send = z->params ? zero_at(z, z->params, zero_shard_offset(z, u)) : NULL;
     int slot = zero_pslot_of(z, u);
     if (zero_nvme(z, MEM_PARAMS)) { // the slice from its file into the slot's host buffer
@@ -612,16 +632,19 @@ static inline void zero_begin_forward(Zero *z, int micro, int accum) {
     z->accum = accum;
     z->forwards++;
     for (int u = 0; u < z->lay.num_units; u++) z->gathered[u] = 0;
+    z->buffer_layer[0] = z->buffer_layer[1] = z->in_use = -1;
 }
 
 // The parameters of unit u, for its forward or its backward. next: the unit that will be
 // needed after this one, prefetched now so that its gather overlaps this unit's compute (-1:
-// none). Stage 3 re-gathers a layer for its backward only if its buffer was reused since.
+// none). Stage 3 re-gathers a layer for its backward (or its recompute) only if its buffer was
+// reused since.
 static inline void *zero_params(Zero *z, int u, int next) {
     z->be.progress(z->be.ctx);
     if (z->stage != 3) return zero_at(z, z->params, z->lay.unit_offset[u]);
     zero_prefetch(z, u);
     zero_wait(z, u, "all_gather");
+    if (zero_is_layer(z, u)) z->unclaimed[u] = 0, z->in_use = u;
     zero_prefetch(z, next);
     // a shard on NVMe: the unit after next, in this direction, starts its read into u's slot
     int ahead = next + (next - u);

@@ -12,7 +12,9 @@
 //   - GPT-2 initialisation that depends only on (seed, tensor, layer): any rank can create any
 //   unit on its own and all ranks agree, whatever the world size.
 //   - The activations: the list of what the forward keeps for the backward (A_*), their element
-//     counts, named views and a generic packed layout (per-layer tensors in L slots or fewer).
+//     counts, named views and a generic packed layout (per-layer tensors in L slots or fewer);
+//     activation recompute (GPT2Recompute: none, full every K layers, selective): what the forward
+//     keeps, what the backward recomputes, and in which order it asks for the layers.
 //     How a backend stores them (element sizes, alignment, workspace) is the backend's:
 //     cpu/workspace.h, gpu/layout.h. This header knows no backend.
 // All functions are static; no global state. Compiles as C11 and as CUDA C++.
@@ -302,9 +304,75 @@ static inline int gpt2_activation_is_fp32(int i) {
     return i == A_LN1_MEAN || i == A_LN1_RSTD || i == A_LN2_MEAN || i == A_LN2_RSTD || i == A_LNF_MEAN ||
            i == A_LNF_RSTD || i == A_LOSSES;
 }
-// The per-layer tensors a layout may keep for fewer than L layers (slots; gpt2_layer_acts): every
-// layered one but the LayerNorm statistics, which always keep all L.
+// The per-layer tensors in the kernels' element type: every layered one but the LayerNorm
+// statistics, which every precision keeps in fp32.
 static inline int gpt2_activation_in_slots(int i) { return gpt2_activation_is_layered(i) && !gpt2_activation_is_fp32(i); }
+
+// ----------------------------------------------------------------------------------------
+// Activation recompute (activation checkpointing: ZeRO-R's answer to activations). Which
+// per-layer activations the forward keeps for the backward, and which the backward computes
+// again from what was kept, with the forward's own kernels on the same inputs (model.h):
+//   none: every layer keeps every per-layer tensor.
+//   full, every K: the forward keeps the input of every K-th layer (a checkpoint; K = 1: of
+//     every layer) and the last layer's output (the final LayerNorm's input). The layers are cut
+//     into segments [sK, sK + K); the backward, reaching a segment, recomputes its layers from
+//     the segment's checkpoint into K layers' worth of scratch and then runs their backward. A
+//     segment's last layer is recomputed without its last matmul and residual: its output is
+//     the next checkpoint, kept. Memory: ceil(L/K) inputs (the first is the embeddings' output,
+//     kept anyway) and the last output, plus K layers; compute: about one extra forward.
+//   selective: every layer keeps its matmuls' outputs (qkv, residual2 = input + attention
+//     projection, fch) and its output (residual3); the backward recomputes the cheap, large
+//     rest (the LayerNorms with their statistics, the attention's probabilities and output,
+//     GELU's output) into one layer's worth of scratch, as Megatron's selective recompute.
+// The generic layout (gpt2_recompute_slots, gpt2_layer_acts: the GPU trainer's, and the CPU
+// trainer's in fp32) holds each kept tensor for every layer that keeps it and the rest in
+// scratch slots; the CPU trainer's 16-bit runs lay theirs out themselves (cpu/workspace.h).
+enum { RECOMPUTE_NONE, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, NUM_RECOMPUTE };
+static const char *const gpt2_recompute_names[NUM_RECOMPUTE] = {"none", "full", "selective"};
+typedef struct {
+    int mode, every; // every: full's K, 1 <= K <= L (others: 1)
+    int host;        // full: the checkpoints live in host memory (the GPU trainer's cpu_checkpointing)
+} GPT2Recompute;
+
+static inline int gpt2_recompute_every(GPT2Recompute r) { return r.mode == RECOMPUTE_FULL && r.every > 1 ? r.every : 1; }
+// Full recompute's segments: the first layer of layer l's, and whether l is its last.
+static inline int gpt2_segment_start(GPT2Recompute r, int l) { return l - l % gpt2_recompute_every(r); }
+static inline int gpt2_segment_end(GPT2Recompute r, int L, int l) { return (l + 1) % gpt2_recompute_every(r) == 0 || l == L - 1; }
+static inline int gpt2_checkpoints(GPT2Recompute r, int L) { return (L + gpt2_recompute_every(r) - 1) / gpt2_recompute_every(r); }
+// Whether the forward keeps per-layer tensor i of layer l for the backward.
+static inline int gpt2_recompute_keeps(GPT2Recompute r, int L, int i, int l) {
+    if (r.mode == RECOMPUTE_FULL) return i == A_RESIDUAL3 && gpt2_segment_end(r, L, l);
+    if (r.mode == RECOMPUTE_SELECTIVE) return i == A_QKV || i == A_RESIDUAL2 || i == A_FCH || i == A_RESIDUAL3;
+    return 1;
+}
+// The generic layout: slots[i], the layers per-layer tensor i holds (1 for the others): every
+// layer's without recompute; selective: the kept tensors every layer's, the rest one layer's;
+// full: residual3 the ceil(L/K) segments' outputs and the K - 1 others of a segment, the rest K.
+static inline void gpt2_recompute_slots(GPT2Recompute r, int L, int slots[NUM_ACTIVATIONS]) {
+    for (int i = 0; i < NUM_ACTIVATIONS; i++) {
+        int K = gpt2_recompute_every(r);
+        if (!gpt2_activation_is_layered(i)) slots[i] = 1;
+        else if (r.mode == RECOMPUTE_NONE) slots[i] = L;
+        else if (r.mode == RECOMPUTE_SELECTIVE) slots[i] = gpt2_recompute_keeps(r, L, i, 0) ? L : 1;
+        else slots[i] = i == A_RESIDUAL3 ? gpt2_checkpoints(r, L) + K - 1 : K;
+    }
+}
+// ... and the slot of per-layer tensor i of layer l in it.
+static inline int gpt2_recompute_slot(GPT2Recompute r, int L, int i, int l) {
+    int K = gpt2_recompute_every(r);
+    if (r.mode == RECOMPUTE_NONE) return l;
+    if (r.mode == RECOMPUTE_SELECTIVE) return gpt2_recompute_keeps(r, L, i, l) ? l : 0;
+    if (i != A_RESIDUAL3) return l % K;
+    return gpt2_segment_end(r, L, l) ? l / K : gpt2_checkpoints(r, L) + l % K;
+}
+// The order in which the backward asks for the layers' parameters: the first layer, and the
+// one after layer l's backward (-1: none). Full recompute begins each segment with its first
+// layer (to recompute it); otherwise the layers come from the top down.
+static inline int gpt2_backward_first_layer(GPT2Recompute r, int L) { return gpt2_segment_start(r, L - 1); }
+static inline int gpt2_backward_next_layer(GPT2Recompute r, int l) {
+    if (l == 0) return -1;
+    return l == gpt2_segment_start(r, l) ? gpt2_segment_start(r, l - 1) : l - 1;
+}
 
 // The block itself: tensor i of n[i] elements, 4 bytes each where fp32[i], else elem, each
 // starting at a multiple of align bytes.
@@ -320,16 +388,16 @@ static inline size_t gpt2_activation_pack(const size_t n[NUM_ACTIVATIONS], const
 }
 
 // Where each activation starts in one block (offset[i], bytes; may be NULL) and the block's
-// bytes: the per-layer tensors (gpt2_activation_in_slots) for layer_slots layers, the fp32 ones
-// at 4 bytes an element and every other one at `elem` bytes, each tensor starting at a multiple
-// of `align` bytes (a power of two; 1 packs them).
-static inline size_t gpt2_activation_layout(const GPT2Config *c, int B, int T, int layer_slots, size_t elem, size_t align,
-                                            size_t offset[NUM_ACTIVATIONS]) {
+// bytes: each per-layer tensor i for slots[i] layers (gpt2_recompute_slots, or a backend's own),
+// the fp32 ones at 4 bytes an element and every other one at `elem` bytes, each tensor starting
+// at a multiple of `align` bytes (a power of two; 1 packs them).
+static inline size_t gpt2_activation_layout(const GPT2Config *c, int B, int T, const int slots[NUM_ACTIVATIONS], size_t elem,
+                                            size_t align, size_t offset[NUM_ACTIVATIONS]) {
     size_t n[NUM_ACTIVATIONS];
     int fp32[NUM_ACTIVATIONS];
     gpt2_activation_numels(c, B, T, n);
     for (int i = 0; i < NUM_ACTIVATIONS; i++) {
-        if (gpt2_activation_in_slots(i)) n[i] = n[i] / c->num_layers * layer_slots;
+        if (gpt2_activation_is_layered(i)) n[i] = n[i] / c->num_layers * (size_t)slots[i];
         fp32[i] = gpt2_activation_is_fp32(i);
     }
     return gpt2_activation_pack(n, fp32, elem, align, offset);
@@ -363,12 +431,12 @@ static inline void gpt2_activations_wire_at(Activations *a, void *memory, const 
 #undef GPT2_ACT_F
 }
 
-// The packed layout in the kernels' element type, tensors back to back. layer_slots: layers the
-// per-layer tensors hold (L, or fewer).
+// The packed layout in the kernels' element type, tensors back to back, per-layer tensor i
+// holding slots[i] layers.
 static inline void gpt2_activations_wire(Activations *a, void *memory, const GPT2Config *c, int B, int T,
-                                         int layer_slots) {
+                                         const int slots[NUM_ACTIVATIONS]) {
     size_t offset[NUM_ACTIVATIONS];
-    gpt2_activation_layout(c, B, T, layer_slots, sizeof(GPT2_FLOATX), 1, offset);
+    gpt2_activation_layout(c, B, T, slots, sizeof(GPT2_FLOATX), 1, offset);
     gpt2_activations_wire_at(a, memory, offset);
 }
 
@@ -378,19 +446,42 @@ typedef struct {
     GPT2_FLOATX *residual, *ln1; float *ln1_mean, *ln1_rstd; GPT2_FLOATX *qkv, *atty, *att, *residual2;
     GPT2_FLOATX *ln2; float *ln2_mean, *ln2_rstd; GPT2_FLOATX *fch, *fch_gelu, *residual3;
 } LayerActs;
-// Layer l lives in slot l % slots of the per-layer tensors; its statistics always at l.
-static inline LayerActs gpt2_layer_acts(const Activations *a, const GPT2Config *c, int l, int slots, int B, int T) {
-    size_t N = (size_t)B * T, btc = N * c->channels, s = (size_t)(l % slots), p = (size_t)((l + slots - 1) % slots);
+// Per-layer tensor i in slot slot[i] of its block (one slot: one layer at (B,T)); the input is
+// residual3's slot in_slot, or the embeddings' output when in_slot < 0.
+static inline LayerActs gpt2_layer_acts_at(const Activations *a, const GPT2Config *c, int B, int T,
+                                           const int slot[NUM_ACTIVATIONS], int in_slot) {
+    size_t N = (size_t)B * T, btc = N * c->channels, att = (size_t)B * c->num_heads * T * T;
     LayerActs x;
-    x.residual = l == 0 ? a->encoded : a->residual3 + p * btc;
-    x.ln1 = a->ln1 + s * btc;           x.ln1_mean = a->ln1_mean + l * N;  x.ln1_rstd = a->ln1_rstd + l * N;
-    x.qkv = a->qkv + s * 3 * btc;       x.atty = a->atty + s * btc;
-    x.att = a->att + s * B * c->num_heads * (size_t)T * T;
-    x.residual2 = a->residual2 + s * btc;
-    x.ln2 = a->ln2 + s * btc;           x.ln2_mean = a->ln2_mean + l * N;  x.ln2_rstd = a->ln2_rstd + l * N;
-    x.fch = a->fch + s * 4 * btc;       x.fch_gelu = a->fch_gelu + s * 4 * btc;
-    x.residual3 = a->residual3 + s * btc;
+    x.residual = in_slot < 0 ? a->encoded : a->residual3 + (size_t)in_slot * btc;
+    x.ln1 = a->ln1 + slot[A_LN1] * btc;
+    x.ln1_mean = a->ln1_mean + slot[A_LN1_MEAN] * N; x.ln1_rstd = a->ln1_rstd + slot[A_LN1_RSTD] * N;
+    x.qkv = a->qkv + slot[A_QKV] * 3 * btc;          x.atty = a->atty + slot[A_ATTY] * btc;
+    x.att = a->att + slot[A_ATT] * att;              x.residual2 = a->residual2 + slot[A_RESIDUAL2] * btc;
+    x.ln2 = a->ln2 + slot[A_LN2] * btc;
+    x.ln2_mean = a->ln2_mean + slot[A_LN2_MEAN] * N; x.ln2_rstd = a->ln2_rstd + slot[A_LN2_RSTD] * N;
+    x.fch = a->fch + slot[A_FCH] * 4 * btc;          x.fch_gelu = a->fch_gelu + slot[A_FCH_GELU] * 4 * btc;
+    x.residual3 = a->residual3 + slot[A_RESIDUAL3] * btc;
     return x;
+}
+// Per-layer tensor i (gpt2_activation_in_slots: not a statistic) of a layer view.
+static inline GPT2_FLOATX *gpt2_layer_tensor(const LayerActs *x, int i) {
+    switch (i) {
+    case A_LN1: return x->ln1;
+    case A_QKV: return x->qkv;
+    case A_ATTY: return x->atty;
+    case A_ATT: return x->att;
+    case A_RESIDUAL2: return x->residual2;
+    case A_LN2: return x->ln2;
+    case A_FCH: return x->fch;
+    case A_FCH_GELU: return x->fch_gelu;
+    default: return x->residual3;
+    }
+}
+// Layer l's activations in the generic layout of recompute r.
+static inline LayerActs gpt2_layer_acts(const Activations *a, const GPT2Config *c, GPT2Recompute r, int l, int B, int T) {
+    int slot[NUM_ACTIVATIONS], L = c->num_layers;
+    for (int i = 0; i < NUM_ACTIVATIONS; i++) slot[i] = gpt2_activation_is_layered(i) ? gpt2_recompute_slot(r, L, i, l) : 0;
+    return gpt2_layer_acts_at(a, c, B, T, slot, l > 0 ? gpt2_recompute_slot(r, L, A_RESIDUAL3, l - 1) : -1);
 }
 // ----------------------------------------------------------------------------------------
 // Elementwise math of the model, written once for the CPU kernels and the GPU kernels.

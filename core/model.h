@@ -25,7 +25,19 @@
 //   gpt2_backward_done(m)                           ... and with every unit
 //   gpt2_layer_acts_forward(m, l, B, T) -> LayerActs, gpt2_layer_store(m, l, B, T): layer l's
 //     activations to compute the forward into, and the forward is done with them
+//   gpt2_act_rounded(m, x, l, i, B, T): the kernel that produced per-layer activation i (A_*) of
+//     layer l (in its view x) is done, and later kernels will read it: a trainer whose kernels compute
+//     wider than its storage rounds it to the storage type here (and may store it), so that every
+//     later read, in the forward, in a recompute or in the backward, sees the stored value. (The
+//     attention's probabilities, which no later kernel of the forward reads, are rounded by
+//     gpt2_layer_store and gpt2_layer_recomputed.)
+//   gpt2_layers_output(m, B, T) -> the last layer's output (the final LayerNorm's input), where
+//     the forward left it; the backward reads it before it recomputes any layer
+//   gpt2_layer_acts_recompute(m, l, B, T) -> LayerActs, gpt2_layer_recomputed(m, l, B, T): where
+//     the backward recomputes layer l (what the forward kept for it, and its input, in place),
+//     and the recompute is done
 //   gpt2_layer_acts_backward(m, l, B, T) -> LayerActs: layer l's activations for its backward
+// and m->recompute (gpt2.h's GPT2Recompute): what the forward keeps and the backward recomputes.
 // Where parameters and gradients live is ZeRO's business: the hooks ask zero.h for each unit's
 // as the passes reach it, which is where its gathers, prefetches and reductions happen. A
 // trainer whose kernels compute in the storage type passes zero.h's pointers through; the CPU
@@ -38,6 +50,50 @@ static inline const void *gpt2_x16(UnitParams p, const GPT2_FLOATX *t) {
     return p.x16 ? (const uint16_t *)p.x16 + (t - p.f32) : NULL;
 }
 
+// What gpt2_layer_forward runs of a layer's kernels.
+enum {
+    LAYER_FORWARD,   // all of them, through the layer's output
+    LAYER_BODY,      // all but the last matmul and residual: a full recompute of a segment's last layer,
+                     // whose output (the next checkpoint) was kept
+    LAYER_SELECTIVE  // what selective recompute does not keep: the LayerNorms, attention, GELU
+};
+
+// Layer l's forward kernels over its activations x, with its parameters up. The order and the
+// rounding points are the same whatever `what` leaves out: a recompute computes what the
+// forward computed, bit for bit.
+static void gpt2_layer_forward(GPT2 *m, int l, UnitParams up, const LayerActs *x, int B, int T, int what) {
+    const GPT2Config *c = &m->cfg;
+    int C = c->channels, NH = c->num_heads, N = B * T, sel = what == LAYER_SELECTIVE;
+    size_t btc = (size_t)N * C;
+    Activations *a = &m->acts;
+    LayerTensors w = gpt2_layer_tensors(c, up.f32);
+    layernorm_forward(&m->kern, x->ln1, x->ln1_mean, x->ln1_rstd, x->residual, w.ln1w, w.ln1b, N, C);
+    gpt2_act_rounded(m, x, l, A_LN1, B, T);
+    if (!sel) {
+        matmul_forward(&m->kern, x->qkv, x->ln1, w.qkvw, gpt2_x16(up, w.qkvw), w.qkvb, N, C, 3 * C);
+        gpt2_act_rounded(m, x, l, A_QKV, B, T);
+    }
+    attention_forward(&m->kern, x->atty, x->att, x->qkv, B, T, C, NH);
+    gpt2_act_rounded(m, x, l, A_ATTY, B, T);
+    if (!sel) { // the projections land in dbtc (free during the forward), then the residual adds
+        matmul_forward(&m->kern, a->dbtc, x->atty, w.attprojw, gpt2_x16(up, w.attprojw), w.attprojb, N, C, C);
+        residual_forward(&m->kern, x->residual2, x->residual, a->dbtc, btc);
+        gpt2_act_rounded(m, x, l, A_RESIDUAL2, B, T);
+    }
+    layernorm_forward(&m->kern, x->ln2, x->ln2_mean, x->ln2_rstd, x->residual2, w.ln2w, w.ln2b, N, C);
+    gpt2_act_rounded(m, x, l, A_LN2, B, T);
+    if (!sel) {
+        matmul_forward(&m->kern, x->fch, x->ln2, w.fcw, gpt2_x16(up, w.fcw), w.fcb, N, C, 4 * C);
+        gpt2_act_rounded(m, x, l, A_FCH, B, T);
+    }
+    gelu_forward(&m->kern, x->fch_gelu, x->fch, 4 * btc);
+    gpt2_act_rounded(m, x, l, A_FCH_GELU, B, T);
+    if (what != LAYER_FORWARD) return;
+    matmul_forward(&m->kern, a->dbtc, x->fch_gelu, w.fcprojw, gpt2_x16(up, w.fcprojw), w.fcprojb, N, 4 * C, C);
+    residual_forward(&m->kern, x->residual3, x->residual2, a->dbtc, btc);
+    gpt2_act_rounded(m, x, l, A_RESIDUAL3, B, T);
+}
+
 // Forward pass over inputs (B,T) (host arrays) with B <= m->B, T <= m->T. With targets it
 // computes the loss per position into acts.losses, and with dloss != 0 also the logits'
 // gradient (in place), ready for gpt2_backward. dloss is d(objective)/d(loss at one position).
@@ -45,8 +101,7 @@ static inline const void *gpt2_x16(UnitParams p, const GPT2_FLOATX *t) {
 // (ZeRO-3 gathers).
 static float gpt2_forward(GPT2 *m, const int *inputs, const int *targets, int B, int T, float dloss) {
     const GPT2Config *c = &m->cfg;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, F = gpt2_unit_of_layer(L); // the final LayerNorm's unit
-    size_t btc = (size_t)N * C;
+    int C = c->channels, L = c->num_layers, N = B * T, F = gpt2_unit_of_layer(L); // the final LayerNorm's unit
     Activations *a = &m->acts;
     upload_batch(m, inputs, targets, N);
     UnitParams ep = gpt2_unit_params(m, UNIT_EMBED, gpt2_unit_of_layer(0));
@@ -55,24 +110,12 @@ static float gpt2_forward(GPT2 *m, const int *inputs, const int *targets, int B,
     for (int l = 0; l < L; l++) {
         int u = gpt2_unit_of_layer(l);
         UnitParams up = gpt2_unit_params(m, u, u + 1); // u + 1: the next layer, or F
-        LayerTensors w = gpt2_layer_tensors(c, up.f32);
         LayerActs x = gpt2_layer_acts_forward(m, l, B, T);
-        layernorm_forward(&m->kern, x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, w.ln1w, w.ln1b, N, C);
-        matmul_forward(&m->kern, x.qkv, x.ln1, w.qkvw, gpt2_x16(up, w.qkvw), w.qkvb, N, C, 3 * C);
-        attention_forward(&m->kern, x.atty, x.att, x.qkv, B, T, C, NH);
-        // the projections land in dbtc (free during the forward), then the residual adds
-        matmul_forward(&m->kern, a->dbtc, x.atty, w.attprojw, gpt2_x16(up, w.attprojw), w.attprojb, N, C, C);
-        residual_forward(&m->kern, x.residual2, x.residual, a->dbtc, btc);
-        layernorm_forward(&m->kern, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
-        matmul_forward(&m->kern, x.fch, x.ln2, w.fcw, gpt2_x16(up, w.fcw), w.fcb, N, C, 4 * C);
-        gelu_forward(&m->kern, x.fch_gelu, x.fch, 4 * btc);
-        matmul_forward(&m->kern, a->dbtc, x.fch_gelu, w.fcprojw, gpt2_x16(up, w.fcprojw), w.fcprojb, N, 4 * C, C);
-        residual_forward(&m->kern, x.residual3, x.residual2, a->dbtc, btc);
+        gpt2_layer_forward(m, l, up, &x, B, T, LAYER_FORWARD);
         gpt2_layer_store(m, l, B, T);
     }
     FinalTensors fin = gpt2_final_tensors(c, gpt2_unit_params(m, F, -1).f32);
-    LayerActs top = gpt2_layer_acts_forward(m, L - 1, B, T); // (already computed: its output)
-    layernorm_forward(&m->kern, a->lnf, a->lnf_mean, a->lnf_rstd, top.residual3, fin.lnfw, fin.lnfb, N, C);
+    layernorm_forward(&m->kern, a->lnf, a->lnf_mean, a->lnf_rstd, gpt2_layers_output(m, B, T), fin.lnfw, fin.lnfb, N, C);
     ep = gpt2_unit_params(m, UNIT_EMBED, -1); // (ZeRO-3 has kept it gathered)
     emb = gpt2_embed_tensors(c, ep.f32);
     matmul_forward(&m->kern, a->logits, a->lnf, emb.wte, gpt2_x16(ep, emb.wte), NULL, N, C, c->padded_vocab_size); // tied LM head
@@ -80,29 +123,49 @@ static float gpt2_forward(GPT2 *m, const int *inputs, const int *targets, int B,
     return classifier_loss(m, N, dloss);
 }
 
+// The backward recomputes layer l's forward (`what`: gpt2_layer_forward's) where the storage
+// hooks say, with its parameters up.
+static void gpt2_layer_recompute(GPT2 *m, int l, UnitParams up, int B, int T, int what) {
+    LayerActs x = gpt2_layer_acts_recompute(m, l, B, T);
+    gpt2_layer_forward(m, l, up, &x, B, T, what);
+    gpt2_layer_recomputed(m, l, B, T);
+}
+
 // Backward pass after gpt2_forward(..., dloss != 0) on the same inputs. Each unit's gradient
-// is handed on as soon as it is complete, so its reduction overlaps the rest.
+// is handed on as soon as it is complete, so its reduction overlaps the rest. With recompute,
+// each layer's activations are computed again first (gpt2.h: full recompute, on reaching a
+// segment's last layer, the segment from its checkpoint; selective, each layer's recomputed
+// part), with the layer's parameters asked for again (ZeRO-3 gathers them where its buffers no
+// longer hold them) in the order gpt2_backward_next_layer gives, which the prefetch follows.
 static void gpt2_backward(GPT2 *m, int B, int T) {
     const GPT2Config *c = &m->cfg;
     int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, F = gpt2_unit_of_layer(L);
     size_t btc = (size_t)N * C;
     Activations *a = &m->acts;
+    GPT2Recompute rc = m->recompute;
     // The embeddings are used first and last: their gradient collects the LM head's share now
     // and the token lookup's at the end, and is reduced once, after both.
     UnitParams ep = gpt2_unit_params(m, UNIT_EMBED, -1);
     EmbedTensors emb = gpt2_embed_tensors(c, ep.f32);
     EmbedTensors demb = gpt2_embed_tensors(c, gpt2_unit_grads(m, UNIT_EMBED));
-    FinalTensors fin = gpt2_final_tensors(c, gpt2_unit_params(m, F, gpt2_unit_of_layer(L - 1)).f32);
+    FinalTensors fin = gpt2_final_tensors(c, gpt2_unit_params(m, F, gpt2_unit_of_layer(gpt2_backward_first_layer(rc, L))).f32);
     FinalTensors dfin = gpt2_final_tensors(c, gpt2_unit_grads(m, F));
-    LayerActs top = gpt2_layer_acts_backward(m, L - 1, B, T);
     matmul_backward(&m->kern, a->dbtc, demb.wte, NULL, a->logits, a->lnf, emb.wte, gpt2_x16(ep, emb.wte), N, C, c->padded_vocab_size);
     zero_fill(&m->kern, a->dresidual, btc);
-    layernorm_backward(&m->kern, a->dresidual, dfin.lnfw, dfin.lnfb, a->dbtc, top.residual3, fin.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+    layernorm_backward(&m->kern, a->dresidual, dfin.lnfw, dfin.lnfb, a->dbtc, gpt2_layers_output(m, B, T), fin.lnfw, a->lnf_mean,
+                       a->lnf_rstd, N, C);
     gpt2_unit_grads_done(m, F);
     // dresidual is the gradient of the residual stream; each block adds its branches to it.
     for (int l = L - 1; l >= 0; l--) {
-        int u = gpt2_unit_of_layer(l);
-        UnitParams up = gpt2_unit_params(m, u, l > 0 ? u - 1 : -1);
+        int u = gpt2_unit_of_layer(l), next = gpt2_backward_next_layer(rc, l);
+        int full = rc.mode == RECOMPUTE_FULL && gpt2_segment_end(rc, L, l);
+        if (full) // the segment's layers before this one, from its checkpoint, each with its output
+            for (int j = gpt2_segment_start(rc, l); j < l; j++)
+                gpt2_layer_recompute(m, j, gpt2_unit_params(m, gpt2_unit_of_layer(j), gpt2_unit_of_layer(j + 1)), B, T,
+                                     LAYER_FORWARD);
+        UnitParams up = gpt2_unit_params(m, u, next >= 0 ? gpt2_unit_of_layer(next) : -1);
+        if (full) gpt2_layer_recompute(m, l, up, B, T, LAYER_BODY);
+        if (rc.mode == RECOMPUTE_SELECTIVE) gpt2_layer_recompute(m, l, up, B, T, LAYER_SELECTIVE);
         LayerTensors w = gpt2_layer_tensors(c, up.f32);
         LayerTensors g = gpt2_layer_tensors(c, gpt2_unit_grads(m, u));
         LayerActs x = gpt2_layer_acts_backward(m, l, B, T);

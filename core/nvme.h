@@ -56,7 +56,7 @@ typedef struct {
     int head, count, stop, running;           // queued requests; requests being run
     int pending[NVME_TICKETS];                // requests left per ticket (0: free or done)
     int failed;                               // an error happened (err says which)
-    char err[512];
+    char err[1024];                           // the first error (a path in it cut at 800 characters)
     double bytes_read, bytes_written, busy_s, exposed_s, busy_since;
 } Nvme;
 
@@ -91,7 +91,7 @@ static void *nvme_thread(void *arg) {
         else io->bytes_read += (double)done;
         if (e && !io->failed) {
             io->failed = 1;
-            snprintf(io->err, sizeof(io->err), "%s: %s of %zu bytes at offset %zu failed: %s", io->path[r.file],
+            snprintf(io->err, sizeof(io->err), "%.800s: %s of %zu bytes at offset %zu failed: %s", io->path[r.file],
                      r.writing ? "write" : "read", r.bytes, r.offset,
                      e > 0 ? strerror(e) : "the file ends there (truncated under the running job?)");
         }
@@ -148,12 +148,12 @@ static inline int nvme_file(Nvme *io, const char *name, size_t bytes) {
     snprintf(path + dl, sizeof(io->path[k]) - dl, "/%s", name);
     io->fd[k] = open(io->path[k], O_CREAT | O_TRUNC | O_RDWR | (io->direct ? O_DIRECT : 0), 0600);
     if (io->fd[k] < 0) {
-        snprintf(io->err, sizeof(io->err), "%s: cannot create (%s)", io->path[k], strerror(errno));
+        snprintf(io->err, sizeof(io->err), "%.800s: cannot create (%s)", io->path[k], strerror(errno));
         return -1;
     }
     int e = bytes ? posix_fallocate(io->fd[k], 0, (off_t)bytes) : 0;
     if (e) {
-        snprintf(io->err, sizeof(io->err), "%s: cannot allocate %zu bytes (%s)", io->path[k], bytes, strerror(e));
+        snprintf(io->err, sizeof(io->err), "%.800s: cannot allocate %zu bytes (%s)", io->path[k], bytes, strerror(e));
         close(io->fd[k]);
         unlink(io->path[k]);
         return -1;
@@ -201,7 +201,7 @@ static inline int nvme_check(Nvme *io) {
     for (int k = 0; k < io->nfiles; k++) {
         struct stat st;
         if (fstat(io->fd[k], &st) != 0 || st.st_nlink == 0 || (size_t)st.st_size < io->size[k]) {
-            snprintf(io->err, sizeof(io->err), "%s: %s under the running job", io->path[k],
+            snprintf(io->err, sizeof(io->err), "%.800s: %s under the running job", io->path[k],
                      st.st_nlink == 0 ? "deleted" : "truncated");
             io->failed = 1;
             return -1;

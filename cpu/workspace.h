@@ -3,13 +3,18 @@
 // bytes (cpu_plan_backend).
 //
 // Contract
-//   - Activations. The CPU kernels compute in fp32. An fp32 run keeps every activation of
-//     core/gpt2.h's list in fp32, all L layers (packed back to back). A 16-bit run (bf16, fp16)
-//     computes each layer in fp32 in one of two layer-sized slots (the layer, and its input: the
-//     previous layer's output) and keeps all L layers' per-layer tensors (cpu_activation_is_layer16:
-//     everything (L, ...) but the fp32 LayerNorm statistics) in 16 bits; every other activation
-//     stays fp32 (the statistics, the logits and the loss are fp32 by the semantics, the rest is
-//     one (B,T,...) each). cpu_activation_bytes() is the total.
+//   - Activations. The CPU kernels compute in fp32. An fp32 run keeps the activations of
+//     core/gpt2.h's list in fp32 in the generic layout of its recompute (gpt2_recompute_slots:
+//     without recompute every layer's, packed back to back). A 16-bit run (bf16, fp16) computes
+//     its layers in fp32 slots and keeps in 16 bits, from the forward to the backward, the
+//     per-layer tensors its recompute keeps (gpt2_recompute_keeps) but the fp32 LayerNorm
+//     statistics: without recompute every layer's nine tensors, with selective each layer's
+//     qkv, residual2, fch and residual3, with full each segment's output. Its fp32 slots: without
+//     recompute two layers' tensors (the layer and its input, the previous layer's output) and
+//     every layer's statistics; with recompute K layers' tensors and statistics (selective: K = 1)
+//     and K + 1 of residual3 (a segment's input beside its layers' outputs). Every other
+//     activation stays fp32 (the logits and the loss are fp32 by the semantics, the rest is one
+//     (B,T,...) each). cpu_activation_bytes() is the total.
 //   - Workspace (16-bit runs only): fp32 views of the units being computed (the embeddings, the
 //     final LayerNorm, two layers: the one computing and the one prefetched), fp32 gradient
 //     accumulators (the embeddings, the final LayerNorm, one layer) rounded into the 16-bit
@@ -18,8 +23,6 @@
 //     gemm_bf16.h's packing scratch (sized for the run's OpenMP threads) and one flag per
 //     vocabulary row (the batch's tokens: the tied embedding's rows that keep fp32 sums).
 //     cpu_workspace_bytes() is the total; 0 in fp32.
-//   - Recompute (a plan; the trainer does not implement it yet): each layer's input kept in full,
-//     one layer's worth of the other per-layer tensors.
 // CPU trainer only (C11); no global state.
 #ifndef CPU_WORKSPACE_H
 #define CPU_WORKSPACE_H
@@ -28,36 +31,64 @@
 #include "cpu/gemm_bf16.h"
 #include "run/planner.h"
 
-// The tensors a 16-bit run stores in 16 bits, per layer: gpt2.h's slot tensors.
-static inline int cpu_activation_is_layer16(int i) { return gpt2_activation_in_slots(i); }
-
-// fp32 elements of the activation block: with slots = L every layer in fp32, with slots = 2
-// the 16-bit layout's two fp32 layer slots.
-static inline size_t cpu_activation_floats(const GPT2Config *c, int B, int T, int slots) {
+// The fp32 block's slots: per-layer tensor i holds slots[i] layers (see the contract).
+static inline void cpu_activation_slots(const GPT2Config *c, GPT2Recompute r, int mixed, int slots[NUM_ACTIVATIONS]) {
+    int L = c->num_layers, K = gpt2_recompute_every(r);
+    if (!mixed) { gpt2_recompute_slots(r, L, slots); return; }
+    for (int i = 0; i < NUM_ACTIVATIONS; i++)
+        slots[i] = !gpt2_activation_is_layered(i) ? 1
+                   : r.mode == RECOMPUTE_NONE ? (gpt2_activation_in_slots(i) ? 2 : L)
+                   : (i == A_RESIDUAL3 ? K + 1 : K);
+}
+// Layer l's slot of each per-layer tensor in it; returns its input's (residual3's slot of layer
+// l - 1), or -1 for the embeddings' output.
+static inline int cpu_layer_slots(const GPT2Config *c, GPT2Recompute r, int mixed, int l, int slot[NUM_ACTIVATIONS]) {
+    int L = c->num_layers, K = gpt2_recompute_every(r), none = r.mode == RECOMPUTE_NONE;
+    for (int i = 0; i < NUM_ACTIVATIONS; i++)
+        slot[i] = !gpt2_activation_is_layered(i) ? 0
+                  : !mixed ? gpt2_recompute_slot(r, L, i, l)
+                  : none ? (gpt2_activation_in_slots(i) ? l % 2 : l)
+                  : (i == A_RESIDUAL3 ? l % (K + 1) : l % K);
+    if (l == 0) return -1;
+    return !mixed ? gpt2_recompute_slot(r, L, A_RESIDUAL3, l - 1) : none ? (l - 1) % 2 : (l - 1) % (K + 1);
+}
+// fp32 elements of the activation block.
+static inline size_t cpu_activation_floats(const GPT2Config *c, int B, int T, GPT2Recompute r, int mixed) {
+    int slots[NUM_ACTIVATIONS];
+    cpu_activation_slots(c, r, mixed, slots);
     return gpt2_activation_layout(c, B, T, slots, sizeof(float), 1, NULL) / sizeof(float);
 }
-// 16-bit elements one layer stores (the sum of its cpu_activation_is_layer16 tensors)
-static inline size_t cpu_layer16_numel(const GPT2Config *c, int B, int T) {
-    size_t n[NUM_ACTIVATIONS], total = 0;
+
+// 16-bit runs: tensor i of layer l is kept in 16 bits at this element offset of the 16-bit
+// block (at (B,T)), or not at all (-1). The keeping layers (every layer, or with full recompute
+// each segment's last) each hold their kept tensors back to back, in the list's order.
+static inline long cpu_kept16_offset(const GPT2Config *c, GPT2Recompute r, int B, int T, int i, int l) {
+    int L = c->num_layers;
+    if (!gpt2_activation_in_slots(i) || !gpt2_recompute_keeps(r, L, i, l)) return -1;
+    size_t n[NUM_ACTIVATIONS], record = 0, at = 0;
     gpt2_activation_numels(c, B, T, n);
-    for (int i = 0; i < NUM_ACTIVATIONS; i++) if (cpu_activation_is_layer16(i)) total += n[i] / c->num_layers;
-    return total;
+    for (int j = 0; j < NUM_ACTIVATIONS; j++)
+        if (gpt2_activation_in_slots(j) && gpt2_recompute_keeps(r, L, j, l)) {
+            if (j < i) at += n[j] / L;
+            record += n[j] / L;
+        }
+    size_t index = r.mode == RECOMPUTE_FULL ? (size_t)(l / gpt2_recompute_every(r)) : (size_t)l;
+    return (long)(index * record + at);
+}
+// ... and the block's elements: the last keeping layer's end.
+static inline size_t cpu_kept16_numel(const GPT2Config *c, GPT2Recompute r, int B, int T) {
+    int L = c->num_layers;
+    size_t n[NUM_ACTIVATIONS], end = 0;
+    gpt2_activation_numels(c, B, T, n);
+    for (int i = 0; i < NUM_ACTIVATIONS; i++) {
+        long at = cpu_kept16_offset(c, r, B, T, i, L - 1);
+        if (at >= 0 && (size_t)at + n[i] / L > end) end = (size_t)at + n[i] / L;
+    }
+    return end;
 }
 // Bytes of all activations as the CPU trainer allocates them (fp32, or mixed precision).
-static inline size_t cpu_activation_bytes(const GPT2Config *c, int B, int T, int mixed) {
-    if (!mixed) return cpu_activation_floats(c, B, T, c->num_layers) * sizeof(float);
-    return cpu_activation_floats(c, B, T, 2) * sizeof(float) + (size_t)c->num_layers * cpu_layer16_numel(c, B, T) * 2;
-}
-
-// The 16-bit-stored tensors of a layer view, in cpu_activation_is_layer16's order, with their
-// element counts at (B,T): what a 16-bit run converts when it stores or loads a layer.
-static inline int cpu_layer16_tensors(const LayerActs *x, const GPT2Config *c, int B, int T, float *t[9], size_t n[9]) {
-    size_t btc = (size_t)B * T * c->channels;
-    float *p[9] = {x->ln1, x->qkv, x->atty, x->att, x->residual2, x->ln2, x->fch, x->fch_gelu, x->residual3};
-    size_t k[9] = {btc, 3 * btc, btc, (size_t)B * c->num_heads * T * T, btc, btc, 4 * btc, 4 * btc, btc};
-    memcpy(t, p, sizeof(p));
-    memcpy(n, k, sizeof(k));
-    return 9;
+static inline size_t cpu_activation_bytes(const GPT2Config *c, int B, int T, GPT2Recompute r, int mixed) {
+    return cpu_activation_floats(c, B, T, r, mixed) * sizeof(float) + (mixed ? cpu_kept16_numel(c, r, B, T) * 2 : 0);
 }
 
 // Elements of the bf16 staging area: (B,T) rows of max(Vp + C, 5C).
@@ -86,20 +117,9 @@ static inline size_t cpu_workspace_bytes(const ParamLayout *lay, const GPT2Confi
 
 // --- for the planner ---
 
-// Recompute (a plan): residual3 (every layer's output) in full and one layer of the other
-// per-layer tensors (in 16-bit runs at 2 bytes, plus the two fp32 layer slots).
-static inline double cpu_plan_activations(const GPT2Config *c, int B, int T, int dtype, int recompute) {
-    int mixed = dtype != ZC_F32;
-    if (!recompute) return (double)cpu_activation_bytes(c, B, T, mixed);
-    size_t n[NUM_ACTIVATIONS], L = (size_t)c->num_layers;
-    gpt2_activation_numels(c, B, T, n);
-    double total = 0.0;
-    for (int i = 0; i < NUM_ACTIVATIONS; i++) {
-        size_t k = gpt2_activation_is_layered(i) && i != A_RESIDUAL3 ? n[i] / L : n[i];
-        if (!cpu_activation_is_layer16(i)) total += 4.0 * (double)k;
-        else total += mixed ? 2.0 * (double)k + 4.0 * 2.0 * (double)(n[i] / L) : 4.0 * (double)k;
-    }
-    return total;
+static inline double cpu_plan_activations(const GPT2Config *c, int B, int T, int dtype, GPT2Recompute r, double *host) {
+    *host = 0.0; // (this trainer's memory is the host's: cpu_checkpointing moves nothing)
+    return (double)cpu_activation_bytes(c, B, T, r, dtype != ZC_F32);
 }
 static inline double cpu_plan_workspace(const ParamLayout *lay, const GPT2Config *c, int B, int T, int dtype, int threads) {
     return (double)cpu_workspace_bytes(lay, c, B, T, dtype, threads);
@@ -107,6 +127,7 @@ static inline double cpu_plan_workspace(const ParamLayout *lay, const GPT2Config
 static const PlanBackend cpu_plan_backend = {
     cpu_plan_activations, cpu_plan_workspace,
     {"4 B x its list", "2 B x layers + 2 fp32", "2 B x layers + 2 fp32"},
+    {"4 B x kept + scratch", "2 B x kept + fp32 slots", "2 B x kept + fp32 slots"},
     {"CPU workspace (none in fp32)", "CPU fp32 workspace (16-bit runs)", "CPU fp32 workspace (16-bit runs)"},
     "cpu_workspace_bytes", ZC_F32, 1};
 

@@ -7,14 +7,19 @@
 //     A_ATT holds each row's log-sum-exp instead, (L,B,NH,T) fp32, from which the backward
 //     recomputes them. Otherwise (the fp32 build, other head sizes) it is the matmul path with
 //     the probabilities stored, as on the CPU (gpu_flash_attention decides).
-//   - The GPU trainer keeps every layer's activations, in its element type (elem: 2 for bf16
-//     and fp16, 4 for fp32) but for the fp32 statistics and losses, logits included (its
+//   - The GPU trainer keeps its activations in the generic layout of its recompute
+//     (gpt2_recompute_slots: without recompute every layer's), in its element type (elem: 2 for
+//     bf16 and fp16, 4 for fp32) but for the fp32 statistics and losses, logits included (its
 //     classifier reads 16-bit logits and computes the softmax and the loss in fp32), and A_ATT as
 //     its attention needs it. Each tensor starts on a 256-byte boundary, so that cuBLASLt's
 //     fastest kernels (16-byte operands) take any shape's tensors wherever the block's arithmetic
 //     would otherwise leave them (the fp32 statistics of an odd B*T, say). It has no workspace:
 //     its kernels read 16 bits directly. gpu_activation_bytes() is exactly what it asks of
 //     cudaMalloc.
+//   - cpu_checkpointing (full recompute, r.host): the device holds two of the checkpoints
+//     (segment outputs) in residual3, checkpoint c in slot c % 2; those the forward overwrites
+//     there before the backward needs them, all but the last two, go to pinned host memory
+//     (gpu_host_checkpoints) and come back ahead of their segment's recompute.
 // No global state; C11 and CUDA C++.
 #ifndef GPU_LAYOUT_H
 #define GPU_LAYOUT_H
@@ -28,35 +33,53 @@ static inline int gpu_flash_attention(int channels, int num_heads, size_t elem) 
     return elem == 2 && hs % 16 == 0 && hs <= GPU_FLASH_MAX_HS;
 }
 
+// Checkpoints in host memory (cpu_checkpointing): all but the last two of full's.
+static inline int gpu_host_checkpoints(const GPT2Config *c, GPT2Recompute r) {
+    int n = gpt2_checkpoints(r, c->num_layers) - 2;
+    return r.mode == RECOMPUTE_FULL && r.host && n > 0 ? n : 0;
+}
+// The device's slot of per-layer tensor i of layer l: the generic layout's, but for the
+// checkpoints with cpu_checkpointing (two slots, then residual3's scratch).
+static inline int gpu_activation_slot(const GPT2Config *c, GPT2Recompute r, int i, int l) {
+    int L = c->num_layers, s = gpt2_recompute_slot(r, L, i, l), ncp = gpt2_checkpoints(r, L);
+    if (r.mode != RECOMPUTE_FULL || !r.host || i != A_RESIDUAL3) return s;
+    return gpt2_segment_end(r, L, l) ? s % 2 : s - ncp + (ncp < 2 ? ncp : 2);
+}
+static inline void gpu_activation_slots(const GPT2Config *c, GPT2Recompute r, int slots[NUM_ACTIVATIONS]) {
+    int ncp = gpt2_checkpoints(r, c->num_layers);
+    gpt2_recompute_slots(r, c->num_layers, slots);
+    if (r.mode == RECOMPUTE_FULL && r.host) slots[A_RESIDUAL3] -= ncp - (ncp < 2 ? ncp : 2);
+}
+
 // offset (may be NULL): where each tensor starts, for gpt2_activations_wire_at.
 #define GPU_ACT_ALIGN 256
-static inline size_t gpu_activation_bytes(const GPT2Config *c, int B, int T, size_t elem, size_t offset[NUM_ACTIVATIONS]) {
+static inline size_t gpu_activation_bytes(const GPT2Config *c, int B, int T, size_t elem, GPT2Recompute r,
+                                          size_t offset[NUM_ACTIVATIONS]) {
     size_t n[NUM_ACTIVATIONS];
-    int fp32[NUM_ACTIVATIONS];
+    int fp32[NUM_ACTIVATIONS], slots[NUM_ACTIVATIONS];
     gpt2_activation_numels(c, B, T, n);
-    for (int i = 0; i < NUM_ACTIVATIONS; i++) fp32[i] = gpt2_activation_is_fp32(i);
+    gpu_activation_slots(c, r, slots);
+    for (int i = 0; i < NUM_ACTIVATIONS; i++) {
+        fp32[i] = gpt2_activation_is_fp32(i);
+        if (gpt2_activation_is_layered(i)) n[i] = n[i] / c->num_layers * (size_t)slots[i];
+    }
     if (gpu_flash_attention(c->channels, c->num_heads, elem)) {
-        n[A_ATT] = (size_t)c->num_layers * B * c->num_heads * T;
+        n[A_ATT] = (size_t)slots[A_ATT] * B * c->num_heads * T;
         fp32[A_ATT] = 1;
     }
     return gpt2_activation_pack(n, fp32, elem, GPU_ACT_ALIGN, offset);
 }
+// Bytes of pinned host memory for the checkpoints (cpu_checkpointing).
+static inline size_t gpu_host_checkpoint_bytes(const GPT2Config *c, int B, int T, size_t elem, GPT2Recompute r) {
+    return (size_t)gpu_host_checkpoints(c, r) * B * T * c->channels * elem;
+}
 
 // --- for the planner ---
 
-// Recompute (a plan): residual3 (every layer's output) in full, one layer of the other per-layer
-// tensors, each at its element size.
-static inline double gpu_plan_activations(const GPT2Config *c, int B, int T, int dtype, int recompute) {
+static inline double gpu_plan_activations(const GPT2Config *c, int B, int T, int dtype, GPT2Recompute r, double *host) {
     size_t elem = dtype == ZC_F32 ? 4 : 2;
-    if (!recompute) return (double)gpu_activation_bytes(c, B, T, elem, NULL);
-    size_t n[NUM_ACTIVATIONS], L = (size_t)c->num_layers;
-    gpt2_activation_numels(c, B, T, n);
-    double total = 0.0;
-    for (int i = 0; i < NUM_ACTIVATIONS; i++) {
-        size_t k = gpt2_activation_is_layered(i) && i != A_RESIDUAL3 ? n[i] / L : n[i];
-        total += (double)k * (gpt2_activation_is_fp32(i) ? 4.0 : (double)elem);
-    }
-    return total;
+    *host = (double)gpu_host_checkpoint_bytes(c, B, T, elem, r);
+    return (double)gpu_activation_bytes(c, B, T, elem, r, NULL);
 }
 static inline double gpu_plan_workspace(const ParamLayout *lay, const GPT2Config *c, int B, int T, int dtype, int threads) {
     (void)lay; (void)c; (void)B; (void)T; (void)dtype; (void)threads;
@@ -66,6 +89,7 @@ static inline double gpu_plan_workspace(const ParamLayout *lay, const GPT2Config
 static inline PlanBackend gpu_plan_backend(int default_precision) {
     PlanBackend b = {gpu_plan_activations, gpu_plan_workspace,
                      {"4 B x its list, aligned", "2 B x its list (stats 4)", "2 B x its list (stats 4)"},
+                     {"4 B x kept + scratch, aligned", "2 B x kept + scratch", "2 B x kept + scratch"},
                      {"workspace (none on the GPU)", "workspace (none on the GPU)", "workspace (none on the GPU)"},
                      "16-bit kernels", default_precision, 0};
     return b;

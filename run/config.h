@@ -49,7 +49,8 @@ enum {
     DSX_REDUCE_SCATTER, DSX_ALLGATHER_PARTITIONS, DSX_PREFETCH_BUCKET_SIZE, DSX_PARAM_PERSISTENCE_THRESHOLD,
     DSX_MAX_LIVE_PARAMETERS, DSX_MAX_REUSE_DISTANCE, DSX_GATHER_16BIT_WEIGHTS_ON_MODEL_SAVE, DSX_SUB_GROUP_SIZE,
     DSX_WALL_CLOCK_BREAKDOWN, DSX_PARAM_BUFFER_COUNT, DSX_MAX_IN_CPU, DSX_AIO_SINGLE_SUBMIT, DSX_AIO_OVERLAP_EVENTS,
-    DSX_NUM
+    DSX_PARTITION_ACTIVATIONS, DSX_CONTIGUOUS_MEMORY_OPTIMIZATION, DSX_NUMBER_CHECKPOINTS,
+    DSX_SYNCHRONIZE_CHECKPOINT_BOUNDARY, DSX_PROFILE, DSX_NUM
 };
 
 // Keys of every setting: the options' rows in --help's order, then the DeepSpeed-only settings.
@@ -61,6 +62,7 @@ enum {
     CK_WARMUP_MIN_RATIO, CK_WEIGHT_DECAY, CK_BETA1, CK_BETA2, CK_EPS, CK_MOMENTUM, CK_GRAD_CLIP,
     CK_PRECISION, CK_LOSS_SCALE, CK_INITIAL_SCALE_POWER, CK_LOSS_SCALE_WINDOW, CK_HYSTERESIS, CK_MIN_LOSS_SCALE,
     CK_CONSECUTIVE_HYSTERESIS, CK_ON_MIN_SCALE,
+    CK_RECOMPUTE, CK_RECOMPUTE_EVERY, CK_CPU_CHECKPOINTING,
     CK_VAL_EVERY, CK_VAL_STEPS, CK_SAMPLE_EVERY, CK_SAMPLE_LEN, CK_SEED, CK_OUT, CK_SAVE_EVERY, CK_ON_SAVE_ERROR, CK_LOG,
     CK_DUMP_GRADS, CK_PRINT_EVERY, CK_RESUME,
     CK_ZERO_STAGE, CK_OFFLOAD_OPTIMIZER, CK_OFFLOAD_PARAM, CK_PIN_MEMORY, CK_NVME_PATH, CK_NVME_BUFFERS,
@@ -112,6 +114,9 @@ typedef struct TrainConfig {
     float loss_scale, min_loss_scale;          // loss_scale 0: dynamic
     int initial_scale_power, loss_scale_window, hysteresis, consecutive_hysteresis;
     int on_min_scale_skip;                     // overflow at min_loss_scale: 0 abort, 1 skip the step
+    // activation recompute (gpt2.h's GPT2Recompute): none, full or selective; full keeps every
+    // recompute_every-th layer's input; cpu_checkpointing: the GPU trainer keeps them in host memory
+    int recompute, recompute_every, cpu_checkpointing;
     // evaluation, sampling, output
     int val_every, val_steps, sample_every, sample_len;
     uint64_t seed;
@@ -273,6 +278,18 @@ static inline const ConfigOption *config_options(void) {
                 "fp16.consecutive_hysteresis"),
         CO_CHOICE("on-min-scale", on_min_scale_skip, 0, config_on_min_scale_names, 2, NULL, "A",
                   "fp16: overflow at the floor: abort | skip the step", NULL, NULL),
+        CO_CHOICE("recompute", recompute, RECOMPUTE_NONE, gpt2_recompute_names, NUM_RECOMPUTE,
+                  "activation recompute (DeepSpeed's activation_checkpointing)", "R",
+                  "none | full | selective: less memory, bit-identical results;\n"
+                  "full keeps each layer's input and recomputes the layer in its\n"
+                  "backward; selective keeps the matmuls' outputs and recomputes\n"
+                  "the LayerNorms, attention and GELU", NULL, NULL),
+        CO_NUM("recompute-every", OT_INT, recompute_every, 1, 1, GPT2_MAX_LAYERS, NULL, "K",
+               "full: keep every K-th layer's input, recompute K layers at a\n"
+               "time (sqrt(L) schedules; for GPT-2, K = 1 keeps the fewest bytes)", NULL, NULL),
+        CO_FLAG("cpu-checkpointing", cpu_checkpointing, NULL,
+                "full: the GPU trainer keeps the inputs in pinned host memory\n"
+                "(the CPU trainer's are there already)", "activation_checkpointing.cpu_checkpointing"),
         CO_NUM("val-every", OT_INT, val_every, 25, 0, 1 << 30, "evaluation and output", "N", "validate every N steps; 0 = never",
                NULL, NULL),
         CO_NUM("val-steps", OT_INT, val_steps, 10, 0, 1 << 30, NULL, "N", "batches per validation", NULL, NULL),
@@ -350,7 +367,9 @@ static inline const char *config_key_name(int key) {
         "zero_optimization.stage3_max_live_parameters", "zero_optimization.stage3_max_reuse_distance",
         "zero_optimization.stage3_gather_16bit_weights_on_model_save", "zero_optimization.sub_group_size",
         "wall_clock_breakdown", "zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.max_in_cpu",
-        "aio.single_submit", "aio.overlap_events"};
+        "aio.single_submit", "aio.overlap_events", "activation_checkpointing.partition_activations",
+        "activation_checkpointing.contiguous_memory_optimization", "activation_checkpointing.number_checkpoints",
+        "activation_checkpointing.synchronize_checkpoint_boundary", "activation_checkpointing.profile"};
     return key < CK_OPTIONS ? config_options()[key].name : dsx[key - CK_DSX];
 }
 
@@ -424,7 +443,9 @@ static inline int config_value(const TrainConfig *c, int key, double *num, const
         *num = c->ds_extra[k];
         int is_bool = k == DSX_OVERLAP_COMM || k == DSX_CONTIGUOUS_GRADIENTS || k == DSX_REDUCE_SCATTER ||
                       k == DSX_ALLGATHER_PARTITIONS || k == DSX_GATHER_16BIT_WEIGHTS_ON_MODEL_SAVE ||
-                      k == DSX_WALL_CLOCK_BREAKDOWN || k == DSX_AIO_SINGLE_SUBMIT || k == DSX_AIO_OVERLAP_EVENTS;
+                      k == DSX_WALL_CLOCK_BREAKDOWN || k == DSX_AIO_SINGLE_SUBMIT || k == DSX_AIO_OVERLAP_EVENTS ||
+                      k == DSX_PARTITION_ACTIVATIONS || k == DSX_CONTIGUOUS_MEMORY_OPTIMIZATION ||
+                      k == DSX_SYNCHRONIZE_CHECKPOINT_BOUNDARY || k == DSX_PROFILE;
         return is_bool ? CV_BOOL : CV_NUM;
     }
     return CV_NONE;
@@ -630,6 +651,44 @@ static inline int config_locate_defaults(TrainConfig *c) {
 // ----------------------------------------------------------------------------------------
 // What no single row can check
 
+// Recompute's options against each other and the model. activation_checkpointing's
+// number_checkpoints N (a DeepSpeed file's) keeps N layer inputs: every ceil(L/N)-th layer's.
+static inline int config_validate_recompute(TrainConfig *c) {
+    int L = c->model.num_layers, full = c->recompute == RECOMPUTE_FULL;
+    const char *mode = gpt2_recompute_names[c->recompute];
+    if (c->source[CK_DSX + DSX_NUMBER_CHECKPOINTS] == CFG_SRC_FILE && full) {
+        double n = c->ds_extra[DSX_NUMBER_CHECKPOINTS];
+        int every = n < 1 ? 1 : (int)ceil(L / n);
+        if (config_given(c, CK_RECOMPUTE_EVERY) && c->recompute_every != every) {
+            fprintf(stderr, "error: --recompute-every %d conflicts with the --deepspeed file's "
+                            "activation_checkpointing.number_checkpoints %.0f (of the model's %d layers' inputs: every %d)\n",
+                    c->recompute_every, n, L, every);
+            return -1;
+        }
+        c->recompute_every = every;
+        c->source[CK_RECOMPUTE_EVERY] = CFG_SRC_DERIVED;
+    }
+    if (c->recompute_every > 1 && !full) {
+        fprintf(stderr, "error: --recompute-every %d needs --recompute full (it is %s)\n", c->recompute_every, mode);
+        return -1;
+    }
+    if (c->recompute_every > L) {
+        fprintf(stderr, "error: --recompute-every %d exceeds the model's %d layers\n", c->recompute_every, L);
+        return -1;
+    }
+    if (c->cpu_checkpointing && !full) {
+        fprintf(stderr, "error: --cpu-checkpointing (activation_checkpointing.cpu_checkpointing) moves full recompute's "
+                        "checkpoints to host memory: it needs --recompute full (it is %s)\n", mode);
+        return -1;
+    }
+    return 0;
+}
+static inline GPT2Recompute config_recompute(const TrainConfig *c) {
+    GPT2Recompute r;
+    r.mode = c->recompute; r.every = c->recompute_every; r.host = c->cpu_checkpointing;
+    return r;
+}
+
 // Checks the options against each other and the model (known once --init's header is read).
 // world: processes in the job. Fills total_batch, grad_accum and lr_total_steps when they were
 // left to their defaults.
@@ -720,7 +779,7 @@ static inline int config_validate(TrainConfig *c, int world) {
         fprintf(stderr, "error: --save-every needs --out DIR\n");
         return -1;
     }
-    return 0;
+    return config_validate_recompute(c);
 }
 
 static inline int config_accum_steps(const TrainConfig *c, int world) {

@@ -431,6 +431,17 @@ static inline const DsExtra *ds_extras(void) {
          "not used: each I/O thread submits its requests one at a time (pread/pwrite)"},
         {"aio.overlap_events", DSX_T_BOOL, 1,
          "honoured as true: reads ahead and writes behind overlap the update (false is ignored)"},
+        {"activation_checkpointing.partition_activations", DSX_T_BOOL, 0,
+         "nothing to partition: DeepSpeed splits activations that model-parallel ranks hold in duplicate; with data "
+         "parallelism alone each rank's activations are its own micro-batch's, held once"},
+        {"activation_checkpointing.contiguous_memory_optimization", DSX_T_BOOL, 0,
+         "honoured as true: the kept inputs live in one preallocated block (false is ignored)"},
+        {"activation_checkpointing.number_checkpoints", DSX_T_SIZE, 0,
+         "full recompute keeps N layer inputs: --recompute-every ceil(L/N) (0 here: DeepSpeed's null, every layer's)"},
+        {"activation_checkpointing.synchronize_checkpoint_boundary", DSX_T_BOOL, 0,
+         "not needed: checkpoint copies are ordered by events (GPU) or synchronous (CPU); true changes nothing"},
+        {"activation_checkpointing.profile", DSX_T_BOOL, 0,
+         "not implemented: true is ignored (the step line and the log have each step's time)"},
     };
     return t;
 }
@@ -451,7 +462,7 @@ static inline int ds_extra_key(const DsCtx *x, const cJSON *obj, int k, const ch
     c->source[key] = CFG_SRC_FILE;
     c->file_said[key] = CFG_FILE_VALUE;
     c->file_key[key] = path;
-    if (k == DSX_WALL_CLOCK_BREAKDOWN && b)
+    if ((k == DSX_WALL_CLOCK_BREAKDOWN || k == DSX_PROFILE) && b)
         return ds_unhonoured(x, path, "true: not implemented in this trainer; ignored");
     return 0;
 }
@@ -752,6 +763,36 @@ static inline int ds_aio(const DsCtx *x, const cJSON *root) {
            ds_extra_key(x, a, DSX_AIO_SINGLE_SUBMIT, NULL) || ds_extra_key(x, a, DSX_AIO_OVERLAP_EVENTS, NULL);
 }
 
+// activation_checkpointing. In DeepSpeed the model's code decides what to checkpoint (it calls
+// deepspeed.checkpointing.checkpoint) and this section configures how; this model checkpoints
+// every layer (or every K-th: number_checkpoints), so the section turns full recompute on unless
+// the command line chose a --recompute. number_checkpoints may be null (DeepSpeed's default).
+static inline int ds_activation_checkpointing(const DsCtx *x, const cJSON *root) {
+    TrainConfig *c = x->c;
+    const cJSON *ac;
+    if (ds_object(x, root, "activation_checkpointing", &ac) == DS_ERROR) return -1;
+    if (!ac) return 0;
+    static const char *const keys[] = {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
+                                       "number_checkpoints", "synchronize_checkpoint_boundary", "profile"};
+    if (ds_known_keys(x, ac, "activation_checkpointing", keys, 6)) return -1;
+    for (int k = DSX_PARTITION_ACTIVATIONS; k <= DSX_PROFILE; k++) {
+        if (k == DSX_NUMBER_CHECKPOINTS && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(ac, "number_checkpoints"))) continue;
+        if (ds_extra_key(x, ac, k, NULL)) return -1;
+    }
+    if (c->source[CK_DSX + DSX_NUMBER_CHECKPOINTS] == CFG_SRC_FILE && c->ds_extra[DSX_NUMBER_CHECKPOINTS] < 1) {
+        ds_error(x, "activation_checkpointing.number_checkpoints", "expected a whole number >= 1, null or \"auto\", got 0");
+        return -1;
+    }
+    if (ds_option(x, ac, CK_CPU_CHECKPOINTING)) return -1;
+    if (!config_given(c, CK_RECOMPUTE)) {
+        c->recompute = RECOMPUTE_FULL;
+        c->source[CK_RECOMPUTE] = CFG_SRC_DERIVED;
+        c->file_said[CK_RECOMPUTE] = CFG_FILE_VALUE;
+        c->file_key[CK_RECOMPUTE] = "activation_checkpointing";
+    }
+    return 0;
+}
+
 // train_batch_size (sequences) = micro batch x accumulation x world; any two determine the third.
 static inline int ds_batch(const DsCtx *x, const cJSON *root) {
     TrainConfig *c = x->c;
@@ -893,13 +934,13 @@ static inline int ds_config_apply_text(TrainConfig *c, const char *name, const c
         static const char *const keys[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
                                            "gradient_accumulation_steps", "gradient_clipping", "steps_per_print",
                                            "wall_clock_breakdown", "fp16", "bf16", "optimizer", "scheduler",
-                                           "zero_optimization", "aio"};
-        if (ds_known_keys(&x, root, "", keys, 12)) goto done;
+                                           "zero_optimization", "aio", "activation_checkpointing"};
+        if (ds_known_keys(&x, root, "", keys, 13)) goto done;
     }
     if (ds_option(&x, root, CK_GRAD_CLIP) || ds_option(&x, root, CK_PRINT_EVERY)) goto done;
     if (ds_extra_key(&x, root, DSX_WALL_CLOCK_BREAKDOWN, NULL)) goto done;
     if (ds_optimizer(&x, root) || ds_scheduler(&x, root) || ds_precision(&x, root) || ds_zero(&x, root) ||
-        ds_aio(&x, root) || ds_batch(&x, root)) goto done;
+        ds_aio(&x, root) || ds_activation_checkpointing(&x, root) || ds_batch(&x, root)) goto done;
     rc = 0;
 done:
     cJSON_Delete(root);

@@ -3,7 +3,8 @@
 // Contract
 //   - PlanInput describes a run: a model, a precision, an optimizer, a ZeRO stage, a world
 //     size N (any N: 1024 is fine, nothing is allocated), a micro-batch B and sequence length
-//     T, activation recompute on/off, optimizer state offloaded to host on/off, and the trainer
+//     T, activation recompute (none, full every K layers, selective; full's checkpoints in host
+//     memory or not), what is offloaded (host or NVMe), and the trainer
 //     (PlanBackend: how its backend lays out activations and what workspace it needs; each
 //     trainer hands over its own, so that this header knows no backend).
 //   - The model is either
@@ -51,14 +52,17 @@
 //   scratch) fp32.
 //   GPU trainer (gpu/layout.h): every tensor at its element size (2 bytes in bf16/fp16, 4 in
 //   fp32) but the fp32 statistics and losses, each tensor 256-byte aligned.
-//   Recompute (a PLAN; the trainer does not implement it): keep each layer's input (the
-//   embedding output and every layer's output, residual3) and ONE layer's worth of the other
-//   per-layer tensors, rebuilt layer by layer during the backward; the rest (final LayerNorm,
-//   logits, losses, backward scratch) as without recompute.
+//   Recompute (gpt2.h; each backend lays out what it keeps and its scratch, and the planner
+//   takes the bytes from it): full every K keeps ceil(L/K) layer inputs and the last layer's
+//   output and K layers' worth of scratch; selective keeps each layer's qkv, residual2, fch and
+//   output and one layer of the rest; the rest (final LayerNorm, logits, losses, backward
+//   scratch) as without recompute. The GPU trainer's cpu_checkpointing keeps full's
+//   checkpoints in host memory (two on the device, in transit).
 //   Textbook, one layer, s = T, b = B, h = C, a = heads: 16-bit sbh(34 + 5as/h) bytes, of which
 //   sbh(2 + as/h) are 1-byte dropout masks; in fp32 the 2-byte elements double: sbh(66 + 9as/h).
-//   With full recompute the textbook keeps each layer's input (2sbh in 16-bit, 4sbh in fp32)
-//   plus one layer's full activations.
+//   With full recompute the textbook keeps each checkpointed layer's input (2sbh in 16-bit, 4sbh
+//   in fp32) plus K layers' full activations; with selective recompute (Korthikanti et al.) each
+//   layer keeps all but the attention's s x s matrices: sbh 34 (16-bit), sbh 66 (fp32).
 //
 // Buffers (at the parameter precision): stages 2, 3: a gradient bucket
 //   for the embeddings, the final LayerNorm and two for layers, and reduce-scatter receive
@@ -89,9 +93,11 @@
 // workspace it needs beyond the model states, in bytes (dtype: ZC_*; threads: the CPU trainer's
 // OpenMP threads per rank), and how the table names them. Each trainer hands over its own.
 typedef struct {
-    double (*activation_bytes)(const GPT2Config *c, int B, int T, int dtype, int recompute);
+    // device bytes of the activations; *host: those the trainer keeps in host memory instead
+    double (*activation_bytes)(const GPT2Config *c, int B, int T, int dtype, GPT2Recompute r, double *host);
     double (*workspace_bytes)(const ParamLayout *lay, const GPT2Config *c, int B, int T, int dtype, int threads);
     const char *activation_formula[ZC_NUM_DTYPES]; // the table's formula column, per precision
+    const char *recompute_formula[ZC_NUM_DTYPES];  // ... with recompute
     const char *workspace_label[ZC_NUM_DTYPES];
     const char *workspace_formula;
     int default_precision;                       // the trainer's own default
@@ -108,7 +114,7 @@ typedef struct {
     int zero_stage;        // 0-3
     int world;             // N ranks
     int batch, seq_len;    // micro-batch B and sequence length T
-    int recompute;         // activation recompute (a plan: the trainer does not implement it)
+    GPT2Recompute recompute; // activation recompute (gpt2.h): none, full every K layers, selective
     int offload_optimizer; // zero.h's LOC_*: where the master weights and optimizer state live (LOC_DEVICE: none)
     int offload_param;     // LOC_*: where stage 3's parameter shard lives
     int nvme_buffers;      // NVMe: buffer sets and the piece in elements (zero.h's ZeroOptions; 0: its defaults)
@@ -136,7 +142,7 @@ typedef struct {
     double nvme_optimizer, nvme_total;              // NVMe: the states kept in files
     double model_states_textbook;  // the stage formula on the unpadded P, all of it wherever it lives
     double act_textbook_layer;     // Korthikanti per layer, at the plan's precision (0 if unknown)
-    double act_textbook;           // L layers' worth (recompute: inputs + one layer)
+    double act_textbook;           // L layers' worth (full: inputs + K layers; selective: L x sbh 34)
 } MemoryPlan;
 
 // ----------------------------------------------------------------------------------------
@@ -157,6 +163,7 @@ static inline void planner_input_defaults(PlanInput *in, const PlanBackend *back
     in->world = 1;
     in->batch = d.batch;
     in->seq_len = d.seq_len;
+    in->recompute = config_recompute(&d);
     in->nvme_buffers = d.nvme_buffers;
     in->nvme_piece = (size_t)d.nvme_buffer_size;
 }
@@ -175,6 +182,7 @@ static inline PlanInput planner_input_from_train_config(const TrainConfig *c, in
     in.optimizer = c->optimizer;
     in.offload_optimizer = c->offload_optimizer;
     in.offload_param = c->offload_param;
+    in.recompute = config_recompute(c);
     in.nvme_buffers = c->nvme_buffers;
     in.nvme_piece = (size_t)c->nvme_buffer_size;
     return in;
@@ -313,7 +321,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         p->buffers_known = 1;
         if (in->backend) { // the trainer's own layout
             dev[MEM_ACTIVATIONS] = in->backend->activation_bytes(&in->cfg, in->batch, in->seq_len, in->precision,
-                                                                 in->recompute);
+                                                                 in->recompute, &dev[MEM_HOST_ACTIVATIONS]);
             dev[MEM_WORKSPACE] = in->backend->workspace_bytes(&z.lay, &in->cfg, in->batch, in->seq_len, in->precision,
                                                               planner_threads(in));
             p->activations_known = p->workspace_known = 1;
@@ -323,7 +331,13 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
     if (p->activations_known) {
         double s = in->seq_len, b = in->batch, h = in->cfg.channels, a = in->cfg.num_heads, L = in->cfg.num_layers;
         p->act_textbook_layer = planner_textbook_layer_bytes(s, b, h, a, elem);
-        p->act_textbook = in->recompute ? L * elem * s * b * h + p->act_textbook_layer : L * p->act_textbook_layer;
+        double K = gpt2_recompute_every(in->recompute);
+        if (in->recompute.mode == RECOMPUTE_FULL)
+            p->act_textbook = ceil(L / K) * elem * s * b * h + K * p->act_textbook_layer;
+        else if (in->recompute.mode == RECOMPUTE_SELECTIVE)
+            p->act_textbook = L * planner_textbook_layer_bytes(s, b, h, 0.0, elem);
+        else
+            p->act_textbook = L * p->act_textbook_layer;
         if (!p->exact || !in->backend) dev[MEM_ACTIVATIONS] = p->act_textbook;
     }
     if (p->exact && !in->backend) p->activations_known = 1; // the textbook's, below
@@ -345,6 +359,23 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
 
 // ----------------------------------------------------------------------------------------
 // Printing
+
+// "off", "full, every layer", "full, every 2 layers, checkpoints in host memory", "selective".
+static inline const char *planner_recompute_name(char *buf, size_t n, GPT2Recompute r) {
+    int K = gpt2_recompute_every(r);
+    if (r.mode != RECOMPUTE_FULL) snprintf(buf, n, "%s", r.mode == RECOMPUTE_SELECTIVE ? "selective" : "off");
+    else if (K == 1) snprintf(buf, n, "full, every layer%s", r.host ? ", checkpoints in host memory" : "");
+    else snprintf(buf, n, "full, every %d layers%s", K, r.host ? ", checkpoints in host memory" : "");
+    return buf;
+}
+// The textbook's activations of L layers with this recompute.
+static inline const char *planner_textbook_formula(GPT2Recompute r, int precision) {
+    int fp32 = precision == ZC_F32;
+    if (r.mode == RECOMPUTE_SELECTIVE) return fp32 ? "L sbh 66" : "L sbh 34";
+    if (r.mode == RECOMPUTE_FULL && gpt2_recompute_every(r) > 1) return fp32 ? "4sbh L/K + K layers" : "2sbh L/K + K layers";
+    if (r.mode == RECOMPUTE_FULL) return fp32 ? "4sbhL + one layer" : "2sbhL + one layer";
+    return fp32 ? "L sbh(66+9as/h)" : "L sbh(34+5as/h)";
+}
 
 // 1234567 -> "1,234,567" (whole bytes; a fractional textbook value is rounded for the table).
 static inline const char *planner_commas(char *buf, size_t n, double v) {
@@ -448,8 +479,9 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
             in->optimizer == OPT_ADAMW ? "AdamW" : in->optimizer == OPT_LION ? "Lion"
             : in->optimizer == OPT_SGD_MOMENTUM ? "SGD with momentum" : "plain SGD",
             S, in->world);
+    char rn[80];
     fprintf(f, "            micro-batch B = %d, T = %d, activation recompute %s, optimizer state on the %s, "
-               "parameters on the %s\n", in->batch, in->seq_len, in->recompute ? "ON (a plan)" : "off",
+               "parameters on the %s\n", in->batch, in->seq_len, planner_recompute_name(rn, sizeof(rn), in->recompute),
             zero_location_names[p->where[MEM_MASTER]], zero_location_names[p->where[MEM_PARAMS]]);
     fprintf(f, "\n  %-38s %-24s %-6s %19s %11s", "per rank", "formula", "where", "bytes", "size");
     if (actual) fprintf(f, " %19s", actual_ranks > 1 ? "allocated (rank 0)" : "allocated");
@@ -491,12 +523,15 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
         planner_row(f, p->where[MEM_MASTER] == LOC_NVME || p->where[MEM_PARAMS] == LOC_NVME
                            ? "staging (offload, NVMe buffer sets)" : "staging (offload: 2+2 pieces)",
                     "zero_staging_bytes", W(MEM_STAGING), &d[MEM_STAGING], A, R, PLANNER_KIND(MEM_STAGING));
-    snprintf(lab, sizeof(lab), "activations (%s%s)", p->exact ? "this trainer" : "textbook",
-             in->recompute ? ", recompute" : "");
-    planner_row(f, lab, p->exact && in->backend ? in->backend->activation_formula[in->precision]
-                 : in->recompute ? (in->precision == ZC_F32 ? "4sbhL + one layer" : "2sbhL + one layer")
-                                 : (in->precision == ZC_F32 ? "L sbh(66+9as/h)" : "L sbh(34+5as/h)"), W(MEM_ACTIVATIONS),
+    int rc = in->recompute.mode != RECOMPUTE_NONE;
+    if (p->exact && rc) snprintf(lab, sizeof(lab), "activations (recompute %s)", gpt2_recompute_names[in->recompute.mode]);
+    else snprintf(lab, sizeof(lab), "activations (%s%s)", p->exact ? "this trainer" : "textbook", rc ? ", recompute" : "");
+    planner_row(f, lab, p->exact && in->backend ? (rc ? in->backend->recompute_formula : in->backend->activation_formula)[in->precision]
+                 : planner_textbook_formula(in->recompute, in->precision), W(MEM_ACTIVATIONS),
                 p->activations_known ? &d[MEM_ACTIVATIONS] : NULL, A, R, PLANNER_KIND(MEM_ACTIVATIONS));
+    if (d[MEM_HOST_ACTIVATIONS] > 0.0) // cpu_checkpointing: the kept layer inputs, pinned
+        planner_row(f, "activations: checkpoints (pinned)", "cpu_checkpointing", W(MEM_HOST_ACTIVATIONS),
+                    &d[MEM_HOST_ACTIVATIONS], A, R, PLANNER_KIND(MEM_HOST_ACTIVATIONS));
     planner_row(f, in->backend ? in->backend->workspace_label[in->precision] : "workspace",
                 p->workspace_known ? in->backend->workspace_formula : "not modelled", W(MEM_WORKSPACE),
                 p->workspace_known ? &d[MEM_WORKSPACE] : NULL, A, R, PLANNER_KIND(MEM_WORKSPACE));
@@ -517,8 +552,10 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
     if (p->activations_known) {
         planner_row(f, "activations of one layer", in->precision == ZC_F32 ? "sbh(66 + 9as/h)" : "sbh(34 + 5as/h)", "",
                     &p->act_textbook_layer, NULL, 0, 0);
-        planner_row(f, in->recompute ? "activations, L inputs + one layer" : "activations, L layers",
-                    in->recompute ? (in->precision == ZC_F32 ? "4sbhL + one layer" : "2sbhL + one layer") : "L x the above",
+        planner_row(f, in->recompute.mode == RECOMPUTE_FULL ? "activations, kept inputs + K layers"
+                       : in->recompute.mode == RECOMPUTE_SELECTIVE ? "activations, L layers less attention's"
+                                                                   : "activations, L layers",
+                    rc ? planner_textbook_formula(in->recompute, in->precision) : "L x the above",
                     "", &p->act_textbook, NULL, 0, 0);
     } else {
         fprintf(f, "  activations: unknown (give --layers, --channels and --heads with --params)\n");
@@ -551,9 +588,11 @@ static inline void planner_print_json(FILE *f, const MemoryPlan *p) {
         fprintf(f, ",\"vocab_size\":%d,\"padded_vocab_size\":%d,\"max_seq_len\":%d", c->vocab_size,
                 c->padded_vocab_size, c->max_seq_len);
     fprintf(f, ",\"precision\":\"%s\",\"optimizer\":\"%s\",\"zero_stage\":%d,\"world\":%d,\"batch\":%d,\"seq_len\":%d,"
-               "\"recompute\":%s,\"offload_optimizer\":\"%s\",\"offload_param\":\"%s\"},",
+               "\"recompute\":\"%s\",\"recompute_every\":%d,\"cpu_checkpointing\":%s,"
+               "\"offload_optimizer\":\"%s\",\"offload_param\":\"%s\"},",
             zc_dtype_names[in->precision], optimizer_info(in->optimizer)->name, in->zero_stage, in->world,
-            in->batch, in->seq_len, in->recompute ? "true" : "false", zero_location_names[in->offload_optimizer],
+            in->batch, in->seq_len, gpt2_recompute_names[in->recompute.mode], gpt2_recompute_every(in->recompute),
+            in->recompute.host ? "true" : "false", zero_location_names[in->offload_optimizer],
             zero_location_names[in->offload_param]);
     fprintf(f, "\"exact\":%s,", p->exact ? "true" : "false");
     planner_json_num(f, "num_params", p->num_params, 1); fputc(',', f);
@@ -576,7 +615,7 @@ static inline void planner_print_json(FILE *f, const MemoryPlan *p) {
     for (int k = 0; k < MEM_KINDS; k++) { // each kind's bytes, wherever it lives
         if (!zero_memory_name(in->optimizer, k)) continue;
         int known = k == MEM_BUFFERS || k == MEM_STAGING ? p->buffers_known : k == MEM_WORKSPACE ? p->workspace_known
-                    : k == MEM_ACTIVATIONS ? p->activations_known : 1;
+                    : k == MEM_ACTIVATIONS || k == MEM_HOST_ACTIVATIONS ? p->activations_known : 1;
         planner_json_num(f, zero_memory_name(in->optimizer, k), p->bytes[k], known);
         fputc(',', f);
     }
@@ -663,7 +702,10 @@ static inline void planner_help(FILE *f, const char *prog, const PlanBackend *ba
             "  --world N             ranks, any number (default 1)\n"
             "  --batch B             micro-batch per rank (default %d)\n"
             "  --seq-len T           tokens per sequence (default %d; at most --max-seq-len for GPT-2 shapes)\n"
-            "  --recompute           plan activation recompute: keep each layer's input and one layer's worth\n"
+            "  --recompute R         activation recompute: none | full (keep each layer's input, recompute\n"
+            "                        the layer in its backward) | selective (keep the matmuls' outputs)\n"
+            "  --recompute-every K   full: keep every K-th layer's input, recompute K layers at a time\n"
+            "  --cpu-checkpointing   full: the GPU trainer keeps the inputs in host memory\n"
             "  --offload-optimizer D none | cpu | nvme: the master weights and optimizer state off the device\n"
             "                        (stages 1-3; a bare --params count models a GPU, the trainers as they run)\n"
             "  --offload-param D     none | cpu | nvme: stage 3's parameter shard off the device\n"
@@ -720,8 +762,8 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
         {"model", 1, 0, 0}, {"layers", 1, 0, 0}, {"channels", 1, 0, 0}, {"heads", 1, 0, 0},
         {"vocab-size", 1, 0, 0}, {"max-seq-len", 1, 0, 0}, {"seq-len", 1, 0, 0}, {"params", 1, 0, 0},
         {"precision", 1, 0, 0}, {"optimizer", 1, 0, 0}, {"zero-stage", 1, 0, 0}, {"world", 1, 0, 0},
-        {"batch", 1, 0, 0}, {"recompute", 0, 0, 0}, {"offload-optimizer", 1, 0, 0}, {"offload-param", 1, 0, 0},
-        {"nvme-buffers", 1, 0, 0}, {"nvme-buffer-size", 1, 0, 0}, {"json", 0, 0, 0},
+        {"batch", 1, 0, 0}, {"recompute", 1, 0, 0}, {"offload-optimizer", 1, 0, 0}, {"offload-param", 1, 0, 0},
+        {"recompute-every", 1, 0, 0}, {"cpu-checkpointing", 0, 0, 0}, {"nvme-buffers", 1, 0, 0}, {"nvme-buffer-size", 1, 0, 0}, {"json", 0, 0, 0},
         {"threads", 1, 0, 0}, {"fit", 1, 0, 0}, {"help", 0, 0, 0}, {"plan", 0, 0, 0}, {0, 0, 0, 0}};
     double fit = 0.0;
     PlanInput in;
@@ -741,7 +783,9 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
         if (!strcmp(o, "help")) { planner_help(stdout, argv[0], backend); return 0; }
         else if (!strcmp(o, "plan")) continue;
         else if (!strcmp(o, "json")) json = 1;
-        else if (!strcmp(o, "recompute")) in.recompute = 1;
+        else if (!strcmp(o, "recompute")) r = planner_pick(o, a, gpt2_recompute_names, NUM_RECOMPUTE, &in.recompute.mode);
+        else if (!strcmp(o, "recompute-every")) r = config_int(o, a, 1, GPT2_MAX_LAYERS, &in.recompute.every);
+        else if (!strcmp(o, "cpu-checkpointing")) in.recompute.host = 1;
         else if (!strcmp(o, "offload-optimizer")) r = planner_pick(o, a, config_offload_names, 3, &in.offload_optimizer);
         else if (!strcmp(o, "offload-param")) r = planner_pick(o, a, config_offload_names, 3, &in.offload_param);
         else if (!strcmp(o, "model")) {
@@ -808,6 +852,18 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
     if (fit > 0 && in.seq_len > in.cfg.max_seq_len) in.cfg.max_seq_len = in.seq_len;
     const char *why = planner_input_problem(&in);
     if (why) { fprintf(stderr, "error: %s%s\n", why[0] == '-' ? "" : "model options: ", why); return 1; }
+    if (in.recompute.every > 1 && in.recompute.mode != RECOMPUTE_FULL) {
+        fprintf(stderr, "error: --recompute-every %d needs --recompute full\n", in.recompute.every);
+        return 1;
+    }
+    if (in.recompute.host && in.recompute.mode != RECOMPUTE_FULL) {
+        fprintf(stderr, "error: --cpu-checkpointing needs --recompute full\n");
+        return 1;
+    }
+    if ((in.params_count == 0 || in.shape_known) && in.recompute.every > in.cfg.num_layers) {
+        fprintf(stderr, "error: --recompute-every %d exceeds the model's %d layers\n", in.recompute.every, in.cfg.num_layers);
+        return 1;
+    }
     if (fit > 0) return planner_fit(&in, fit, json);
     MemoryPlan p;
     planner_plan(&in, &p);

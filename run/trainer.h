@@ -4,9 +4,10 @@
 // Contract. The including file (train_gpt_cpu.c; train_gpt.cu) defines, before including:
 //   GPT2: a struct with at least GPT2Config cfg; Zero z; int B, T; int *inputs, *targets (host
 //     arrays of B*T); size_t bytes_activations
-//   gpt2_build(m, cfg, B, T, rank, world, const ZeroOptions *, ZeroBackend), gpt2_free(m)
+//   gpt2_build(m, cfg, B, T, rank, world, const ZeroOptions *, GPT2Recompute, ZeroBackend), gpt2_free(m)
 //     (zero.h's options: the stage, the element type of parameters, gradients and activations,
-//     the optimizer whose state arrays zero.h keeps, what is offloaded)
+//     the optimizer whose state arrays zero.h keeps, what is offloaded; gpt2.h's GPT2Recompute:
+//     what the forward keeps for the backward)
 //   gpt2_forward(m, inputs, targets, B, T, dloss) -> mean loss; gpt2_backward(m, B, T)
 //     (both from model.h, over the trainer's kernels)
 //   gpt2_grad_norm(m) -> global norm; gpt2_update(m, const OptStep *)
@@ -309,7 +310,7 @@ static int setup(Run *r, int argc, char **argv) {
     zo.offload_optimizer = c->offload_optimizer; zo.offload_param = c->offload_param; zo.pin_memory = c->pin_memory;
     zo.nvme_dir = nvme_dir; zo.nvme_buffers = c->nvme_buffers; zo.nvme_piece = (size_t)c->nvme_buffer_size;
     zo.nvme_threads = c->aio_threads * c->aio_queue_depth; zo.nvme_block = (size_t)c->aio_block_size;
-    gpt2_build(&r->model, &c->model, c->batch, c->seq_len, r->rank, r->world, &zo, trainer_backend(r));
+    gpt2_build(&r->model, &c->model, c->batch, c->seq_len, r->rank, r->world, &zo, config_recompute(c), trainer_backend(r));
     if (r->rank == 0 && r->model.z.nvme && !r->model.z.nvme->direct)
         printf("note: --nvme-path %s does not take direct I/O (O_DIRECT; ramfs and older tmpfs do not): the NVMe files go through "
                "the page cache, which may keep them in memory\n", c->nvme_path);

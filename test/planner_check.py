@@ -4,6 +4,9 @@
   planner_check.py cli PLAN...              the CLI (PLAN: the command before the options)
   planner_check.py agree LOG PLAN_JSON      the trainer's {"event":"memory"} entries in LOG
                                             equal the plan, kind by kind, on every rank
+  planner_check.py activations LOG L C NH Vp B T PRECISION RECOMPUTE K
+                                            the CPU trainer's activation bytes in LOG, on every
+                                            rank, equal what its layout implies (computed here)
 """
 import json, subprocess, sys
 
@@ -46,6 +49,19 @@ def cli(cmd):
              "--seq-len", "2048", "--batch", "1")
     expect(a["activations_textbook_per_layer"] == 8388608 * 114, f"textbook layer {a['activations_textbook_per_layer']}")
     expect(a["activations"] == 32 * 8388608 * 114, f"textbook activations {a['activations']}")
+    # recompute, textbook (a bare count): full keeps L inputs of 2sbh and one layer, by hand for the
+    # 7B at s = 4096: 32 * 2 * 16777216 + 16777216 * 194 = 4,328,521,728; selective L * 34 sbh
+    shape7b = ["--params", "7e9", "--precision", "bf16", "--layers", "32", "--channels", "4096", "--heads", "32",
+               "--seq-len", "4096", "--batch", "1"]
+    r = plan(cmd, *shape7b, "--recompute", "full")
+    expect(r["activations"] == 4328521728 and r["input"]["recompute"] == "full", f"7B full recompute {r['activations']}")
+    r = plan(cmd, *shape7b, "--recompute", "selective")
+    expect(r["activations"] == 32 * 34 * 16777216, f"7B selective recompute {r['activations']}")
+    # this trainer's layout: every recompute keeps less than none at d12, T = 1024
+    none = plan(cmd, "--model", "d12", "--batch", "4", "--seq-len", "1024")["activations"]
+    for args in (["full"], ["full", "--recompute-every", "3"], ["selective"]):
+        a = plan(cmd, "--model", "d12", "--batch", "4", "--seq-len", "1024", "--recompute", *args)["activations"]
+        expect(a < none, f"d12 --recompute {' '.join(args)}: {a} not below {none}")
     # d12, fp32: what the trainer would allocate on one rank
     d = plan(cmd, "--model", "d12", "--batch", "4", "--seq-len", "1024")
     expect(d["num_params"] == 124475904 and d["model_states"] == 16 * 124475904, f"d12 {d['num_params']}")
@@ -53,7 +69,10 @@ def cli(cmd):
     for args, name in [(["--precision", "fp8"], "--precision"), (["--bogus"], "--bogus"), (["--world"], "--world"),
                        (["--zero-stage", "4"], "--zero-stage"), (["--params", "lots"], "--params"),
                        (["--model", "d13"], "--model"), (["--model", "d12", "--seq-len", "2048"], "--seq-len"),
-                       (["--params", "7e9", "--layers", "32"], "--params"),
+                       (["--params", "7e9", "--layers", "32"], "--params"), (["--recompute", "most"], "--recompute"),
+                       (["--recompute-every", "2"], "--recompute-every"),
+                       (["--recompute", "full", "--recompute-every", "99", "--model", "d12"], "--recompute-every"),
+                       (["--cpu-checkpointing"], "--cpu-checkpointing"),
                        (["--offload-optimizer", "gpu"], "--offload-optimizer"), (["--offload-optimizer", "cpu"], "--offload-optimizer"),
                        (["--zero-stage", "2", "--offload-param", "cpu"], "--offload-param")]:
         r = subprocess.run(cmd + args, capture_output=True, text=True)
@@ -80,8 +99,40 @@ def agree(log, plan_json):
     states = sum(mem[0][k] for k in kinds[:kinds.index("buffers")]) if mem else -1
     expect(states == p["model_states"], f"{log}: model states {states} != {p['model_states']}")
 
+def cpu_activation_bytes(L, C, NH, Vp, B, T, precision, mode, K):
+    """The CPU trainer's activations, from cpu/workspace.h's contract, written out afresh."""
+    BT = B * T
+    layer = {"ln1": BT * C, "ln1_mean": BT, "ln1_rstd": BT, "qkv": 3 * BT * C, "atty": BT * C, "att": B * NH * T * T,
+             "residual2": BT * C, "ln2": BT * C, "ln2_mean": BT, "ln2_rstd": BT, "fch": 4 * BT * C, "fch_gelu": 4 * BT * C,
+             "residual3": BT * C}
+    stats = {"ln1_mean", "ln1_rstd", "ln2_mean", "ln2_rstd"}
+    # always fp32, one each: the embeddings' output, the final LayerNorm, logits, losses, the backward's scratch
+    other = BT * C + BT * C + 2 * BT + BT * Vp + BT + BT * C + BT * C + 4 * BT * C + 3 * BT * C
+    K = K if mode == "full" else 1
+    segments = -(-L // K)
+    kept = {"none": set(layer), "selective": {"qkv", "residual2", "fch", "residual3"}, "full": {"residual3"}}[mode]
+    if precision == "fp32":  # kept tensors for every layer that keeps them, the rest in scratch slots
+        if mode == "none": slots = {t: L for t in layer}
+        elif mode == "selective": slots = {t: L if t in kept else 1 for t in layer}
+        else: slots = {t: segments + K - 1 if t == "residual3" else K for t in layer}
+        return 4 * (other + sum(layer[t] * slots[t] for t in layer))
+    # 16-bit: what is kept, at 2 bytes, for each layer that keeps it; fp32 slots to compute in
+    keeping = segments if mode == "full" else L
+    b16 = 2 * keeping * sum(layer[t] for t in kept if t not in stats)
+    if mode == "none": f32 = 2 * sum(layer[t] for t in layer if t not in stats) + L * sum(layer[t] for t in stats)
+    else: f32 = K * sum(layer.values()) + layer["residual3"]  # K layers, and a segment's input
+    return 4 * (other + f32) + b16
+
+def activations(log, L, C, NH, Vp, B, T, precision, mode, K):
+    want = cpu_activation_bytes(*map(int, (L, C, NH, Vp, B, T)), precision, mode, int(K))
+    mem = [json.loads(l) for l in open(log) if '"event":"memory"' in l]
+    expect(len(mem) > 0, f"{log}: no memory entries")
+    for m in mem:
+        expect(m["activations"] == want, f"{log} rank {m['rank']}: activations {m['activations']} != {want} computed here")
+
 if __name__ == "__main__":
     if sys.argv[1] == "cli": cli(sys.argv[2:])
+    elif sys.argv[1] == "activations": activations(*sys.argv[2:])
     else: agree(sys.argv[2], sys.argv[3])
     for f in failures: print("FAIL", f)
     sys.exit(1 if failures else 0)

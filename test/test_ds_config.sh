@@ -201,7 +201,35 @@ l2|{"optimizer": {"type": "Adam", "params": {"adam_w_mode": false, "weight_decay
 dup|{"zero_optimization": {"stage": 1, "stage": 2}}|zero_optimization.stage: duplicate key
 top_array|[{"train_batch_size": 8}]|expected a JSON object at the top level, got an array
 resume_sched|{"scheduler": {"type": "WarmupLR", "params": {"last_batch_iteration": 5}}}|scheduler.params.last_batch_iteration: expected -1
+ac_obj|{"activation_checkpointing": true}|activation_checkpointing: expected an object, got true
+ac_part|{"activation_checkpointing": {"partition_activations": 1}}|activation_checkpointing.partition_activations: expected true, false or "auto", got 1
+ac_num|{"activation_checkpointing": {"number_checkpoints": "many"}}|activation_checkpointing.number_checkpoints: expected a whole number
+ac_zero|{"activation_checkpointing": {"number_checkpoints": 0}}|activation_checkpointing.number_checkpoints: expected a whole number >= 1, null
+ac_cpu|{"activation_checkpointing": {"cpu_checkpointing": "yes"}}|activation_checkpointing.cpu_checkpointing: expected true, false or "auto"
 EOF
+
+echo "== activation_checkpointing: turns full recompute on, number_checkpoints sets every K; the same numbers"
+json ac '{"activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": false, "contiguous_memory_optimization": true, "number_checkpoints": 1, "synchronize_checkpoint_boundary": false, "profile": false}}'
+expect_run ac_plain "${np1[@]}" "${tiny[@]}" --steps 3 --log $d/ac_plain.jsonl
+expect_run ac "${np1[@]}" "${tiny[@]}" --steps 3 --deepspeed $d/ac.json --log $d/ac.jsonl && {
+  expect_setting $d/ac.jsonl recompute '"full"' derived
+  expect_setting $d/ac.jsonl recompute-every 2 derived
+  expect_setting $d/ac.jsonl cpu-checkpointing false file
+  expect_setting $d/ac.jsonl activation_checkpointing.partition_activations true file
+  grep -Eq "activation_checkpointing.partition_activations +true +ac.json +nothing to partition: .*data parallelism alone" \
+    $d/ac.out && echo "ok   the resolved configuration says why there is nothing to partition" \
+    || fail "ac: the resolved configuration does not explain partition_activations"
+  grep -q "activation recompute full, every 2 layers" $d/ac.out && echo "ok   the plan says: full, every 2 layers" \
+    || fail "ac: the memory plan does not show the recompute"
+  a=$(grep '"loss"' $d/ac_plain.jsonl | grep -v event | sed -E 's/,"ms".*//') b=$(grep '"loss"' $d/ac.jsonl | grep -v event | sed -E 's/,"ms".*//')
+  [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok   the losses of the run without it, bit for bit" || fail "ac: losses differ"; }
+expect_run ac_none "${np1[@]}" "${tiny[@]}" --steps 1 --deepspeed $d/ac.json --recompute none --log $d/ac_none.jsonl &&
+  expect_setting $d/ac_none.jsonl recompute '"none"' "command line"
+json ac_null '{"activation_checkpointing": {"number_checkpoints": null, "profile": true}}'
+expect_run ac_null "${np1[@]}" "${tiny[@]}" --steps 1 --deepspeed $d/ac_null.json --log $d/ac_null.jsonl && {
+  expect_setting $d/ac_null.jsonl recompute-every 1 default
+  grep -q "activation_checkpointing.profile: true: not implemented in this trainer; ignored" $d/ac_null.err \
+    && echo "ok   profile: true warns" || fail "ac_null: no warning for profile"; }
 
 echo "== the file itself"
 printf '{\n  "train_batch_size": 8,\n  "gradient_clipping" 1.0\n}\n' > $d/malformed.json

@@ -9,8 +9,9 @@
 #   - each binary needs no GPU for what needs none: --help (its default precision is the one it
 #     was built for), --precision refusing the other two with one line, option errors (the same
 #     line as the CPU trainer), --plan (the CPU trainer's model states and buffers, its own
-#     activations, computed here independently, and no workspace); and without a usable GPU a
-#     run fails at once with one line naming the CUDA error and what to run instead (no hang).
+#     activations, computed here independently, with and without recompute, and no workspace);
+#     and without a usable GPU a run fails at once with one line naming the CUDA error and what
+#     to run instead (no hang).
 # Skips (exit 77) only when nvcc is absent. Running on a GPU: test/gpu/run_gpu_checks.sh.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -62,25 +63,36 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [ -x train_gpt_cpu ] || make --no-print-directory train_gpt_cpu >/dev/null 2>&1
 
 # The GPU trainer's activation bytes, computed here from the list in gpt2.h's order: every
-# tensor at the element size but the fp32 LayerNorm statistics and losses, all L layers, each
-# tensor starting on a 256-byte boundary; with flash attention (bf16/fp16, head size a multiple
-# of 16 up to 64) the attention keeps fp32 log-sum-exp rows (L,B,NH,T) instead of (L,B,NH,T,T).
-gpu_activations() { # L C NH Vp B T elem
+# tensor at the element size but the fp32 LayerNorm statistics and losses, each tensor starting
+# on a 256-byte boundary, the per-layer ones for the layers the recompute keeps them (none: all
+# L; selective: qkv, residual2, fch, residual3 all L, the rest 1; full every K: residual3 for the
+# ceil(L/K) segments' outputs and K - 1 more, the rest K; cpu_checkpointing: two of the segments'
+# outputs on the device, the others but the last two in host memory); with flash attention
+# (bf16/fp16, head size a multiple of 16 up to 64) the attention keeps fp32 log-sum-exp rows
+# (B,NH,T) per layer instead of (B,NH,T,T). Prints the device bytes and the host bytes.
+gpu_activations() { # L C NH Vp B T elem [recompute K host]
   "$PY" - "$@" <<'EOF'
 import sys
-L, C, NH, Vp, B, T, e = map(int, sys.argv[1:])
+L, C, NH, Vp, B, T, e = map(int, sys.argv[1:8])
+mode, K, host = (sys.argv[8], int(sys.argv[9]), int(sys.argv[10])) if len(sys.argv) > 8 else ("none", 1, 0)
 BT = B * T
+segments = -(-L // K)
+def layers(name):  # how many layers' worth of a per-layer tensor the device holds
+    if mode == "none": return L
+    if mode == "selective": return L if name in ("qkv", "residual2", "fch", "residual3") else 1
+    if name != "residual3": return K
+    return (min(2, segments) if host else segments) + K - 1
 hs = C // NH  # 16-bit builds with a head size that is a multiple of 16 up to 64 run flash attention:
-att = (L * B * NH * T, 1) if e == 2 and hs % 16 == 0 and hs <= 64 else (L * B * NH * T * T, 0)  # log-sum-exp rows
-tensors = [  # (elements, fp32?)
-    (BT * C, 0), (L * BT * C, 0), (L * BT, 1), (L * BT, 1), (L * BT * 3 * C, 0), (L * BT * C, 0),
-    att, (L * BT * C, 0), (L * BT * C, 0), (L * BT, 1), (L * BT, 1), (L * BT * 4 * C, 0),
-    (L * BT * 4 * C, 0), (L * BT * C, 0), (BT * C, 0), (BT, 1), (BT, 1), (BT * Vp, 0), (BT, 1),
-    (BT * C, 0), (BT * C, 0), (BT * 4 * C, 0), (BT * 3 * C, 0)]
+att = (B * NH * T, 1) if e == 2 and hs % 16 == 0 and hs <= 64 else (B * NH * T * T, 0)  # log-sum-exp rows
+per_layer = [("ln1", BT * C, 0), ("ln1_mean", BT, 1), ("ln1_rstd", BT, 1), ("qkv", BT * 3 * C, 0), ("atty", BT * C, 0),
+             ("att",) + att, ("residual2", BT * C, 0), ("ln2", BT * C, 0), ("ln2_mean", BT, 1), ("ln2_rstd", BT, 1),
+             ("fch", BT * 4 * C, 0), ("fch_gelu", BT * 4 * C, 0), ("residual3", BT * C, 0)]
+tensors = [(BT * C, 0)] + [(n * layers(name), f32) for name, n, f32 in per_layer] + [  # (elements, fp32?)
+    (BT * C, 0), (BT, 1), (BT, 1), (BT * Vp, 0), (BT, 1), (BT * C, 0), (BT * C, 0), (BT * 4 * C, 0), (BT * 3 * C, 0)]
 at = 0
 for n, f32 in tensors:
     at = (at + 255) // 256 * 256 + n * (4 if f32 else e)
-print(at)
+print(at, max(0, segments - 2) * BT * C * e if host and mode == "full" else 0)
 EOF
 }
 
@@ -119,23 +131,32 @@ for p in bf16 fp16 fp32; do
   # --plan: model states and buffers as the CPU trainer's planner says; activations this
   # trainer's own; no workspace. d12 at ZeRO-3 on 8 ranks, and a small odd shape on 1.
   elem=2; [ $p = fp32 ] && elem=4
-  for shape in "d12 --model d12 --zero-stage 3 --world 8 --batch 4 --seq-len 64" \
-               "odd --layers 3 --channels 48 --heads 3 --vocab-size 300 --max-seq-len 16 --seq-len 7 --batch 3"; do
-    set -- $shape; name=$1; shift
+  for shape in "d12 none 1 0 --model d12 --zero-stage 3 --world 8 --batch 4 --seq-len 64" \
+               "odd none 1 0 --layers 3 --channels 48 --heads 3 --vocab-size 300 --max-seq-len 16 --seq-len 7 --batch 3" \
+               "d12_full_host full 1 1 --model d12 --batch 4 --seq-len 64 --recompute full --cpu-checkpointing" \
+               "odd_full3 full 3 0 --layers 5 --channels 48 --heads 3 --vocab-size 300 --max-seq-len 16 --seq-len 7 --batch 3
+                --recompute full --recompute-every 3" \
+               "odd_selective selective 1 0 --layers 3 --channels 48 --heads 3 --vocab-size 300 --max-seq-len 16 --seq-len 7
+                --batch 3 --recompute selective"; do
+    set -- $shape; name=$1 rc="$2 $3 $4"; shift 4
     # shellcheck disable=SC2068
     if timeout 60 "$bin" --plan --precision $p $@ --json >"$d/plan_gpu_${p}_$name.json" 2>&1 &&
        timeout 60 ./train_gpt_cpu --plan --precision $p $@ --json >"$d/plan_cpu_${p}_$name.json" 2>&1; then
-      if [ $name = d12 ]; then want=$(gpu_activations 12 768 12 50304 4 64 $elem)
-      else want=$(gpu_activations 3 48 3 384 3 7 $elem); fi
-      if "$PY" - "$d/plan_gpu_${p}_$name.json" "$d/plan_cpu_${p}_$name.json" "$want" <<'EOF'; then
+      case $name in d12*) want=$(gpu_activations 12 768 12 50304 4 64 $elem $rc) ;;
+                    odd_full3) want=$(gpu_activations 5 48 3 384 3 7 $elem $rc) ;;
+                    *) want=$(gpu_activations 3 48 3 384 3 7 $elem $rc) ;; esac
+      # shellcheck disable=SC2086
+      if "$PY" - "$d/plan_gpu_${p}_$name.json" "$d/plan_cpu_${p}_$name.json" $want <<'EOF'; then
 import json, sys
-g, c, want = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
+g, c, want, host = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3]), int(sys.argv[4])
 bad = [k for k in ("params", "grads", "master", "adam_m", "adam_v", "buffers", "model_states", "num_params") if g[k] != c[k]]
 if bad: print("differ from the CPU plan:", bad)
 if g["activations"] != want: print(f"activations {g['activations']} != {want} computed independently"); bad.append(1)
+if g["host_activations"] != host or g["host"] != host: print(f"host checkpoints {g['host_activations']}, host {g['host']} != {host}"); bad.append(1)
 if g["workspace"] != 0: print(f"workspace {g['workspace']} != 0"); bad.append(1)
-if g["total"] != g["model_states"] + g["buffers"] + g["activations"]: print("total is not the sum"); bad.append(1)
-print(f"activations {g['activations']} (CPU trainer {c['activations']}), workspace 0, the rest as the CPU trainer's")
+if g["device"] != g["model_states"] + g["buffers"] + g["activations"] or g["total"] != g["device"] + host:
+    print("device/total is not the sum"); bad.append(1)
+print(f"activations {g['activations']} (CPU trainer {c['activations']}), host {host}, workspace 0, the rest as the CPU trainer's")
 sys.exit(1 if bad else 0)
 EOF
         echo "ok   --plan $name"

@@ -10,10 +10,14 @@
 #      tile that is not 32-byte aligned are each
 #      caught; a missing event wait shows under one schedule; a WMMA tile product is right.
 #   2. run_gpu_checks.sh, emulated: loss and every gradient against the CPU trainer in fp32,
-#      bf16 and fp16 (two shapes), ZeRO stages 0-3 on 2 ranks agreeing (fp32, bf16).
+#      bf16 and fp16 (two shapes), ZeRO stages 0-3 on 2 ranks agreeing (fp32, bf16); activation
+#      recompute (full, every 2, selective, cpu_checkpointing) equal to no recompute bit for bit
+#      in the three precisions and at ZeRO-3 on 2 ranks, and to the CPU trainer's within tolerance.
 #   3. the ZeRO runs again with collectives scheduled as early as their events allow
 #      (EMU_SCHEDULE=comm-first) instead of as late as their waits allow: the same losses, bit
-#      for bit. A collective ordered wrongly against the kernels around it changes them.
+#      for bit. A collective ordered wrongly against the kernels around it changes them. So do
+#      cpu_checkpointing's copies to the host and back (their stream is the last created, so it
+#      runs first): the loss and gradient of the run without recompute, bit for bit.
 #   4. no cuBLASLt algorithm for any matmul (EMU_CUBLASLT_MIN_ALIGN=512): every product by the
 #      trainer's fallback kernel, gradients against the CPU trainer's as in 2.
 #   5. under AddressSanitizer + UBSan, ZeRO-3 on 2 ranks: a run saved at step 2 and resumed
@@ -79,6 +83,18 @@ for s in 1 2 3; do
   b=$(grep '"step"' "$out" | losses)
   if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok   ZeRO-$s bf16, comm-first = compute-first: $b"
   else fail "ZeRO-$s bf16: compute-first '$a', comm-first '$b'"; fi
+done
+
+for k in 1 2; do # the recompute runs of run_gpu_checks.sh section 3, their copies now first
+  ref=$d/checks/rc_bf16_none1 out=$d/early_ck$k
+  EMU_SCHEDULE=comm-first test/bin/train_gpt_emu_bf16 --layers 6 --channels 64 --heads 4 --vocab-size 512 --max-seq-len 32 \
+    --batch 2 --seq-len 32 --grad-accum 2 --steps 2 --train-data "$d/checks/rc_tokens.bin" --no-shuffle --val-every 0 \
+    --sample-every 0 --lr 1e-3 --warmup 0 --recompute full --recompute-every $k --cpu-checkpointing --dump-grads "$out.bin" --log "$out.jsonl" \
+    >"$out.log" 2>&1 || { tail -n 5 "$out.log"; fail "cpu_checkpointing comm-first run"; continue; }
+  a=$(grep '"step"' "$ref.jsonl" | losses) b=$(grep '"step"' "$out.jsonl" | losses)
+  if [ -n "$a" ] && [ "$a" = "$b" ] && cmp -s "$ref.bin" "$out.bin"; then
+    echo "ok   cpu_checkpointing (every $k), copies first = no recompute: $b, the same gradient"
+  else fail "cpu_checkpointing every $k, comm-first: '$b' vs '$a' (or the gradient)"; fi
 done
 
 echo "== 4. every matmul by the fallback kernel (no cuBLASLt algorithm)"

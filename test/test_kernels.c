@@ -585,7 +585,8 @@ static void test_model(void) {
     // collective ever starts, so the backend only allocates.
     GPT2 m;
     ZeroOptions zo = zero_options(0, ZC_F32, OPT_ADAMW);
-    gpt2_build(&m, &cfg, MB, MT, 0, 1, &zo, local_backend());
+    GPT2Recompute none = {RECOMPUTE_NONE, 1, 0};
+    gpt2_build(&m, &cfg, MB, MT, 0, 1, &zo, none, local_backend());
     ParamLayout *lay = &m.z.lay;
     float *params = (float *)m.z.params, *grads = (float *)m.z.grads;
     for (int u = 0; u < lay->num_units; u++) gpt2_init_unit(lay, u, 1337, params + lay->unit_offset[u]);

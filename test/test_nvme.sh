@@ -36,7 +36,8 @@ common="$model $run"
 cpu() { timeout 300 mpirun -np 2 --oversubscribe ./train_gpt_cpu "$@"; }
 emu() { local p=$1; shift; timeout 600 mpirun -np 2 --oversubscribe test/bin/train_gpt_emu_$p "$@"; }
 losses() { local n; n=$(grep -c '"loss"' "$1" 2>/dev/null); echo "${n:-0}"; }
-steps() { grep '"step"' "$1" | grep '"loss"' | sed -E 's/,"(ms|tok_s|optim_ms|nvme_read|nvme_write|nvme_ms|exposed_io_ms)":[0-9.e+-]+//g'; }
+. test/lib.sh
+steps() { log_steps "$1"; } # loss, lr, grad_norm (and the fp16 scaler's state)
 same_steps() { local a b; a=$(steps "$1"); b=$(steps "$2"); [ -n "$a" ] && [ "$a" = "$b" ]; }
 same_ckpt() { # every file of two --out directories
   local f ok=1

@@ -27,7 +27,8 @@ emu() { local p=$1; shift; timeout 600 mpirun -np 2 --oversubscribe test/bin/tra
 model="--layers 2 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16"
 run="--seq-len 16 --batch 2 --val-every 0 --sample-every 0 --train-data $d/train.bin --seed 3"
 common="$model $run"
-steps() { grep '"step"' "$1" | grep '"loss"' | sed -E 's/,"(ms|tok_s|optim_ms)":[0-9.e+-]+//g'; }
+. test/lib.sh
+steps() { log_steps "$1"; } # loss, lr, grad_norm (and the fp16 scaler's state)
 
 echo "== 1. offload on = off, bit for bit"
 for cfg in "bf16 2 cpu none" "fp16 3 cpu cpu --initial-scale-power 20 --hysteresis 1" "fp32 1 cpu none"; do

@@ -164,7 +164,8 @@ static void test_activations(void) {
         GPT2Config c;
         gpt2_preset(names[k], &c);
         int B = 4, T = 1024;
-        size_t floats = cpu_activation_floats(&c, B, T, c.num_layers);
+        GPT2Recompute none = {RECOMPUTE_NONE, 1, 0}, full = {RECOMPUTE_FULL, 1, 0}, sel = {RECOMPUTE_SELECTIVE, 1, 0};
+        size_t floats = cpu_activation_floats(&c, B, T, none, 0);
         PlanInput in = gpt(&c, ZC_F32, 0, 1, B, T);
         MemoryPlan p = plan(&in);
         CHECK(p.device[MEM_ACTIVATIONS] == 4.0 * floats, "%s fp32: activations %.0f != 4 x %zu", names[k],
@@ -181,11 +182,23 @@ static void test_activations(void) {
               "%s bf16 activations %.0f", names[k], p.device[MEM_ACTIVATIONS]);
         CHECK(p.act_textbook_layer == sbh * (34.0 + 5.0 * c.num_heads * T / c.channels), "%s bf16 textbook", names[k]);
         CHECK(p.act_textbook == c.num_layers * p.act_textbook_layer, "%s textbook x L", names[k]);
-        // recompute keeps less, and the textbook's recompute is L inputs + one layer
-        in.recompute = 1;
+        // recompute keeps less, and the textbook's full recompute is L inputs + one layer, its
+        // selective one L layers without the attention's s x s matrices: sbh 34 in 16 bits
+        in.recompute = full;
         MemoryPlan r = plan(&in);
         CHECK(r.device[MEM_ACTIVATIONS] < p.device[MEM_ACTIVATIONS], "%s recompute keeps less", names[k]);
         CHECK(r.act_textbook == c.num_layers * 2.0 * sbh + p.act_textbook_layer, "%s textbook recompute", names[k]);
+        in.recompute = sel;
+        r = plan(&in);
+        CHECK(r.act_textbook == c.num_layers * 34.0 * sbh, "%s textbook selective", names[k]);
+        // 16-bit, full, by hand: every layer's output at 2 bytes (L checkpoints), and in fp32 one
+        // layer's tensors and statistics, two of residual3 (the layer's input and output)
+        double btc = (double)B * T * c.channels, one = l16 + 4.0 * B * T - btc; // a layer's but residual3, stats in
+        in.recompute = full;
+        r = plan(&in);
+        CHECK(r.device[MEM_ACTIVATIONS] == 4.0 * (floats - c.num_layers * (l16 + 4.0 * B * T)) + 2.0 * c.num_layers * btc +
+                                               4.0 * (one + 2 * btc),
+              "%s bf16 full recompute %.0f", names[k], r.device[MEM_ACTIVATIONS]);
     }
     // recompute, by hand, for a tiny model in fp32: L=2 C=8 NH=2 Vp=128 B=1 T=4 (BT = 4)
     GPT2Config c = {4, 100, 128, 2, 2, 8};
@@ -194,12 +207,31 @@ static void test_activations(void) {
     size_t kept = BT * C /*encoded*/ + L * BT * C /*residual3*/ + one_layer + BT * C + 2 * BT /*lnf*/ + BT * Vp + BT
                   + BT * C + BT * C + BT * 4 * C + BT * 3 * C;
     PlanInput in = gpt(&c, ZC_F32, 0, 1, 1, 4);
-    in.recompute = 1;
+    GPT2Recompute full = {RECOMPUTE_FULL, 1, 0}, none = {RECOMPUTE_NONE, 1, 0};
+    in.recompute = full;
     MemoryPlan r = plan(&in);
     CHECK(r.device[MEM_ACTIVATIONS] == 4.0 * kept, "tiny recompute: %.0f != %zu", r.device[MEM_ACTIVATIONS], 4 * kept);
-    in.recompute = 0;
+    in.recompute = none;
     r = plan(&in);
     CHECK(r.device[MEM_ACTIVATIONS] == 4.0 * (kept - one_layer + L * one_layer), "tiny without recompute");
+    // selective keeps qkv, residual2, fch and residual3 of every layer, one layer of the rest
+    size_t sel_kept = L * (BT * 3 * C + BT * C + BT * 4 * C), sel_one = one_layer - (BT * 3 * C + BT * C + BT * 4 * C);
+    in.recompute.mode = RECOMPUTE_SELECTIVE;
+    r = plan(&in);
+    CHECK(r.device[MEM_ACTIVATIONS] == 4.0 * (kept - one_layer + sel_kept + sel_one), "tiny selective: %.0f",
+          r.device[MEM_ACTIVATIONS]);
+    // full every 2 layers of 4: residual3 of the two segments' last layers and one in between;
+    // two layers of the rest
+    GPT2Config c4 = c;
+    c4.num_layers = 4;
+    in = gpt(&c4, ZC_F32, 0, 1, 1, 4);
+    in.recompute.mode = RECOMPUTE_FULL;
+    in.recompute.every = 2;
+    r = plan(&in);
+    size_t k2 = kept - L * BT * C + 3 * BT * C - one_layer + 2 * one_layer;
+    CHECK(r.device[MEM_ACTIVATIONS] == 4.0 * k2, "tiny full every 2: %.0f != %zu", r.device[MEM_ACTIVATIONS], 4 * k2);
+    // the textbook: ceil(L/K) inputs + K layers
+    CHECK(r.act_textbook == 2 * 4.0 * BT * C + 2 * r.act_textbook_layer, "textbook every 2: %.0f", r.act_textbook);
 }
 
 // --- agreement with zero_init ---------------------------------------------------------
@@ -362,7 +394,7 @@ static void test_from_train_config(void) {
     Zero z;
     ZeroOptions zo = zero_options(c.zero_stage, ZC_F32, OPT_ADAMW);
     zero_init(&z, &c.model, 1, 4, &zo, be);
-    z.mem[MEM_ACTIVATIONS] = cpu_activation_floats(&c.model, c.batch, c.seq_len, c.model.num_layers) * sizeof(float);
+    z.mem[MEM_ACTIVATIONS] = cpu_activation_floats(&c.model, c.batch, c.seq_len, config_recompute(&c), 0) * sizeof(float);
     double actual[4 * MEM_KINDS];
     for (int q = 0; q < 4; q++)
         for (int k = 0; k < MEM_KINDS; k++) {

@@ -2,7 +2,8 @@
 # The memory planner (planner.h): the textbook numbers exactly (7B in bf16 + AdamW = 112 GB,
 # the ZeRO stage formulas at N up to 1024, the per-layer activation estimate), agreement with
 # zero_init's allocations at any N, and with what train_gpt_cpu really allocates on 1, 2 and 4
-# ranks for every ZeRO stage and every precision the trainer accepts, kind by kind.
+# ranks for every ZeRO stage and every precision the trainer accepts, kind by kind, and with
+# activation recompute (full, every 2, selective).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu test/bin/test_planner
@@ -53,6 +54,22 @@ for p in "${precisions[@]}"; do
       fi
       echo "$p N=$n S=$s: plan = allocated ($(grep -o '"model_states":[0-9]*' $name.plan.json))"
     done
+  done
+done
+echo "== plan vs the trainer's allocations with activation recompute (2 ranks, ZeRO-3)"
+for p in fp32 bf16; do
+  for r in "full" "full --recompute-every 2" "selective"; do
+    name=$d/${p}_rc_$(echo "$r" | tr -d ' -')
+    # shellcheck disable=SC2086
+    OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe ./train_gpt_cpu $shape --precision $p --steps 1 --val-every 0 \
+      --sample-every 0 --train-data $d/train.bin --zero-stage 3 --recompute $r --log $name.jsonl > $name.out 2>&1 \
+      || { echo "FAIL: trainer $p --recompute $r:"; tail -5 $name.out; exit 1; }
+    # shellcheck disable=SC2086
+    "${PLAN[@]}" $shape --precision $p --zero-stage 3 --world 2 --recompute $r --json > $name.plan.json
+    $PYTHON test/planner_check.py agree $name.jsonl $name.plan.json
+    grep -q "plan vs allocated: every kind on every rank matches exactly" $name.out \
+      || { echo "FAIL: $p --recompute $r: the trainer's table shows a mismatch"; cat $name.out; exit 1; }
+    echo "$p --recompute $r: plan = allocated ($(grep -o '"activations":[0-9]*' $name.plan.json | head -1))"
   done
 done
 echo "== the CPU trainer's bf16 matmul scratch follows its threads per rank (products big enough to run on several)"

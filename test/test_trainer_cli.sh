@@ -53,6 +53,12 @@ expect bad_stage      "--zero-stage: '4' is not a whole number in \[0, 3\]" --ze
 expect no_data        "nothing.bin"                               $small --train-data $d/nothing.bin
 expect save_no_out    "--save-every needs --out"                  $small --save-every 5
 expect stray_arg      "stray: unexpected argument"                $small stray
+expect bad_recompute  "--recompute: 'most' is not none, full or selective" $small --recompute most
+expect every_no_full  "--recompute-every 2 needs --recompute full" $small --recompute selective --recompute-every 2
+expect every_too_big  "--recompute-every 3 exceeds the model's 2 layers" $small --recompute full --recompute-every 3
+expect cpu_ck_no_full "--cpu-checkpointing .* needs --recompute full" $small --cpu-checkpointing
+echo '{"activation_checkpointing": {"number_checkpoints": 1}}' > $d/ac.json
+expect ds_checkpoints "--recompute-every 1 conflicts with .*number_checkpoints 1" $small --deepspeed $d/ac.json --recompute-every 1
 # a shard with a token outside the model's vocabulary: named, at training time
 $PYTHON test/zero_check.py shard $d/big_vocab.bin 5000 1000 2
 expect token_range    "big_vocab.bin.*token"                      $small --train-data $d/big_vocab.bin

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ZeRO stages 0-3 on 1, 2 and 4 processes (and 0, 3 on 8) at the same global batch: the loss trajectories
 # agree, and each rank's allocated model-state bytes and communicated bytes per step equal
-# what the layout and the schedule imply (test/zero_check.py recomputes them independently).
+# what the layout and the schedule imply (test/zero_check.py recomputes them independently),
+# with activation recompute too (ZeRO-3 on 4 ranks: the same losses, the recompute's gathers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu
@@ -18,5 +19,12 @@ for n in 1 2 4 8; do
     OMP_NUM_THREADS=1 mpirun -np $n --oversubscribe ./train_gpt_cpu $args --batch $b --zero-stage $s --log $d/n${n}_s${s}.jsonl \
       > $d/n${n}_s${s}.out 2>&1 || { echo "run N=$n S=$s failed:"; tail -5 $d/n${n}_s${s}.out; exit 1; }
   done
+done
+# activation recompute at ZeRO-3: segments of 3 layers re-gather for the recompute; of 2, the next
+# segment's first layer is prefetched beside the layer in use (the same buffer parity)
+for r in "full3 --recompute full --recompute-every 3" "full2 --recompute full --recompute-every 2"; do
+  set -- $r; tag=$1; shift
+  OMP_NUM_THREADS=1 mpirun -np 4 --oversubscribe ./train_gpt_cpu $args --batch $B --zero-stage 3 "$@" --log $d/n4_s3_$tag.jsonl \
+    > $d/n4_s3_$tag.out 2>&1 || { echo "run N=4 S=3 $tag failed:"; tail -5 $d/n4_s3_$tag.out; exit 1; }
 done
 $PYTHON test/zero_check.py check $d $L $C $NH $V $MAXT $T $B $TOTAL

@@ -11,7 +11,16 @@
 #   2. ZeRO stage equivalence on the GPUs present (mpirun -np NGPU), fp32 and bf16: stages 0-3,
 #      with gradient accumulation, give the same losses step by step (fp32: up to summation
 #      order; bf16: within its tolerance, as the stages round gradient sums at different points).
-#   3. Benchmark, bf16: GPT-2 124M (d12), T=1024, 524,288 tokens per step, ZeRO-2 and ZeRO-3:
+#   3. Activation recompute (--recompute full, full every 2, selective, full with cpu_checkpointing
+#      every 1 and 2: 4 and 1 of the 6 layers' checkpoints in host memory), fp32, bf16, fp16, one
+#      GPU: every step's loss and the first step's gradient
+#      equal the run without recompute bit for bit, the memory table says plan = allocated (host
+#      checkpoints included), and full recompute's loss and gradient agree with the CPU trainer's
+#      within the tolerances of 1; on NGPU GPUs, ZeRO-3, bf16, two micro-steps: the losses equal
+#      the run without recompute and the all-gather bytes per step follow the recompute's
+#      schedule (test/zero_check.py gathers).
+#   4. Benchmark, bf16: GPT-2 124M (d12), T=1024, 524,288 tokens per step, ZeRO-2 and ZeRO-3 (and
+#      ZeRO-2 with --recompute full, with and without --cpu-checkpointing: the step time's ratio):
 #      ms/step, tokens/s and MFU. MFU needs the GPU's peak: H100 (989 TFLOP/s dense bf16) is
 #      known; any other GPU needs --peak-tflops, otherwise no MFU is printed.
 # Tolerances (relative; loss: to max(1, |loss|); gradients: compare_grads.py's relative L2 error
@@ -120,10 +129,54 @@ print(f"{'ok  ' if ok else 'FAIL'} {p} losses by stage: " + "; ".join(f"{s}: " +
 sys.exit(0 if ok else 1)
 EOF
   done
+
+  echo "== 3. activation recompute: the run without it bit for bit, the CPU trainer's numbers within tolerance" | tee -a "$summary"
+  # a 512-token vocabulary (random tokens), so that the LM head does not dominate the emulated runs
+  $PY test/zero_check.py shard "$d/rc_tokens.bin" 4096 512 5
+  rargs=(--layers 6 --channels 64 --heads 4 --vocab-size 512 --max-seq-len 32 --batch 2 --seq-len 32 --grad-accum 2
+         --steps 2 --train-data "$d/rc_tokens.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
+  rmodes=("none 1" "full 1" "full 2" "selective 1" "full 1 --cpu-checkpointing" "full 2 --cpu-checkpointing")
+  steps() { grep '^{"step"' "$1" | grep '"loss"' | sed -E 's/,"([a-z_]*ms|tok_s|nvme_read|nvme_write)":[0-9.e+-]+//g'; } # as test/lib.sh's log_steps
+  for p in fp32 bf16 fp16; do
+    ok=1
+    for mk in "${rmodes[@]}"; do
+      set -- $mk; mode=$1 k=$2; shift 2; tag=rc_${p}_$mode$k${1:+_host}
+      # shellcheck disable=SC2046
+      $gpu$p "${rargs[@]}" --precision $p $(prec_opts $p) --recompute "$mode" --recompute-every "$k" "$@" \
+        --dump-grads "$d/$tag.bin" --log "$d/$tag.jsonl" >"$d/$tag.log" 2>&1 || { tail -n 20 "$d/$tag.log"; fail "$tag run"; ok=0; continue; }
+      grep -q "plan vs allocated: every kind on every rank matches exactly" "$d/$tag.log" || { fail "$tag: plan != allocated"; ok=0; }
+      [ "$mode" = none ] && continue
+      if [ -z "$(steps "$d/$tag.jsonl")" ] || [ "$(steps "$d/$tag.jsonl")" != "$(steps "$d/rc_${p}_none1.jsonl")" ] ||
+         ! cmp -s "$d/$tag.bin" "$d/rc_${p}_none1.bin"; then fail "$tag: losses or gradient differ from no recompute"; ok=0; fi
+    done
+    # shellcheck disable=SC2046
+    ./train_gpt_cpu "${rargs[@]}" --precision $p $(prec_opts $p) --recompute full --dump-grads "$d/rc_cpu_$p.bin" \
+      --log "$d/rc_cpu_$p.jsonl" >"$d/rc_cpu_$p.log" 2>&1 || fail "CPU recompute run $p"
+    lc=$(first_loss "$d/rc_cpu_$p.jsonl"); lg=$(first_loss "$d/rc_${p}_full1.jsonl"); lt=$(loss_tol $p)
+    if $PY -c "import sys; a,b=float('$lc'),float('$lg'); sys.exit(0 if abs(a-b) <= $lt*max(1,abs(a)) else 1)" 2>/dev/null &&
+       $PY test/gpu/compare_grads.py "$d/rc_cpu_$p.bin" "$d/rc_${p}_full1.bin" --tol "$(grad_tol $p)" >"$d/rc_cmp_$p.txt"; then
+      [ $ok = 1 ] && echo "ok   $p: full, full every 2, selective, cpu_checkpointing (every 1, 2) = no recompute, bit for bit;" \
+        "full vs CPU: loss $lg vs $lc, gradients $(tail -n 1 "$d/rc_cmp_$p.txt")" | tee -a "$summary"
+    else cat "$d/rc_cmp_$p.txt" 2>/dev/null; fail "$p full recompute vs the CPU trainer: loss '$lg' vs '$lc', or gradients"; fi
+  done
+  ok=1
+  for mk in "none 1" "full 3" "full 2 --cpu-checkpointing" "selective 1"; do
+    set -- $mk; mode=$1 k=$2; shift 2; tag=rcz_$mode$k
+    mpi "$ngpu" ${gpu}bf16 "${rargs[@]}" --zero-stage 3 --recompute "$mode" --recompute-every "$k" "$@" --log "$d/$tag.jsonl" \
+      >"$d/$tag.log" 2>&1 || { tail -n 20 "$d/$tag.log"; fail "$tag ZeRO-3 run"; ok=0; continue; }
+    want=$($PY test/zero_check.py gathers 6 64 512 32 "$ngpu" 2 2 "$mode" "$k")
+    got=$(grep '"event":"comm"' "$d/$tag.jsonl" | sed -E 's/.*"all_gather":([0-9]+).*/\1/' | sort -u | tr '\n' ' ')
+    [ "$got" = "$want " ] || { fail "$tag: all_gather bytes per step '$got', the schedule says '$want'"; ok=0; }
+    [ "$mode" = none ] && continue
+    [ -n "$(steps "$d/$tag.jsonl")" ] && [ "$(steps "$d/$tag.jsonl")" = "$(steps "$d/rcz_none1.jsonl")" ] ||
+      { fail "$tag: ZeRO-3 losses differ from no recompute"; ok=0; }
+  done
+  [ $ok = 1 ] && echo "ok   ZeRO-3 on $ngpu GPU(s), bf16: full every 3, every 2 with cpu_checkpointing, selective = no recompute;" \
+    "all-gather bytes as the schedule says" | tee -a "$summary"
 fi
 
 if [ $do_bench -eq 1 ]; then
-  echo "== 3. benchmark, bf16: d12, T=1024, 524,288 tokens/step, B=$bench_B per GPU, $ngpu GPU(s)" | tee -a "$summary"
+  echo "== 4. benchmark, bf16: d12, T=1024, 524,288 tokens/step, B=$bench_B per GPU, $ngpu GPU(s)" | tee -a "$summary"
   if [ -z "$peak" ]; then
     case "$gpu_name" in *H100*) peak=989 ;; esac # dense bf16 tensor-core peak of the H100 SXM
   fi
@@ -144,6 +197,16 @@ if [ $do_bench -eq 1 ]; then
   if [ -n "${ms2:-}" ] && [ -n "${ms3:-}" ]; then
     echo "ZeRO-3 / ZeRO-2 step time: $($PY -c "print(f'{$ms3/$ms2:.3f}')") (target <= 1.03); ZeRO-2 target on 8xH100: <= 125 ms" | tee -a "$summary"
   fi
+  # activation recompute's price on the GPU: ZeRO-2 again with full recompute (and its checkpoints in host memory)
+  for rc in "full" "full --cpu-checkpointing"; do
+    tag=$(echo "$rc" | tr -d ' -')
+    # shellcheck disable=SC2086
+    mpi "$ngpu" ./train_gpt_bf16 --model d12 --seq-len 1024 --batch "$bench_B" --total-batch 524288 --steps "$bench_steps" \
+      "${common[@]}" --zero-stage 2 --recompute $rc >"$d/bench_rc_$tag.log" 2>&1 || { tail -n 20 "$d/bench_rc_$tag.log"; fail "benchmark --recompute $rc"; continue; }
+    ms=$(grep "^average step" "$d/bench_rc_$tag.log" | sed 's/.*: \([0-9.]*\) ms.*/\1/')
+    act=$(grep -m1 "activations (recompute" "$d/bench_rc_$tag.log" | grep -oE '[0-9]{1,3}(,[0-9]{3})+' | head -n 1)
+    echo "ZeRO-2 --recompute $rc: $ms ms/step (x$($PY -c "print(f'{$ms/${ms2:-$ms}:.3f}')") of no recompute), activations $act bytes" | tee -a "$summary"
+  done
 fi
 echo "$fails failures (summary in $summary)"
 [ $fails -eq 0 ]
