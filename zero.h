@@ -42,6 +42,11 @@
 //   Accounting. Every collective's bytes are counted in the ring model (all-gather or
 //   reduce-scatter of M bytes over N ranks: M(N-1)/N; all-reduce: twice that), and every
 //   buffer this header asks the backend to allocate is counted by kind.
+//   Timeline (core/trace.h, z->trace, NULL: none). Each collective is a span from its issue to
+//   its completion (as the backend's wait reports it), named all_gather, reduce_scatter or
+//   all_reduce, with its unit and the bytes counted above; the time the caller's thread spends
+//   blocked in a wait (or in a progress poke while collectives are in flight: MPI moves data
+//   inside those calls) is a "wait" span; each unit's update is an "update" span.
 //
 //   The backend (ZeroBackend) performs what it is handed: non-blocking collectives identified
 //   by a small integer, a wait and a progress poke, a blocking sum of a few doubles, and
@@ -64,11 +69,13 @@
 #include "core/gpt2.h"
 #include "core/optimizer.h"
 #include "mixed_precision.h"
+#include "core/trace.h"
 
 #define ZERO_ALIGN 16 // elements: every slice starts on a 64-byte boundary in fp32
 
 enum { ZC_ALL_REDUCE, ZC_REDUCE_SCATTER, ZC_ALL_GATHER, ZC_NUM_COLLECTIVES };
 static const char *const zero_collective_names[ZC_NUM_COLLECTIVES] = {"all_reduce", "reduce_scatter", "all_gather"};
+static const char *const zero_wait_names[ZC_NUM_COLLECTIVES] = {"wait all_reduce", "wait reduce_scatter", "wait all_gather"};
 
 // The kinds of memory a rank holds. MEM_STATE + k is the optimizer's state array k (named by
 // optimizer.h: "adam_m", "adam_v", "lion_m", ...). activations and workspace (what a trainer
@@ -97,8 +104,10 @@ typedef struct {
     int (*reduce_scatter)(void *ctx, void *send, void *recv, size_t n, int dtype);
     int (*all_gather)(void *ctx, const void *send, void *recv, size_t n, int dtype);
     // Wait for a collective to complete. `what` names it (collective and unit) for the
-    // watchdog's message; set_step tells the backend the step, for the same message.
-    void (*wait)(void *ctx, int handle, const char *what);
+    // watchdog's message; set_step tells the backend the step, for the same message. Returns
+    // when it completed (trace_now()'s clock): the first time the backend saw it done, or, for
+    // a backend whose wait does not block the host, the time of the call.
+    double (*wait)(void *ctx, int handle, const char *what);
     void (*set_step)(void *ctx, int step);
     // Let collectives in flight advance (MPI moves non-blocking collectives only inside MPI
     // calls, so the schedule pokes it at every unit boundary); may do nothing.
@@ -145,6 +154,10 @@ typedef struct {
     int pending_recv[GPT2_MAX_UNITS]; // which scatter_recv buffer the unit's reduce-scatter uses
     int gathered[GPT2_MAX_UNITS];  // stage 3: the unit's parameters are (being) gathered in its buffer
     int step;                      // for the watchdog's message
+    Trace *trace;                  // the rank's timeline (core/trace.h), or NULL
+    int pending_kind[GPT2_MAX_UNITS];     // the unit's collective in flight: ZC_*,
+    double pending_bytes[GPT2_MAX_UNITS]; // its bytes (ring model),
+    double issued[GPT2_MAX_UNITS];        // and when it was started (trace_now)
     unsigned long forwards;        // forward passes begun: a unit's values are the same within one
     // accounting
     size_t mem[MEM_KINDS];         // bytes allocated, by kind
@@ -242,9 +255,20 @@ static inline void *zero_bucket(const Zero *z, int u) {
     return z->bucket_layer[u % 2];
 }
 
-static inline void zero_count(Zero *z, int kind, size_t n_full) {
+static inline double zero_count(Zero *z, int kind, size_t n_full) {
     double bytes = (double)n_full * z->esize * (z->world - 1) / z->world;
-    z->comm[kind] += kind == ZC_ALL_REDUCE ? 2.0 * bytes : bytes;
+    if (kind == ZC_ALL_REDUCE) bytes *= 2.0;
+    z->comm[kind] += bytes;
+    return bytes;
+}
+
+// Unit u's collective `kind` over its n_full padded elements was started at t_issue: it is in
+// flight (handle), counted, and remembered for the trace until zero_wait.
+static inline void zero_issued(Zero *z, int u, int kind, size_t n_full, double t_issue, int handle) {
+    z->pending[u] = handle;
+    z->pending_kind[u] = kind;
+    z->pending_bytes[u] = zero_count(z, kind, n_full);
+    z->issued[u] = t_issue;
 }
 
 // "all_gather of unit 3 (layer 2)": what a watchdog says when a collective never completes.
@@ -258,8 +282,33 @@ static inline void zero_wait(Zero *z, int u, const char *what) {
     if (u < 0 || u >= GPT2_MAX_UNITS || z->pending[u] < 0) return;
     char desc[96];
     zero_describe(z, desc, sizeof(desc), what, u);
-    z->be.wait(z->be.ctx, z->pending[u], desc);
+    int kind = z->pending_kind[u];
+    double w0 = trace_begin(z->trace, zero_wait_names[kind], TRACE_WAIT, u, 0.0);
+    double done = z->be.wait(z->be.ctx, z->pending[u], desc);
+    trace_end(z->trace, w0);
+    trace_span(z->trace, zero_collective_names[kind], TRACE_COMM, u, z->pending_bytes[u], z->issued[u], done);
     z->pending[u] = -1;
+}
+
+// Let the collectives in flight advance (at a unit boundary); with some in flight, the time
+// it takes is communication the thread does instead of computing (a "wait" span).
+static inline void zero_progress(Zero *z, int u) {
+    int busy = 0;
+    for (int v = 0; v < z->lay.num_units && !busy; v++) busy = z->pending[v] >= 0;
+    double t0 = busy ? trace_begin(z->trace, "progress", TRACE_WAIT, u, 0.0) : 0.0;
+    z->be.progress(z->be.ctx);
+    if (busy) trace_end(z->trace, t0);
+}
+
+// A blocking all-reduce of n doubles (the loss, the gradient norm's partial sums): in the
+// trace, an all_reduce without a unit that the thread waits for all along.
+static inline void zero_sum_scalars(Zero *z, double *x, int n) {
+    if (z->world == 1) { z->be.sum_doubles(z->be.ctx, x, n); return; }
+    double t0 = trace_begin(z->trace, zero_wait_names[ZC_ALL_REDUCE], TRACE_WAIT, -1, 0.0);
+    z->be.sum_doubles(z->be.ctx, x, n);
+    trace_end(z->trace, t0);
+    trace_span(z->trace, zero_collective_names[ZC_ALL_REDUCE], TRACE_COMM, -1,
+               2.0 * n * sizeof(double) * (z->world - 1) / z->world, t0, trace_now());
 }
 
 // Stage 3: start gathering unit u's parameters into its buffer, unless already there.
@@ -268,10 +317,11 @@ static inline void zero_prefetch(Zero *z, int u) {
     if (zero_is_layer(z, u)) // the buffer's previous layer (same parity) is overwritten
         for (int v = 1; v < gpt2_final_unit(&z->lay); v++)
             if (v % 2 == u % 2) z->gathered[v] = 0;
-    z->pending[u] = z->be.all_gather(z->be.ctx, zero_at(z, z->params, zero_shard_offset(z, u)), zero_gather_buffer(z, u),
-                                     zero_slice(z, u), z->dtype);
+    double t0 = trace_now();
+    int h = z->be.all_gather(z->be.ctx, zero_at(z, z->params, zero_shard_offset(z, u)), zero_gather_buffer(z, u),
+                             zero_slice(z, u), z->dtype);
+    zero_issued(z, u, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u), t0, h);
     z->gathered[u] = 1;
-    zero_count(z, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u));
 }
 
 // A forward pass begins (a training micro-step, a validation batch or a sampling step):
@@ -287,7 +337,7 @@ static inline void zero_begin_forward(Zero *z, int micro, int accum) {
 // needed after this one, prefetched now so that its gather overlaps this unit's compute (-1:
 // none). Stage 3 re-gathers a layer for its backward only if its buffer was reused since.
 static inline void *zero_params(Zero *z, int u, int next) {
-    z->be.progress(z->be.ctx);
+    zero_progress(z, u);
     if (z->stage != 3) return zero_at(z, z->params, z->lay.unit_offset[u]);
     zero_prefetch(z, u);
     zero_wait(z, u, "all_gather");
@@ -323,20 +373,21 @@ static inline void zero_grads_done(Zero *z, int u) {
     if (z->stage < 2) {
         if (z->micro != z->accum - 1) return; // stages 0 and 1 reduce once per optimizer step
         void *g = zero_at(z, z->grads, z->lay.unit_offset[u]);
+        double t0 = trace_now();
         if (z->stage == 0) {
-            z->pending[u] = z->be.all_reduce(z->be.ctx, g, n, z->dtype);
-            zero_count(z, ZC_ALL_REDUCE, n);
+            zero_issued(z, u, ZC_ALL_REDUCE, n, t0, z->be.all_reduce(z->be.ctx, g, n, z->dtype));
         } else { // in place: this rank's summed slice lands on its own slice
-            z->pending[u] = z->be.reduce_scatter(z->be.ctx, g, zero_at(z, g, (size_t)z->rank * zero_slice(z, u)),
-                                                 zero_slice(z, u), z->dtype);
-            zero_count(z, ZC_REDUCE_SCATTER, n);
+            int h = z->be.reduce_scatter(z->be.ctx, g, zero_at(z, g, (size_t)z->rank * zero_slice(z, u)), zero_slice(z, u),
+                                         z->dtype);
+            zero_issued(z, u, ZC_REDUCE_SCATTER, n, t0, h);
         }
         return;
     }
     int r = u == UNIT_EMBED || u == gpt2_final_unit(&z->lay) ? 0 : 1 + u % 2;
     z->pending_recv[u] = r;
-    z->pending[u] = z->be.reduce_scatter(z->be.ctx, zero_bucket(z, u), z->scatter_recv[r], zero_slice(z, u), z->dtype);
-    zero_count(z, ZC_REDUCE_SCATTER, n);
+    double t0 = trace_now();
+    int h = z->be.reduce_scatter(z->be.ctx, zero_bucket(z, u), z->scatter_recv[r], zero_slice(z, u), z->dtype);
+    zero_issued(z, u, ZC_REDUCE_SCATTER, n, t0, h);
     if (u == gpt2_final_unit(&z->lay)) zero_finish_reduce(z, u); // it shares scatter_recv[0]
 }
 
@@ -367,7 +418,7 @@ static inline float *zero_update_moment(const Zero *z, const float *moment, int 
 // global one (adding the ranks' sums would count every element N times); otherwise each rank
 // holds a disjoint slice and the partial sums add up: one all-reduce of one number.
 static inline float zero_global_grad_norm(Zero *z, double local_sumsq) {
-    if (z->stage > 0 && z->world > 1) z->be.sum_doubles(z->be.ctx, &local_sumsq, 1);
+    if (z->stage > 0 && z->world > 1) zero_sum_scalars(z, &local_sumsq, 1);
     return (float)sqrt(local_sumsq);
 }
 
@@ -376,9 +427,9 @@ static inline void zero_gather_updated_params(Zero *z) {
     if (z->stage == 0 || z->stage == 3 || z->world == 1) return;
     for (int u = 0; u < z->lay.num_units; u++) {
         void *p = zero_at(z, z->params, z->lay.unit_offset[u]);
-        z->pending[u] = z->be.all_gather(z->be.ctx, zero_at(z, p, (size_t)z->rank * zero_slice(z, u)), p, zero_slice(z, u),
-                                         z->dtype);
-        zero_count(z, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u));
+        double t0 = trace_now();
+        int h = z->be.all_gather(z->be.ctx, zero_at(z, p, (size_t)z->rank * zero_slice(z, u)), p, zero_slice(z, u), z->dtype);
+        zero_issued(z, u, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u), t0, h);
     }
     for (int u = 0; u < z->lay.num_units; u++) zero_wait(z, u, "all_gather (updated parameters)");
 }
@@ -398,14 +449,23 @@ static inline void zero_update_segment(const ParamSegment *seg, void *ctx) {
     z->be.update(z->be.ctx, r->step, r->p + lo, state, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL,
                  seg->end - seg->begin, z->dtype, seg->kind == SEG_DECAY);
 }
+// Bytes the update reads and writes per element it owns: the fp32 weight (the master in mixed
+// precision) and each state array read and written, the gradient read, and in mixed precision
+// the 16-bit parameter written (AdamW: 28 in every precision).
+static inline double zero_update_bytes_per_element(const Zero *z) {
+    return 8.0 + 8.0 * z->nstate + (double)z->esize + (z->dtype != ZC_F32 ? (double)z->esize : 0.0);
+}
 static inline void zero_update(Zero *z, const OptStep *step) {
     for (int u = 0; u < z->lay.num_units; u++) {
+        double t0 = trace_begin(z->trace, "update", TRACE_OPTIMIZER, u,
+                                zero_update_bytes_per_element(z) * (double)zero_update_count(z, u));
         size_t begin = zero_update_begin(z, u);
         void *p = zero_update_params(z, u);
         ZeroUpdateRun r = {z, begin, z->master ? zero_update_moment(z, z->master, u) : (float *)p, {NULL},
                            zero_update_grads(z, u), z->master ? p : NULL, step};
         for (int k = 0; k < z->nstate; k++) r.state[k] = zero_update_moment(z, z->state[k], u);
         gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u), zero_update_segment, &r);
+        trace_end(z->trace, t0);
     }
     zero_gather_updated_params(z);
 }

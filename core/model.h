@@ -26,6 +26,9 @@
 //   gpt2_layer_acts_forward(m, l, B, T) -> LayerActs, gpt2_layer_store(m, l, B, T): layer l's
 //     activations to compute the forward into, and the forward is done with them
 //   gpt2_layer_acts_backward(m, l, B, T) -> LayerActs: layer l's activations for its backward
+//   gpt2_trace(m) -> Trace *: the rank's timeline (core/trace.h), or NULL; the passes record a
+//     span for each unit's forward and backward ("forward"/"backward"; the tied LM head and
+//     the loss as "lm_head"), with the unit's number
 // Where parameters and gradients live is ZeRO's business: the hooks ask zero.h for each unit's
 // as the passes reach it, which is where its gathers, prefetches and reductions happen. A
 // trainer whose kernels compute in the storage type passes zero.h's pointers through; the CPU
@@ -48,12 +51,16 @@ static float gpt2_forward(GPT2 *m, const int *inputs, const int *targets, int B,
     int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, F = gpt2_unit_of_layer(L); // the final LayerNorm's unit
     size_t btc = (size_t)N * C;
     Activations *a = &m->acts;
+    Trace *tr = gpt2_trace(m);
     upload_batch(m, inputs, targets, N);
+    double s = trace_begin(tr, "forward", TRACE_FORWARD, UNIT_EMBED, 0.0);
     UnitParams ep = gpt2_unit_params(m, UNIT_EMBED, gpt2_unit_of_layer(0));
     EmbedTensors emb = gpt2_embed_tensors(c, ep.f32);
     encoder_forward(&m->kern, a->encoded, m->dev_inputs, emb.wte, emb.wpe, B, T, C);
+    trace_end(tr, s);
     for (int l = 0; l < L; l++) {
         int u = gpt2_unit_of_layer(l);
+        s = trace_begin(tr, "forward", TRACE_FORWARD, u, 0.0);
         UnitParams up = gpt2_unit_params(m, u, u + 1); // u + 1: the next layer, or F
         LayerTensors w = gpt2_layer_tensors(c, up.f32);
         LayerActs x = gpt2_layer_acts_forward(m, l, B, T);
@@ -69,15 +76,20 @@ static float gpt2_forward(GPT2 *m, const int *inputs, const int *targets, int B,
         matmul_forward(&m->kern, a->dbtc, x.fch_gelu, w.fcprojw, gpt2_x16(up, w.fcprojw), w.fcprojb, N, 4 * C, C);
         residual_forward(&m->kern, x.residual3, x.residual2, a->dbtc, btc);
         gpt2_layer_store(m, l, B, T);
+        trace_end(tr, s);
     }
+    s = trace_begin(tr, "forward", TRACE_FORWARD, F, 0.0);
     FinalTensors fin = gpt2_final_tensors(c, gpt2_unit_params(m, F, -1).f32);
     LayerActs top = gpt2_layer_acts_forward(m, L - 1, B, T); // (already computed: its output)
     layernorm_forward(&m->kern, a->lnf, a->lnf_mean, a->lnf_rstd, top.residual3, fin.lnfw, fin.lnfb, N, C);
+    trace_end(tr, s);
+    s = trace_begin(tr, "lm_head", TRACE_FORWARD, UNIT_EMBED, 0.0);
     ep = gpt2_unit_params(m, UNIT_EMBED, -1); // (ZeRO-3 has kept it gathered)
     emb = gpt2_embed_tensors(c, ep.f32);
     matmul_forward(&m->kern, a->logits, a->lnf, emb.wte, gpt2_x16(ep, emb.wte), NULL, N, C, c->padded_vocab_size); // tied LM head
-    if (!targets) return 0.0f;
-    return classifier_loss(m, N, dloss);
+    float loss = targets ? classifier_loss(m, N, dloss) : 0.0f;
+    trace_end(tr, s);
+    return loss;
 }
 
 // Backward pass after gpt2_forward(..., dloss != 0) on the same inputs. Each unit's gradient
@@ -87,8 +99,10 @@ static void gpt2_backward(GPT2 *m, int B, int T) {
     int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, F = gpt2_unit_of_layer(L);
     size_t btc = (size_t)N * C;
     Activations *a = &m->acts;
+    Trace *tr = gpt2_trace(m);
     // The embeddings are used first and last: their gradient collects the LM head's share now
     // and the token lookup's at the end, and is reduced once, after both.
+    double s = trace_begin(tr, "lm_head", TRACE_BACKWARD, UNIT_EMBED, 0.0);
     UnitParams ep = gpt2_unit_params(m, UNIT_EMBED, -1);
     EmbedTensors emb = gpt2_embed_tensors(c, ep.f32);
     EmbedTensors demb = gpt2_embed_tensors(c, gpt2_unit_grads(m, UNIT_EMBED));
@@ -96,12 +110,16 @@ static void gpt2_backward(GPT2 *m, int B, int T) {
     FinalTensors dfin = gpt2_final_tensors(c, gpt2_unit_grads(m, F));
     LayerActs top = gpt2_layer_acts_backward(m, L - 1, B, T);
     matmul_backward(&m->kern, a->dbtc, demb.wte, NULL, a->logits, a->lnf, emb.wte, gpt2_x16(ep, emb.wte), N, C, c->padded_vocab_size);
+    trace_end(tr, s);
+    s = trace_begin(tr, "backward", TRACE_BACKWARD, F, 0.0);
     zero_fill(&m->kern, a->dresidual, btc);
     layernorm_backward(&m->kern, a->dresidual, dfin.lnfw, dfin.lnfb, a->dbtc, top.residual3, fin.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
     gpt2_unit_grads_done(m, F);
+    trace_end(tr, s);
     // dresidual is the gradient of the residual stream; each block adds its branches to it.
     for (int l = L - 1; l >= 0; l--) {
         int u = gpt2_unit_of_layer(l);
+        s = trace_begin(tr, "backward", TRACE_BACKWARD, u, 0.0);
         UnitParams up = gpt2_unit_params(m, u, l > 0 ? u - 1 : -1);
         LayerTensors w = gpt2_layer_tensors(c, up.f32);
         LayerTensors g = gpt2_layer_tensors(c, gpt2_unit_grads(m, u));
@@ -117,9 +135,12 @@ static void gpt2_backward(GPT2 *m, int B, int T) {
         matmul_backward(&m->kern, a->dbtc, g.qkvw, g.qkvb, a->dqkv, x.ln1, w.qkvw, gpt2_x16(up, w.qkvw), N, C, 3 * C);
         layernorm_backward(&m->kern, a->dresidual, g.ln1w, g.ln1b, a->dbtc, x.residual, w.ln1w, x.ln1_mean, x.ln1_rstd, N, C);
         gpt2_unit_grads_done(m, u);
+        trace_end(tr, s);
     }
+    s = trace_begin(tr, "backward", TRACE_BACKWARD, UNIT_EMBED, 0.0);
     encoder_backward(&m->kern, demb.wte, demb.wpe, a->dresidual, m->dev_inputs, B, T, C);
     gpt2_unit_grads_done(m, UNIT_EMBED);
+    trace_end(tr, s);
     gpt2_backward_done(m);
 }
 

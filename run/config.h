@@ -57,7 +57,7 @@ enum {
     CK_WARMUP_MIN_RATIO, CK_WEIGHT_DECAY, CK_BETA1, CK_BETA2, CK_EPS, CK_MOMENTUM, CK_GRAD_CLIP,
     CK_PRECISION, CK_LOSS_SCALE, CK_INITIAL_SCALE_POWER, CK_LOSS_SCALE_WINDOW, CK_HYSTERESIS, CK_MIN_LOSS_SCALE,
     CK_CONSECUTIVE_HYSTERESIS, CK_ON_MIN_SCALE,
-    CK_VAL_EVERY, CK_VAL_STEPS, CK_SAMPLE_EVERY, CK_SAMPLE_LEN, CK_SEED, CK_OUT, CK_SAVE_EVERY, CK_LOG,
+    CK_VAL_EVERY, CK_VAL_STEPS, CK_SAMPLE_EVERY, CK_SAMPLE_LEN, CK_SEED, CK_OUT, CK_SAVE_EVERY, CK_LOG, CK_TRACE,
     CK_DUMP_GRADS, CK_PRINT_EVERY, CK_RESUME,
     CK_ZERO_STAGE, CK_COMM_TIMEOUT, CK_DEEPSPEED, CK_STRICT,
     CK_OPTIONS,             // the table's rows end here
@@ -110,6 +110,7 @@ typedef struct TrainConfig {
     int val_every, val_steps, sample_every, sample_len;
     uint64_t seed;
     const char *out_dir, *log_path, *dump_grads_path;
+    const char *trace_path;  // --trace: every rank's timeline, one Chrome-trace file (core/trace.h)
     const char *resume_path; // a sharded checkpoint (checkpoint.h) to continue from
     int save_every;
     int print_every;      // the step line on stdout every N steps (and the first and last)
@@ -263,6 +264,10 @@ static inline const ConfigOption *config_options(void) {
                "DIR/latest, and DIR/model_N.bin (llm.c format), at the end"),
         CO_NUM("save-every", OT_INT, save_every, 0, 0, 1 << 30, NULL, "N", "and every N steps", NULL, NULL),
         CO_STR("log", log_path, NULL, NULL, "FILE", "JSON lines: one object per step and per validation"),
+        CO_STR("trace", trace_path, NULL, NULL, "FILE",
+               "a timeline of every rank (Chrome trace JSON: open it in Perfetto or\n"
+               "chrome://tracing): units' forward and backward, collectives, waits,\n"
+               "the optimizer, data loading, checkpoints"),
         CO_STR("dump-grads", dump_grads_path, NULL, NULL, "FILE",
                "write the first step's gradients as a checkpoint-format file; for tests"),
         CO_NUM("print-every", OT_INT, print_every, 1, 1, 1 << 30, NULL, "N",

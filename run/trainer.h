@@ -141,6 +141,8 @@ typedef struct Run {
     LossScaler scaler;   // fp16's (mixed_precision.h); bf16 and fp32 run at scale 1
     Tokenizer tok;
     FILE *log;         // rank 0 only
+    Trace trace;       // this rank's timeline (--trace) and each step's times by kind (core/trace.h)
+    FILE *trace_file;  // rank 0, with --trace
 } Run;
 
 // Setup failures are agreed on by all ranks, so that every rank exits cleanly together;
@@ -187,8 +189,11 @@ static int setup(Run *r, int argc, char **argv) {
     if (r->rank == 0 && c->ds_config_path) config_print_resolved(stdout, c);
 
     r->accum = config_accum_steps(c, r->world);
+    if (c->trace_path) MPI_Barrier(MPI_COMM_WORLD); // the ranks' trace clocks start together
+    trace_init(&r->trace, r->rank, c->trace_path != NULL);
     gpt2_build(&r->model, &c->model, c->batch, c->seq_len, c->zero_stage, r->rank, r->world, c->precision, c->optimizer,
                trainer_backend(r));
+    r->model.z.trace = &r->trace;
     r->first_step = 1;
     r->sample_rng = c->seed ^ 0x5A3C1E;
     if (c->precision == ZC_FP16)
@@ -229,6 +234,10 @@ static int setup(Run *r, int argc, char **argv) {
         ok = 0;
     }
     if (r->log) config_log_resolved(r->log, c);
+    if (r->rank == 0 && c->trace_path && !(r->trace_file = fopen(c->trace_path, "w"))) {
+        fprintf(stderr, "error: %s: cannot open trace file\n", c->trace_path);
+        ok = 0;
+    }
     return all_ok(ok) ? 0 : -1;
 }
 
@@ -324,6 +333,71 @@ static void report_comm(Run *r, int step) {
     free(all);
 }
 
+// The step's times by kind (core/trace.h's categories, rank 0's): forward, backward and the
+// optimizer on the step's thread, collectives in flight (comm_ms: the union of their spans) and
+// the time the thread was blocked on them (exposed_comm_ms), data loading, and any other
+// category a feature records (its thread's time as NAME_ms, its overlapped work as
+// NAME_flight_ms). Without real completion times (the GPU without --trace) comm is null.
+static void log_step_times(FILE *f, const TraceStep *s, int comm_timed) {
+    fprintf(f, ",\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"optim_ms\":%.3f", s->lane[TRACE_FORWARD] * 1e3,
+            s->lane[TRACE_BACKWARD] * 1e3, s->lane[TRACE_OPTIMIZER] * 1e3);
+    if (comm_timed) fprintf(f, ",\"comm_ms\":%.3f,\"exposed_comm_ms\":%.3f", s->flight[TRACE_COMM] * 1e3, s->lane[TRACE_WAIT] * 1e3);
+    else fprintf(f, ",\"comm_ms\":null,\"exposed_comm_ms\":null");
+    fprintf(f, ",\"data_ms\":%.3f", s->lane[TRACE_DATA] * 1e3);
+    for (int k = TRACE_RECOMPUTE; k < TRACE_NUM_CATS; k++) {
+        if (k == TRACE_OPTIMIZER || k == TRACE_COMM || k == TRACE_WAIT || k == TRACE_DATA) continue;
+        if (s->lane[k] > 0) fprintf(f, ",\"%s_ms\":%.3f", trace_cat_names[k], s->lane[k] * 1e3);
+        if (s->flight[k] > 0) fprintf(f, ",\"%s_flight_ms\":%.3f", trace_cat_names[k], s->flight[k] * 1e3);
+    }
+}
+
+// --trace: every rank's events to rank 0, one rank at a time, written there as one Chrome trace.
+static void write_trace(Run *r) {
+    if (!r->cfg.trace_path) return;
+    size_t n = trace_packed_bytes(&r->trace); // < 2^31: at most TRACE_MAX_EVENTS events of 48 bytes
+    char *mine = (char *)xmalloc(n);
+    trace_pack(&r->trace, mine);
+    if (r->rank != 0) {
+        long long len = (long long)n;
+        MPI_Send(&len, 1, MPI_LONG_LONG, 0, 19, MPI_COMM_WORLD);
+        MPI_Send(mine, (int)n, MPI_BYTE, 0, 20, MPI_COMM_WORLD);
+        free(mine);
+        return;
+    }
+    const TrainConfig *c = &r->cfg;
+    char meta[512];
+    snprintf(meta, sizeof(meta), "\"world\":%d,\"zero_stage\":%d,\"precision\":\"%s\",\"num_params\":%zu,\"layers\":%d,"
+             "\"channels\":%d,\"batch\":%d,\"seq_len\":%d,\"grad_accum\":%d,\"steps\":%d", r->world, c->zero_stage,
+             zc_dtype_names[c->precision], r->model.z.lay.num_params, c->model.num_layers, c->model.channels, c->batch,
+             c->seq_len, r->accum, c->steps);
+    FILE *f = r->trace_file;
+    long long events = 0, dropped = 0;
+    trace_write_begin(f);
+    for (int q = 0; q < r->world; q++) {
+        char *buf = mine;
+        if (q > 0) {
+            long long len;
+            MPI_Recv(&len, 1, MPI_LONG_LONG, q, 19, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            buf = (char *)xmalloc((size_t)len);
+            MPI_Recv(buf, (int)len, MPI_BYTE, q, 20, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
+        TraceRank k;
+        trace_unpack(buf, &k);
+        trace_write_rank(f, &k, q == 0);
+        events += k.h.nevents;
+        dropped += k.h.dropped;
+        free(k.ev);
+        if (buf != mine) free(buf);
+    }
+    free(mine);
+    int bad = trace_write_end(f, meta, dropped);
+    bad |= fclose(f) != 0;
+    r->trace_file = NULL;
+    if (bad) fprintf(stderr, "error: %s: writing the trace failed\n", c->trace_path);
+    else printf("trace: %s (%lld events from %d ranks%s; open it in https://ui.perfetto.dev or chrome://tracing)\n",
+                c->trace_path, events, r->world, dropped ? ", some dropped: the buffer was full" : "");
+}
+
 static void format_eta(char *buf, size_t n, double seconds) {
     long s = (long)(seconds + 0.5);
     snprintf(buf, n, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
@@ -353,13 +427,22 @@ static StepResult train_step(Run *r, int step) {
     float scale = r->scaler.scale;
     float dloss = scale / ((float)B * T * r->accum * r->world);
     double loss = 0.0;
+    Trace *tr = &r->trace;
     for (int micro = 0; micro < r->accum; micro++) {
+        trace_set_micro(tr, micro);
+        double s = trace_begin(tr, "data", TRACE_DATA, -1, 2.0 * B * T * sizeof(int));
         if (dataloader_next(&r->train, m->inputs, m->targets)) die();
+        trace_end(tr, s);
         zero_begin_forward(&m->z, micro, r->accum);
+        s = trace_begin(tr, "forward_pass", TRACE_FORWARD, -1, 0.0);
         loss += gpt2_forward(m, m->inputs, m->targets, B, T, dloss);
+        trace_end(tr, s);
+        s = trace_begin(tr, "backward_pass", TRACE_BACKWARD, -1, 0.0);
         gpt2_backward(m, B, T);
+        trace_end(tr, s);
     }
-    m->z.be.sum_doubles(m->z.be.ctx, &loss, 1);
+    zero_sum_scalars(&m->z, &loss, 1);
+    double opt = trace_begin(tr, "optimizer", TRACE_OPTIMIZER, -1, 0.0);
     float norm = gpt2_grad_norm(m); // of the scaled gradient
     if (step == 1 && c->dump_grads_path && r->rank == 0 && dump_grads(c->dump_grads_path, m)) die();
     LrSchedule sched = config_lr_schedule(c);
@@ -371,12 +454,17 @@ static StepResult train_step(Run *r, int step) {
         die();
     }
     res.skipped = action == ZC_STEP_SKIP;
-    if (res.skipped) return res; // no update, no optimizer state change, the schedule waits
+    if (res.skipped) { // no update, no optimizer state change, the schedule waits
+        trace_instant(tr, "skipped step", TRACE_OPTIMIZER, -1, scale);
+        trace_end(tr, opt);
+        return res;
+    }
     r->applied++;
     OptimizerHyper hyper = config_optimizer(c);
     OptStep upd = optimizer_step_begin(&hyper, res.lr, (int)r->applied, res.norm);
     upd.grad_scale /= scale;
     gpt2_update(m, &upd);
+    trace_end(tr, opt);
     return res;
 }
 
@@ -385,6 +473,7 @@ static StepResult train_step(Run *r, int step) {
 static float validate(Run *r) {
     GPT2 *m = &r->model;
     int steps = r->cfg.val_steps, per_rank = (steps + r->world - 1) / r->world;
+    double t0 = trace_begin(&r->trace, "validation", TRACE_EVAL, -1, 0.0);
     dataloader_reset(&r->val);
     double sum = 0.0;
     for (int k = 0; k < per_rank; k++) {
@@ -394,6 +483,7 @@ static float validate(Run *r) {
         if (k * r->world + r->rank < steps) sum += l; // past the end: ran only for ZeRO-3's gathers
     }
     m->z.be.sum_doubles(m->z.be.ctx, &sum, 1);
+    trace_end(&r->trace, t0);
     return (float)(sum / steps);
 }
 
@@ -408,9 +498,11 @@ static void save(Run *r, int step) {
     st.scaler = r->scaler;
     st.sample_rng = r->sample_rng;
     st.train_data = dataloader_state(&r->train);
+    double t0 = trace_begin(&r->trace, "checkpoint", TRACE_CHECKPOINT, -1, 0.0);
     if (ckpt_save(r->cfg.out_dir, &r->model.z, &r->cfg.model, &st, zc_dtype_names[r->cfg.precision])) die();
     snprintf(path, sizeof(path), "%s/model_%08d.bin", r->cfg.out_dir, step);
     if (gpt2_save(&r->model, path)) die();
+    trace_end(&r->trace, t0);
     if (r->rank == 0) printf("saved %s/step_%08d and %s\n", r->cfg.out_dir, step, path);
 }
 
@@ -458,8 +550,12 @@ static int trainer_run(Run *r, int argc, char **argv) {
     double total_ms = 0.0;
     int fp16 = c->precision == ZC_FP16;
     for (int step = r->first_step; step <= c->steps; step++) {
-        double t0 = now_seconds();
+        trace_step_begin(&r->trace, step);
+        double t0 = now_seconds(), span = trace_begin(&r->trace, "step", TRACE_STEP, -1, 0.0);
         StepResult s = train_step(r, step);
+        trace_end(&r->trace, span);
+        TraceStep times;
+        trace_step_end(&r->trace, &times);
         float loss = s.loss, lr = s.lr, norm = s.norm;
         double ms = (now_seconds() - t0) * 1e3, tok_s = c->total_batch / (ms / 1e3);
         if (step > r->first_step) total_ms += ms; // the first step warms caches and thread pools
@@ -478,6 +574,7 @@ static int trainer_run(Run *r, int argc, char **argv) {
                 if (isfinite(norm)) snprintf(nrm, sizeof(nrm), "%.9g", norm);
                 fprintf(r->log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,\"tok_s\":%.1f",
                         step, loss, lr, nrm, ms, tok_s);
+                log_step_times(r->log, &times, r->trace.comm_timed);
                 if (fp16) fprintf(r->log, ",\"loss_scale\":%.17g,\"skipped\":%s", s.scale, s.skipped ? "true" : "false");
                 fprintf(r->log, "}\n");
             }
@@ -489,8 +586,11 @@ static int trainer_run(Run *r, int argc, char **argv) {
             if (lead) printf("val loss %.6f\n", vl);
             if (lead && r->log) fprintf(r->log, "{\"step\":%d,\"val_loss\":%.9g}\n", step, vl);
         }
-        if (c->sample_len > 0 && c->sample_every > 0 && (step % c->sample_every == 0 || last))
+        if (c->sample_len > 0 && c->sample_every > 0 && (step % c->sample_every == 0 || last)) {
+            double t1 = trace_begin(&r->trace, "sample", TRACE_EVAL, -1, 0.0);
             gpt2_sample(&r->model, r->have_tok ? &r->tok : NULL, c->sample_len, &r->sample_rng);
+            trace_end(&r->trace, t1);
+        }
         if (c->out_dir && ((c->save_every > 0 && step % c->save_every == 0) || last)) save(r, step);
         if (r->log) fflush(r->log);
     }
@@ -499,6 +599,8 @@ static int trainer_run(Run *r, int argc, char **argv) {
         printf("average step (after the first): %.1f ms, %.0f tok/s\n", total_ms / timed,
                c->total_batch / (total_ms / timed / 1e3));
     if (r->log) fclose(r->log);
+    write_trace(r);
+    trace_free(&r->trace);
     if (r->have_tok) tokenizer_free(&r->tok);
     dataloader_free(&r->train);
     if (r->have_val) dataloader_free(&r->val);
