@@ -12,6 +12,9 @@
 //
 //   The clock: trace_now(), seconds of CLOCK_MONOTONIC, which the processes of one host share.
 //   Each rank's events are stored relative to its epoch (set by trace_init after a barrier).
+//   trace_clock(t) is the time a Trace's spans use: trace_now(), or the clock trace_set_clock
+//   gave it (the step-time model runs zero.h's schedule in simulated time so); code that takes
+//   its own times for trace_span reads trace_clock.
 //
 //   What a feature calls (one call each; name a short constant string, cat a TRACE_* category,
 //   unit zero.h's unit or -1, bytes what the span moved or 0):
@@ -97,6 +100,8 @@ typedef struct Trace {
     size_t niv, civ;
     void (*sync)(void *ctx);
     void *sync_ctx;
+    double (*clock)(void *ctx);   // NULL: trace_now
+    void *clock_ctx;
     unsigned char lock;
 } Trace;
 
@@ -104,6 +109,14 @@ static inline double trace_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static inline double trace_clock(const Trace *t) { return t && t->clock ? t->clock(t->clock_ctx) : trace_now(); }
+// Another clock for t's spans (the epoch becomes its present reading).
+static inline void trace_set_clock(Trace *t, double (*clock)(void *ctx), void *ctx) {
+    t->clock = clock;
+    t->clock_ctx = ctx;
+    t->epoch = trace_clock(t);
 }
 
 static inline void trace_lock(Trace *t) { while (__atomic_test_and_set(&t->lock, __ATOMIC_ACQUIRE)) {} }
@@ -166,7 +179,7 @@ static inline void trace_sync(Trace *t) {
 static inline double trace_begin(Trace *t, const char *name, int cat, int unit, double bytes) {
     if (!t) return trace_now();
     trace_sync(t);
-    double t0 = trace_now();
+    double t0 = trace_clock(t);
     if (t->depth == TRACE_MAX_DEPTH) { t->misnested = 1; return t0; }
     trace_lock(t);
     long e = trace_push(t, name, cat, TRACE_KIND_LANE, unit, bytes, t0, -1.0);
@@ -180,10 +193,10 @@ static inline double trace_begin(Trace *t, const char *name, int cat, int unit, 
 // unless an enclosing open span has the same category.
 static inline double trace_end(Trace *t, double t0) {
     if (!t) return trace_now() - t0;
-    if (t->depth == 0 || t->stack[t->depth - 1].t0 != t0) { t->misnested = 1; return trace_now() - t0; }
+    if (t->depth == 0 || t->stack[t->depth - 1].t0 != t0) { t->misnested = 1; return trace_clock(t) - t0; }
     t->depth--;
     trace_sync(t);
-    double t1 = trace_now(), s = t1 - t0;
+    double t1 = trace_clock(t), s = t1 - t0;
     int cat = t->stack[t->depth].cat, outer = 1;
     for (int d = 0; d < t->depth; d++) outer &= t->stack[d].cat != cat;
     if (outer) t->lane[cat] += s;
@@ -210,7 +223,7 @@ static inline void trace_span(Trace *t, const char *name, int cat, int unit, dou
 static inline void trace_instant(Trace *t, const char *name, int cat, int unit, double value) {
     if (!t) return;
     trace_lock(t);
-    trace_push(t, name, cat, TRACE_KIND_INSTANT, unit, value, trace_now(), 0.0);
+    trace_push(t, name, cat, TRACE_KIND_INSTANT, unit, value, trace_clock(t), 0.0);
     trace_unlock(t);
 }
 
@@ -295,14 +308,16 @@ static inline const char *trace_unpack(const char *p, TraceRank *r) {
 // ("comm 1", ...) and 100.. for everything else ("async 1", ...), each span on the first lane
 // free at its start, so spans of one lane never overlap.
 
-static inline int trace_event_order(const void *x, const void *y) {
+static inline int trace_event_order(const void *x, const void *y) { // by start; ties in recording order (pad)
     const TraceEvent *a = (const TraceEvent *)x, *b = (const TraceEvent *)y;
-    return a->ts < b->ts ? -1 : a->ts > b->ts;
+    if (a->ts != b->ts) return a->ts < b->ts ? -1 : 1;
+    return a->pad < b->pad ? -1 : a->pad > b->pad;
 }
 
 #define TRACE_LANES 64
 // Lane of each event (sorted by start time): 0 for the compute lane; collectives 1..; others 100..
 static inline void trace_assign_lanes(TraceEvent *ev, int64_t n) {
+    for (int64_t i = 0; i < n; i++) ev[i].pad = (int32_t)i;
     qsort(ev, (size_t)n, sizeof(TraceEvent), trace_event_order);
     double free_at[2][TRACE_LANES];
     int used[2] = {0, 0};

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# --trace and the step log's times (core/trace.h), checked by test/trace_check.py from the raw
+# events: valid Chrome-trace JSON, one process per rank, the compute lane nested, comm lanes
+# without overlaps, every collective ending before its wait returns, a forward and a backward
+# span per unit and micro-step, the collectives' bytes per step and kind equal to the comm log's
+# to the byte, and the log's fwd/bwd/optim/data/comm/exposed ms equal to what the spans add up to.
+#   CPU trainer: 1 rank; 2 ranks at stages 0-3 with 2 micro-steps per step; bf16 at stage 3.
+#   GPU trainer on the CUDA emulator: 2 ranks at stage 2 with --trace (the host then waits for
+#   the device, so its times are the device's); without --trace its log says comm_ms null.
+# Tracing changes no number: the losses with and without it are identical. A trace file that
+# cannot be opened is one line naming it, and a non-zero exit.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+make -s train_gpt_cpu || exit 1
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+export OMP_NUM_THREADS=1
+$PYTHON test/zero_check.py shard $d/train.bin 20000 512 1
+args="--train-data $d/train.bin --layers 2 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16 --seq-len 16
+      --batch 2 --steps 3 --val-every 0 --sample-every 0 --lr 1e-3"
+fails=0
+check() { # name world accum log trace
+  if $PYTHON test/trace_check.py "$5" "$4" "$2" 4 "$3" > $d/check.out 2>&1; then echo "ok   $1: $(cat $d/check.out)"
+  else echo "FAIL $1:"; cat $d/check.out; fails=$((fails+1)); fi
+}
+run() { # name np extra...
+  local name=$1 np=$2; shift 2
+  mpirun -np $np --oversubscribe ./train_gpt_cpu $args "$@" --log $d/$name.jsonl --trace $d/$name.json > $d/$name.out 2>&1 \
+    || { echo "FAIL $name: the run failed"; tail -5 $d/$name.out; fails=$((fails+1)); return 1; }
+}
+run n1 1 --zero-stage 0 && check n1 1 1 $d/n1.jsonl $d/n1.json
+for s in 0 1 2 3; do
+  run n2s$s 2 --zero-stage $s --grad-accum 2 && check "2 ranks, stage $s, 2 micro-steps" 2 2 $d/n2s$s.jsonl $d/n2s$s.json
+done
+run bf16 2 --zero-stage 3 --precision bf16 && check "2 ranks, stage 3, bf16" 2 1 $d/bf16.jsonl $d/bf16.json
+
+# the same losses without --trace
+mpirun -np 2 --oversubscribe ./train_gpt_cpu $args --zero-stage 3 --grad-accum 2 --log $d/plain.jsonl > $d/plain.out 2>&1
+losses() { $PYTHON -c "import json,sys; print([json.loads(l)['loss'] for l in open(sys.argv[1]) if '\"loss\"' in l])" "$1"; }
+if [ "$(losses $d/plain.jsonl)" = "$(losses $d/n2s3.jsonl)" ] && [ -n "$(losses $d/plain.jsonl)" ]; then
+  echo "ok   losses with and without --trace identical: $(losses $d/plain.jsonl)"
+else echo "FAIL losses differ with --trace: $(losses $d/plain.jsonl) vs $(losses $d/n2s3.jsonl)"; fails=$((fails+1)); fi
+
+# a trace file that cannot be written: one line naming it, before training
+mpirun -np 2 --oversubscribe ./train_gpt_cpu $args --trace $d/no/such/dir/t.json > $d/bad.out 2> $d/bad.err; rc=$?
+if [ $rc -ne 0 ] && [ "$(grep -c . $d/bad.err)" -ge 1 ] && grep -q "^error: $d/no/such/dir/t.json: cannot open trace file$" $d/bad.err \
+   && ! grep -q "^step" $d/bad.out; then echo "ok   unwritable --trace: $(head -1 $d/bad.err)"
+else echo "FAIL unwritable --trace (rc $rc):"; cat $d/bad.err; fails=$((fails+1)); fi
+
+# the GPU trainer on the emulator (built by test_gpu_emu too)
+if make -s test/bin/train_gpt_emu_fp32 > $d/emu_build.out 2>&1; then
+  gargs="--train-data $d/train.bin --layers 2 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16 --seq-len 16
+         --batch 2 --steps 2 --val-every 0 --sample-every 0 --zero-stage 2"
+  if mpirun -np 2 --oversubscribe test/bin/train_gpt_emu_fp32 $gargs --log $d/gpu.jsonl --trace $d/gpu.json > $d/gpu.out 2>&1; then
+    check "GPU trainer (emulated), 2 ranks, stage 2" 2 1 $d/gpu.jsonl $d/gpu.json
+  else echo "FAIL the emulated GPU run failed"; tail -5 $d/gpu.out; fails=$((fails+1)); fi
+  mpirun -np 2 --oversubscribe test/bin/train_gpt_emu_fp32 $gargs --log $d/gpu_plain.jsonl > $d/gpu_plain.out 2>&1
+  if grep '"step"' $d/gpu_plain.jsonl | grep -q '"comm_ms":null,"exposed_comm_ms":null' \
+     && [ "$(losses $d/gpu_plain.jsonl)" = "$(losses $d/gpu.jsonl)" ]; then
+    echo "ok   GPU trainer without --trace: comm_ms null (its host does not wait for collectives), same losses"
+  else echo "FAIL GPU trainer without --trace:"; grep '"step"' $d/gpu_plain.jsonl | head -2; fails=$((fails+1)); fi
+else
+  echo "FAIL building the emulated GPU trainer"; tail -5 $d/emu_build.out; fails=$((fails+1))
+fi
+echo "$fails failure(s)"
+[ $fails -eq 0 ]
