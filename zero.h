@@ -105,7 +105,7 @@ typedef struct {
     int (*all_gather)(void *ctx, const void *send, void *recv, size_t n, int dtype);
     // Wait for a collective to complete. `what` names it (collective and unit) for the
     // watchdog's message; set_step tells the backend the step, for the same message. Returns
-    // when it completed (trace_now()'s clock): the first time the backend saw it done, or, for
+    // when it completed (trace_clock()): the first time the backend saw it done, or, for
     // a backend whose wait does not block the host, the time of the call.
     double (*wait)(void *ctx, int handle, const char *what);
     void (*set_step)(void *ctx, int step);
@@ -157,7 +157,7 @@ typedef struct {
     Trace *trace;                  // the rank's timeline (core/trace.h), or NULL
     int pending_kind[GPT2_MAX_UNITS];     // the unit's collective in flight: ZC_*,
     double pending_bytes[GPT2_MAX_UNITS]; // its bytes (ring model),
-    double issued[GPT2_MAX_UNITS];        // and when it was started (trace_now)
+    double issued[GPT2_MAX_UNITS];        // and when it was started (trace_clock)
     unsigned long forwards;        // forward passes begun: a unit's values are the same within one
     // accounting
     size_t mem[MEM_KINDS];         // bytes allocated, by kind
@@ -308,7 +308,7 @@ static inline void zero_sum_scalars(Zero *z, double *x, int n) {
     z->be.sum_doubles(z->be.ctx, x, n);
     trace_end(z->trace, t0);
     trace_span(z->trace, zero_collective_names[ZC_ALL_REDUCE], TRACE_COMM, -1,
-               2.0 * n * sizeof(double) * (z->world - 1) / z->world, t0, trace_now());
+               2.0 * n * sizeof(double) * (z->world - 1) / z->world, t0, trace_clock(z->trace));
 }
 
 // Stage 3: start gathering unit u's parameters into its buffer, unless already there.
@@ -317,7 +317,7 @@ static inline void zero_prefetch(Zero *z, int u) {
     if (zero_is_layer(z, u)) // the buffer's previous layer (same parity) is overwritten
         for (int v = 1; v < gpt2_final_unit(&z->lay); v++)
             if (v % 2 == u % 2) z->gathered[v] = 0;
-    double t0 = trace_now();
+    double t0 = trace_clock(z->trace);
     int h = z->be.all_gather(z->be.ctx, zero_at(z, z->params, zero_shard_offset(z, u)), zero_gather_buffer(z, u),
                              zero_slice(z, u), z->dtype);
     zero_issued(z, u, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u), t0, h);
@@ -373,7 +373,7 @@ static inline void zero_grads_done(Zero *z, int u) {
     if (z->stage < 2) {
         if (z->micro != z->accum - 1) return; // stages 0 and 1 reduce once per optimizer step
         void *g = zero_at(z, z->grads, z->lay.unit_offset[u]);
-        double t0 = trace_now();
+        double t0 = trace_clock(z->trace);
         if (z->stage == 0) {
             zero_issued(z, u, ZC_ALL_REDUCE, n, t0, z->be.all_reduce(z->be.ctx, g, n, z->dtype));
         } else { // in place: this rank's summed slice lands on its own slice
@@ -385,7 +385,7 @@ static inline void zero_grads_done(Zero *z, int u) {
     }
     int r = u == UNIT_EMBED || u == gpt2_final_unit(&z->lay) ? 0 : 1 + u % 2;
     z->pending_recv[u] = r;
-    double t0 = trace_now();
+    double t0 = trace_clock(z->trace);
     int h = z->be.reduce_scatter(z->be.ctx, zero_bucket(z, u), z->scatter_recv[r], zero_slice(z, u), z->dtype);
     zero_issued(z, u, ZC_REDUCE_SCATTER, n, t0, h);
     if (u == gpt2_final_unit(&z->lay)) zero_finish_reduce(z, u); // it shares scatter_recv[0]
@@ -427,7 +427,7 @@ static inline void zero_gather_updated_params(Zero *z) {
     if (z->stage == 0 || z->stage == 3 || z->world == 1) return;
     for (int u = 0; u < z->lay.num_units; u++) {
         void *p = zero_at(z, z->params, z->lay.unit_offset[u]);
-        double t0 = trace_now();
+        double t0 = trace_clock(z->trace);
         int h = z->be.all_gather(z->be.ctx, zero_at(z, p, (size_t)z->rank * zero_slice(z, u)), p, zero_slice(z, u), z->dtype);
         zero_issued(z, u, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u), t0, h);
     }
