@@ -14,7 +14,7 @@ SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-san
 HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
-.PHONY: all test bench setup clean data fuzz gpu_check FORCE
+.PHONY: all test bench setup clean data fuzz gpu_check docs-figures FORCE
 all: train_gpt_cpu
 
 setup:
@@ -108,6 +108,11 @@ test: train_gpt_cpu train_gpt_cpu_asan
 
 bench: train_gpt_cpu test/bin/test_gemm_bf16
 	bash scripts/bench.sh
+
+# The PNGs in docs/figures/ (README and docs show them), from real runs of a small model, drawn by
+# scripts/plot.py (python3-matplotlib).
+docs-figures: train_gpt_cpu
+	bash scripts/docs_figures.sh
 
 # The embedded data set: Brown corpus shards and the GPT-2 tokenizer file, committed
 # in data/ so training needs no network. `make data` rebuilds them byte for byte from
