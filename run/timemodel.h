@@ -92,33 +92,29 @@ typedef struct {
 // Descriptions
 
 #define TM_GBIT (1e9 / 8)
-static inline void tm_preset_a100(Hardware *h) {
+// An NVIDIA SXM GPU of a DGX/HGX-like node: 8 per node, NVLink inside it, one 400 Gb/s InfiniBand
+// NDR port per GPU across nodes; peaks dense (no sparsity).
+static inline void tm_gpu(Hardware *h, const char *name, double fp32, double bf16, double hbm, double nvlink, double pcie,
+                          const char *specs) {
     memset(h, 0, sizeof(*h));
-    snprintf(h->name, sizeof(h->name), "a100-80gb-sxm");
-    h->peak[ZC_F32] = 19.5e12; h->peak[ZC_BF16] = 312e12; h->peak[ZC_FP16] = 312e12;
-    h->mem_bw = 2.0e12;
+    snprintf(h->name, sizeof(h->name), "%s", name);
+    h->peak[ZC_F32] = fp32; h->peak[ZC_BF16] = h->peak[ZC_FP16] = bf16;
+    h->mem_bw = hbm;
     h->matmul_eff = 0.75; h->mem_eff = 0.8;
-    h->intra_bw = 300e9; h->intra_lat = 5e-6;          // NVLink 3: 600 GB/s per GPU, both directions
-    h->inter_bw = 400 * TM_GBIT; h->inter_lat = 10e-6; // one 400 Gb/s InfiniBand NDR port per GPU
-    h->per_node = 8; h->cores = 0;
-    h->pcie_bw = 32e9; h->host_bw = 50e9; h->nvme_bw = 3e9;
-    snprintf(h->source, sizeof(h->source), "specifications: peaks (dense), HBM2e 2.0 TB/s, NVLink 600 GB/s, "
-             "PCIe 4.0 x16; assumed: 75%% of peak in matmuls, 80%% of bandwidth elsewhere, 5/10 us per ring step, "
-             "50 GB/s of host memory and 3 GB/s of NVMe per GPU");
+    h->intra_bw = nvlink / 2; h->intra_lat = 5e-6;     // NVLink's figure counts both directions
+    h->inter_bw = 400 * TM_GBIT; h->inter_lat = 10e-6;
+    h->per_node = 8;
+    h->pcie_bw = pcie; h->host_bw = 50e9; h->nvme_bw = 3e9;
+    snprintf(h->source, sizeof(h->source), "specifications: %s; assumed: 75%% of peak in matmuls, 80%% of bandwidth "
+             "elsewhere, 5/10 us per ring step, 50 GB/s of host memory and 3 GB/s of NVMe per GPU", specs);
+}
+static inline void tm_preset_a100(Hardware *h) {
+    tm_gpu(h, "a100-80gb-sxm", 19.5e12, 312e12, 2.0e12, 600e9, 32e9,
+           "peaks (dense), HBM2e 2.0 TB/s, NVLink 600 GB/s, PCIe 4.0 x16");
 }
 static inline void tm_preset_h100(Hardware *h) {
-    memset(h, 0, sizeof(*h));
-    snprintf(h->name, sizeof(h->name), "h100-80gb-sxm");
-    h->peak[ZC_F32] = 67e12; h->peak[ZC_BF16] = 989e12; h->peak[ZC_FP16] = 989e12;
-    h->mem_bw = 3.35e12;
-    h->matmul_eff = 0.75; h->mem_eff = 0.8;
-    h->intra_bw = 450e9; h->intra_lat = 5e-6;          // NVLink 4: 900 GB/s per GPU, both directions
-    h->inter_bw = 400 * TM_GBIT; h->inter_lat = 10e-6;
-    h->per_node = 8; h->cores = 0;
-    h->pcie_bw = 64e9; h->host_bw = 50e9; h->nvme_bw = 3e9;
-    snprintf(h->source, sizeof(h->source), "specifications: peaks (dense), HBM3 3.35 TB/s, NVLink 900 GB/s, "
-             "PCIe 5.0 x16; assumed: 75%% of peak in matmuls, 80%% of bandwidth elsewhere, 5/10 us per ring step, "
-             "50 GB/s of host memory and 3 GB/s of NVMe per GPU");
+    tm_gpu(h, "h100-80gb-sxm", 67e12, 989e12, 3.35e12, 900e9, 64e9,
+           "peaks (dense), HBM3 3.35 TB/s, NVLink 900 GB/s, PCIe 5.0 x16");
 }
 // This project's machine: 2 cores of an AMD EPYC (Zen 4). Peaks and memory bandwidth measured
 // by `make bench` (VDPBF16PS and FMA with operands in registers, in-place memory traffic); the

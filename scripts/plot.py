@@ -220,7 +220,8 @@ def plot_timeline(trace_path, step, out):
     ax.set_yticks(range(len(rows))); ax.set_yticklabels([l for l, _ in reversed(rows)], fontsize=7)
     ax.set_xlabel(f"ms since the start of step {step}")
     meta = t.get("otherData", {})
-    ax.set_title(f"one step on every rank: N={meta.get('world', len(ranks))}, stage {meta.get('zero_stage', '?')}, "
+    what = f"predicted on {meta.get('hardware')}: one step of rank 0" if meta.get("predicted") else "one step on every rank"
+    ax.set_title(f"{what}: N={meta.get('world', len(ranks))}, stage {meta.get('zero_stage', '?')}, "
                  f"{meta.get('precision', '')}", fontsize=9)
     from matplotlib.patches import Patch
     keys = ["forward", "backward", "optimizer", "wait", "all_gather", "reduce_scatter", "all_reduce"]
