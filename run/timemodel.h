@@ -82,6 +82,7 @@ typedef struct {
     double matmul_eff, mem_eff;     // the fractions of peak and bandwidth the kernels reach
     double intra_bw, intra_lat;     // inside a node: bytes/s per device, one direction; seconds per ring step
     double inter_bw, inter_lat;     // across nodes, the same
+    double launch_lat;              // seconds of the issuing thread per collective it starts
     int per_node, cores;            // devices per node; a shared device's cores
     int shared, inline_comm;        // see the contract
     double pcie_bw, host_bw, nvme_bw; // per device: host link, host memory for the update, NVMe
@@ -103,10 +104,12 @@ static inline void tm_gpu(Hardware *h, const char *name, double fp32, double bf1
     h->matmul_eff = 0.75; h->mem_eff = 0.8;
     h->intra_bw = nvlink / 2; h->intra_lat = 5e-6;     // NVLink's figure counts both directions
     h->inter_bw = 400 * TM_GBIT; h->inter_lat = 10e-6;
+    h->launch_lat = 5e-6;
     h->per_node = 8;
     h->pcie_bw = pcie; h->host_bw = 50e9; h->nvme_bw = 3e9;
     snprintf(h->source, sizeof(h->source), "specifications: %s; assumed: 75%% of peak in matmuls, 80%% of bandwidth "
-             "elsewhere, 5/10 us per ring step, 50 GB/s of host memory and 3 GB/s of NVMe per GPU", specs);
+             "elsewhere, 5/10 us per ring step, 5 us to launch a collective, 50 GB/s of host memory and 3 GB/s of NVMe "
+             "per GPU", specs);
 }
 static inline void tm_preset_a100(Hardware *h) {
     tm_gpu(h, "a100-80gb-sxm", 19.5e12, 312e12, 2.0e12, 600e9, 32e9,
@@ -128,6 +131,7 @@ static inline void tm_preset_this_machine(Hardware *h) {
     h->matmul_eff = 0.6; h->mem_eff = 0.5;
     h->intra_bw = 5e9; h->intra_lat = 10e-6;
     h->inter_bw = 5e9; h->inter_lat = 10e-6;
+    h->launch_lat = 5e-6;
     h->per_node = 1 << 20; h->cores = 2;
     h->shared = 1; h->inline_comm = 1;
     h->pcie_bw = 0; h->host_bw = 60e9; h->nvme_bw = 0.9e9;
@@ -152,6 +156,7 @@ static const TmKey tm_keys[] = {
     {"matmul_efficiency", TM_D(matmul_eff), 0}, {"memory_efficiency", TM_D(mem_eff), 0},
     {"intra_node_bandwidth", TM_D(intra_bw), 0}, {"intra_node_latency", TM_D(intra_lat), 0},
     {"inter_node_bandwidth", TM_D(inter_bw), 0}, {"inter_node_latency", TM_D(inter_lat), 0},
+    {"collective_launch_latency", TM_D(launch_lat), 0},
     {"devices_per_node", TM_D(per_node), 1}, {"cores", TM_D(cores), 1}, {"shared", TM_D(shared), 1},
     {"inline_comm", TM_D(inline_comm), 1}, {"pcie_bandwidth", TM_D(pcie_bw), 0}, {"host_bandwidth", TM_D(host_bw), 0},
     {"nvme_bandwidth", TM_D(nvme_bw), 0}};
@@ -273,7 +278,7 @@ typedef struct {
     int phase;                 // TM_PHASE_*: what the clock's time is charged to
     // seconds, at the description's efficiencies and bandwidths
     double matmul_s, memory_s, memory_opt_s, memory_out_s, comm_s, comm_lat_s, comm_out_s, comm_out_lat_s, comm_opt_s,
-           comm_opt_lat_s, offload_s, nvme_s;
+           comm_opt_lat_s, offload_s, nvme_s, launch_s;
     double flops;
 } TimeSim;
 enum { TM_PHASE_OTHER, TM_PHASE_PASS, TM_PHASE_OPT };
@@ -301,6 +306,8 @@ static inline void tm_comm_charge(TimeSim *s, double work, double lat) {
     if (s->phase == TM_PHASE_OPT) { s->comm_opt_s += work; s->comm_opt_lat_s += lat; }
 }
 static inline int tm_issue(TimeSim *s, int kind, double M) {
+    s->now += s->hw->launch_lat; // the issuing thread's call
+    s->launch_s += s->hw->launch_lat;
     int h = s->next;
     s->next = (s->next + 1) % TM_HANDLES;
     Hardware nolat = *s->hw;
@@ -531,6 +538,7 @@ static inline void tm_train_step(TimeSim *s, Zero *z) {
 typedef struct {
     double step, fwd, bwd, optim, comm, exposed;   // seconds: the step log's terms
     double matmul, memory, comm_work, offload, nvme; // seconds of each kind of work (comm_work: summed)
+    double launch;                                 // seconds starting collectives
     double bytes[ZC_NUM_COLLECTIVES];              // per rank per step, zero.h's count
     double flops, tokens;                          // this rank's matmul FLOPs; tokens per step, all ranks
     double model_flops;                            // 6P + 12 L C T per token, all ranks: for MFU
@@ -585,6 +593,7 @@ static inline int timemodel_step(const TimeInput *in, const Hardware *hw, TimeRe
     out->comm_work = s->comm_s;
     out->offload = s->offload_s;
     out->nvme = s->nvme_s;
+    out->launch = s->launch_s;
     for (int k = 0; k < ZC_NUM_COLLECTIVES; k++) out->bytes[k] = z->comm[k];
     out->flops = s->flops;
     out->tokens = (double)in->batch * in->seq_len * in->accum * in->world;
@@ -783,7 +792,8 @@ static inline int timemodel_calibrate(const char *log_path, Hardware *hw, TimeIn
     double opt_comm = r.comm_opt_lat + (r.comm_opt - r.comm_opt_lat) / bw_scale;
     double out_comm = r.comm_out_lat + (r.comm_out - r.comm_out_lat) / bw_scale;
     double opt = m.optim * ms - opt_comm;
-    double compute = (m.fwd + m.bwd + m.optim - m.exposed) * ms + out_comm; // the passes' and update's own time
+    // the passes' and the update's own time, less starting their collectives
+    double compute = (m.fwd + m.bwd + m.optim - m.exposed) * ms + out_comm - r.launch;
     double mem_eff = 0.0, matmul_eff = 0.0;
     if (!why && opt <= 0) why = "its optimizer time is not above its communication";
     if (!why) mem_eff = r.memory_opt / opt;

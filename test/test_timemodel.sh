@@ -4,7 +4,8 @@
 #      under the simulated backend against the layout; recompute and offload against their
 #      formulas; a description written and read back; the calibration recovering the
 #      efficiencies and bandwidth behind a log the model itself wrote.
-#   2. the schedule: a real run's collectives (2 ranks, 2 micro-steps, stages 0-3, from --trace)
+#   2. the schedule: a real run's collectives (4 layers: stage 3 gathers some again for the backward;
+#      2 ranks, 2 micro-steps, stages 0-3, from --trace)
 #      are the model's, one by one, in the same order with the same units and bytes.
 #   3. the command line: llm.c's 8xA100 figure within 30%, --json, ZeRO-3's 1.5x bytes, Ethernet
 #      against InfiniBand, one clear line for each bad option.
@@ -17,7 +18,7 @@ test/bin/test_timemodel || fails=$((fails+1))
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 export OMP_NUM_THREADS=1
 $PYTHON test/zero_check.py shard $d/train.bin 20000 512 1
-shape="--layers 2 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16 --seq-len 16 --batch 2"
+shape="--layers 4 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16 --seq-len 16 --batch 2"
 for s in 0 1 2 3; do
   mpirun -np 2 --oversubscribe ./train_gpt_cpu $shape --train-data $d/train.bin --steps 4 --grad-accum 2 --zero-stage $s \
     --val-every 0 --sample-every 0 --log $d/s$s.jsonl --trace $d/real$s.json > $d/s$s.out 2>&1 \
