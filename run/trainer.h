@@ -357,6 +357,8 @@ static void write_trace(Run *r) {
     size_t n = trace_packed_bytes(&r->trace); // < 2^31: at most TRACE_MAX_EVENTS events of 48 bytes
     char *mine = (char *)xmalloc(n);
     trace_pack(&r->trace, mine);
+    if (r->trace.misnested) fprintf(stderr, "warning: rank %d: trace spans were not nested (an end without its begin, "
+                                              "or deeper than %d); the file may show them wrongly\n", r->rank, TRACE_MAX_DEPTH);
     if (r->rank != 0) {
         long long len = (long long)n;
         MPI_Send(&len, 1, MPI_LONG_LONG, 0, 19, MPI_COMM_WORLD);

@@ -8,10 +8,11 @@
 #   GPU trainer on the CUDA emulator: 2 ranks at stage 2 with --trace (the host then waits for
 #   the device, so its times are the device's); without --trace its log says comm_ms null.
 # Tracing changes no number: the losses with and without it are identical. A trace file that
-# cannot be opened is one line naming it, and a non-zero exit.
+# cannot be opened is one line naming it, and a non-zero exit. Under ASan/UBSan: a traced run
+# (the gather and the writer) and the step-time model's predicted trace (its simulated backend).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-make -s train_gpt_cpu || exit 1
+make -s train_gpt_cpu train_gpt_cpu_asan || exit 1
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 export OMP_NUM_THREADS=1
 $PYTHON test/zero_check.py shard $d/train.bin 20000 512 1
@@ -45,6 +46,17 @@ mpirun -np 2 --oversubscribe ./train_gpt_cpu $args --trace $d/no/such/dir/t.json
 if [ $rc -ne 0 ] && [ "$(grep -c . $d/bad.err)" -ge 1 ] && grep -q "^error: $d/no/such/dir/t.json: cannot open trace file$" $d/bad.err \
    && ! grep -q "^step" $d/bad.out; then echo "ok   unwritable --trace: $(head -1 $d/bad.err)"
 else echo "FAIL unwritable --trace (rc $rc):"; cat $d/bad.err; fails=$((fails+1)); fi
+
+# under the sanitizers: a traced run, and the model's predicted trace
+export ASAN_OPTIONS=detect_leaks=0
+if mpirun -np 2 --oversubscribe ./train_gpt_cpu_asan $args --zero-stage 3 --log $d/asan.jsonl --trace $d/asan.json > $d/asan.out 2>&1 \
+   && ! grep -q "runtime error\|AddressSanitizer" $d/asan.out; then check "ASan/UBSan, 2 ranks, stage 3" 2 1 $d/asan.jsonl $d/asan.json
+else echo "FAIL the ASan/UBSan run:"; grep -m5 "runtime error\|AddressSanitizer\|error" $d/asan.out; fails=$((fails+1)); fi
+if ./train_gpt_cpu_asan --plan --time --hardware h100-80gb-sxm --model d48 --precision bf16 --zero-stage 3 --world 1024 \
+     --batch 8 --seq-len 1024 --trace $d/pred.json > $d/pred.out 2>&1 && ! grep -q "runtime error\|AddressSanitizer" $d/pred.out \
+   && $PYTHON -c "import json,sys; t=json.load(open(sys.argv[1])); assert t['otherData']['predicted']" $d/pred.json; then
+  echo "ok   ASan/UBSan: --plan --time --trace (d48, 1,024 ranks)"
+else echo "FAIL ASan/UBSan --plan --time:"; tail -5 $d/pred.out; fails=$((fails+1)); fi
 
 # the GPU trainer on the emulator (built by test_gpu_emu too)
 if make -s test/bin/train_gpt_emu_fp32 > $d/emu_build.out 2>&1; then
