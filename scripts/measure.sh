@@ -3,7 +3,9 @@
 #
 #   scripts/measure.sh overhead [REPEATS]   what --trace costs: 1 rank ZeRO-0 and 2 ranks ZeRO-3, each
 #                                           with and without --trace, interleaved (default 5 repeats,
-#                                           6 steps each; about 3 minutes idle)
+#                                           6 steps each; about 3 minutes idle); and the bound from
+#                                           the cost of one trace call (test/bench_trace.c) times
+#                                           the events a traced step records
 #   scripts/measure.sh timemodel [REPEATS]  the step-time model: one calibration run (2 ranks, ZeRO-3,
 #                                           6 steps; `--plan --calibrate` fits this machine's
 #                                           description to it), then -np 1, 2, 4 at stages 0-3, 4 steps
@@ -22,7 +24,7 @@ PY=${PYTHON:-/usr/bin/python3}
 what=${1:-}
 [ "$what" = overhead ] || [ "$what" = timemodel ] || { echo "usage: $0 overhead|timemodel [REPEATS]" >&2; exit 1; }
 R=${2:-$([ "$what" = overhead ] && echo 5 || echo 3)}
-make -s train_gpt_cpu
+make -s train_gpt_cpu test/bin/bench_trace
 out=${MEASURE_OUT:-$(mktemp -d)}
 mkdir -p "$out"
 echo "runs in $out" >&2
@@ -35,6 +37,7 @@ run() { # name np stage steps [more options]
     --zero-stage "$stage" --steps "$steps" --log "$out/$name.jsonl" "$@" > "$out/$name.out" 2>&1 || { tail -5 "$out/$name.out"; exit 1; }
 }
 if [ "$what" = overhead ]; then
+  test/bin/bench_trace > "$out/bench_trace.txt"
   for rep in $(seq 1 "$R"); do
     for cfg in "1 0" "2 3"; do
       set -- $cfg
@@ -68,6 +71,13 @@ if what == "overhead":
         print(f"  pairs (with / without): {', '.join(f'{y / x:.3f}' for x, y in zip(a, b))}; medians {statistics.median(a):.0f} "
               f"vs {statistics.median(b):.0f} ms: {100 * (statistics.median(b) / statistics.median(a) - 1):+.1f}%")
         print(f"  core share: without {shares(off)}; with {shares(on)}")
+        t = json.load(open(f"{out}/n{np}_s{st}_r1.json"))
+        ev = [e for e in t["traceEvents"] if e["ph"] != "M" and e["pid"] == 0]
+        per_step = len(ev) / t["otherData"]["steps"]
+        pair = float(open(f"{out}/bench_trace.txt").readline().split(":")[1].split()[0])
+        print(f"  bound: {per_step:.0f} events per step on rank 0 x {pair:.0f} ns per traced span = {per_step * pair / 1e3:.1f} us "
+              f"per step, {100 * per_step * pair / 1e6 / statistics.median(a):.4f}% of the median step")
+    print(open(f"{out}/bench_trace.txt").read())
     sys.exit(0)
 print("| N | stage | measured ms/step (repeats) | median | predicted | error | core share of the runs |")
 print("|---|---|---|---|---|---|---|")
