@@ -249,7 +249,7 @@ static inline void trace_step_end(Trace *t, TraceStep *s) {
     if (!t) return;
     memcpy(s->lane, t->lane, sizeof(s->lane));
     trace_lock(t);
-    qsort(t->iv, t->niv, sizeof(TraceInterval), trace_interval_cmp);
+    if (t->niv > 1) qsort(t->iv, t->niv, sizeof(TraceInterval), trace_interval_cmp);
     for (size_t i = 0; i < t->niv;) { // merge each category's sorted intervals
         int cat = t->iv[i].cat;
         double a = t->iv[i].a, b = t->iv[i].b;
