@@ -23,7 +23,7 @@ TMP      = $@.$$$$.part
 HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
-.PHONY: all test bench bench-optimizer bench-recompute nvme-demo setup clean data fuzz gpu_check soak FORCE
+.PHONY: all test bench bench-optimizer bench-recompute nvme-demo setup clean data fuzz gpu_check soak docs-figures FORCE
 all: train_gpt_cpu
 
 setup:
@@ -145,6 +145,11 @@ soak: train_gpt_cpu
 # one step at T = 8192 with its peak RSS (about 9 GB, a few minutes).
 bench-recompute: train_gpt_cpu
 	bash scripts/bench_recompute.sh
+
+# The PNGs in docs/figures/ (README and docs show them), from real runs of a small model, drawn by
+# scripts/plot.py (python3-matplotlib).
+docs-figures: train_gpt_cpu
+	bash scripts/docs_figures.sh
 
 # The embedded data set: Brown corpus shards and the GPT-2 tokenizer file, committed
 # in data/ so training needs no network. `make data` rebuilds them byte for byte from

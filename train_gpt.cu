@@ -480,6 +480,7 @@ static LayerActs gpt2_layer_acts_recompute(GPT2 *m, int l, int B, int T) {
 }
 
 static void gpt2_backward_done(GPT2 *m) { zero_end_backward(&m->z); }
+static Trace *gpt2_trace(GPT2 *m) { return m->z.trace; }
 #include "core/model.h" // gpt2_forward, gpt2_backward: the same passes as the CPU trainer's
 
 // The global L2 norm of the floatX gradient: each unit's sum of squares in fixed-size
@@ -525,6 +526,8 @@ static ZeroBackend trainer_backend(struct Run *r);
 static void gpu_init(Gpu *gpu);
 #include "run/trainer.h"
 
+static void gpu_trace_sync(void *ctx) { gpu_sync((NcclBackend *)ctx, "a traced span"); }
+
 // This rank's collectives: NCCL over all ranks, created here (setup calls this on every rank
 // at the same point), with the watchdog's timeout from the options.
 static ZeroBackend trainer_backend(Run *r) {
@@ -534,6 +537,13 @@ static ZeroBackend trainer_backend(Run *r) {
     b->world = r->world;
     b->nodes = r->nodes;
     b->timeout = r->cfg.comm_timeout;
+    // The host runs ahead of the device; the trace's spans wait for it at their ends (the
+    // outermost only without --trace), and with --trace the host also waits for each collective
+    // it waits for, so that its clock reads the device's times (trace.h's sync, comm_timed).
+    b->block_waits = r->cfg.trace_path != NULL;
+    r->trace.sync = gpu_trace_sync;
+    r->trace.sync_ctx = b;
+    r->trace.comm_timed = b->block_waits;
     if (!b->comm) {
         ncclUniqueId id;
         if (r->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));

@@ -749,6 +749,7 @@ static float classifier_loss(GPT2 *m, int N, float dloss) {
 }
 
 static void gpt2_backward_done(GPT2 *m) { zero_end_backward(&m->z); }
+static Trace *gpt2_trace(GPT2 *m) { return m->z.trace; }
 #include "core/model.h" // gpt2_forward, gpt2_backward: the same passes as the GPU trainer's
 
 // The global L2 norm of the gradient (padding and padded vocabulary rows hold zeros). In

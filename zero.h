@@ -48,6 +48,14 @@
 //   Accounting. Every collective's bytes are counted in the ring model (all-gather or
 //   reduce-scatter of M bytes over N ranks: M(N-1)/N; all-reduce: twice that), and every
 //   buffer this header asks the backend to allocate is counted by kind and by where it lives.
+//   Timeline (core/trace.h, z->trace, NULL: none). Each collective is a span from its issue to
+//   its completion (as the backend's wait reports it), named all_gather, reduce_scatter or
+//   all_reduce, with its unit and the bytes counted above; the time the caller's thread spends
+//   blocked in a wait (or in a progress poke while collectives are in flight: MPI moves data
+//   inside those calls) is a "wait" span; each unit's update is an "update" span. Offload:
+//   the host's waits for a staging copy are "wait copy" spans (offload); NVMe: each read and
+//   write is a span from its submission to its completion and each wait for one a "wait nvme"
+//   span (nvme).
 //
 //   Where the model states live (ZeRO-Offload). By default everything is in the backend's
 //   compute memory ("device": the GPU's, or the CPU trainer's own). offload_optimizer = host
@@ -99,12 +107,14 @@
 #include "core/optimizer_engine.h"
 #include "core/nvme.h"
 #include "mixed_precision.h"
+#include "core/trace.h"
 
 #define ZERO_ALIGN 16 // elements: every slice starts on a 64-byte boundary in fp32
 #define ZERO_MAX_BUFS 16 // NVMe buffer sets at most
 
 enum { ZC_ALL_REDUCE, ZC_REDUCE_SCATTER, ZC_ALL_GATHER, ZC_NUM_COLLECTIVES };
 static const char *const zero_collective_names[ZC_NUM_COLLECTIVES] = {"all_reduce", "reduce_scatter", "all_gather"};
+static const char *const zero_wait_names[ZC_NUM_COLLECTIVES] = {"wait all_reduce", "wait reduce_scatter", "wait all_gather"};
 
 // The kinds of memory a rank holds. MEM_STATE + k is the optimizer's state array k (named by
 // optimizer.h: "adam_m", "adam_v", "lion_m", ...). staging: the offload's transfer buffers in
@@ -139,8 +149,10 @@ typedef struct {
     int (*reduce_scatter)(void *ctx, void *send, void *recv, size_t n, int dtype);
     int (*all_gather)(void *ctx, const void *send, void *recv, size_t n, int dtype);
     // Wait for a collective to complete. `what` names it (collective and unit) for the
-    // watchdog's message; set_step tells the backend the step, for the same message.
-    void (*wait)(void *ctx, int handle, const char *what);
+    // watchdog's message; set_step tells the backend the step, for the same message. Returns
+    // when it completed (trace_clock()): the first time the backend saw it done, or, for
+    // a backend whose wait does not block the host, the time of the call.
+    double (*wait)(void *ctx, int handle, const char *what);
     void (*set_step)(void *ctx, int step);
     // Let collectives in flight advance (MPI moves non-blocking collectives only inside MPI
     // calls, so the schedule pokes it at every unit boundary); may do nothing.
@@ -256,6 +268,13 @@ typedef struct {
     int in_use;                    // the layer zero_params handed out last (its buffer is not refilled)
     int unclaimed[GPT2_MAX_UNITS]; // stage 3: a layer prefetched, not asked for yet (pending: its all-gather)
     int step;                      // for the watchdog's message
+    Trace *trace;                  // the rank's timeline (core/trace.h), or NULL
+    double nvme_bytes[NVME_TICKETS];      // NVMe transfers not yet drawn in the trace: bytes,
+    int nvme_unit[NVME_TICKETS];          // unit,
+    char nvme_writing[NVME_TICKETS];      // and direction, by ticket
+    int pending_kind[GPT2_MAX_UNITS];     // the unit's collective in flight: ZC_*,
+    double pending_bytes[GPT2_MAX_UNITS]; // its bytes (ring model),
+    double issued[GPT2_MAX_UNITS];        // and when it was started (trace_clock)
     unsigned long forwards;        // forward passes begun: a unit's values are the same within one
     // accounting
     size_t mem[MEM_KINDS];         // bytes allocated, by kind (where[kind] says where)
@@ -378,12 +397,26 @@ static inline void zero_nvme_fail(Zero *z) {
 // Starts a transfer of n elements of a kind's unit u from element lo of its slice (bytes padded
 // to NVME_ALIGN; buf holds them); returns the ticket.
 static inline int zero_nvme_io(Zero *z, int kind, int u, size_t lo, size_t n, void *buf, int writing) {
-    size_t e = zero_elem(z, kind);
-    return nvme_submit(z->nvme, z->nvme_file[kind], buf, zero_round(n * e, NVME_ALIGN), zero_nvme_off(z, kind)[u] + lo * e,
-                       writing);
+    size_t e = zero_elem(z, kind), bytes = zero_round(n * e, NVME_ALIGN);
+    int t = nvme_submit(z->nvme, z->nvme_file[kind], buf, bytes, zero_nvme_off(z, kind)[u] + lo * e, writing);
+    z->nvme_bytes[t] = (double)bytes; z->nvme_unit[t] = u; z->nvme_writing[t] = writing; // (for the trace)
+    return t;
 }
+// Waits for a transfer (-1: none); in the trace, the wait ("wait nvme", exposed I/O) and, once,
+// the transfer from its submission to its completion.
 static inline void zero_nvme_wait(Zero *z, int ticket) {
-    if (nvme_wait(z->nvme, ticket)) zero_nvme_fail(z);
+    if (ticket < 0) return;
+    double t0 = trace_begin(z->trace, "wait nvme", TRACE_NVME, z->nvme_unit[ticket], 0.0);
+    int bad = nvme_wait(z->nvme, ticket);
+    trace_end(z->trace, t0);
+    if (bad) zero_nvme_fail(z);
+    if (z->nvme_bytes[ticket] > 0.0) {
+        double a, b;
+        nvme_ticket_times(z->nvme, ticket, &a, &b);
+        trace_span(z->trace, z->nvme_writing[ticket] ? "nvme write" : "nvme read", TRACE_NVME, z->nvme_unit[ticket],
+                   z->nvme_bytes[ticket], a, b);
+        z->nvme_bytes[ticket] = 0.0;
+    }
 }
 
 // Sets up the partition and allocates this rank's model states and buffers (ZeroOptions: the
@@ -551,9 +584,20 @@ static inline void *zero_bucket(const Zero *z, int u) {
     return z->bucket_layer[u % 2];
 }
 
-static inline void zero_count(Zero *z, int kind, size_t n_full) {
+static inline double zero_count(Zero *z, int kind, size_t n_full) {
     double bytes = (double)n_full * z->esize * (z->world - 1) / z->world;
-    z->comm[kind] += kind == ZC_ALL_REDUCE ? 2.0 * bytes : bytes;
+    if (kind == ZC_ALL_REDUCE) bytes *= 2.0;
+    z->comm[kind] += bytes;
+    return bytes;
+}
+
+// Unit u's collective `kind` over its n_full padded elements was started at t_issue: it is in
+// flight (handle), counted, and remembered for the trace until zero_wait.
+static inline void zero_issued(Zero *z, int u, int kind, size_t n_full, double t_issue, int handle) {
+    z->pending[u] = handle;
+    z->pending_kind[u] = kind;
+    z->pending_bytes[u] = zero_count(z, kind, n_full);
+    z->issued[u] = t_issue;
 }
 
 // "all_gather of unit 3 (layer 2)": what a watchdog says when a collective never completes.
@@ -567,8 +611,19 @@ static inline void zero_wait(Zero *z, int u, const char *what) {
     if (u < 0 || u >= GPT2_MAX_UNITS || z->pending[u] < 0) return;
     char desc[96];
     zero_describe(z, desc, sizeof(desc), what, u);
-    z->be.wait(z->be.ctx, z->pending[u], desc);
+    int kind = z->pending_kind[u];
+    double w0 = trace_begin(z->trace, zero_wait_names[kind], TRACE_WAIT, u, 0.0);
+    double done = z->be.wait(z->be.ctx, z->pending[u], desc);
+    trace_end(z->trace, w0);
+    trace_span(z->trace, zero_collective_names[kind], TRACE_COMM, u, z->pending_bytes[u], z->issued[u], done);
     z->pending[u] = -1;
+}
+
+// The host waits for an offload copy (a "wait copy" span: time the update waited on the bus).
+static inline void zero_host_wait(Zero *z, int copy, const char *what) {
+    double t0 = trace_begin(z->trace, "wait copy", TRACE_OFFLOAD, -1, 0.0);
+    z->be.host_wait(z->be.ctx, copy, what);
+    trace_end(z->trace, t0);
 }
 
 // A shard on NVMe: unit u's slice in the host slot of its gather buffer, read from its file
@@ -582,7 +637,7 @@ static inline void zero_wait(Zero *z, int u, const char *what);
 static inline void zero_param_read(Zero *z, int u) {
     int s = zero_pslot_of(z, u);
     if (z->pslot_unit[s] == u && z->pslot_gen[s] == z->updates) return;
-    if (z->pslot_copy[s] >= 0) z->be.host_wait(z->be.ctx, z->pslot_copy[s], "a parameter slice's copy to the device");
+    if (z->pslot_copy[s] >= 0) zero_host_wait(z, z->pslot_copy[s], "a parameter slice's copy to the device");
     z->pslot_copy[s] = -1;
     int v = z->pslot_unit[s]; // its all-gather may still read the slot (unified) unless it was waited for: a
                               // layer prefetched and not yet asked for (otherwise v's pending may be its reduce-scatter)
@@ -591,6 +646,27 @@ static inline void zero_param_read(Zero *z, int u) {
     z->pslot_read[s] = zero_nvme_io(z, MEM_PARAMS, u, 0, zero_slice(z, u), z->pslot[s], 0);
     z->pslot_unit[s] = u;
     z->pslot_gen[s] = z->updates;
+}
+
+// Let the collectives in flight advance (at a unit boundary); with some in flight, the time
+// it takes is communication the thread does instead of computing (a "wait" span).
+static inline void zero_progress(Zero *z, int u) {
+    int busy = 0;
+    for (int v = 0; v < z->lay.num_units && !busy; v++) busy = z->pending[v] >= 0;
+    double t0 = busy ? trace_begin(z->trace, "progress", TRACE_WAIT, u, 0.0) : 0.0;
+    z->be.progress(z->be.ctx);
+    if (busy) trace_end(z->trace, t0);
+}
+
+// A blocking all-reduce of n doubles (the loss, the gradient norm's partial sums): in the
+// trace, an all_reduce without a unit that the thread waits for all along.
+static inline void zero_sum_scalars(Zero *z, double *x, int n) {
+    if (z->world == 1) { z->be.sum_doubles(z->be.ctx, x, n); return; }
+    double t0 = trace_begin(z->trace, zero_wait_names[ZC_ALL_REDUCE], TRACE_WAIT, -1, 0.0);
+    z->be.sum_doubles(z->be.ctx, x, n);
+    trace_end(z->trace, t0);
+    trace_span(z->trace, zero_collective_names[ZC_ALL_REDUCE], TRACE_COMM, -1,
+               2.0 * n * sizeof(double) * (z->world - 1) / z->world, t0, trace_clock(z->trace));
 }
 
 // Stage 3: start gathering unit u's parameters into its buffer, unless already there.
@@ -620,9 +696,10 @@ static inline void zero_prefetch(Zero *z, int u) {
         if (zero_nvme(z, MEM_PARAMS)) z->pslot_copy[slot] = h; // the slot is free again once this copy has run
         send = landing;
     }
-    z->pending[u] = z->be.all_gather(z->be.ctx, send, zero_gather_buffer(z, u), zero_slice(z, u), z->dtype);
+    double t0 = trace_clock(z->trace);
+    int h = z->be.all_gather(z->be.ctx, send, zero_gather_buffer(z, u), zero_slice(z, u), z->dtype);
+    zero_issued(z, u, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u), t0, h);
     z->gathered[u] = 1;
-    zero_count(z, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u));
 }
 
 // A forward pass begins (a training micro-step, a validation batch or a sampling step):
@@ -640,7 +717,7 @@ static inline void zero_begin_forward(Zero *z, int micro, int accum) {
 // none). Stage 3 re-gathers a layer for its backward (or its recompute) only if its buffer was
 // reused since.
 static inline void *zero_params(Zero *z, int u, int next) {
-    z->be.progress(z->be.ctx);
+    zero_progress(z, u);
     if (z->stage != 3) return zero_at(z, z->params, z->lay.unit_offset[u]);
     zero_prefetch(z, u);
     zero_wait(z, u, "all_gather");
@@ -682,20 +759,21 @@ static inline void zero_grads_done(Zero *z, int u) {
     if (z->stage < 2) {
         if (z->micro != z->accum - 1) return; // stages 0 and 1 reduce once per optimizer step
         void *g = zero_at(z, z->grads, z->lay.unit_offset[u]);
+        double t0 = trace_clock(z->trace);
         if (z->stage == 0) {
-            z->pending[u] = z->be.all_reduce(z->be.ctx, g, n, z->dtype);
-            zero_count(z, ZC_ALL_REDUCE, n);
+            zero_issued(z, u, ZC_ALL_REDUCE, n, t0, z->be.all_reduce(z->be.ctx, g, n, z->dtype));
         } else { // in place: this rank's summed slice lands on its own slice
-            z->pending[u] = z->be.reduce_scatter(z->be.ctx, g, zero_at(z, g, (size_t)z->rank * zero_slice(z, u)),
-                                                 zero_slice(z, u), z->dtype);
-            zero_count(z, ZC_REDUCE_SCATTER, n);
+            int h = z->be.reduce_scatter(z->be.ctx, g, zero_at(z, g, (size_t)z->rank * zero_slice(z, u)), zero_slice(z, u),
+                                         z->dtype);
+            zero_issued(z, u, ZC_REDUCE_SCATTER, n, t0, h);
         }
         return;
     }
     int r = u == UNIT_EMBED || u == gpt2_final_unit(&z->lay) ? 0 : 1 + u % 2;
     z->pending_recv[u] = r;
-    z->pending[u] = z->be.reduce_scatter(z->be.ctx, zero_bucket(z, u), z->scatter_recv[r], zero_slice(z, u), z->dtype);
-    zero_count(z, ZC_REDUCE_SCATTER, n);
+    double t0 = trace_clock(z->trace);
+    int h = z->be.reduce_scatter(z->be.ctx, zero_bucket(z, u), z->scatter_recv[r], zero_slice(z, u), z->dtype);
+    zero_issued(z, u, ZC_REDUCE_SCATTER, n, t0, h);
     if (u == gpt2_final_unit(&z->lay)) zero_finish_reduce(z, u); // it shares scatter_recv[0]
 }
 
@@ -727,7 +805,7 @@ static inline float *zero_update_moment(const Zero *z, const float *moment, int 
 // global one (adding the ranks' sums would count every element N times); otherwise each rank
 // holds a disjoint slice and the partial sums add up: one all-reduce of one number.
 static inline float zero_global_grad_norm(Zero *z, double local_sumsq) {
-    if (z->stage > 0 && z->world > 1) z->be.sum_doubles(z->be.ctx, &local_sumsq, 1);
+    if (z->stage > 0 && z->world > 1) zero_sum_scalars(z, &local_sumsq, 1);
     return (float)sqrt(local_sumsq);
 }
 
@@ -736,9 +814,9 @@ static inline float zero_global_grad_norm(Zero *z, double local_sumsq) {
 static inline void zero_gather_updated_unit(Zero *z, int u) {
     if (z->stage == 0 || z->stage == 3 || z->world == 1) return;
     void *p = zero_at(z, z->params, z->lay.unit_offset[u]);
-    z->pending[u] = z->be.all_gather(z->be.ctx, zero_at(z, p, (size_t)z->rank * zero_slice(z, u)), p, zero_slice(z, u),
-                                     z->dtype);
-    zero_count(z, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u));
+    double t0 = trace_clock(z->trace);
+    int h = z->be.all_gather(z->be.ctx, zero_at(z, p, (size_t)z->rank * zero_slice(z, u)), p, zero_slice(z, u), z->dtype);
+    zero_issued(z, u, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u), t0, h);
 }
 static inline void zero_gather_updated_params(Zero *z) {
     for (int u = 0; u < z->lay.num_units; u++) zero_gather_updated_unit(z, u);
@@ -759,6 +837,12 @@ static inline void zero_update_segment(const ParamSegment *seg, void *ctx) {
     for (int k = 0; k < z->nstate; k++) state[k] = r->state[k] + lo;
     z->be.update(z->be.ctx, r->step, r->p + lo, state, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL,
                  seg->end - seg->begin, z->dtype, seg->kind == SEG_DECAY);
+}
+// Bytes the update reads and writes per element it owns: the fp32 weight (the master in mixed
+// precision) and each state array read and written, the gradient read, and in mixed precision
+// the 16-bit parameter written (AdamW: 28 in every precision).
+static inline double zero_update_bytes_per_element(const Zero *z) {
+    return 8.0 + 8.0 * z->nstate + (double)z->esize + (z->dtype != ZC_F32 ? (double)z->esize : 0.0);
 }
 // The offloaded update (zero_streams_update), streamed in pieces of at most z->piece elements
 // of one unit's slice (a whole slice unless something is on NVMe). For each piece:
@@ -788,7 +872,7 @@ static inline void zero_update_host_segment(const ParamSegment *seg, void *ctx) 
 // The host's wait for a gradient piece's copy. (test_offload builds a variant with it defined
 // away, to show the CUDA emulator catching the missing wait.)
 #ifndef ZERO_HOST_WAIT
-#define ZERO_HOST_WAIT(z, h, what) (z)->be.host_wait((z)->be.ctx, (h), (what))
+#define ZERO_HOST_WAIT(z, h, what) zero_host_wait((z), (h), (what))
 #endif
 typedef struct { int u; size_t lo, n; } ZeroPiece;
 // The pieces, unit by unit (a malloc'd list of *count).
@@ -822,12 +906,16 @@ static inline void zero_update_streamed(Zero *z, const OptStep *step) {
     for (int s = 0; s < 4; s++) // a parameter read in flight must not cross the update's writes
         if (z->pslot_read[s] >= 0) { zero_nvme_wait(z, z->pslot_read[s]); z->pslot_read[s] = -1; z->pslot_unit[s] = -1; }
     int ahead = nvme_opt ? (z->nbuf - 2 > 0 ? z->nbuf - 2 : 0) : 0, issued = 0;
+    double t_unit = 0.0;
     for (int j = 0; j < 2 && j < P && !unified; j++)
         d2h[j] = z->be.copy_to_host(z->be.ctx, z->stage_grad[j], zero_at(z, zero_update_grads(z, pcs[j].u), pcs[j].lo),
                                     pcs[j].n * z->esize);
     for (int i = 0; i < P; i++) {
         const ZeroPiece *pc = &pcs[i];
         int b = i % z->nbuf, s = i % 2, u = pc->u;
+        if (pc->lo == 0) // the unit's update: a span over its pieces
+            t_unit = trace_begin(z->trace, "update", TRACE_OPTIMIZER, u,
+                                 zero_update_bytes_per_element(z) * (double)zero_update_count(z, u));
         size_t begin = zero_update_begin(z, u) + pc->lo, off = zero_shard_offset(z, u) + pc->lo;
         if (nvme_opt) {
             for (; issued <= i + ahead && issued < P; issued++) zero_stream_read(z, &pcs[issued], issued, reads);
@@ -843,7 +931,7 @@ static inline void zero_update_streamed(Zero *z, const OptStep *step) {
         }
         else if (unified || par == LOC_HOST) r.p16 = zero_at(z, zero_update_params(z, u), pc->lo);
         else {
-            if (h2d[s] >= 0) z->be.host_wait(z->be.ctx, h2d[s], "a parameter piece's copy to the device");
+            if (h2d[s] >= 0) zero_host_wait(z, h2d[s], "a parameter piece's copy to the device");
             r.p16 = z->stage_param[s];
         }
         gpt2_for_each_segment(&z->lay, begin, begin + pc->n, zero_update_host_segment, &r);
@@ -861,13 +949,13 @@ static inline void zero_update_streamed(Zero *z, const OptStep *step) {
         if (!unified && i + 2 < P) // the staging piece is free again: the piece after next's gradient
             d2h[s] = z->be.copy_to_host(z->be.ctx, z->stage_grad[s], zero_at(z, zero_update_grads(z, pcs[i + 2].u), pcs[i + 2].lo),
                                         pcs[i + 2].n * z->esize);
-        if (pc->lo + pc->n == zero_slice(z, u)) zero_gather_updated_unit(z, u);
+        if (pc->lo + pc->n == zero_slice(z, u)) { trace_end(z->trace, t_unit); zero_gather_updated_unit(z, u); }
     }
     free(pcs);
     for (int b = 0; b < z->nbuf; b++)
         for (int k = 0; k < 2 + OPT_MAX_SLICES; k++) { zero_nvme_wait(z, z->buf_write[b][k]); z->buf_write[b][k] = -1; }
     for (int s = 0; s < 2; s++)
-        if (h2d[s] >= 0) z->be.host_wait(z->be.ctx, h2d[s], "a parameter piece's copy to the device");
+        if (h2d[s] >= 0) zero_host_wait(z, h2d[s], "a parameter piece's copy to the device");
     for (int u = 0; u < U; u++) zero_wait(z, u, "all_gather (updated parameters)");
     z->updates++;
 }
@@ -875,12 +963,15 @@ static inline void zero_update_streamed(Zero *z, const OptStep *step) {
 static inline void zero_update(Zero *z, const OptStep *step) {
     if (zero_streams_update(z)) { zero_update_streamed(z, step); return; }
     for (int u = 0; u < z->lay.num_units; u++) {
+        double t0 = trace_begin(z->trace, "update", TRACE_OPTIMIZER, u,
+                                zero_update_bytes_per_element(z) * (double)zero_update_count(z, u));
         size_t begin = zero_update_begin(z, u);
         void *p = zero_update_params(z, u);
         ZeroUpdateRun r = {z, begin, z->master ? zero_update_moment(z, z->master, u) : (float *)p, {NULL},
                            zero_update_grads(z, u), z->master ? p : NULL, step};
         for (int k = 0; k < z->nstate; k++) r.state[k] = zero_update_moment(z, z->state[k], u);
         gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u), zero_update_segment, &r);
+        trace_end(z->trace, t0);
     }
     zero_gather_updated_params(z);
 }

@@ -37,6 +37,10 @@
 //     the backward recomputes layer l (what the forward kept for it, and its input, in place),
 //     and the recompute is done
 //   gpt2_layer_acts_backward(m, l, B, T) -> LayerActs: layer l's activations for its backward
+//   gpt2_trace(m) -> Trace *: the rank's timeline (core/trace.h), or NULL; the passes record a
+//     span for each unit's forward and backward ("forward"/"backward"; the tied LM head and
+//     the loss as "lm_head"; a recompute as "recompute", inside its layer's backward or
+//     before it), with the unit's number
 // and m->recompute (gpt2.h's GPT2Recompute): what the forward keeps and the backward recomputes.
 // Where parameters and gradients live is ZeRO's business: the hooks ask zero.h for each unit's
 // as the passes reach it, which is where its gathers, prefetches and reductions happen. A
@@ -103,32 +107,43 @@ static float gpt2_forward(GPT2 *m, const int *inputs, const int *targets, int B,
     const GPT2Config *c = &m->cfg;
     int C = c->channels, L = c->num_layers, N = B * T, F = gpt2_unit_of_layer(L); // the final LayerNorm's unit
     Activations *a = &m->acts;
+    Trace *tr = gpt2_trace(m);
     upload_batch(m, inputs, targets, N);
+    double s = trace_begin(tr, "forward", TRACE_FORWARD, UNIT_EMBED, 0.0);
     UnitParams ep = gpt2_unit_params(m, UNIT_EMBED, gpt2_unit_of_layer(0));
     EmbedTensors emb = gpt2_embed_tensors(c, ep.f32);
     encoder_forward(&m->kern, a->encoded, m->dev_inputs, emb.wte, emb.wpe, B, T, C);
+    trace_end(tr, s);
     for (int l = 0; l < L; l++) {
         int u = gpt2_unit_of_layer(l);
+        s = trace_begin(tr, "forward", TRACE_FORWARD, u, 0.0);
         UnitParams up = gpt2_unit_params(m, u, u + 1); // u + 1: the next layer, or F
         LayerActs x = gpt2_layer_acts_forward(m, l, B, T);
         gpt2_layer_forward(m, l, up, &x, B, T, LAYER_FORWARD);
         gpt2_layer_store(m, l, B, T);
+        trace_end(tr, s);
     }
+    s = trace_begin(tr, "forward", TRACE_FORWARD, F, 0.0);
     FinalTensors fin = gpt2_final_tensors(c, gpt2_unit_params(m, F, -1).f32);
     layernorm_forward(&m->kern, a->lnf, a->lnf_mean, a->lnf_rstd, gpt2_layers_output(m, B, T), fin.lnfw, fin.lnfb, N, C);
+    trace_end(tr, s);
+    s = trace_begin(tr, "lm_head", TRACE_FORWARD, UNIT_EMBED, 0.0);
     ep = gpt2_unit_params(m, UNIT_EMBED, -1); // (ZeRO-3 has kept it gathered)
     emb = gpt2_embed_tensors(c, ep.f32);
     matmul_forward(&m->kern, a->logits, a->lnf, emb.wte, gpt2_x16(ep, emb.wte), NULL, N, C, c->padded_vocab_size); // tied LM head
-    if (!targets) return 0.0f;
-    return classifier_loss(m, N, dloss);
+    float loss = targets ? classifier_loss(m, N, dloss) : 0.0f;
+    trace_end(tr, s);
+    return loss;
 }
 
 // The backward recomputes layer l's forward (`what`: gpt2_layer_forward's) where the storage
 // hooks say, with its parameters up.
 static void gpt2_layer_recompute(GPT2 *m, int l, UnitParams up, int B, int T, int what) {
+    double s = trace_begin(gpt2_trace(m), "recompute", TRACE_RECOMPUTE, gpt2_unit_of_layer(l), 0.0);
     LayerActs x = gpt2_layer_acts_recompute(m, l, B, T);
     gpt2_layer_forward(m, l, up, &x, B, T, what);
     gpt2_layer_recomputed(m, l, B, T);
+    trace_end(gpt2_trace(m), s);
 }
 
 // Backward pass after gpt2_forward(..., dloss != 0) on the same inputs. Each unit's gradient
@@ -143,18 +158,23 @@ static void gpt2_backward(GPT2 *m, int B, int T) {
     size_t btc = (size_t)N * C;
     Activations *a = &m->acts;
     GPT2Recompute rc = m->recompute;
+    Trace *tr = gpt2_trace(m);
     // The embeddings are used first and last: their gradient collects the LM head's share now
     // and the token lookup's at the end, and is reduced once, after both.
+    double s = trace_begin(tr, "lm_head", TRACE_BACKWARD, UNIT_EMBED, 0.0);
     UnitParams ep = gpt2_unit_params(m, UNIT_EMBED, -1);
     EmbedTensors emb = gpt2_embed_tensors(c, ep.f32);
     EmbedTensors demb = gpt2_embed_tensors(c, gpt2_unit_grads(m, UNIT_EMBED));
     FinalTensors fin = gpt2_final_tensors(c, gpt2_unit_params(m, F, gpt2_unit_of_layer(gpt2_backward_first_layer(rc, L))).f32);
     FinalTensors dfin = gpt2_final_tensors(c, gpt2_unit_grads(m, F));
     matmul_backward(&m->kern, a->dbtc, demb.wte, NULL, a->logits, a->lnf, emb.wte, gpt2_x16(ep, emb.wte), N, C, c->padded_vocab_size);
+    trace_end(tr, s);
+    s = trace_begin(tr, "backward", TRACE_BACKWARD, F, 0.0);
     zero_fill(&m->kern, a->dresidual, btc);
     layernorm_backward(&m->kern, a->dresidual, dfin.lnfw, dfin.lnfb, a->dbtc, gpt2_layers_output(m, B, T), fin.lnfw, a->lnf_mean,
                        a->lnf_rstd, N, C);
     gpt2_unit_grads_done(m, F);
+    trace_end(tr, s);
     // dresidual is the gradient of the residual stream; each block adds its branches to it.
     for (int l = L - 1; l >= 0; l--) {
         int u = gpt2_unit_of_layer(l), next = gpt2_backward_next_layer(rc, l);
@@ -163,6 +183,7 @@ static void gpt2_backward(GPT2 *m, int B, int T) {
             for (int j = gpt2_segment_start(rc, l); j < l; j++)
                 gpt2_layer_recompute(m, j, gpt2_unit_params(m, gpt2_unit_of_layer(j), gpt2_unit_of_layer(j + 1)), B, T,
                                      LAYER_FORWARD);
+        s = trace_begin(tr, "backward", TRACE_BACKWARD, u, 0.0);
         UnitParams up = gpt2_unit_params(m, u, next >= 0 ? gpt2_unit_of_layer(next) : -1);
         if (full) gpt2_layer_recompute(m, l, up, B, T, LAYER_BODY);
         if (rc.mode == RECOMPUTE_SELECTIVE) gpt2_layer_recompute(m, l, up, B, T, LAYER_SELECTIVE);
@@ -180,9 +201,12 @@ static void gpt2_backward(GPT2 *m, int B, int T) {
         matmul_backward(&m->kern, a->dbtc, g.qkvw, g.qkvb, a->dqkv, x.ln1, w.qkvw, gpt2_x16(up, w.qkvw), N, C, 3 * C);
         layernorm_backward(&m->kern, a->dresidual, g.ln1w, g.ln1b, a->dbtc, x.residual, w.ln1w, x.ln1_mean, x.ln1_rstd, N, C);
         gpt2_unit_grads_done(m, u);
+        trace_end(tr, s);
     }
+    s = trace_begin(tr, "backward", TRACE_BACKWARD, UNIT_EMBED, 0.0);
     encoder_backward(&m->kern, demb.wte, demb.wpe, a->dresidual, m->dev_inputs, B, T, C);
     gpt2_unit_grads_done(m, UNIT_EMBED);
+    trace_end(tr, s);
     gpt2_backward_done(m);
 }
 

@@ -15,6 +15,9 @@
 //     failed: No space left on device", a short read of a truncated file, ...).
 //   nvme_check(io): the files are still there at their size (a file deleted or truncated under
 //     a running job would otherwise go unnoticed until it is read); 0 or -1 (io->err).
+//   nvme_ticket_times(io, ticket, &submitted, &done), after its nvme_wait and before the next
+//     submit: when the transfer was submitted and when its last request finished (nvme_now()'s
+//     clock: CLOCK_MONOTONIC seconds), for a timeline.
 //   Accounting: bytes read and written, time with any request in flight (busy), and time the
 //     caller spent blocked in nvme_wait (exposed); nvme_take_stats() returns and resets them.
 //   nvme_close(io, remove): joins the threads, closes the files, and with remove deletes them
@@ -55,6 +58,7 @@ typedef struct {
     NvmeRequest q[NVME_QUEUE];
     int head, count, stop, running;           // queued requests; requests being run
     int pending[NVME_TICKETS];                // requests left per ticket (0: free or done)
+    double submitted[NVME_TICKETS], finished[NVME_TICKETS]; // each ticket's times (nvme_now)
     int failed;                               // an error happened (err says which)
     char err[1024];                           // the first error (a path in it cut at 800 characters)
     double bytes_read, bytes_written, busy_s, exposed_s, busy_since;
@@ -96,7 +100,7 @@ static void *nvme_thread(void *arg) {
                      e > 0 ? strerror(e) : "the file ends there (truncated under the running job?)");
         }
         if (--io->running == 0) io->busy_s += nvme_now() - io->busy_since;
-        io->pending[r.ticket]--;
+        if (--io->pending[r.ticket] == 0) io->finished[r.ticket] = nvme_now();
         pthread_cond_broadcast(&io->done);
     }
     pthread_mutex_unlock(&io->mu);
@@ -171,6 +175,7 @@ static inline int nvme_submit(Nvme *io, int file, void *buf, size_t bytes, size_
         if (t < 0) pthread_cond_wait(&io->done, &io->mu); // every ticket in use: wait for one
     }
     io->pending[t] = 1; // held while the requests are queued
+    io->submitted[t] = nvme_now();
     for (size_t at = 0; at < bytes; at += io->block) {
         while (io->count == NVME_QUEUE) pthread_cond_wait(&io->done, &io->mu);
         NvmeRequest *r = &io->q[(io->head + io->count) % NVME_QUEUE];
@@ -180,7 +185,7 @@ static inline int nvme_submit(Nvme *io, int file, void *buf, size_t bytes, size_
         io->pending[t]++;
         pthread_cond_signal(&io->work);
     }
-    io->pending[t]--;
+    if (--io->pending[t] == 0) io->finished[t] = nvme_now(); // (every request already done)
     pthread_cond_broadcast(&io->work);
     pthread_mutex_unlock(&io->mu);
     return t;
@@ -195,6 +200,13 @@ static inline int nvme_wait(Nvme *io, int ticket) {
     io->exposed_s += nvme_now() - t0;
     pthread_mutex_unlock(&io->mu);
     return bad ? -1 : 0;
+}
+
+static inline void nvme_ticket_times(Nvme *io, int ticket, double *submitted, double *done) {
+    pthread_mutex_lock(&io->mu);
+    *submitted = io->submitted[ticket];
+    *done = io->finished[ticket];
+    pthread_mutex_unlock(&io->mu);
 }
 
 static inline int nvme_check(Nvme *io) {

@@ -20,6 +20,7 @@ typedef struct {
     int busy[MAX_PENDING];
     char *move_from[MAX_PENDING], *move_to[MAX_PENDING]; // MPI's in-place reduce-scatter
     size_t move_bytes[MAX_PENDING];                      // leaves the result at the top
+    double done_at[MAX_PENDING];   // when a test first found the collective complete (trace_now), 0 before
     MPI_Op sum16[3];                                     // sums of bf16 / fp16 elements
 } MpiBackend;
 
@@ -43,7 +44,7 @@ static MPI_Op mpi_sum(MpiBackend *b, int dtype) { return dtype == ZC_F32 ? MPI_S
 
 static int mpi_slot(MpiBackend *b) {
     for (int h = 0; h < MAX_PENDING; h++)
-        if (!b->busy[h]) { b->busy[h] = 1; b->move_bytes[h] = 0; return h; }
+        if (!b->busy[h]) { b->busy[h] = 1; b->move_bytes[h] = 0; b->done_at[h] = 0.0; return h; }
     fprintf(stderr, "error: rank %d: more than %d collectives in flight\n", b->rank, MAX_PENDING);
     MPI_Abort(b->comm, 1);
     return -1;
@@ -93,18 +94,23 @@ static void mpi_wait_request(MpiBackend *b, MPI_Request *req, const char *what) 
         if (spins > 100) { struct timespec ts = {0, 50000}; nanosleep(&ts, NULL); }
     }
 }
-static void mpi_wait(void *ctx, int h, const char *what) {
+// Returns when the collective completed: the first test that found it done (here, or in a
+// progress poke before), the moment MPI had moved its data.
+static double mpi_wait(void *ctx, int h, const char *what) {
     MpiBackend *b = (MpiBackend *)ctx;
     mpi_wait_request(b, &b->req[h], what);
     if (b->move_bytes[h] && b->move_to[h] != b->move_from[h])
         memmove(b->move_to[h], b->move_from[h], b->move_bytes[h]);
+    if (b->done_at[h] == 0.0) b->done_at[h] = trace_now();
     b->busy[h] = 0;
+    return b->done_at[h];
 }
 static void mpi_progress(void *ctx) {
     MpiBackend *b = (MpiBackend *)ctx;
     for (int h = 0; h < MAX_PENDING; h++) {
-        int done; // a completed request becomes MPI_REQUEST_NULL; mpi_wait then returns at once
-        if (b->busy[h]) MPI_Test(&b->req[h], &done, MPI_STATUS_IGNORE);
+        int done = 0; // a completed request becomes MPI_REQUEST_NULL; mpi_wait then returns at once
+        if (b->busy[h] && b->done_at[h] == 0.0) MPI_Test(&b->req[h], &done, MPI_STATUS_IGNORE);
+        if (done) b->done_at[h] = trace_now();
     }
 }
 static void mpi_sum_doubles(void *ctx, double *x, int n) {

@@ -48,6 +48,8 @@ typedef struct NcclBackend {
     cudaStream_t copy_stream;
     cudaEvent_t copy_ready, copy_done[MAX_COPIES];
     int copy_busy[MAX_COPIES];
+    int block_waits;               // --trace: wait() blocks the host until the collective completes,
+                                   // so that the trace's times are the device's
 } NcclBackend;
 
 static void comm_abort(NcclBackend *b, const char *what, const char *why) {
@@ -157,11 +159,14 @@ static int nccl_all_gather(void *ctx, const void *send, void *recv, size_t n, in
     NCCL_CHECK(ncclAllGather(send, recv, n, nccl_type(dtype), b->comm, b->stream));
     return comm_end(b, h);
 }
-static void nccl_wait(void *ctx, int h, const char *what) {
+// Returns the time of the call, or with block_waits the time the collective completed.
+static double nccl_wait(void *ctx, int h, const char *what) {
     NcclBackend *b = (NcclBackend *)ctx;
     snprintf(b->what[h], sizeof(b->what[h]), "%s", what);
     CUDA_CHECK(cudaStreamWaitEvent(b->gpu->compute, b->done[h], 0));
+    if (b->block_waits) wait_event_watchdog(b, b->done[h], b->what[h]);
     b->state[h] = SLOT_WAITED;
+    return trace_now();
 }
 static void nccl_set_step(void *ctx, int step) { ((NcclBackend *)ctx)->step = step; }
 static void nccl_progress(void *ctx) { comm_check_async((NcclBackend *)ctx); } // NCCL progresses by itself

@@ -63,7 +63,7 @@ enum {
     CK_PRECISION, CK_LOSS_SCALE, CK_INITIAL_SCALE_POWER, CK_LOSS_SCALE_WINDOW, CK_HYSTERESIS, CK_MIN_LOSS_SCALE,
     CK_CONSECUTIVE_HYSTERESIS, CK_ON_MIN_SCALE,
     CK_RECOMPUTE, CK_RECOMPUTE_EVERY, CK_CPU_CHECKPOINTING,
-    CK_VAL_EVERY, CK_VAL_STEPS, CK_SAMPLE_EVERY, CK_SAMPLE_LEN, CK_SEED, CK_OUT, CK_SAVE_EVERY, CK_ON_SAVE_ERROR, CK_LOG,
+    CK_VAL_EVERY, CK_VAL_STEPS, CK_SAMPLE_EVERY, CK_SAMPLE_LEN, CK_SEED, CK_OUT, CK_SAVE_EVERY, CK_ON_SAVE_ERROR, CK_LOG, CK_TRACE,
     CK_DUMP_GRADS, CK_PRINT_EVERY, CK_RESUME,
     CK_ZERO_STAGE, CK_OFFLOAD_OPTIMIZER, CK_OFFLOAD_PARAM, CK_PIN_MEMORY, CK_NVME_PATH, CK_NVME_BUFFERS,
     CK_NVME_BUFFER_SIZE, CK_AIO_THREADS, CK_AIO_QUEUE_DEPTH, CK_AIO_BLOCK_SIZE, CK_COMM_TIMEOUT, CK_DEEPSPEED, CK_STRICT,
@@ -121,6 +121,7 @@ typedef struct TrainConfig {
     int val_every, val_steps, sample_every, sample_len;
     uint64_t seed;
     const char *out_dir, *log_path, *dump_grads_path;
+    const char *trace_path;  // --trace: every rank's timeline, one Chrome-trace file (core/trace.h)
     const char *resume_path; // a sharded checkpoint (checkpoint.h) to continue from
     int save_every;
     int on_save_error_continue; // a failed save: 0 stop the run, 1 warn and go on
@@ -306,6 +307,10 @@ static inline const ConfigOption *config_options(void) {
                   "a save that fails (disk full...): stop the run (exit 1) | continue\n"
                   "without it; either way `latest` keeps naming the last good one", NULL, NULL),
         CO_STR("log", log_path, NULL, NULL, "FILE", "JSON lines: one object per step and per validation"),
+        CO_STR("trace", trace_path, NULL, NULL, "FILE",
+               "a timeline of every rank (Chrome trace JSON: open it in Perfetto or\n"
+               "chrome://tracing): units' forward and backward, collectives, waits,\n"
+               "the optimizer, data loading, checkpoints"),
         CO_STR("dump-grads", dump_grads_path, NULL, NULL, "FILE",
                "write the first step's gradients as a checkpoint-format file; for tests"),
         CO_NUM("print-every", OT_INT, print_every, 1, 1, 1 << 30, NULL, "N",

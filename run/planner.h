@@ -29,6 +29,8 @@
 //   - planner_main(argc, argv, backend) is the command line (`train_gpt_cpu --plan ...`): GNU
 //     long options, --help; a bad option prints one line naming it and returns non-zero. An
 //     argument "--plan" is accepted and ignored, so a trainer can hand over its argv unchanged.
+//     With --time it also predicts the step time (run/timemodel.h) on --hardware, and --json
+//     gains step_ms and its breakdown; --calibrate LOG prints a description fitted to a run.
 //
 // Bytes per parameter (P parameters, N ranks; "K" = optimizer state bytes per parameter: the
 // master weights and 4 bytes per state array of optimizer.h's table):
@@ -88,6 +90,7 @@
 #include "core/gpt2.h"
 #include "zero.h"
 #include "run/config.h"
+#include "run/timemodel.h"
 
 // What the planner needs from a trainer's backend: how it lays out the activations and how much
 // workspace it needs beyond the model states, in bytes (dtype: ZC_*; threads: the CPU trainer's
@@ -575,7 +578,8 @@ static inline void planner_json_num(FILE *f, const char *key, double v, int know
     else fprintf(f, "\"%s\":%.6f", key, v);
 }
 
-static inline void planner_print_json(FILE *f, const MemoryPlan *p) {
+// more: members to add to the object (the time model's), or NULL.
+static inline void planner_print_json(FILE *f, const MemoryPlan *p, const char *more) {
     const PlanInput *in = &p->in;
     const GPT2Config *c = &in->cfg;
     fprintf(f, "{\"input\":{\"model\":");
@@ -635,7 +639,7 @@ static inline void planner_print_json(FILE *f, const MemoryPlan *p) {
     fprintf(f, ",\"total_excludes\":[");
     for (int i = 0, first = 1; i < 3; i++)
         if (unknown[i]) { fprintf(f, "%s\"%s\"", first ? "" : ",", unknown[i]); first = 0; }
-    fprintf(f, "]}\n");
+    fprintf(f, "]%s%s}\n", more ? "," : "", more ? more : "");
 }
 
 // ----------------------------------------------------------------------------------------
@@ -713,6 +717,14 @@ static inline void planner_help(FILE *f, const char *prog, const PlanBackend *ba
             "  --nvme-buffer-size N  with nvme: elements per streamed piece (default %zu)\n"
             "  --threads N           the CPU trainer's OpenMP threads per rank, which size its bf16 matmul\n"
             "                        scratch (default: OMP_NUM_THREADS, else this machine's cores / --world)\n"
+            "step time (run/timemodel.h; GPT-2 shapes):\n"
+            "  --time                predict the step time from the schedule zero.h runs\n"
+            "  --hardware H          a100-80gb-sxm | h100-80gb-sxm | this-machine | FILE.json (default this-machine)\n"
+            "  --gpus-per-node G     ranks per node (default: the description's devices per node)\n"
+            "  --network NET         ib-400 (400 Gb/s InfiniBand per GPU) | eth-100 (100 Gb/s Ethernet per node)\n"
+            "  --grad-accum A        micro-steps per optimizer step (default 1)\n"
+            "  --trace FILE          the predicted timeline of one step, as the trainer's --trace writes it\n"
+            "  --calibrate LOG       print --hardware's description fitted to a run's --log (fwd/bwd/optim/comm)\n"
             "output:\n"
             "  --json                one JSON object, bytes per rank (by kind, and by where they live)\n"
             "  --fit BYTES           the largest of a ladder of GPT-2-shaped models (GPT-2's, then GPT-3's sizes)\n"
@@ -756,6 +768,89 @@ static inline int planner_pick(const char *opt, const char *a, const char *const
     return -1;
 }
 
+// ----------------------------------------------------------------------------------------
+// --time: the step time (run/timemodel.h) of the planned run
+
+typedef struct {
+    int time;
+    const char *hardware, *network, *trace, *calibrate;
+    int per_node, accum;
+} TimeOptions;
+
+// One of the time options (name o, value a); 0, or -1 after one line.
+static inline int planner_time_option(TimeOptions *t, const char *o, const char *a) {
+    if (!strcmp(o, "time")) t->time = 1;
+    else if (!strcmp(o, "hardware")) t->hardware = a;
+    else if (!strcmp(o, "network")) t->network = a;
+    else if (!strcmp(o, "trace")) t->trace = a;
+    else if (!strcmp(o, "calibrate")) t->calibrate = a;
+    else if (!strcmp(o, "gpus-per-node")) return config_int(o, a, 1, 1 << 20, &t->per_node);
+    else if (!strcmp(o, "grad-accum")) return config_int(o, a, 1, 1 << 20, &t->accum);
+    return 0;
+}
+// A time option without --time: one line naming it (returns 1), else 0.
+static inline int planner_time_given(const TimeOptions *t) {
+    const char *given = strcmp(t->hardware, "this-machine") ? "--hardware" : t->network ? "--network" : t->trace ? "--trace"
+                        : t->per_node ? "--gpus-per-node" : t->accum != 1 ? "--grad-accum" : NULL;
+    if (given) fprintf(stderr, "error: %s: only with --time (the step-time prediction)\n", given);
+    return given != NULL;
+}
+
+// --calibrate LOG: the description fitted to the run, on stdout; the fit on stderr.
+static inline int planner_calibrate(const TimeOptions *t) {
+    Hardware hw;
+    if (timemodel_hardware(t->hardware, &hw)) return 1;
+    TimeInput in;
+    TmMeasured m;
+    if (timemodel_calibrate(t->calibrate, &hw, &in, &m)) return 1;
+    TimeResult r;
+    timemodel_step(&in, &hw, &r, NULL);
+    fprintf(stderr, "calibrated on %s: matmuls at %.1f%% of peak, memory at %.1f%% of bandwidth%s; the run measured %.1f ms "
+                    "per step (fwd %.1f, bwd %.1f, optim %.1f, exposed comm %.1f), the model now says %.1f (%.1f, %.1f, %.1f, %.1f)\n",
+            t->calibrate, 100 * hw.matmul_eff, 100 * hw.mem_eff, hw.inline_comm && in.world > 1 ? ", MPI's links fitted too" : "",
+            m.ms, m.fwd, m.bwd, m.optim, m.exposed, r.step * 1e3, r.fwd * 1e3, r.bwd * 1e3, r.optim * 1e3, r.exposed * 1e3);
+    timemodel_hardware_write(stdout, &hw);
+    return 0;
+}
+
+static inline int planner_time(const PlanInput *in, const MemoryPlan *p, const TimeOptions *t, int json) {
+    if (in->params_count > 0) {
+        fprintf(stderr, "error: --time: needs a GPT-2 shape (--model, or --layers/--channels/--heads), not --params\n");
+        return 1;
+    }
+    Hardware hw;
+    if (timemodel_hardware(t->hardware, &hw)) return 1;
+    TimeInput ti = {in->cfg, in->precision, in->optimizer, in->zero_stage, in->world, t->per_node,
+                    in->batch, in->seq_len, t->accum, in->recompute.mode != RECOMPUTE_NONE,
+                    in->offload_optimizer == LOC_NVME ? TM_OFFLOAD_NVME : in->offload_optimizer == LOC_HOST ? TM_OFFLOAD_CPU
+                                                                                                 : TM_OFFLOAD_NONE};
+    if (t->network && timemodel_network(t->network, &hw, tm_per_node(&ti, &hw))) return 1;
+    const char *why = timemodel_problem(&ti, &hw);
+    if (why) { fprintf(stderr, "error: --time: %s\n", why); return 1; }
+    TimeResult r;
+    timemodel_step(&ti, &hw, &r, NULL);
+    if (t->trace) {
+        char meta[256];
+        snprintf(meta, sizeof(meta), "\"predicted\":true,\"hardware\":\"%s\",\"world\":%d,\"zero_stage\":%d,\"precision\":\"%s\"",
+                 hw.name, ti.world, ti.stage, zc_dtype_names[ti.precision]);
+        if (timemodel_trace(t->trace, &ti, &hw, meta)) return 1;
+    }
+    if (json) {
+        char *more = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&more, &len);
+        timemodel_json(m, &ti, &hw, &r);
+        fclose(m);
+        planner_print_json(stdout, p, more);
+        free(more);
+    } else {
+        planner_print_table(stdout, p, NULL, 0);
+        printf("\n");
+        timemodel_print(stdout, &ti, &hw, &r);
+    }
+    return 0;
+}
+
 // Returns the process exit code: 0 (plan printed, or --help), 1 (bad options: one line on stderr).
 static inline int planner_main(int argc, char **argv, const PlanBackend *backend) {
     static const struct option opts[] = {
@@ -764,12 +859,15 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
         {"precision", 1, 0, 0}, {"optimizer", 1, 0, 0}, {"zero-stage", 1, 0, 0}, {"world", 1, 0, 0},
         {"batch", 1, 0, 0}, {"recompute", 1, 0, 0}, {"offload-optimizer", 1, 0, 0}, {"offload-param", 1, 0, 0},
         {"recompute-every", 1, 0, 0}, {"cpu-checkpointing", 0, 0, 0}, {"nvme-buffers", 1, 0, 0}, {"nvme-buffer-size", 1, 0, 0}, {"json", 0, 0, 0},
-        {"threads", 1, 0, 0}, {"fit", 1, 0, 0}, {"help", 0, 0, 0}, {"plan", 0, 0, 0}, {0, 0, 0, 0}};
+        {"threads", 1, 0, 0}, {"fit", 1, 0, 0}, {"help", 0, 0, 0}, {"plan", 0, 0, 0},
+        {"time", 0, 0, 0}, {"hardware", 1, 0, 0}, {"gpus-per-node", 1, 0, 0}, {"network", 1, 0, 0}, {"grad-accum", 1, 0, 0},
+        {"trace", 1, 0, 0}, {"calibrate", 1, 0, 0}, {0, 0, 0, 0}};
     double fit = 0.0;
     PlanInput in;
     planner_input_defaults(&in, backend);
     int json = 0, shape_given = 0, idx, r = 0, max_seq_given = 0, lch = 0; // lch: bits for --layers/--channels/--heads
     const char *model_name = NULL;
+    TimeOptions to = {0, "this-machine", NULL, NULL, NULL, 0, 1};
     optind = 1;
     opterr = 0;
     for (;;) {
@@ -820,6 +918,7 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
             if (size) in.nvme_piece = (size_t)v; else in.nvme_buffers = (int)v;
         }
         else if (!strcmp(o, "fit")) r = planner_parse_count("--fit", a, &fit);
+        else r = planner_time_option(&to, o, a);
         if (r) return 1;
     }
     if (optind < argc) {
@@ -864,12 +963,21 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
         fprintf(stderr, "error: --recompute-every %d exceeds the model's %d layers\n", in.recompute.every, in.cfg.num_layers);
         return 1;
     }
-    if (fit > 0) return planner_fit(&in, fit, json);
+    if (to.calibrate) return planner_calibrate(&to);
+    if (fit > 0) {
+        if (to.time) { fprintf(stderr, "error: --time: not with --fit (one model at a time)\n"); return 1; }
+        if (planner_time_given(&to)) return 1;
+        return planner_fit(&in, fit, json);
+    }
     MemoryPlan p;
     planner_plan(&in, &p);
-    if (json) planner_print_json(stdout, &p);
-    else planner_print_table(stdout, &p, NULL, 0);
-    return 0;
+    if (!to.time) {
+        if (planner_time_given(&to)) return 1;
+        if (json) planner_print_json(stdout, &p, NULL);
+        else planner_print_table(stdout, &p, NULL, 0);
+        return 0;
+    }
+    return planner_time(&in, &p, &to, json);
 }
 
 #endif // PLANNER_H

@@ -170,6 +170,8 @@ typedef struct Run {
     FILE *log;         // rank 0 only
     const char *blas;  // the including trainer's BLAS library, for the header (NULL: none)
     int nodes;         // hosts the job spans (job.h)
+    Trace trace;       // this rank's timeline (--trace) and each step's times by kind (core/trace.h)
+    FILE *trace_file;  // rank 0, with --trace
 } Run;
 
 // Setup failures are agreed on by all ranks, so that every rank exits cleanly together;
@@ -310,7 +312,10 @@ static int setup(Run *r, int argc, char **argv) {
     zo.offload_optimizer = c->offload_optimizer; zo.offload_param = c->offload_param; zo.pin_memory = c->pin_memory;
     zo.nvme_dir = nvme_dir; zo.nvme_buffers = c->nvme_buffers; zo.nvme_piece = (size_t)c->nvme_buffer_size;
     zo.nvme_threads = c->aio_threads * c->aio_queue_depth; zo.nvme_block = (size_t)c->aio_block_size;
+    if (c->trace_path) MPI_Barrier(MPI_COMM_WORLD); // the ranks' trace clocks start together
+    trace_init(&r->trace, r->rank, c->trace_path != NULL);
     gpt2_build(&r->model, &c->model, c->batch, c->seq_len, r->rank, r->world, &zo, config_recompute(c), trainer_backend(r));
+    r->model.z.trace = &r->trace;
     if (r->rank == 0 && r->model.z.nvme && !r->model.z.nvme->direct)
         printf("note: --nvme-path %s does not take direct I/O (O_DIRECT; ramfs and older tmpfs do not): the NVMe files go through "
                "the page cache, which may keep them in memory\n", c->nvme_path);
@@ -357,6 +362,10 @@ static int setup(Run *r, int argc, char **argv) {
         ok = 0;
     }
     if (r->log) config_log_resolved(r->log, c);
+    if (r->rank == 0 && c->trace_path && !(r->trace_file = fopen(c->trace_path, "w"))) {
+        fprintf(stderr, "error: %s: cannot open trace file\n", c->trace_path);
+        ok = 0;
+    }
     return all_ok(ok) ? 0 : -1;
 }
 
@@ -479,6 +488,74 @@ static void report_peak_rss(Run *r) {
     free(all);
 }
 
+// The step's times by kind (core/trace.h's categories, rank 0's): forward, backward and the
+// optimizer on the step's thread, collectives in flight (comm_ms: the union of their spans) and
+// the time the thread was blocked on them (exposed_comm_ms), data loading, and any other
+// category a feature records (its thread's time as NAME_ms, its overlapped work as
+// NAME_flight_ms). Without real completion times (the GPU without --trace) comm is null. NVMe's
+// times are core/nvme.h's own (nvme_ms, exposed_io_ms: the step loop logs them).
+static void log_step_times(FILE *f, const TraceStep *s, int comm_timed) {
+    fprintf(f, ",\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"optim_ms\":%.3f", s->lane[TRACE_FORWARD] * 1e3,
+            s->lane[TRACE_BACKWARD] * 1e3, s->lane[TRACE_OPTIMIZER] * 1e3);
+    if (comm_timed) fprintf(f, ",\"comm_ms\":%.3f,\"exposed_comm_ms\":%.3f", s->flight[TRACE_COMM] * 1e3, s->lane[TRACE_WAIT] * 1e3);
+    else fprintf(f, ",\"comm_ms\":null,\"exposed_comm_ms\":null");
+    fprintf(f, ",\"data_ms\":%.3f", s->lane[TRACE_DATA] * 1e3);
+    for (int k = TRACE_RECOMPUTE; k < TRACE_NUM_CATS; k++) {
+        if (k == TRACE_OPTIMIZER || k == TRACE_COMM || k == TRACE_WAIT || k == TRACE_DATA || k == TRACE_NVME) continue;
+        if (s->lane[k] > 0) fprintf(f, ",\"%s_ms\":%.3f", trace_cat_names[k], s->lane[k] * 1e3);
+        if (s->flight[k] > 0) fprintf(f, ",\"%s_flight_ms\":%.3f", trace_cat_names[k], s->flight[k] * 1e3);
+    }
+}
+
+// --trace: every rank's events to rank 0, one rank at a time, written there as one Chrome trace.
+static void write_trace(Run *r) {
+    if (!r->cfg.trace_path) return;
+    size_t n = trace_packed_bytes(&r->trace); // < 2^31: at most TRACE_MAX_EVENTS events of 48 bytes
+    char *mine = (char *)xmalloc(n);
+    trace_pack(&r->trace, mine);
+    if (r->trace.misnested) fprintf(stderr, "warning: rank %d: trace spans were not nested (an end without its begin, "
+                                              "or deeper than %d); the file may show them wrongly\n", r->rank, TRACE_MAX_DEPTH);
+    if (r->rank != 0) {
+        long long len = (long long)n;
+        MPI_Send(&len, 1, MPI_LONG_LONG, 0, 19, MPI_COMM_WORLD);
+        MPI_Send(mine, (int)n, MPI_BYTE, 0, 20, MPI_COMM_WORLD);
+        free(mine);
+        return;
+    }
+    const TrainConfig *c = &r->cfg;
+    char meta[512];
+    snprintf(meta, sizeof(meta), "\"world\":%d,\"zero_stage\":%d,\"precision\":\"%s\",\"num_params\":%zu,\"layers\":%d,"
+             "\"channels\":%d,\"batch\":%d,\"seq_len\":%d,\"grad_accum\":%d,\"steps\":%d", r->world, c->zero_stage,
+             zc_dtype_names[c->precision], r->model.z.lay.num_params, c->model.num_layers, c->model.channels, c->batch,
+             c->seq_len, r->accum, c->steps);
+    FILE *f = r->trace_file;
+    long long events = 0, dropped = 0;
+    trace_write_begin(f);
+    for (int q = 0; q < r->world; q++) {
+        char *buf = mine;
+        if (q > 0) {
+            long long len;
+            MPI_Recv(&len, 1, MPI_LONG_LONG, q, 19, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            buf = (char *)xmalloc((size_t)len);
+            MPI_Recv(buf, (int)len, MPI_BYTE, q, 20, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
+        TraceRank k;
+        trace_unpack(buf, &k);
+        trace_write_rank(f, &k, q == 0);
+        events += k.h.nevents;
+        dropped += k.h.dropped;
+        free(k.ev);
+        if (buf != mine) free(buf);
+    }
+    free(mine);
+    int bad = trace_write_end(f, meta, dropped);
+    bad |= fclose(f) != 0;
+    r->trace_file = NULL;
+    if (bad) fprintf(stderr, "error: %s: writing the trace failed\n", c->trace_path);
+    else printf("trace: %s (%lld events from %d ranks%s; open it in https://ui.perfetto.dev or chrome://tracing)\n",
+                c->trace_path, events, r->world, dropped ? ", some dropped: the buffer was full" : "");
+}
+
 static void format_eta(char *buf, size_t n, double seconds) {
     long s = (long)(seconds + 0.5);
     snprintf(buf, n, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
@@ -497,7 +574,6 @@ typedef struct {
     float norm;  // of the true (unscaled) gradient
     float lr, scale;
     int skipped;
-    double optim_ms; // the optimizer step on this rank (0 when skipped)
 } StepResult;
 static StepResult train_step(Run *r, int step) {
     const TrainConfig *c = &r->cfg;
@@ -509,18 +585,26 @@ static StepResult train_step(Run *r, int step) {
     float scale = r->scaler.scale;
     float dloss = scale / ((float)B * T * r->accum * r->world);
     double loss = 0.0;
+    Trace *tr = &r->trace;
     for (int micro = 0; micro < r->accum; micro++) {
+        trace_set_micro(tr, micro);
+        double s = trace_begin(tr, "data", TRACE_DATA, -1, 2.0 * B * T * sizeof(int));
         if (dataloader_next(&r->train, m->inputs, m->targets)) die();
+        trace_end(tr, s);
         zero_begin_forward(&m->z, micro, r->accum);
+        s = trace_begin(tr, "forward_pass", TRACE_FORWARD, -1, 0.0);
         loss += gpt2_forward(m, m->inputs, m->targets, B, T, dloss);
+        trace_end(tr, s);
+        s = trace_begin(tr, "backward_pass", TRACE_BACKWARD, -1, 0.0);
         gpt2_backward(m, B, T);
+        trace_end(tr, s);
     }
-    m->z.be.sum_doubles(m->z.be.ctx, &loss, 1);
+    zero_sum_scalars(&m->z, &loss, 1);
+    double opt = trace_begin(tr, "optimizer", TRACE_OPTIMIZER, -1, 0.0);
     float norm = gpt2_grad_norm(m); // of the scaled gradient
     if (step == 1 && c->dump_grads_path && r->rank == 0 && dump_grads(c->dump_grads_path, m)) die();
     LrSchedule sched = config_lr_schedule(c);
-    StepResult res = {(float)(loss / ((double)r->accum * r->world)), norm / scale, lr_at_step(&sched, (int)r->applied), scale, 0,
-                      0.0};
+    StepResult res = {(float)(loss / ((double)r->accum * r->world)), norm / scale, lr_at_step(&sched, (int)r->applied), scale, 0};
     int action = c->precision == ZC_FP16 ? loss_scaler_update(&r->scaler, !isfinite(norm)) : ZC_STEP_APPLY;
     if (action == ZC_STEP_ABORT) {
         if (r->rank == 0) fprintf(stderr, "error: step %d: gradients overflowed at loss scale %g. %s\n", step, scale,
@@ -528,14 +612,17 @@ static StepResult train_step(Run *r, int step) {
         die();
     }
     res.skipped = action == ZC_STEP_SKIP;
-    if (res.skipped) return res; // no update, no optimizer state change, the schedule waits
+    if (res.skipped) { // no update, no optimizer state change, the schedule waits
+        trace_instant(tr, "skipped step", TRACE_OPTIMIZER, -1, scale);
+        trace_end(tr, opt);
+        return res;
+    }
     r->applied++;
     OptimizerHyper hyper = config_optimizer(c);
     OptStep upd = optimizer_step_begin(&hyper, res.lr, (int)r->applied, res.norm);
     upd.grad_scale /= scale;
-    double t0 = now_seconds();
     gpt2_update(m, &upd);
-    res.optim_ms = (now_seconds() - t0) * 1e3;
+    trace_end(tr, opt);
     return res;
 }
 
@@ -544,6 +631,7 @@ static StepResult train_step(Run *r, int step) {
 static float validate(Run *r) {
     GPT2 *m = &r->model;
     int steps = r->cfg.val_steps, per_rank = (steps + r->world - 1) / r->world;
+    double t0 = trace_begin(&r->trace, "validation", TRACE_EVAL, -1, 0.0);
     dataloader_reset(&r->val);
     double sum = 0.0;
     for (int k = 0; k < per_rank; k++) {
@@ -553,6 +641,7 @@ static float validate(Run *r) {
         if (k * r->world + r->rank < steps) sum += l; // past the end: ran only for ZeRO-3's gathers
     }
     m->z.be.sum_doubles(m->z.be.ctx, &sum, 1);
+    trace_end(&r->trace, t0);
     return (float)(sum / steps);
 }
 
@@ -575,8 +664,10 @@ static int save(Run *r, int step, int final) {
     Zero *z = &r->model.z;
     snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    double t0 = trace_begin(&r->trace, "checkpoint", TRACE_CHECKPOINT, -1, 0.0);
     int bad = ckpt_save(dir, z, &r->cfg.model, &st, zc_dtype_names[r->cfg.precision], why, sizeof(why)) != 0 ||
               gpt2_save(&r->model, path, why, sizeof(why)) != 0 || ckpt_commit(dir, z, step, why, sizeof(why)) != 0;
+    trace_end(&r->trace, t0);
     if (!bad) {
         if (r->rank == 0 && rename(tmp, path) != 0) fprintf(stderr, "warning: %s: %s\n", tmp, strerror(errno));
         if (r->rank == 0) printf("saved %s/step_%08d and %s\n", dir, step, path);
@@ -647,10 +738,14 @@ static int trainer_run(Run *r, int argc, char **argv) {
     int done = r->first_step - 1; // the last step trained
     int failed = 0;               // a save failed: the run ends with exit code 1
     for (int step = r->first_step; step <= c->steps; step++) {
-        double t0 = now_seconds();
+        trace_step_begin(&r->trace, step);
+        double t0 = now_seconds(), span = trace_begin(&r->trace, "step", TRACE_STEP, -1, 0.0);
         zero_nvme_stats(&r->model.z); // what validation, sampling or a save read is not this step's
         StepResult s = train_step(r, step);
         ZeroNvmeStats io = zero_nvme_stats(&r->model.z);
+        trace_end(&r->trace, span);
+        TraceStep times;
+        trace_step_end(&r->trace, &times);
         float loss = s.loss, lr = s.lr, norm = s.norm;
         double ms = (now_seconds() - t0) * 1e3, tok_s = c->total_batch / (ms / 1e3);
         if (step > r->first_step) total_ms += ms; // the first step warms caches and thread pools
@@ -671,8 +766,9 @@ static int trainer_run(Run *r, int argc, char **argv) {
             if (r->log) {
                 char nrm[32] = "null"; // an overflowed gradient has no norm
                 if (isfinite(norm)) snprintf(nrm, sizeof(nrm), "%.9g", norm);
-                fprintf(r->log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,\"tok_s\":%.1f,"
-                        "\"optim_ms\":%.3f", step, loss, lr, nrm, ms, tok_s, s.optim_ms);
+                fprintf(r->log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,\"tok_s\":%.1f",
+                        step, loss, lr, nrm, ms, tok_s);
+                log_step_times(r->log, &times, r->trace.comm_timed);
                 if (fp16) fprintf(r->log, ",\"loss_scale\":%.17g,\"skipped\":%s", s.scale, s.skipped ? "true" : "false");
                 if (r->model.z.nvme)
                     fprintf(r->log, ",\"nvme_read\":%.0f,\"nvme_write\":%.0f,\"nvme_ms\":%.3f,\"exposed_io_ms\":%.3f", io.read,
@@ -692,8 +788,10 @@ static int trainer_run(Run *r, int argc, char **argv) {
             if (lead && r->log) fprintf(r->log, "{\"step\":%d,\"val_loss\":%.9g}\n", step, vl);
         }
         if (c->sample_len > 0 && c->sample_every > 0 && (step % c->sample_every == 0 || last)) {
+            double t1 = trace_begin(&r->trace, "sample", TRACE_EVAL, -1, 0.0);
             if (stop) gpt2_sample_skip(&r->sample_rng, c->sample_len);
             else gpt2_sample(&r->model, r->have_tok ? &r->tok : NULL, c->sample_len, &r->sample_rng);
+            trace_end(&r->trace, t1);
         }
         // A failed save stops the run (--on-save-error stop), unless asked to go on; the last one
         // (at the end, or on a stop signal) fails the run either way.
@@ -718,6 +816,8 @@ static int trainer_run(Run *r, int argc, char **argv) {
                c->total_batch / (total_ms / timed / 1e3));
     report_peak_rss(r);
     if (r->log) fclose(r->log);
+    write_trace(r);
+    trace_free(&r->trace);
     if (r->have_tok) tokenizer_free(&r->tok);
     dataloader_free(&r->train);
     if (r->have_val) dataloader_free(&r->val);

@@ -3,7 +3,7 @@
 # Idempotent: packages already present are skipped, so it is cheap to run again.
 set -euo pipefail
 pkgs=(build-essential openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-pthread libopenblas-openmp-dev
-      libcjson-dev python3-torch python3-numpy clang libclang-rt-14-dev bc iproute2 util-linux procps)
+      libcjson-dev python3-torch python3-numpy python3-matplotlib clang libclang-rt-14-dev bc iproute2 util-linux procps)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

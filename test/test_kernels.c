@@ -554,7 +554,7 @@ static int no_all_gather(void *ctx, const void *s, void *r, size_t n, int t) {
     (void)ctx; (void)s; (void)r; (void)n; (void)t;
     return no_collective();
 }
-static void no_wait(void *ctx, int h, const char *what) { (void)ctx; (void)h; (void)what; no_collective(); }
+static double no_wait(void *ctx, int h, const char *what) { (void)ctx; (void)h; (void)what; no_collective(); return 0.0; }
 static void no_set_step(void *ctx, int step) { (void)ctx; (void)step; }
 static void no_sum_doubles(void *ctx, double *x, int n) { (void)ctx; (void)x; (void)n; no_collective(); }
 static void no_progress(void *ctx) { (void)ctx; } // nothing in flight to advance

@@ -2,7 +2,8 @@
 # The layering of the code (README's map; ../shared/DESIGN.md section 1): every #include points
 # down or sideways within its folder, never up, and the two backends never include each other.
 #   1 precision and the model description: mixed_precision.h, core/gpt2.h, core/model.h (the
-#     passes, over the trainer's kernels and hooks), dataloader.h, data/tokenizer.h
+#     passes, over the trainer's kernels and hooks), dataloader.h, data/tokenizer.h; and the
+#     timeline every layer above records into, core/trace.h
 #   2 the optimizer: core/optimizer.h, core/optimizer_engine.h (its CPU engine); and the direct
 #     I/O that zero.h keeps NVMe files with: core/nvme.h
 #   3 ZeRO: zero.h
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/.."
 $PYTHON - <<'PY'
 import glob, os, re, sys
 def layer(path):
-    if path in ("mixed_precision.h", "core/gpt2.h", "core/model.h", "dataloader.h", "data/tokenizer.h"): return 1
+    if path in ("mixed_precision.h", "core/gpt2.h", "core/model.h", "dataloader.h", "data/tokenizer.h", "core/trace.h"): return 1
     if path in ("core/optimizer.h", "core/optimizer_engine.h", "core/nvme.h"): return 2
     if path == "zero.h": return 3
     if path.startswith("run/"): return 4
@@ -54,7 +55,8 @@ for f, words in [("core/gpt2.h", r"\b(gemm_bf16|cublas|nccl|MPI_|cuda[A-Z]|Train
                  ("core/optimizer.h", r"\b(TrainConfig|config_|zero_|Zero\b|MPI_|cuda)"),
                  ("core/optimizer_engine.h", r"\b(TrainConfig|config_|zero_|Zero\b|MPI_|cuda)"),
                  ("core/nvme.h", r"\b(TrainConfig|config_|zero_|Zero\b|MPI_|cuda|optimizer)"),
-                 ("zero.h", r"\b(TrainConfig|config_|adam|Adam|MPI_|cuda[A-Z]|nccl)")]:
+                 ("zero.h", r"\b(TrainConfig|config_|adam|Adam|MPI_|cuda[A-Z]|nccl)"),
+                 ("core/trace.h", r"\b(TrainConfig|config_|zero_|Zero\b|MPI_|cuda|nccl|gemm_bf16)")]:
     code = re.sub(r"//[^\n]*", "", open(f).read())  # comments may explain
     for m in re.finditer(words, code):
         print(f"FAIL {f}: names {m.group(0)!r}"); fails += 1
