@@ -269,9 +269,6 @@ typedef struct {
     int unclaimed[GPT2_MAX_UNITS]; // stage 3: a layer prefetched, not asked for yet (pending: its all-gather)
     int step;                      // for the watchdog's message
     Trace *trace;                  // the rank's timeline (core/trace.h), or NULL
-    double nvme_bytes[NVME_TICKETS];      // NVMe transfers not yet drawn in the trace: bytes,
-    int nvme_unit[NVME_TICKETS];          // unit,
-    char nvme_writing[NVME_TICKETS];      // and direction, by ticket
     int pending_kind[GPT2_MAX_UNITS];     // the unit's collective in flight: ZC_*,
     double pending_bytes[GPT2_MAX_UNITS]; // its bytes (ring model),
     double issued[GPT2_MAX_UNITS];        // and when it was started (trace_clock)
@@ -398,25 +395,17 @@ static inline void zero_nvme_fail(Zero *z) {
 // to NVME_ALIGN; buf holds them); returns the ticket.
 static inline int zero_nvme_io(Zero *z, int kind, int u, size_t lo, size_t n, void *buf, int writing) {
     size_t e = zero_elem(z, kind), bytes = zero_round(n * e, NVME_ALIGN);
-    int t = nvme_submit(z->nvme, z->nvme_file[kind], buf, bytes, zero_nvme_off(z, kind)[u] + lo * e, writing);
-    z->nvme_bytes[t] = (double)bytes; z->nvme_unit[t] = u; z->nvme_writing[t] = writing; // (for the trace)
-    return t;
+    z->nvme->trace = z->trace; // (core/nvme.h draws each transfer in the trace as it completes)
+    return nvme_submit(z->nvme, z->nvme_file[kind], buf, bytes, zero_nvme_off(z, kind)[u] + lo * e, writing, u);
 }
-// Waits for a transfer (-1: none); in the trace, the wait ("wait nvme", exposed I/O) and, once,
-// the transfer from its submission to its completion.
+// Waits for a transfer (-1: none; one waited for before: at once); in the trace, the time it
+// blocked the caller ("wait nvme": exposed I/O).
 static inline void zero_nvme_wait(Zero *z, int ticket) {
     if (ticket < 0) return;
-    double t0 = trace_begin(z->trace, "wait nvme", TRACE_NVME, z->nvme_unit[ticket], 0.0);
+    double t0 = trace_begin(z->trace, "wait nvme", TRACE_NVME, -1, 0.0);
     int bad = nvme_wait(z->nvme, ticket);
     trace_end(z->trace, t0);
     if (bad) zero_nvme_fail(z);
-    if (z->nvme_bytes[ticket] > 0.0) {
-        double a, b;
-        nvme_ticket_times(z->nvme, ticket, &a, &b);
-        trace_span(z->trace, z->nvme_writing[ticket] ? "nvme write" : "nvme read", TRACE_NVME, z->nvme_unit[ticket],
-                   z->nvme_bytes[ticket], a, b);
-        z->nvme_bytes[ticket] = 0.0;
-    }
 }
 
 // Sets up the partition and allocates this rank's model states and buffers (ZeroOptions: the

@@ -8,16 +8,18 @@
 //     threads. Returns 0, or -1 with one line of text in err (the culprit named).
 //   nvme_file(io, name, bytes): creates the file, sized and allocated (posix_fallocate: a disk
 //     that fills up later cannot take its blocks away), and returns its index, or -1 (io->err).
-//   nvme_submit(io, file, buf, bytes, offset, writing) -> ticket: one transfer, split into
+//   nvme_submit(io, file, buf, bytes, offset, writing, tag) -> ticket: one transfer, split into
 //     requests of `block` bytes that the threads run in parallel. With O_DIRECT, buf, bytes and
 //     offset are multiples of NVME_ALIGN (the caller pads). nvme_wait(io, ticket) blocks until it
 //     is done: 0, or -1 with the first error in io->err ("PATH: write of N bytes at offset X
 //     failed: No space left on device", a short read of a truncated file, ...).
 //   nvme_check(io): the files are still there at their size (a file deleted or truncated under
 //     a running job would otherwise go unnoticed until it is read); 0 or -1 (io->err).
-//   nvme_ticket_times(io, ticket, &submitted, &done), after its nvme_wait and before the next
-//     submit: when the transfer was submitted and when its last request finished (nvme_now()'s
-//     clock: CLOCK_MONOTONIC seconds), for a timeline.
+//   A ticket is a handle: waiting for it again, or for one whose transfer finished long ago,
+//     returns at once (its slot's generation says so), whatever the slot now carries.
+//   io->trace (core/trace.h; NULL: none): each transfer, when its last request finishes, is a
+//     span from its submission ("nvme read"/"nvme write", category nvme, with its bytes and
+//     the `tag` nvme_submit was given), drawn by the I/O thread that finished it.
 //   Accounting: bytes read and written, time with any request in flight (busy), and time the
 //     caller spent blocked in nvme_wait (exposed); nvme_take_stats() returns and resets them.
 //   nvme_close(io, remove): joins the threads, closes the files, and with remove deletes them
@@ -36,6 +38,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/trace.h"
 
 #define NVME_ALIGN 4096      // bytes: buffers, sizes and offsets of direct I/O
 #define NVME_MAX_FILES 8
@@ -58,7 +61,10 @@ typedef struct {
     NvmeRequest q[NVME_QUEUE];
     int head, count, stop, running;           // queued requests; requests being run
     int pending[NVME_TICKETS];                // requests left per ticket (0: free or done)
-    double submitted[NVME_TICKETS], finished[NVME_TICKETS]; // each ticket's times (nvme_now)
+    int gen[NVME_TICKETS];                    // each slot's generation: a ticket is gen * NVME_TICKETS + slot
+    double submitted[NVME_TICKETS], bytes[NVME_TICKETS]; // each slot's transfer, for the trace:
+    int tag[NVME_TICKETS], writing[NVME_TICKETS];        // when, how many bytes, tag, direction
+    Trace *trace;
     int failed;                               // an error happened (err says which)
     char err[1024];                           // the first error (a path in it cut at 800 characters)
     double bytes_read, bytes_written, busy_s, exposed_s, busy_since;
@@ -100,7 +106,9 @@ static void *nvme_thread(void *arg) {
                      e > 0 ? strerror(e) : "the file ends there (truncated under the running job?)");
         }
         if (--io->running == 0) io->busy_s += nvme_now() - io->busy_since;
-        if (--io->pending[r.ticket] == 0) io->finished[r.ticket] = nvme_now();
+        if (--io->pending[r.ticket] == 0 && io->trace)
+            trace_span(io->trace, io->writing[r.ticket] ? "nvme write" : "nvme read", TRACE_NVME, io->tag[r.ticket],
+                       io->bytes[r.ticket], io->submitted[r.ticket], nvme_now());
         pthread_cond_broadcast(&io->done);
     }
     pthread_mutex_unlock(&io->mu);
@@ -167,7 +175,7 @@ static inline int nvme_file(Nvme *io, const char *name, size_t bytes) {
     return k;
 }
 
-static inline int nvme_submit(Nvme *io, int file, void *buf, size_t bytes, size_t offset, int writing) {
+static inline int nvme_submit(Nvme *io, int file, void *buf, size_t bytes, size_t offset, int writing, int tag) {
     pthread_mutex_lock(&io->mu);
     int t = -1;
     while (t < 0) {
@@ -175,7 +183,8 @@ static inline int nvme_submit(Nvme *io, int file, void *buf, size_t bytes, size_
         if (t < 0) pthread_cond_wait(&io->done, &io->mu); // every ticket in use: wait for one
     }
     io->pending[t] = 1; // held while the requests are queued
-    io->submitted[t] = nvme_now();
+    io->gen[t] = (io->gen[t] + 1) % (1 << 22);
+    io->submitted[t] = nvme_now(); io->bytes[t] = (double)bytes; io->tag[t] = tag; io->writing[t] = writing;
     for (size_t at = 0; at < bytes; at += io->block) {
         while (io->count == NVME_QUEUE) pthread_cond_wait(&io->done, &io->mu);
         NvmeRequest *r = &io->q[(io->head + io->count) % NVME_QUEUE];
@@ -185,28 +194,23 @@ static inline int nvme_submit(Nvme *io, int file, void *buf, size_t bytes, size_
         io->pending[t]++;
         pthread_cond_signal(&io->work);
     }
-    if (--io->pending[t] == 0) io->finished[t] = nvme_now(); // (every request already done)
+    if (--io->pending[t] == 0 && io->trace) // (every request already done)
+        trace_span(io->trace, writing ? "nvme write" : "nvme read", TRACE_NVME, tag, (double)bytes, io->submitted[t], nvme_now());
     pthread_cond_broadcast(&io->work);
     pthread_mutex_unlock(&io->mu);
-    return t;
+    return io->gen[t] * NVME_TICKETS + t;
 }
 
 static inline int nvme_wait(Nvme *io, int ticket) {
     if (ticket < 0) return 0;
+    int t = ticket % NVME_TICKETS, g = ticket / NVME_TICKETS;
     double t0 = nvme_now();
     pthread_mutex_lock(&io->mu);
-    while (io->pending[ticket]) pthread_cond_wait(&io->done, &io->mu);
+    while (io->gen[t] == g && io->pending[t]) pthread_cond_wait(&io->done, &io->mu);
     int bad = io->failed;
     io->exposed_s += nvme_now() - t0;
     pthread_mutex_unlock(&io->mu);
     return bad ? -1 : 0;
-}
-
-static inline void nvme_ticket_times(Nvme *io, int ticket, double *submitted, double *done) {
-    pthread_mutex_lock(&io->mu);
-    *submitted = io->submitted[ticket];
-    *done = io->finished[ticket];
-    pthread_mutex_unlock(&io->mu);
 }
 
 static inline int nvme_check(Nvme *io) {

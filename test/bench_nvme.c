@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
         for (size_t at = 0; at < total; at += piece, k++) {
             int s = (int)(k % (size_t)inflight);
             if (nvme_wait(&io, ticket[s])) { fprintf(stderr, "error: %s\n", io.err); return 1; }
-            ticket[s] = nvme_submit(&io, f, buf[s], piece, at, writing);
+            ticket[s] = nvme_submit(&io, f, buf[s], piece, at, writing, 0);
         }
         for (int i = 0; i < inflight; i++)
             if (nvme_wait(&io, ticket[i])) { fprintf(stderr, "error: %s\n", io.err); return 1; }
