@@ -283,92 +283,101 @@ static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias,
 // The products per head (q.kᵀ and att.v; in the backward attᵀ.dout, dout.vᵀ, ds.k and dsᵀ.q,
 // ds the scores' gradient) are sgemm calls on strided views of qkv, in blocks of rows along the
 // diagonal so that the causal mask costs little: rows r0..r1 only reach columns 0..r1.
+// The heads are the parallel work: one (b, h) per item, its products and softmax on one thread
+// (OpenBLAS runs a call made inside a parallel region on that thread alone). Each of those
+// sgemm calls is small (T=64: 64 x 64 x 64), too small for two threads to share, and made one
+// after another from outside they kept one core waiting through all of them.
 #define ATT_BLOCK 128
 static int block_end(int r0, int rows, int T) { return r0 + rows < T ? r0 + rows : T; }
+
+// One head's forward: att_bh (T,T) of head h of batch row b, out_b (T,C), qkv_b (T,3C).
+static void attention_head_forward(float *out_b, float *att_bh, const float *qkv_b, int h, int T, int C, int hs, float scale) {
+    const int C3 = 3 * C;
+    const float *q = qkv_b + h * hs, *v = qkv_b + 2 * C + h * hs;
+    for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) { // scores: att[r0..r1, 0..r1] = scale q[r0..r1] . k[0..r1]ᵀ
+        int r1 = block_end(r0, ATT_BLOCK, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, q + (size_t)r0 * C3, C3,
+                    q + C, C3, 0.0f, att_bh + (size_t)r0 * T, T);
+    }
+    for (int t = 0; t < T; t++) { // softmax over columns 0..t of each row; zero beyond
+        float *a = att_bh + (size_t)t * T;
+        float maxv = -INFINITY, sum = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) maxv = a[t2] > maxv ? a[t2] : maxv;
+        for (int t2 = 0; t2 <= t; t2++) { a[t2] = gpt2_exp(a[t2] - maxv); sum += a[t2]; }
+        float inv = 1.0f / sum;
+        for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
+        for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
+    }
+    for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) { // out[r0..r1] = att[r0..r1, 0..r1] . v[0..r1]
+        int r1 = block_end(r0, ATT_BLOCK, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, att_bh + (size_t)r0 * T, T, v, C3,
+                    0.0f, out_b + (size_t)r0 * C + h * hs, C);
+    }
+}
+
 static void attention_forward(CpuKernels *k, float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
     (void)k;
-    int hs = C / NH, C3 = 3 * C;
+    int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) // scores: att[r0..r1, 0..r1] = scale q[r0..r1] . k[0..r1]ᵀ
-            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-                int r1 = block_end(r0, ATT_BLOCK, T);
-                const float *q = qkv + (size_t)b * T * C3 + h * hs;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, q + (size_t)r0 * C3, C3,
-                            q + C, C3, 0.0f, att + (((size_t)b * NH + h) * T + r0) * T, T);
-            }
-#pragma omp parallel for collapse(3)
-    for (int b = 0; b < B; b++) // softmax over columns 0..t of each row; zero beyond
         for (int h = 0; h < NH; h++)
-            for (int t = 0; t < T; t++) {
-                float *a = att + (((size_t)b * NH + h) * T + t) * T;
-                float maxv = -INFINITY, sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) maxv = a[t2] > maxv ? a[t2] : maxv;
-                for (int t2 = 0; t2 <= t; t2++) { a[t2] = gpt2_exp(a[t2] - maxv); sum += a[t2]; }
-                float inv = 1.0f / sum;
-                for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
-                for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
-            }
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) // out[r0..r1] = att[r0..r1, 0..r1] . v[0..r1]
-            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-                int r1 = block_end(r0, ATT_BLOCK, T);
-                const float *v = qkv + (size_t)b * T * C3 + 2 * C + h * hs;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
-                            att + (((size_t)b * NH + h) * T + r0) * T, T, v, C3, 0.0f,
-                            out + ((size_t)b * T + r0) * C + h * hs, C);
-            }
+            attention_head_forward(out + (size_t)b * T * C, att + ((size_t)b * NH + h) * T * T, qkv + (size_t)b * T * 3 * C,
+                                   h, T, C, hs, scale);
+}
+
+// One head's backward: dqkv_b (T,3C) of batch row b gets head h's dq, dk, dv; att_bh (T,T) is
+// overwritten with the scores' gradient; datt, `rows` x T floats of scratch.
+static void attention_head_backward(float *dqkv_b, float *att_bh, const float *dout_b, const float *qkv_b, float *datt,
+                                    int rows, int h, int T, int C, int hs, float scale) {
+    const int C3 = 3 * C;
+    const float *q = qkv_b + h * hs;
+    for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) { // dv[c0..c1] = att[c0..T, c0..c1]ᵀ . dout[c0..T]
+        int c1 = block_end(c0, ATT_BLOCK, T);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f, att_bh + (size_t)c0 * T + c0, T,
+                    dout_b + (size_t)c0 * C + h * hs, C, 0.0f, dqkv_b + (size_t)c0 * C3 + 2 * C + h * hs, C3);
+    }
+    for (int r0 = 0; r0 < T; r0 += rows) { // datt[r0..r1] = dout[r0..r1] . v[0..r1]ᵀ, in the scratch
+        int r1 = block_end(r0, rows, T);
+        float *a = att_bh + (size_t)r0 * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f, dout_b + (size_t)r0 * C + h * hs, C,
+                    q + 2 * C, C3, 0.0f, datt, T);
+        for (int t = r0; t < r1; t++) { // att[t] := scale * att[t] * (datt - att[t] . datt), columns 0..t
+            float *at = a + (size_t)(t - r0) * T;
+            const float *dt = datt + (size_t)(t - r0) * T;
+            float weighted = 0.0f;
+            for (int t2 = 0; t2 <= t; t2++) weighted += at[t2] * dt[t2];
+            for (int t2 = 0; t2 <= t; t2++) at[t2] *= (dt[t2] - weighted) * scale;
+        }
+    }
+    float *dq = dqkv_b + h * hs;
+    for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+        int r1 = block_end(r0, ATT_BLOCK, T);
+        // dq[r0..r1] = ds[r0..r1, 0..r1] . k[0..r1];  dk[r0..r1] = ds[r0..T, r0..r1]ᵀ . q[r0..T]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, att_bh + (size_t)r0 * T, T,
+                    q + C, C3, 0.0f, dq + (size_t)r0 * C3, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, hs, T - r0, 1.0f, att_bh + (size_t)r0 * T + r0, T,
+                    q + (size_t)r0 * C3, C3, 0.0f, dq + C + (size_t)r0 * C3, C3);
+    }
 }
 
 // dqkv (B,T,3C) from dout (B,T,C), the saved qkv and att, which it overwrites with the
 // gradient of the scores; out, the forward's output, is dead by now (the GPU version reads it)
-// and holds blocks of datt = dout . vᵀ meanwhile. The products with whole blocks are sgemm
-// calls as in the forward, dv first, while att still holds the probabilities.
+// and holds blocks of datt = dout . vᵀ meanwhile: each thread its own share of its B*T*C
+// floats, `rows` rows of T (at most ATT_BLOCK). dv first, while att still holds the probabilities.
 static void attention_backward(CpuKernels *k, float *dqkv, float *att, const float *dout, const float *qkv, float *out,
                                int B, int T, int C, int NH) {
     (void)k;
-    int hs = C / NH, C3 = 3 * C;
+    int hs = C / NH, nt = omp_get_max_threads();
+    if (nt > B * C) nt = B * C;
+    int rows = B * C / nt < ATT_BLOCK ? B * C / nt : ATT_BLOCK;
     float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) // dv[c0..c1] = att[c0..T, c0..c1]ᵀ . dout[c0..T]
-            for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
-                int c1 = block_end(c0, ATT_BLOCK, T);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f,
-                            att + (((size_t)b * NH + h) * T + c0) * T + c0, T, dout + ((size_t)b * T + c0) * C + h * hs, C,
-                            0.0f, dqkv + ((size_t)b * T + c0) * C3 + 2 * C + h * hs, C3);
-            }
-    // datt's blocks in out: rows of T floats, as many as its B*T*C floats hold
-    int rows = B * C < ATT_BLOCK ? B * C : ATT_BLOCK;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(nt)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
-            for (int r0 = 0; r0 < T; r0 += rows) {
-                int r1 = block_end(r0, rows, T);
-                float *a = att + (((size_t)b * NH + h) * T + r0) * T;
-                const float *dout_r = dout + ((size_t)b * T + r0) * C + h * hs;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f, dout_r, C,
-                            qkv + (size_t)b * T * C3 + 2 * C + h * hs, C3, 0.0f, out, T);
-#pragma omp parallel for
-                for (int t = r0; t < r1; t++) { // att[t] := scale * att[t] * (datt - att[t] . datt), columns 0..t
-                    float *at = a + (size_t)(t - r0) * T;
-                    const float *dt = out + (size_t)(t - r0) * T;
-                    float weighted = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) weighted += at[t2] * dt[t2];
-                    for (int t2 = 0; t2 <= t; t2++) at[t2] *= (dt[t2] - weighted) * scale;
-                }
-            }
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const float *ds = att + ((size_t)b * NH + h) * T * T, *q = qkv + (size_t)b * T * C3 + h * hs;
-            float *dq = dqkv + (size_t)b * T * C3 + h * hs;
-            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-                int r1 = block_end(r0, ATT_BLOCK, T);
-                // dq[r0..r1] = ds[r0..r1, 0..r1] . k[0..r1];  dk[r0..r1] = ds[r0..T, r0..r1]ᵀ . q[r0..T]
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, ds + (size_t)r0 * T, T,
-                            q + C, C3, 0.0f, dq + (size_t)r0 * C3, C3);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, hs, T - r0, 1.0f, ds + (size_t)r0 * T + r0, T,
-                            q + (size_t)r0 * C3, C3, 0.0f, dq + C + (size_t)r0 * C3, C3);
-            }
-        }
+            attention_head_backward(dqkv + (size_t)b * T * 3 * C, att + ((size_t)b * NH + h) * T * T, dout + (size_t)b * T * C,
+                                    qkv + (size_t)b * T * 3 * C, out + (size_t)omp_get_thread_num() * rows * T, rows, h, T, C,
+                                    hs, scale);
 }
 
 // GELU elementwise (gpt2_gelu in gpt2.h, shared with the GPU kernels); (n) -> (n)
