@@ -29,8 +29,10 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$1" | awk -F'[:,]' -v from=$2 '$2 >= from {print $2, $4}'; }
 last_step() { grep -o '"step":[0-9]*,"loss"' "$1" 2>/dev/null | tail -1 | grep -o '[0-9]*'; }
 # pending(pid, signal number): the signal is pending at the process (sent, not yet handled)
-pending() { local m; m=$(awk '/^ShdPnd:|^SigPnd:/ {print $2}' /proc/$1/status 2>/dev/null | tr '\n' ' ');
+# (any thread's: a signal to the process may wait on the thread the kernel picked for it)
+pending() { local m; m=$(cat /proc/$1/task/*/status 2>/dev/null | awk '/^ShdPnd:|^SigPnd:/ {print $2}' | tr '\n' ' ');
             for x in $m; do (( 16#$x >> ($2 - 1) & 1 )) && return 0; done; return 1; }
+stopped() { [ "$(awk '{print $3}' /proc/$1/stat 2>/dev/null)" = T ]; }
 
 # interrupted NAME NP SIGNAL TARGET: runs the job, freezes its ranks at a random step, sends
 # SIGNAL to TARGET (rank: the trainer itself; mpirun: the launcher), thaws, checks the stop.
@@ -44,10 +46,13 @@ interrupted() {
   ranks=$(pgrep -f "^./train_gpt_cpu .*--out $d/$name " | tr '\n' ' ')
   [ "$(echo $ranks | wc -w)" -eq $np ] || { fail "$name: $np ranks wanted, found '$ranks'"; kill $job; return; }
   kill -STOP $ranks
+  # SIGSTOP takes effect asynchronously: until a rank is stopped it could run the handler of the
+  # signal sent next, and then the signal is never seen pending
+  for p in $ranks; do for _ in $(seq 400); do stopped $p && break; sleep 0.05; done; done
   k0=$(last_step $d/$name.jsonl)
   if [ $target = mpirun ]; then kill -$sig $job; else kill -$sig $ranks; fi
   local signo; signo=$(kill -l $sig)
-  for p in $ranks; do for _ in $(seq 200); do pending $p $signo && break; sleep 0.05; done
+  for p in $ranks; do for _ in $(seq 400); do pending $p $signo && break; sleep 0.05; done
     pending $p $signo || fail "$name: rank $p never got $sig"; done
   t0=$(date +%s.%N)
   kill -CONT $ranks
@@ -85,11 +90,14 @@ interrupted term1 1 TERM rank
 interrupted usr1_np2 2 USR1 mpirun
 
 echo "== a second SIGINT ends the process at once"
-# (steps of 64 micro-steps: the second SIGINT comes well before the step could end)
-./train_gpt_cpu $shape ${args/--total-batch 256/--total-batch 8192} --steps $M --batch 8 --out $d/int --log $d/int.jsonl > $d/int.out 2>&1 &
+# (steps of 256 micro-steps, about a second here; the second SIGINT follows as soon as the first
+# has been handled, no longer pending, so that the two cannot merge into one)
+./train_gpt_cpu $shape ${args/--total-batch 256/--total-batch 32768} --steps $M --batch 8 --out $d/int --log $d/int.jsonl > $d/int.out 2>&1 &
 job=$!
 for _ in $(seq 600); do [ -n "$(last_step $d/int.jsonl)" ] && break; sleep 0.05; done
-kill -INT $job; sleep 0.3; kill -INT $job
+kill -INT $job
+for _ in $(seq 200); do pending $job 2 || break; sleep 0.01; done
+sleep 0.02; kill -INT $job
 wait $job; rc=$?
 echo "two SIGINTs: exit code $rc"
 [ $rc -eq 130 ] || fail "two SIGINTs: exit code $rc, not 130 (killed by SIGINT)"
