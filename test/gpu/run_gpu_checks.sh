@@ -136,7 +136,8 @@ EOF
   rargs=(--layers 6 --channels 64 --heads 4 --vocab-size 512 --max-seq-len 32 --batch 2 --seq-len 32 --grad-accum 2
          --steps 2 --train-data "$d/rc_tokens.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
   rmodes=("none 1" "full 1" "full 2" "selective 1" "full 1 --cpu-checkpointing" "full 2 --cpu-checkpointing")
-  steps() { grep '^{"step"' "$1" | grep '"loss"' | sed -E 's/,"([a-z_]*ms|tok_s|nvme_read|nvme_write)":[0-9.e+-]+//g'; } # as test/lib.sh's log_steps
+  . test/lib.sh
+  steps() { log_steps "$1"; }
   for p in fp32 bf16 fp16; do
     ok=1
     for mk in "${rmodes[@]}"; do
