@@ -235,12 +235,27 @@ static void matmul_forward(CpuKernels *k, float *out, const float *inp, const fl
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, bias ? 1.0f : 0.0f, out, OC);
 }
 
+// dout16 (N,OC) = dout (N,OC) rounded to bf16, and dbias (OC) += the column sums of dout (over
+// rows in order, as matmul_backward's own loop adds them): one pass over dout instead of two.
+static void round_bf16_sum_columns(bf16_t *dout16, float *dbias, const float *dout, int N, int OC) {
+#pragma omp parallel for
+    for (int o0 = 0; o0 < OC; o0 += 64) {
+        int o1 = o0 + 64 < OC ? o0 + 64 : OC;
+        for (int n = 0; n < N; n++) {
+            const float *d = dout + (size_t)n * OC;
+            zc_f32_to_bf16_block(dout16 + (size_t)n * OC + o0, d + o0, (size_t)(o1 - o0));
+            for (int o = o0; o < o1; o++) dbias[o] += d[o];
+        }
+    }
+}
+
 // dinp (N,C) = dout (N,OC) . w;  dw (OC,C) += dout^T . inp;  dbias (OC) += column sums of dout
 static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                             const float *w, const void *w16, int N, int C, int OC) {
     if (w16 && !k->via_sgemm) {
         bf16_t *dout16 = k->staging, *inp16 = k->staging + (size_t)N * OC;
-        f32_to_bf16_array(dout16, dout, (size_t)N * OC);
+        if (dbias) round_bf16_sum_columns(dout16, dbias, dout, N, OC);
+        else f32_to_bf16_array(dout16, dout, (size_t)N * OC);
         f32_to_bf16_array(inp16, inp, (size_t)N * C);
         check_gemm_scratch(k, gemm_bf16_scratch_bytes(N, C, OC));
         if (gemm_bf16_backward_data(&k->gemm, dinp, dout16, (const bf16_t *)w16, N, C, OC, 0.0f)) die_gemm();
@@ -265,7 +280,7 @@ static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias,
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     }
-    if (dbias) {
+    if (dbias && !(w16 && !k->via_sgemm)) { // (the gemm_bf16 path added them while it rounded dout)
 #pragma omp parallel for
         for (int o0 = 0; o0 < OC; o0 += 64) {
             int o1 = o0 + 64 < OC ? o0 + 64 : OC;
