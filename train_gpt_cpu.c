@@ -426,7 +426,8 @@ static void zero_fill(CpuKernels *k, float *p, size_t n) { (void)k; zero_bytes(p
 // The LM head's loss, fused: for each of N rows of logits (N,Vp), the softmax over the first V
 // columns (padded columns never enter it), the cross-entropy against targets (N) into losses (N),
 // and, when dloss != 0, the gradient dloss * (softmax - onehot) written over the logits in
-// place (padded columns get 0), so no second (N,Vp) buffer is ever needed.
+// place (padded columns get 0), so no second (N,Vp) buffer is ever needed. Each exponential is
+// computed once: the sum's pass leaves it in place of its logit, and the gradient's pass scales it.
 static void crossentropy_softmax_fused(float *logits, float *losses, const int *targets,
                                        int N, int V, int Vp, float dloss) {
 #pragma omp parallel for
@@ -435,15 +436,24 @@ static void crossentropy_softmax_fused(float *logits, float *losses, const int *
         float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
         for (int i = 0; i < V; i++) maxv = l[i] > maxv ? l[i] : maxv;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int i = 0; i < V; i++) sum += gpt2_exp(l[i] - maxv);
         int tgt = targets[n];
-        losses[n] = logf(sum) + maxv - l[tgt];
+        float sum = 0.0f, ltgt = l[tgt];
+        if (dloss != 0.0f) { // each e^(l - max) is left in place, and the gradient scales it
+#pragma omp simd reduction(+ : sum)
+            for (int i = 0; i < V; i++) {
+                float e = gpt2_exp(l[i] - maxv);
+                l[i] = e;
+                sum += e;
+            }
+        } else { // the logits stay (the sampler reads them)
+#pragma omp simd reduction(+ : sum)
+            for (int i = 0; i < V; i++) sum += gpt2_exp(l[i] - maxv);
+        }
+        losses[n] = logf(sum) + maxv - ltgt;
         if (dloss != 0.0f) {
             float inv = 1.0f / sum;
 #pragma omp simd
-            for (int i = 0; i < V; i++) l[i] = gpt2_exp(l[i] - maxv) * inv * dloss;
+            for (int i = 0; i < V; i++) l[i] = l[i] * inv * dloss;
             l[tgt] -= dloss;
             for (int i = V; i < Vp; i++) l[i] = 0.0f;
         }
