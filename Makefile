@@ -23,7 +23,7 @@ TMP      = $@.$$$$.part
 HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
-.PHONY: all test bench bench-optimizer bench-recompute nvme-demo setup clean data fuzz gpu_check soak docs-figures FORCE
+.PHONY: all test bench bench-ranks bench-optimizer bench-recompute nvme-demo setup clean data fuzz gpu_check soak docs-figures FORCE
 all: train_gpt_cpu
 
 setup:
@@ -126,6 +126,11 @@ test: train_gpt_cpu train_gpt_cpu_asan
 
 bench: train_gpt_cpu test/bin/test_gemm_bf16
 	bash scripts/bench.sh
+
+# 2 ranks x 1 thread against 1 rank x 2 threads at the same global batch, ZeRO stages 0-3
+# (scripts/bench_ranks.sh).
+bench-ranks: train_gpt_cpu
+	bash scripts/bench_ranks.sh
 
 # The CPU optimizer engine against torch.optim.AdamW (scripts/bench_optimizer.sh).
 bench-optimizer: test/bin/bench_optimizer

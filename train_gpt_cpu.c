@@ -235,12 +235,27 @@ static void matmul_forward(CpuKernels *k, float *out, const float *inp, const fl
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, bias ? 1.0f : 0.0f, out, OC);
 }
 
+// dout16 (N,OC) = dout (N,OC) rounded to bf16, and dbias (OC) += the column sums of dout (over
+// rows in order, as matmul_backward's own loop adds them): one pass over dout instead of two.
+static void round_bf16_sum_columns(bf16_t *dout16, float *dbias, const float *dout, int N, int OC) {
+#pragma omp parallel for
+    for (int o0 = 0; o0 < OC; o0 += 64) {
+        int o1 = o0 + 64 < OC ? o0 + 64 : OC;
+        for (int n = 0; n < N; n++) {
+            const float *d = dout + (size_t)n * OC;
+            zc_f32_to_bf16_block(dout16 + (size_t)n * OC + o0, d + o0, (size_t)(o1 - o0));
+            for (int o = o0; o < o1; o++) dbias[o] += d[o];
+        }
+    }
+}
+
 // dinp (N,C) = dout (N,OC) . w;  dw (OC,C) += dout^T . inp;  dbias (OC) += column sums of dout
 static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                             const float *w, const void *w16, int N, int C, int OC) {
     if (w16 && !k->via_sgemm) {
         bf16_t *dout16 = k->staging, *inp16 = k->staging + (size_t)N * OC;
-        f32_to_bf16_array(dout16, dout, (size_t)N * OC);
+        if (dbias) round_bf16_sum_columns(dout16, dbias, dout, N, OC);
+        else f32_to_bf16_array(dout16, dout, (size_t)N * OC);
         f32_to_bf16_array(inp16, inp, (size_t)N * C);
         check_gemm_scratch(k, gemm_bf16_scratch_bytes(N, C, OC));
         if (gemm_bf16_backward_data(&k->gemm, dinp, dout16, (const bf16_t *)w16, N, C, OC, 0.0f)) die_gemm();
@@ -265,7 +280,7 @@ static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias,
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     }
-    if (dbias) {
+    if (dbias && !(w16 && !k->via_sgemm)) { // (the gemm_bf16 path added them while it rounded dout)
 #pragma omp parallel for
         for (int o0 = 0; o0 < OC; o0 += 64) {
             int o1 = o0 + 64 < OC ? o0 + 64 : OC;
@@ -411,7 +426,8 @@ static void zero_fill(CpuKernels *k, float *p, size_t n) { (void)k; zero_bytes(p
 // The LM head's loss, fused: for each of N rows of logits (N,Vp), the softmax over the first V
 // columns (padded columns never enter it), the cross-entropy against targets (N) into losses (N),
 // and, when dloss != 0, the gradient dloss * (softmax - onehot) written over the logits in
-// place (padded columns get 0), so no second (N,Vp) buffer is ever needed.
+// place (padded columns get 0), so no second (N,Vp) buffer is ever needed. Each exponential is
+// computed once: the sum's pass leaves it in place of its logit, and the gradient's pass scales it.
 static void crossentropy_softmax_fused(float *logits, float *losses, const int *targets,
                                        int N, int V, int Vp, float dloss) {
 #pragma omp parallel for
@@ -420,15 +436,24 @@ static void crossentropy_softmax_fused(float *logits, float *losses, const int *
         float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
         for (int i = 0; i < V; i++) maxv = l[i] > maxv ? l[i] : maxv;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int i = 0; i < V; i++) sum += gpt2_exp(l[i] - maxv);
         int tgt = targets[n];
-        losses[n] = logf(sum) + maxv - l[tgt];
+        float sum = 0.0f, ltgt = l[tgt];
+        if (dloss != 0.0f) { // each e^(l - max) is left in place, and the gradient scales it
+#pragma omp simd reduction(+ : sum)
+            for (int i = 0; i < V; i++) {
+                float e = gpt2_exp(l[i] - maxv);
+                l[i] = e;
+                sum += e;
+            }
+        } else { // the logits stay (the sampler reads them)
+#pragma omp simd reduction(+ : sum)
+            for (int i = 0; i < V; i++) sum += gpt2_exp(l[i] - maxv);
+        }
+        losses[n] = logf(sum) + maxv - ltgt;
         if (dloss != 0.0f) {
             float inv = 1.0f / sum;
 #pragma omp simd
-            for (int i = 0; i < V; i++) l[i] = gpt2_exp(l[i] - maxv) * inv * dloss;
+            for (int i = 0; i < V; i++) l[i] = l[i] * inv * dloss;
             l[tgt] -= dloss;
             for (int i = V; i < Vp; i++) l[i] = 0.0f;
         }
