@@ -22,6 +22,10 @@ Contract
   test checks all 2^32 fp32 patterns). They use AVX512-BF16 / F16C when compiled with them
   (-march=native), are OpenMP-parallel above ZC_MP_OMP_MIN elements, and dst/src must not overlap.
   zc_mp_simd_path() names the path compiled in.
+- zc_add_array(dst, src, n, t): dst += src elementwise in type t (16-bit: widened, added in fp32,
+  rounded), bit-identical to the scalar zc_store(dst, i, zc_load(dst, i, t) + zc_load(src, i, t), t)
+  but where both addends are NaNs (a NaN then, of either's payload; the test checks it);
+  OpenMP-parallel as the conversions.
 - Overflow detection (host only): has_inf_or_nan_f32/_bf16/_fp16(x, n) -> 1 if any element is
   Inf or NaN. zc_isfinite_f32 (ZC_HD) for one value. Bit tests, so -ffast-math cannot remove them.
 - The precision enum ZC_F32 / ZC_BF16 / ZC_FP16 (names zc_dtype_names: "fp32", "bf16",
@@ -335,6 +339,33 @@ static inline void zc_narrow(void *dst, const float *src, size_t n, int t) {
     if (t == ZC_F32) memcpy(dst, src, n * sizeof(float));
     else if (t == ZC_BF16) f32_to_bf16_array((bf16_t *)dst, src, n);
     else f32_to_fp16_array((fp16_t *)dst, src, n);
+}
+
+// Sums of arrays (host): dst[i] = zc_store(zc_load(dst, i) + zc_load(src, i)): both widened
+// (exactly), added in fp32, rounded back; how 16-bit gradients accumulate and how the CPU
+// trainer's 16-bit collectives sum. In blocks through the SIMD conversions above, so a 16-bit
+// sum runs at memory speed instead of one element's conversions at a time.
+#define ZC_ADD_CHUNK 256
+#define ZC_ADD16_BLOCK(name, T, widen, narrow) \
+    static inline void name(T *dst, const T *src, size_t n) { \
+        float a[ZC_ADD_CHUNK], b[ZC_ADD_CHUNK]; \
+        for (size_t i = 0; i < n; i += ZC_ADD_CHUNK) { \
+            size_t m = n - i < ZC_ADD_CHUNK ? n - i : ZC_ADD_CHUNK; \
+            widen(a, dst + i, m); \
+            widen(b, src + i, m); \
+            for (size_t j = 0; j < m; j++) a[j] += b[j]; \
+            narrow(dst + i, a, m); \
+        } \
+    }
+ZC_ADD16_BLOCK(zc_add_bf16_block, bf16_t, zc_bf16_to_f32_block, zc_f32_to_bf16_block)
+ZC_ADD16_BLOCK(zc_add_fp16_block, fp16_t, zc_fp16_to_f32_block, zc_f32_to_fp16_block)
+static inline void zc_add_f32_block(float *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+static inline void zc_add_array(void *dst, const void *src, size_t n, int t) {
+    if (t == ZC_F32) ZC_MP_FOR_BLOCKS(zc_add_f32_block, (float *)dst, (const float *)src, n);
+    else if (t == ZC_BF16) ZC_MP_FOR_BLOCKS(zc_add_bf16_block, (bf16_t *)dst, (const bf16_t *)src, n);
+    else ZC_MP_FOR_BLOCKS(zc_add_fp16_block, (fp16_t *)dst, (const fp16_t *)src, n);
 }
 
 // ----------------------------------------------------------------------------

@@ -460,6 +460,23 @@ static void crossentropy_softmax_fused(float *logits, float *losses, const int *
     }
 }
 
+// dst (of type dtype) += src (fp32), rounded to dtype: gradients accumulate so. (One loop per
+// type, so that each vectorises.)
+static void add_to(void *dst, const float *src, size_t n, int dtype) {
+    if (dtype == ZC_F32) {
+        float *d = (float *)dst;
+#pragma omp parallel for simd
+        for (size_t i = 0; i < n; i++) d[i] += src[i];
+    } else if (dtype == ZC_BF16) {
+        bf16_t *d = (bf16_t *)dst;
+#pragma omp parallel for simd
+        for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(bf16_to_f32(d[i]) + src[i]);
+    } else {
+        fp16_t *d = (fp16_t *)dst;
+#pragma omp parallel for
+        for (size_t i = 0; i < n; i++) d[i] = f32_to_fp16(fp16_to_f32(d[i]) + src[i]);
+    }
+}
 #include "cpu/mpi_backend.h"
 
 // ----------------------------------------------------------------------------------------

@@ -45,6 +45,9 @@
 //              K > 2 layers gathers each segment's layers for the recompute, in forward order,
 //              and again for the backward all but the last two, and prefetches the next
 //              segment's first layer where it would otherwise have prefetched the layer below.
+//     One rank: a collective over one rank is the identity, so none is issued: stages 0 and 1
+//              leave the gradient where it is, stages 2 and 3 add each bucket straight into the
+//              shard, and stage 3 computes from its shard in place (unless it is offloaded).
 //   Accounting. Every collective's bytes are counted in the ring model (all-gather or
 //   reduce-scatter of M bytes over N ranks: M(N-1)/N; all-reduce: twice that), and every
 //   buffer this header asks the backend to allocate is counted by kind and by where it lives.
@@ -708,6 +711,8 @@ static inline void zero_begin_forward(Zero *z, int micro, int accum) {
 static inline void *zero_params(Zero *z, int u, int next) {
     zero_progress(z, u);
     if (z->stage != 3) return zero_at(z, z->params, z->lay.unit_offset[u]);
+    // one rank's all-gather is the identity: its shard in compute memory is the whole unit
+    if (z->world == 1 && z->params && z->where[MEM_PARAMS] == LOC_DEVICE) return zero_at(z, z->params, zero_shard_offset(z, u));
     zero_prefetch(z, u);
     zero_wait(z, u, "all_gather");
     if (zero_is_layer(z, u)) z->unclaimed[u] = 0, z->in_use = u;
@@ -756,6 +761,10 @@ static inline void zero_grads_done(Zero *z, int u) {
                                          z->dtype);
             zero_issued(z, u, ZC_REDUCE_SCATTER, n, t0, h);
         }
+        return;
+    }
+    if (z->world == 1) { // one rank's reduce-scatter is the identity: the bucket is its slice
+        z->be.add(z->be.ctx, zero_at(z, z->grads, zero_shard_offset(z, u)), zero_bucket(z, u), n, z->dtype);
         return;
     }
     int r = u == UNIT_EMBED || u == gpt2_final_unit(&z->lay) ? 0 : 1 + u % 2;

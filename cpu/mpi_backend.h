@@ -25,19 +25,15 @@ typedef struct {
 } MpiBackend;
 
 // MPI has no 16-bit float types: 16-bit elements travel as MPI_UINT16_T and are summed by
-// these operations, in fp32 and rounded back, one pair of elements at a time (the reduction
-// order is MPI's, as the ring's is NCCL's).
+// these operations, each pair of elements in fp32 and rounded back (mixed_precision.h's
+// zc_add_array; the reduction order is MPI's, as the ring's is NCCL's).
 static void mpi_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
     (void)type;
-    const bf16_t *a = (const bf16_t *)in;
-    bf16_t *b = (bf16_t *)inout;
-    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+    zc_add_array(inout, in, (size_t)*len, ZC_BF16);
 }
 static void mpi_sum_fp16(void *in, void *inout, int *len, MPI_Datatype *type) {
     (void)type;
-    const fp16_t *a = (const fp16_t *)in;
-    fp16_t *b = (fp16_t *)inout;
-    for (int i = 0; i < *len; i++) b[i] = f32_to_fp16(fp16_to_f32(a[i]) + fp16_to_f32(b[i]));
+    zc_add_array(inout, in, (size_t)*len, ZC_FP16);
 }
 static MPI_Datatype mpi_type(int dtype) { return dtype == ZC_F32 ? MPI_FLOAT : MPI_UINT16_T; }
 static MPI_Op mpi_sum(MpiBackend *b, int dtype) { return dtype == ZC_F32 ? MPI_SUM : b->sum16[dtype]; }
@@ -124,28 +120,9 @@ static void *host_alloc(void *ctx, size_t bytes) { (void)ctx; return xcalloc_byt
 static void host_free(void *ctx, void *p) { (void)ctx; free(p); }
 static void host_zero(void *ctx, void *p, size_t bytes) { (void)ctx; zero_bytes(p, bytes); }
 
-// dst (of type dtype) += src (fp32), rounded to dtype: gradients accumulate so. (One loop per
-// type, so that each vectorises.)
-static void add_to(void *dst, const float *src, size_t n, int dtype) {
-    if (dtype == ZC_F32) {
-        float *d = (float *)dst;
-#pragma omp parallel for simd
-        for (size_t i = 0; i < n; i++) d[i] += src[i];
-    } else if (dtype == ZC_BF16) {
-        bf16_t *d = (bf16_t *)dst;
-#pragma omp parallel for simd
-        for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(bf16_to_f32(d[i]) + src[i]);
-    } else {
-        fp16_t *d = (fp16_t *)dst;
-#pragma omp parallel for
-        for (size_t i = 0; i < n; i++) d[i] = f32_to_fp16(fp16_to_f32(d[i]) + src[i]);
-    }
-}
 static void host_add(void *ctx, void *dst, const void *src, size_t n, int dtype) {
     (void)ctx;
-    if (dtype == ZC_F32) { add_to(dst, (const float *)src, n, dtype); return; }
-#pragma omp parallel for
-    for (size_t i = 0; i < n; i++) zc_store(dst, i, zc_load(dst, i, dtype) + zc_load(src, i, dtype), dtype);
+    zc_add_array(dst, src, n, dtype);
 }
 static void host_to_host(void *ctx, float *host, const void *src, size_t n, int dtype) { (void)ctx; zc_widen(host, src, n, dtype); }
 static void host_from_host(void *ctx, void *dst, const float *host, size_t n, int dtype) { (void)ctx; zc_narrow(dst, host, n, dtype); }

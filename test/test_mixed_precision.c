@@ -416,6 +416,54 @@ static void test_has_inf_or_nan(void) {
 }
 
 // ----------------------------------------------------------------------------
+// sums of arrays: zc_add_array against the scalar expression it must equal bit for bit (the
+// scalar conversions are checked against the references above), on random 16-bit patterns of
+// every class (NaNs, infinities, subnormals, zeros of both signs) at lengths around the chunk
+// and the OpenMP threshold, at unaligned offsets; nothing outside [0, n) is written.
+
+static void test_add_arrays(void) {
+    const size_t cap = (3u << 17) + 37;
+    uint16_t *d = malloc((cap + 2) * 2), *s = malloc(cap * 2), *want = malloc(cap * 2);
+    float *df = malloc((cap + 2) * 4), *sf = malloc(cap * 4), *wantf = malloc(cap * 4);
+    char *two_nans = malloc(cap);
+    const size_t lens[] = {0, 1, 15, 255, 256, 257, 4099, (1u << 16) - 1, cap};
+    const int types[] = {ZC_BF16, ZC_FP16};
+    long bad = 0;
+    for (int ti = 0; ti < 2; ti++) {
+        int t = types[ti];
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            size_t n = lens[li], off = li % 2; // an odd element offset: not 4-byte aligned
+            uint16_t *dst = d + off;
+            for (size_t i = 0; i < cap + 2; i++) d[i] = (uint16_t)rng_u32();
+            for (size_t i = 0; i < n; i++) {
+                s[i] = (uint16_t)rng_u32();
+                if (i % 7 == 0) s[i] = dst[i] ^ 0x8000u; // x + (-x): signed zeros, inf - inf
+                want[i] = dst[i];
+                two_nans[i] = zc_load(dst, i, t) != zc_load(dst, i, t) && zc_load(s, i, t) != zc_load(s, i, t);
+                zc_store(want, i, zc_load(want, i, t) + zc_load(s, i, t), t);
+            }
+            uint16_t before = d[0], after = d[off + n];
+            zc_add_array(dst, s, n, t);
+            // where both addends are NaNs, either payload is right (a compiler may order an add's
+            // operands either way, and x86 keeps the first's): any NaN will do there
+            for (size_t i = 0; i < n; i++) bad += dst[i] != want[i] && !(two_nans[i] && zc_load(dst, i, t) != zc_load(dst, i, t));
+            CHECK(off == 0 || d[0] == before, "zc_add_array(%s) wrote before dst", zc_dtype_names[t]);
+            CHECK(d[off + n] == after, "zc_add_array(%s, n %zu) wrote past n", zc_dtype_names[t], n);
+        }
+    }
+    CHECK(bad == 0, "zc_add_array: %ld 16-bit sums differ from the scalar zc_store(zc_load + zc_load)", bad);
+    for (size_t i = 0; i < cap; i++) {
+        df[i] = f_of(rng_u32()); sf[i] = f_of(rng_u32()); wantf[i] = df[i] + sf[i];
+    }
+    zc_add_array(df, sf, cap, ZC_F32);
+    bad = 0;
+    for (size_t i = 0; i < cap; i++) bad += u_of(df[i]) != u_of(wantf[i]) && !(df[i] != df[i] && wantf[i] != wantf[i]);
+    CHECK(bad == 0, "zc_add_array(fp32): %ld sums differ", bad);
+    free(d); free(s); free(want); free(df); free(sf); free(wantf); free(two_nans);
+    printf("  zc_add_array fp32/bf16/fp16: ok so far\n");
+}
+
+// ----------------------------------------------------------------------------
 // loss scaler
 
 static LossScaler make_dyn(int power, int window, int hyst, float min_scale, int skip) {
@@ -627,6 +675,7 @@ int main(int argc, char **argv) {
     test_daz_ftz();
 #endif
     test_has_inf_or_nan();
+    test_add_arrays();
     test_loss_scaler_rules();
     test_loss_scaler_vs_deepspeed();
     if (exhaustive) test_exhaustive();
