@@ -211,7 +211,7 @@ def plot_timeline(trace_path, step, out):
         rows.append((f"rank {r} compute", bars))
         lanes = sorted({e["tid"] for e in mine if e["cat"] == "comm"})
         for k, lane in enumerate(lanes):
-            rows.append((f"rank {r} comm" if k == 0 else "", [(e["ts"], e["dur"], COLORS[e["name"]]) for e in mine
+            rows.append((f"rank {r} comm" if k == 0 else f"comm, overlapping ({k + 1})", [(e["ts"], e["dur"], COLORS[e["name"]]) for e in mine
                                                              if e["tid"] == lane and e["cat"] == "comm"]))
     fig, ax = plt.subplots(figsize=(7.2, 0.35 * len(rows) + 1.2))
     for i, (_, bars) in enumerate(rows):
