@@ -56,18 +56,18 @@ sleep 1
 make -s -C $src train_gpt_cpu BLAS_CANDIDATES=/nonexistent > $d/make_none.out 2>&1 || { cat $d/make_none.out; fail "make"; }
 [ "$(stat -c %Y.%s $src/train_gpt_cpu)" != "$before" ] || fail "not relinked when the OpenBLAS directory changed"
 [ -z "$(runpath $src/train_gpt_cpu)" ] || fail "relinked binary still has RUNPATH $(runpath $src/train_gpt_cpu)"
-make -s -C $src train_gpt_cpu BLAS_CANDIDATES=/nonexistent | grep -q . && fail "make relinked again with nothing changed"
+[ -z "$(make -s -C $src train_gpt_cpu BLAS_CANDIDATES=/nonexistent)" ] || fail "make relinked again with nothing changed"
 LD_LIBRARY_PATH=$pth $src/train_gpt_cpu $tiny > $d/switched.out 2>&1 || { cat $d/switched.out; fail "switched run failed"; }
 echo "pthread build first on the path: $(grep OpenBLAS $d/switched.out | head -1)"
 echo "  BLAS row: $(blas_row $d/switched.out)"
 [ "$(grep -c 'OpenBLAS' $d/switched.out)" -eq 2 ] || fail "want one note and the header row"
 grep -q "^note: OpenBLAS's pthread build was loaded; switched to its OpenMP build at run time" $d/switched.out || fail "no note"
-blas_row $d/switched.out | grep -q "OpenMP build$" || fail "did not switch to the OpenMP build"
+grep -q "OpenMP build$" <<<"$(blas_row $d/switched.out)" || fail "did not switch to the OpenMP build"
 ZEROC_OPENBLAS=keep LD_LIBRARY_PATH=$pth $src/train_gpt_cpu $tiny > $d/kept.out 2>&1 || { cat $d/kept.out; fail "kept run failed"; }
 echo "ZEROC_OPENBLAS=keep: $(grep OpenBLAS $d/kept.out | head -1)"
 echo "  BLAS row: $(blas_row $d/kept.out)"
 grep -q "^warning: OpenBLAS is its pthread build, not the OpenMP one: .*install libopenblas0-openmp" $d/kept.out || fail "no warning"
-blas_row $d/kept.out | grep -q "pthread build$" || fail "header does not say pthread"
+grep -q "pthread build$" <<<"$(blas_row $d/kept.out)" || fail "header does not say pthread"
 # under mpirun every rank switches; rank 0 alone says so
 OMP_NUM_THREADS=1 LD_LIBRARY_PATH=$pth mpirun -x LD_LIBRARY_PATH -np 2 --oversubscribe $src/train_gpt_cpu $tiny \
   > $d/mpi.out 2>&1 || { cat $d/mpi.out; fail "2 ranks"; }

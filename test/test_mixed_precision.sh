@@ -39,7 +39,7 @@ if [ -x "$NVCC" ]; then
   # -Werror all-warnings covers nvcc's own front end; -Xcompiler ... the host compiler.
   out=$("$NVCC" -std=c++17 -arch=sm_80 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-fopenmp \
         -I. -c test/mixed_precision_nvcc.cu -o $d/mixed_precision_nvcc.o 2>&1) || { echo "$out"; exit 1; }
-  if echo "$out" | grep -qi warning; then echo "$out"; exit 1; fi
+  if grep -qi warning <<<"$out"; then echo "$out"; exit 1; fi
   echo ok
 else
   echo "== nvcc not found at $NVCC: CUDA compile check not run"

@@ -14,7 +14,7 @@ test/bin/test_planner
 
 # The planner's command line: the trainer's --plan once it is wired, else the test program's.
 PLAN=(test/bin/test_planner plan)
-if ./train_gpt_cpu --plan --help 2>/dev/null | grep -q -- --offload-optimizer; then
+if grep -q -- --offload-optimizer <<<"$(./train_gpt_cpu --plan --help 2>/dev/null)"; then
   echo "== train_gpt_cpu --plan is wired: it must print what planner_main prints"
   for a in "--model d12" "--params 7e9 --precision bf16 --zero-stage 3 --world 1024 --json" \
            "--layers 2 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16 --seq-len 16 --zero-stage 2 --world 4"; do

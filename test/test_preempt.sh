@@ -67,7 +67,7 @@ interrupted() {
   [ "$(last_step $d/$name.jsonl)" = "$s" ] || fail "$name: the log goes on to step $(last_step $d/$name.jsonl)"
   grep -q "^stopping after step $s of $M: SIG$sig received; continue with --resume $d/$name$" $d/$name.out \
     || fail "$name: no stop line naming $sig and the step"
-  ls $d/$name | grep -q tmp && fail "$name: temporary files left"
+  grep -q tmp <<<"$(ls $d/$name)" && fail "$name: temporary files left"
   # resume with the same options, same ranks
   OMP_NUM_THREADS=1 mpirun -np $np --oversubscribe ./train_gpt_cpu $args --steps $N --batch $((8 / np)) \
     --zero-stage $((np == 1 ? 0 : 3)) --resume $d/$name --out $d/$name --log $d/${name}_resumed.jsonl \
