@@ -235,15 +235,15 @@ static void matmul_forward(CpuKernels *k, float *out, const float *inp, const fl
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, bias ? 1.0f : 0.0f, out, OC);
 }
 
-// dout16 (N,OC) = dout (N,OC) rounded to bf16, and dbias (OC) += the column sums of dout (over
-// rows in order, as matmul_backward's own loop adds them): one pass over dout instead of two.
+// dbias (OC) += the column sums of dout (N,OC), over rows in order, parallel over column
+// blocks; with dout16 (else NULL), dout16 (N,OC) = dout rounded to bf16 in the same pass.
 static void round_bf16_sum_columns(bf16_t *dout16, float *dbias, const float *dout, int N, int OC) {
 #pragma omp parallel for
     for (int o0 = 0; o0 < OC; o0 += 64) {
         int o1 = o0 + 64 < OC ? o0 + 64 : OC;
         for (int n = 0; n < N; n++) {
             const float *d = dout + (size_t)n * OC;
-            zc_f32_to_bf16_block(dout16 + (size_t)n * OC + o0, d + o0, (size_t)(o1 - o0));
+            if (dout16) zc_f32_to_bf16_block(dout16 + (size_t)n * OC + o0, d + o0, (size_t)(o1 - o0));
             for (int o = o0; o < o1; o++) dbias[o] += d[o];
         }
     }
@@ -280,16 +280,8 @@ static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias,
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     }
-    if (dbias && !(w16 && !k->via_sgemm)) { // (the gemm_bf16 path added them while it rounded dout)
-#pragma omp parallel for
-        for (int o0 = 0; o0 < OC; o0 += 64) {
-            int o1 = o0 + 64 < OC ? o0 + 64 : OC;
-            for (int n = 0; n < N; n++) {
-                const float *d = dout + (size_t)n * OC;
-                for (int o = o0; o < o1; o++) dbias[o] += d[o];
-            }
-        }
-    }
+    if (dbias && !(w16 && !k->via_sgemm)) // (the gemm_bf16 path added them while it rounded dout)
+        round_bf16_sum_columns(NULL, dbias, dout, N, OC);
 }
 
 // Causal self-attention. qkv (B,T,3C) holds q, k, v each (NH heads of hs = C/NH channels);

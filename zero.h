@@ -576,9 +576,13 @@ static inline void *zero_bucket(const Zero *z, int u) {
     return z->bucket_layer[u % 2];
 }
 
+// The bytes a rank sends in a collective of `kind` over M bytes (the ring model).
+static inline double zero_ring_bytes(const Zero *z, int kind, double M) {
+    double bytes = M * (z->world - 1) / z->world;
+    return kind == ZC_ALL_REDUCE ? 2.0 * bytes : bytes;
+}
 static inline double zero_count(Zero *z, int kind, size_t n_full) {
-    double bytes = (double)n_full * z->esize * (z->world - 1) / z->world;
-    if (kind == ZC_ALL_REDUCE) bytes *= 2.0;
+    double bytes = zero_ring_bytes(z, kind, (double)n_full * z->esize);
     z->comm[kind] += bytes;
     return bytes;
 }
@@ -658,7 +662,7 @@ static inline void zero_sum_scalars(Zero *z, double *x, int n) {
     z->be.sum_doubles(z->be.ctx, x, n);
     trace_end(z->trace, t0);
     trace_span(z->trace, zero_collective_names[ZC_ALL_REDUCE], TRACE_COMM, -1,
-               2.0 * n * sizeof(double) * (z->world - 1) / z->world, t0, trace_clock(z->trace));
+               zero_ring_bytes(z, ZC_ALL_REDUCE, (double)n * sizeof(double)), t0, trace_clock(z->trace));
 }
 
 // Stage 3: start gathering unit u's parameters into its buffer, unless already there.
