@@ -69,6 +69,7 @@ static float *xcalloc_floats(size_t n) { return (float *)xcalloc_bytes(n * sizeo
 // Kernels. Shapes: B batch, T time, C channels, NH heads, V vocabulary (Vp padded).
 // Backward kernels ACCUMULATE (+=) into parameter gradients, because gradients accumulate
 // over micro-steps, and OVERWRITE activation gradients unless their comment says otherwise.
+// The one exception is matmul_backward's weight gradient in a range the context marks fresh.
 
 // The kernels' context. bf16 runs' matmuls (below) round their operands into a staging area,
 // the trainer's (gpt2_build sizes it: cpu_workspace_bytes), and so is gemm_bf16's packing
@@ -86,6 +87,14 @@ static float *xcalloc_floats(size_t n) { return (float *)xcalloc_bytes(n * sizeo
 // embeddings' wte (with `rows`: one flag per vocabulary row, set for the batch's tokens), entry
 // 1 the layer in progress.
 typedef struct { const float *acc; size_t n; bf16_t *g16; const uint8_t *rows; } Grads16Direct;
+// A unit's gradient on its first micro-step of an optimizer step holds nothing yet (zero.h does
+// not zero it: zero_grads_fresh), so its weight products store their sums instead of adding
+// them to a zeroed buffer (sgemm / gemm_bf16 with beta 0), which saves zeroing the gradient and
+// reading it back, ~all of its bytes. [lo, lo + n): the unit's gradient as the kernels see it
+// (ZeRO's buffer in fp32, the accumulator that maps onto the 16-bit gradient in bf16 runs on
+// gemm_bf16), entries as for direct; n = 0: not fresh. The rest of a fresh unit is zeroed by
+// gpt2_unit_grads, or (16-bit) stored rather than added by gpt2_unit_grads_done.
+typedef struct { const float *lo; size_t n; } GradsFresh;
 
 // The kernels' per-run context (model.h hands it to every kernel; most need none of it).
 typedef struct {
@@ -94,6 +103,7 @@ typedef struct {
     int via_sgemm;               // bf16 products through sgemm on rounded operands (no AMX/AVX512-BF16)
     GemmBf16Ctx gemm;            // gemm_bf16's path and packing scratch
     Grads16Direct direct[2];     // weight gradients rounded straight into 16 bits, by accumulator range
+    GradsFresh fresh[2];         // weight gradients the products overwrite (beta 0)
 } CpuKernels;
 
 // out (B,T,C) = wte[inp[b,t]] + wpe[t]; inp (B,T) token ids; wte (Vp,C); wpe (maxT,C)
@@ -199,6 +209,13 @@ static const Grads16Direct *grads16_direct_of(const CpuKernels *k, const float *
     return NULL;
 }
 
+// 0 where dw lies in a range the context marks fresh (the product overwrites it), else 1
+static float dw_beta(const CpuKernels *k, const float *dw) {
+    for (int i = 0; i < 2; i++)
+        if (k->fresh[i].n && dw >= k->fresh[i].lo && dw < k->fresh[i].lo + k->fresh[i].n) return 0.0f;
+    return 1.0f;
+}
+
 static void die_gemm(void) { fprintf(stderr, "error: gemm_bf16 refused its arguments\n"); exit(1); }
 // The workspace's scratch must serve every call (else gemm_bf16 would allocate memory that the
 // accounting does not see): a call it would not serve is a bug in cpu_bf16_matmul_scratch_bytes.
@@ -249,9 +266,11 @@ static void round_bf16_sum_columns(bf16_t *dout16, float *dbias, const float *do
     }
 }
 
-// dinp (N,C) = dout (N,OC) . w;  dw (OC,C) += dout^T . inp;  dbias (OC) += column sums of dout
+// dinp (N,C) = dout (N,OC) . w;  dw (OC,C) += dout^T . inp (= where the context marks dw fresh);
+// dbias (OC) += column sums of dout
 static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                             const float *w, const void *w16, int N, int C, int OC) {
+    const float beta = dw_beta(k, dw);
     if (w16 && !k->via_sgemm) {
         bf16_t *dout16 = k->staging, *inp16 = k->staging + (size_t)N * OC;
         if (dbias) round_bf16_sum_columns(dout16, dbias, dout, N, OC);
@@ -262,10 +281,11 @@ static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias,
         const Grads16Direct *d = grads16_direct_of(k, dw);
         check_gemm_scratch(k, d ? gemm_bf16_acc16_scratch_bytes(OC, C, N) : gemm_bf16_scratch_bytes(OC, C, N));
         if (d && d->rows) { // the LM head: the batch's rows stay in fp32
-            if (gemm_bf16_backward_weight_split(&k->gemm, d->g16 + (dw - d->acc), d->rows, dw, dout16, inp16, N, C, OC)) die_gemm();
+            if (gemm_bf16_backward_weight_split(&k->gemm, d->g16 + (dw - d->acc), d->rows, dw, dout16, inp16, N, C, OC, beta))
+                die_gemm();
         } else if (d) {
-            if (gemm_bf16_backward_weight_acc16(&k->gemm, d->g16 + (dw - d->acc), dout16, inp16, N, C, OC)) die_gemm();
-        } else if (gemm_bf16_backward_weight(&k->gemm, dw, dout16, inp16, N, C, OC, 1.0f)) die_gemm();
+            if (gemm_bf16_backward_weight_acc16(&k->gemm, d->g16 + (dw - d->acc), dout16, inp16, N, C, OC, beta)) die_gemm();
+        } else if (gemm_bf16_backward_weight(&k->gemm, dw, dout16, inp16, N, C, OC, beta)) die_gemm();
     } else if (w16) { // rows of dout and inp rounded, as many as fit in the staging's bytes as fp32
         int rows = (int)(k->staging_elems / 2 / ((size_t)OC + C));
         for (int r0 = 0; r0 < N; r0 += rows) {
@@ -274,11 +294,11 @@ static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias,
             round_to_bf16(d32, dout + (size_t)r0 * OC, (size_t)r * OC);
             round_to_bf16(i32, inp + (size_t)r0 * C, (size_t)r * C);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, C, OC, 1.0f, d32, OC, w, C, 0.0f, dinp + (size_t)r0 * C, C);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, r, 1.0f, d32, OC, i32, C, 1.0f, dw, C);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, r, 1.0f, d32, OC, i32, C, r0 ? 1.0f : beta, dw, C);
         }
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, beta, dw, C);
     }
     if (dbias && !(w16 && !k->via_sgemm)) // (the gemm_bf16 path added them while it rounded dout)
         round_bf16_sum_columns(NULL, dbias, dout, N, OC);
@@ -452,10 +472,12 @@ static void crossentropy_softmax_fused(float *logits, float *losses, const int *
     }
 }
 
-// dst (of type dtype) += src (fp32), rounded to dtype: gradients accumulate so. (One loop per
-// type, so that each vectorises.)
-static void add_to(void *dst, const float *src, size_t n, int dtype) {
-    if (dtype == ZC_F32) {
+// dst (of type dtype) += src (fp32), rounded to dtype: gradients accumulate so; with add 0,
+// dst = src rounded (a gradient's first contribution). (One loop per type, so that each
+// vectorises.)
+static void add_to(void *dst, const float *src, size_t n, int dtype, int add) {
+    if (!add) zc_narrow(dst, src, n, dtype);
+    else if (dtype == ZC_F32) {
         float *d = (float *)dst;
 #pragma omp parallel for simd
         for (size_t i = 0; i < n; i++) d[i] += src[i];
@@ -503,6 +525,7 @@ typedef struct {
     unsigned long view_forward[NUM_VIEWS]; // ...valid while zero.h's forward count is unchanged
     float *gacc_embed, *gacc_final, *gacc_layer; // 16-bit runs: fp32 gradient accumulators
     void *grad_target[GPT2_MAX_UNITS];           // where a unit's fp32 gradient is rounded into
+    int grad_fresh[GPT2_MAX_UNITS];              // ...which holds nothing yet (zero_grads_fresh)
     CpuKernels kern;               // the kernels' context: the bf16 staging and scratch, direct gradients
     void *gemm_scratch;            // bf16 runs: gemm_bf16's packing scratch (kern.gemm)
     uint8_t *batch_rows;           // bf16 runs: a flag per vocabulary row, set for the batch's tokens
@@ -522,6 +545,7 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
     m->mixed = dtype != ZC_F32;
     m->recompute = recompute;
     zero_init(&m->z, cfg, rank, world, zo, be);
+    m->z.grads_written = 1; // the hooks below write a fresh gradient (gpt2_unit_grads): no zeroing
     // Every allocation below is counted as it is made; the planner predicts the totals
     // (cpu_activation_bytes, cpu_workspace_bytes) and test_planner compares the two.
     size_t *act = &m->z.mem[MEM_ACTIVATIONS], *work = &m->z.mem[MEM_WORKSPACE];
@@ -637,31 +661,40 @@ static float *grad_acc(const GPT2 *m, int u) {
 static int grads_direct(const GPT2 *m, int u) {
     return m->dtype == ZC_BF16 && !m->kern.via_sgemm && (zero_is_layer(&m->z, u) || u == UNIT_EMBED);
 }
-// The fp32 accumulator's part of unit u that gradients collect in: all of it, or, when the
-// weight matrices go straight into 16 bits, all but a layer's matrices (SEG_DECAY) and the
-// embeddings' wte, [0, wte_end) (whose rows of the batch's tokens gpt2_unit_grads_done adds).
-// Zeroed when the unit's backward starts; added into the 16-bit gradient when it is done.
-typedef struct { float *acc; void *target; size_t base, wte_end; int dtype, skip_matrices, add; } AccRun;
+// The part of unit u's gradient (as the kernels see it: `acc`) that gradients collect in by
+// adding: all of it, or, where the weight products write straight into the final gradient (fp32
+// runs; 16-bit runs whose matrices go straight into 16 bits), all but a layer's matrices
+// (SEG_DECAY) and the embeddings' wte, [0, wte_end) (whose rows of the batch's tokens
+// gpt2_unit_grads_done adds). Zeroed when the unit's backward starts (op 0); in 16-bit runs
+// added (op 1), or on a fresh gradient stored (op 2), into the 16-bit gradient when it is done.
+typedef struct { float *acc; void *target; size_t base, wte_end; int dtype, skip_matrices, op; } AccRun;
 static void acc_segment(const ParamSegment *seg, void *ctx) {
     AccRun *r = (AccRun *)ctx;
     if (r->skip_matrices && seg->kind == SEG_DECAY) return;
     size_t lo = seg->begin - r->base, n = seg->end - seg->begin;
     if (lo < r->wte_end) return; // (a segment never straddles a tensor's end)
-    if (r->add) add_to((char *)r->target + lo * zc_dtype_size(r->dtype), r->acc + lo, n, r->dtype);
+    if (r->op) add_to((char *)r->target + lo * zc_dtype_size(r->dtype), r->acc + lo, n, r->dtype, r->op == 1);
     else zero_bytes(r->acc + lo, n * sizeof(float));
 }
-static void acc_pass(GPT2 *m, int u, int add) {
+static void acc_pass(GPT2 *m, int u, float *acc, int products_write, int op) {
     size_t begin = m->z.lay.unit_offset[u];
-    int direct = grads_direct(m, u), layer = zero_is_layer(&m->z, u);
-    AccRun r = {grad_acc(m, u), m->grad_target[u], begin, direct && !layer ? gpt2_tensor_numel(&m->cfg, P_WTE) : 0,
-                m->dtype, direct && layer, add};
+    int layer = zero_is_layer(&m->z, u);
+    AccRun r = {acc, m->grad_target[u], begin, products_write && u == UNIT_EMBED ? gpt2_tensor_numel(&m->cfg, P_WTE) : 0,
+                m->dtype, products_write && layer, op};
     gpt2_for_each_segment(&m->z.lay, begin, begin + gpt2_unit_padded(&m->z.lay, u), acc_segment, &r);
 }
 static float *gpt2_unit_grads(GPT2 *m, int u) {
     void *g = zero_grads(&m->z, u);
-    if (!m->mixed) return (float *)g;
+    int fresh = zero_grads_fresh(&m->z, u), e = u == UNIT_EMBED ? 0 : 1;
+    m->grad_fresh[u] = fresh;
+    if (!m->mixed) { // a fresh gradient: the weight products write theirs, the rest is zeroed here
+        if (fresh) acc_pass(m, u, (float *)g, 1, 0);
+        m->kern.fresh[e] = (GradsFresh){(const float *)g, fresh ? gpt2_unit_padded(&m->z.lay, u) : 0};
+        return (float *)g;
+    }
     m->grad_target[u] = g;
-    acc_pass(m, u, 0);
+    acc_pass(m, u, grad_acc(m, u), grads_direct(m, u), 0);
+    m->kern.fresh[e] = (GradsFresh){grad_acc(m, u), fresh && grads_direct(m, u) ? gpt2_unit_padded(&m->z.lay, u) : 0};
     if (grads_direct(m, u)) {
         Grads16Direct d = {grad_acc(m, u), gpt2_unit_padded(&m->z.lay, u), (bf16_t *)g, NULL};
         if (u == UNIT_EMBED) { // wte: the LM head's weights; the batch was uploaded by the forward
@@ -675,14 +708,15 @@ static float *gpt2_unit_grads(GPT2 *m, int u) {
     return grad_acc(m, u);
 }
 static void gpt2_unit_grads_done(GPT2 *m, int u) {
+    m->kern.fresh[u == UNIT_EMBED ? 0 : 1].n = 0;
     if (m->mixed) {
-        acc_pass(m, u, 1);
+        acc_pass(m, u, grad_acc(m, u), grads_direct(m, u), m->grad_fresh[u] ? 2 : 1);
         if (grads_direct(m, u) && u == UNIT_EMBED) { // wte's rows of the batch's tokens
             const Grads16Direct *d = &m->kern.direct[0];
             size_t C = (size_t)m->cfg.channels;
 #pragma omp parallel for schedule(dynamic, 64) // (each add_to then runs on its thread: nesting is off)
             for (int r = 0; r < m->cfg.padded_vocab_size; r++)
-                if (d->rows[r]) add_to(d->g16 + (size_t)r * C, d->acc + (size_t)r * C, C, m->dtype);
+                if (d->rows[r]) add_to(d->g16 + (size_t)r * C, d->acc + (size_t)r * C, C, m->dtype, !m->grad_fresh[u]);
         }
         if (grads_direct(m, u)) memset(&m->kern.direct[u == UNIT_EMBED ? 0 : 1], 0, sizeof(Grads16Direct));
     }

@@ -45,6 +45,12 @@
 //              K > 2 layers gathers each segment's layers for the recompute, in forward order,
 //              and again for the backward all but the last two, and prefetches the next
 //              segment's first layer where it would otherwise have prefetched the layer below.
+//     Gradients start each optimizer step at zero: zero_begin_step zeroes them (stages 0, 1: the
+//              full buffer; 2, 3: the shard) and zero_grads each bucket it hands out, unless the
+//              caller set z->grads_written: its backward writes every element of a gradient the
+//              first time it sees it (zero_grads_fresh(z, u): stages 0 and 1 on the step's first
+//              micro-step, a bucket always) and adds after that, so those zeroings are skipped
+//              (the shard of stages 2 and 3, which buckets are added into, is still zeroed).
 //     One rank: a collective over one rank is the identity, so none is issued: stages 0 and 1
 //              leave the gradient where it is, stages 2 and 3 add each bucket straight into the
 //              shard, and stage 3 computes from its shard in place (unless it is offloaded).
@@ -263,6 +269,7 @@ typedef struct {
     void *scatter_recv[3];         // a reduce-scatter's output before it is added to the shard
     // schedule state
     int micro, accum;              // current micro-step (0-based) and how many per step
+    int grads_written;             // set by the caller: its backward writes a fresh gradient (see above)
     int pending[GPT2_MAX_UNITS];   // handle of the unit's collective in flight, or -1
     int pending_recv[GPT2_MAX_UNITS]; // which scatter_recv buffer the unit's reduce-scatter uses
     int gathered[GPT2_MAX_UNITS];  // stage 3: the unit's parameters are (being) gathered in its buffer
@@ -742,12 +749,18 @@ static inline void zero_finish_reduce(Zero *z, int u) {
 // Where the backward accumulates unit u's gradient. Stages 0 and 1: the full gradient
 // buffer (micro-steps accumulate in it). Stages 2 and 3: a zeroed bucket, once the bucket's
 // previous user (the layer two above, for layers) has finished its reduce-scatter.
+// With grads_written nothing is zeroed, and zero_grads_fresh says whether the buffer holds
+// nothing of this step yet (the backward must write every element of it, not add).
 static inline void *zero_grads(Zero *z, int u) {
     if (z->stage < 2) return zero_at(z, z->grads, z->lay.unit_offset[u]);
     if (zero_is_layer(z, u) && u + 2 < gpt2_final_unit(&z->lay)) zero_finish_reduce(z, u + 2);
     void *b = zero_bucket(z, u);
-    z->be.zero(z->be.ctx, b, gpt2_unit_padded(&z->lay, u) * z->esize);
+    if (!z->grads_written) z->be.zero(z->be.ctx, b, gpt2_unit_padded(&z->lay, u) * z->esize);
     return b;
+}
+static inline int zero_grads_fresh(const Zero *z, int u) {
+    (void)u;
+    return z->grads_written && (z->stage >= 2 || z->micro == 0);
 }
 
 // The backward is done with unit u's gradient: start its reduction.
@@ -1023,7 +1036,8 @@ static inline void zero_set_state_unit(Zero *z, int k, int u, const float *unit_
 static inline void zero_begin_step(Zero *z, int step) {
     z->step = step;
     z->be.set_step(z->be.ctx, step);
-    z->be.zero(z->be.ctx, z->grads, (z->stage >= 2 ? zero_shard_size(z) : z->lay.num_flat) * z->esize);
+    if (z->stage >= 2 || !z->grads_written)
+        z->be.zero(z->be.ctx, z->grads, (z->stage >= 2 ? zero_shard_size(z) : z->lay.num_flat) * z->esize);
     for (int k = 0; k < ZC_NUM_COLLECTIVES; k++) z->comm[k] = 0.0;
     if (z->nvme && nvme_check(z->nvme)) zero_nvme_fail(z); // a file deleted or truncated under the job
 }

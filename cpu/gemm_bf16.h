@@ -19,11 +19,12 @@ API
     int  gemm_bf16(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc)   fastest path, own scratch
     int  gemm_bf16_ex(path, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc, scratch, bytes)
     int  gemm_bf16_forward / _backward_data / _backward_weight(const GemmBf16Ctx *ctx or NULL, ...)
-    int  gemm_bf16_acc16(path, transA, transB, M, N, K, A, lda, B, ldb, C16, ldc, scratch, bytes)
-    int  gemm_bf16_backward_weight_acc16(ctx, dw16, dout, inp, N, C, OC)
-         C is bf16 and the product is added into it, rounded once per element (see there): a
-         16-bit gradient accumulates a weight's gradient without an fp32 buffer in between.
-    int  gemm_bf16_acc16_split(..., C16, ldc, split, C32, ldc32, ...), gemm_bf16_backward_weight_split
+    int  gemm_bf16_acc16(path, transA, transB, M, N, K, A, lda, B, ldb, beta, C16, ldc, scratch, bytes)
+    int  gemm_bf16_backward_weight_acc16(ctx, dw16, dout, inp, N, C, OC, beta)
+         C is bf16 and the product is added into it (beta 1) or stored (beta 0), rounded once
+         per element (see there): a 16-bit gradient accumulates a weight's gradient without an
+         fp32 buffer in between, and its first contribution needs no zeroed buffer.
+    int  gemm_bf16_acc16_split(..., beta, C16, ldc, split, C32, ldc32, ...), gemm_bf16_backward_weight_split
          the same, but the rows flagged in split get their fp32 sums in C32 instead.
     int  gemm_bf16_path_supported(path)    GemmBf16Path gemm_bf16_best_path(void)
     const char *gemm_bf16_path_name(path)
@@ -306,13 +307,14 @@ static inline void zc_gb_tile_in(float *t, const float *C, size_t ldc, int mv, i
 }
 
 // gemm_bf16_acc16's epilogue (ZcGbAddFn): C16 (mv x nv of a 32 x 32 block, row stride ldc) =
-// f32_to_bf16(bf16_to_f32(C16) + t), t the block's fp32 sums (row stride 32), mv, nv <= 32.
-typedef void (*ZcGbAddFn)(bf16_t *C16, size_t ldc, const float *t, int mv, int nv);
-static inline void zc_gb_add_bf16_scalar(bf16_t *C16, size_t ldc, const float *t, int mv, int nv) {
+// f32_to_bf16(bf16_to_f32(C16) + t) (add 1) or f32_to_bf16(t) (add 0: C16 is not read), t the
+// block's fp32 sums (row stride 32), mv, nv <= 32.
+typedef void (*ZcGbAddFn)(bf16_t *C16, size_t ldc, const float *t, int mv, int nv, int add);
+static inline void zc_gb_add_bf16_scalar(bf16_t *C16, size_t ldc, const float *t, int mv, int nv, int add) {
     for (int i = 0; i < mv; i++)
         for (int j = 0; j < nv; j++) {
             bf16_t *d = C16 + (size_t)i * ldc + j;
-            *d = f32_to_bf16(bf16_to_f32(*d) + t[i * 32 + j]);
+            *d = f32_to_bf16(add ? bf16_to_f32(*d) + t[i * 32 + j] : t[i * 32 + j]);
         }
 }
 
@@ -417,7 +419,7 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_pack_avx512(bf16_t *dst, const bf16
 // zc_gb_add_bf16_scalar, 16 lanes at a time with the same integer steps as bf16_to_f32 (quiet
 // NaNs) and f32_to_bf16 (round to nearest even on the bits; NaN keeps its top payload, quiet),
 // so the results are bit-identical to it; only the fp32 add is a float instruction.
-ZC_GB_TARGET_AVX512 static inline void zc_gb_add_bf16_avx512(bf16_t *C16, size_t ldc, const float *t, int mv, int nv) {
+ZC_GB_TARGET_AVX512 static inline void zc_gb_add_bf16_avx512(bf16_t *C16, size_t ldc, const float *t, int mv, int nv, int add) {
     const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
     const __m512i quiet32 = _mm512_set1_epi32(0x00400000), quiet16 = _mm512_set1_epi32(0x0040);
     const __m512i half = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
@@ -426,9 +428,12 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_add_bf16_avx512(bf16_t *C16, size_t
         for (int j = 0; j < nv; j += 16) {
             int n = nv - j < 16 ? nv - j : 16;
             __mmask16 m = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
-            __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, d + j)), 16);
-            u = _mm512_mask_or_epi32(u, _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf), u, quiet32);
-            __m512 x = _mm512_add_ps(_mm512_castsi512_ps(u), _mm512_maskz_loadu_ps(m, t + i * 32 + j));
+            __m512 x = _mm512_maskz_loadu_ps(m, t + i * 32 + j);
+            if (add) {
+                __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, d + j)), 16);
+                u = _mm512_mask_or_epi32(u, _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf), u, quiet32);
+                x = _mm512_add_ps(_mm512_castsi512_ps(u), x);
+            }
             __m512i v = _mm512_castps_si512(x);
             __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(v, abs_mask), inf);
             __m512i r = _mm512_add_epi32(v, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(v, 16), one)));
@@ -679,8 +684,8 @@ static inline int zc_gb_thread_num(void) {
 #endif
 }
 
-// The driver of gemm_bf16_ex (C16 NULL: fp32 C with beta) and gemm_bf16_acc16 (C NULL, beta 1:
-// each element's sum over all of K rounded into C16, which it is added to; rows m with
+// The driver of gemm_bf16_ex (C16 NULL: fp32 C with beta) and gemm_bf16_acc16 (C NULL, beta 1
+// or 0: each element's sum over all of K rounded into C16, added to it with beta 1; rows m with
 // split[m] != 0, when split is given, get their fp32 sums stored in C32 instead).
 static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, int N, int K,
                             const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta,
@@ -691,13 +696,16 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
     if (lda < (transA ? (M > 1 ? M : 1) : (K > 1 ? K : 1))) return -1;
     if (ldb < (transB ? (K > 1 ? K : 1) : (N > 1 ? N : 1))) return -1;
     if (ldc < (N > 1 ? N : 1)) return -1;
+    if (C16 && beta != 0.0f && beta != 1.0f) return -1;
     if (path == GEMM_BF16_AUTO) path = gemm_bf16_best_path();
     else if (!gemm_bf16_path_supported(path)) return -1;
     if (M == 0 || N == 0) return 0;
     if ((!C && !C16) || (K > 0 && (!A || !B)) || (split && (!C32 || ldc32 < N))) return -1;
-    if (C16 && K == 0) {  // adds nothing; the split rows' sums are zeros
-        for (int m = 0; split && m < M; m++)
-            if (split[m]) memset(C32 + (size_t)m * ldc32, 0, (size_t)N * sizeof(float));
+    if (C16 && K == 0) {  // adds nothing (beta 0: C16 = 0); the split rows' sums are zeros
+        for (int m = 0; m < M; m++) {
+            if (split && split[m]) memset(C32 + (size_t)m * ldc32, 0, (size_t)N * sizeof(float));
+            if (beta == 0.0f) memset(C16 + (size_t)m * ldc, 0, (size_t)N * sizeof(bf16_t));
+        }
         return 0;
     }
 
@@ -746,6 +754,7 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
     const size_t rstrip = (size_t)nKt * 512;  // resident strip stride (elements)
     const int nchunks = (sext + SC - 1) / SC;
     const int acc0 = !C16 && beta != 0.0f;  // acc16 sums into a zeroed local block
+    const int add16 = C16 && beta != 0.0f;  // acc16: add the block's sums to C16, or only store them
     bf16_t *rbuf = (bf16_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     bf16_t *sbuf0 = rbuf + pl.res_elems;
     const size_t ldcz = (size_t)ldc;
@@ -852,11 +861,13 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
                             }
                             if (a_res) kernel(pr, rstrip, ps, sstrip, nkt, c, ldk, mv, nv, acc);
                             else kernel(ps, sstrip, pr, rstrip, nkt, c, ldk, mv, nv, acc);
-                            if (C16 && !split) add_bf16(C16 + (size_t)row0 * ldcz + col0, ldcz, cblk, mv, nv);
+                            if (C16 && !split) add_bf16(C16 + (size_t)row0 * ldcz + col0, ldcz, cblk, mv, nv, add16);
                             else if (C16)
                                 for (int i = 0; i < mv; i++) {
-                                    if (split[row0 + i]) memcpy(C32 + (size_t)(row0 + i) * ldc32 + col0, cblk + i * 32, (size_t)nv * sizeof(float));
-                                    else add_bf16(C16 + (size_t)(row0 + i) * ldcz + col0, ldcz, cblk + i * 32, 1, nv);
+                                    if (split[row0 + i]) {
+                                        memcpy(C32 + (size_t)(row0 + i) * ldc32 + col0, cblk + i * 32, (size_t)nv * sizeof(float));
+                                        if (!add16) memset(C16 + (size_t)(row0 + i) * ldcz + col0, 0, (size_t)nv * sizeof(bf16_t));
+                                    } else add_bf16(C16 + (size_t)(row0 + i) * ldcz + col0, ldcz, cblk + i * 32, 1, nv, add16);
                                 }
                         }
                     }
@@ -878,25 +889,27 @@ static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M,
     return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, beta, C, NULL, ldc, NULL, NULL, 0, scratch, scratch_bytes);
 }
 
-// C (bf16, M x N) = round(C + op(A) · op(B)): each element's product summed over all of K in
-// fp32, then added to the element widened and rounded to nearest even (f32_to_bf16). That is
-// gemm_bf16_ex with beta 0 into an fp32 buffer followed by that add, bit for bit, without the
-// buffer's memory traffic (where K > GEMM_BF16_KC the non-AMX paths sum the K blocks in another
-// order than gemm_bf16_ex: this sums all of K in one block). K = 0 leaves C as it is.
+// C (bf16, M x N) = round(beta C + op(A) · op(B)), beta 1 or 0: each element's product summed
+// over all of K in fp32, then (beta 1) added to the element widened, and rounded to nearest even
+// (f32_to_bf16). That is gemm_bf16_ex with beta 0 into an fp32 buffer followed by that add, bit
+// for bit, without the buffer's memory traffic (where K > GEMM_BF16_KC the non-AMX paths sum the
+// K blocks in another order than gemm_bf16_ex: this sums all of K in one block). beta 0 only
+// stores the rounded sums (C is not read: a gradient's first contribution needs no zeroed
+// buffer); any other beta is refused. K = 0 leaves C as it is (beta 1) or zeroes it (beta 0).
 static inline int gemm_bf16_acc16(GemmBf16Path path, int transA, int transB, int M, int N, int K,
-                                  const bf16_t *A, int lda, const bf16_t *B, int ldb, bf16_t *C, int ldc,
+                                  const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta, bf16_t *C, int ldc,
                                   void *scratch, size_t scratch_bytes) {
-    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, 1.0f, NULL, C, ldc, NULL, NULL, 0, scratch, scratch_bytes);
+    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, beta, NULL, C, ldc, NULL, NULL, 0, scratch, scratch_bytes);
 }
-// gemm_bf16_acc16, except that the rows m of C with split[m] != 0 (split: M flags) are left as
-// they are and their fp32 sums stored in C32 (M x N, row stride ldc32) instead: for a gradient
-// whose rows still have other contributions to collect in fp32 (the tied embedding's rows of
-// the batch's tokens) while the rest is final.
+// gemm_bf16_acc16, except that the rows m of C with split[m] != 0 (split: M flags) are set to
+// beta C (left as they are, or zeroed) and their fp32 sums stored in C32 (M x N, row stride
+// ldc32) instead: for a gradient whose rows still have other contributions to collect in fp32
+// (the tied embedding's rows of the batch's tokens) while the rest is final.
 static inline int gemm_bf16_acc16_split(GemmBf16Path path, int transA, int transB, int M, int N, int K,
-                                        const bf16_t *A, int lda, const bf16_t *B, int ldb, bf16_t *C, int ldc,
+                                        const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta, bf16_t *C, int ldc,
                                         const uint8_t *split, float *C32, int ldc32, void *scratch, size_t scratch_bytes) {
     if (!split) return -1;
-    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, 1.0f, NULL, C, ldc, split, C32, ldc32, scratch, scratch_bytes);
+    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, beta, NULL, C, ldc, split, C32, ldc32, scratch, scratch_bytes);
 }
 
 static inline int gemm_bf16(int transA, int transB, int M, int N, int K, const bf16_t *A, int lda,
@@ -926,20 +939,22 @@ static inline int gemm_bf16_backward_weight(const GemmBf16Ctx *ctx, float *dw, c
     return gemm_bf16_ex(ctx->path, 1, 0, OC, C, N, dout, OC, inp, C, beta, dw, C, ctx->scratch, ctx->scratch_bytes);
 }
 
-// dw (OC,C) bf16 = round(dw + doutᵀ · inp): the weight gradient rounded straight into 16 bits
+// dw (OC,C) bf16 = round(beta dw + doutᵀ · inp): the weight gradient rounded straight into 16
+// bits (beta 1 accumulates, beta 0 writes the first contribution)
 static inline int gemm_bf16_backward_weight_acc16(const GemmBf16Ctx *ctx, bf16_t *dw, const bf16_t *dout,
-                                                  const bf16_t *inp, int N, int C, int OC) {
+                                                  const bf16_t *inp, int N, int C, int OC, float beta) {
     GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
     if (!ctx) ctx = &d;
-    return gemm_bf16_acc16(ctx->path, 1, 0, OC, C, N, dout, OC, inp, C, dw, C, ctx->scratch, ctx->scratch_bytes);
+    return gemm_bf16_acc16(ctx->path, 1, 0, OC, C, N, dout, OC, inp, C, beta, dw, C, ctx->scratch, ctx->scratch_bytes);
 }
 
 // The same with the rows of split (OC flags) stored in fp32 into dw32 (OC,C) instead
 static inline int gemm_bf16_backward_weight_split(const GemmBf16Ctx *ctx, bf16_t *dw, const uint8_t *split, float *dw32,
-                                                  const bf16_t *dout, const bf16_t *inp, int N, int C, int OC) {
+                                                  const bf16_t *dout, const bf16_t *inp, int N, int C, int OC, float beta) {
     GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
     if (!ctx) ctx = &d;
-    return gemm_bf16_acc16_split(ctx->path, 1, 0, OC, C, N, dout, OC, inp, C, dw, C, split, dw32, C, ctx->scratch, ctx->scratch_bytes);
+    return gemm_bf16_acc16_split(ctx->path, 1, 0, OC, C, N, dout, OC, inp, C, beta, dw, C, split, dw32, C, ctx->scratch,
+                                 ctx->scratch_bytes);
 }
 
 #endif  // ZC_GEMM_BF16_H

@@ -491,12 +491,14 @@ static void pick_openblas_core(char **argv) {
     execv("/proc/self/exe", argv);
 }
 
-// gemm_bf16_acc16 is gemm_bf16_ex (beta 0) into fp32 followed by C16 = f32_to_bf16(C16 + that),
-// and gemm_bf16_acc16_split the same with the flagged rows' fp32 sums stored in C32 instead,
-// bit for bit: on every transposition, edges (sizes not multiples of 16 or 32), leading
-// dimensions with padding (never read or written), NaN and Inf in C16 and in the products,
-// signed zeros, 1 and 2 threads. K <= GEMM_BF16_KC except on AMX, where the K blocks' sums
-// are the same anyway (the tiles carry them); K = 0 leaves C16 as it is.
+// gemm_bf16_acc16 is gemm_bf16_ex (beta 0) into fp32 followed by C16 = f32_to_bf16(C16 + that)
+// (beta 1) or C16 = f32_to_bf16(that) (beta 0: the NaN, Inf and -0 in C16 are not read), and
+// gemm_bf16_acc16_split the same with the flagged rows' fp32 sums stored in C32 instead and
+// their C16 left (beta 1) or zeroed (beta 0), bit for bit: on every transposition, edges (sizes
+// not multiples of 16 or 32), leading dimensions with padding (never read or written), NaN and
+// Inf in C16 and in the products, signed zeros, 1 and 2 threads. K <= GEMM_BF16_KC except on
+// AMX, where the K blocks' sums are the same anyway (the tiles carry them); K = 0 leaves C16 as
+// it is (beta 1) or zeroes it (beta 0). Other betas are refused.
 static void test_acc16(GemmBf16Path path) {
     static const int shapes[][3] = {{1, 1, 1}, {17, 33, 31}, {64, 96, 64}, {130, 5, 70}, {3 * 96, 96, 64},
                                     {96, 3 * 96, 64}, {70, 530, 256}, {45, 77, 900}};
@@ -514,10 +516,11 @@ static void test_acc16(GemmBf16Path path) {
             memcpy(want, C16, ((size_t)(M - 1) * ldc + N) * sizeof(bf16_t));
             float *P = malloc((size_t)M * N * sizeof(float));
             gemm_bf16_ex(path, tA, tB, M, N, K, A, lda, B, ldb, 0.0f, P, N, NULL, 0);
+            const float beta = (float)((s + t) % 2); // each shape and transposition with one of them
             for (int m = 0; m < M; m++)
                 for (int n = 0; n < N; n++) {
                     bf16_t *w = want + (size_t)m * ldc + n;
-                    *w = f32_to_bf16(bf16_to_f32(*w) + P[(size_t)m * N + n]);
+                    *w = f32_to_bf16(beta != 0.0f ? bf16_to_f32(*w) + P[(size_t)m * N + n] : P[(size_t)m * N + n]);
                 }
             for (int threads = 1; threads <= 2; threads++) {
                 bf16_t *got = alloc_mat(M, N, ldc);
@@ -526,47 +529,53 @@ static void test_acc16(GemmBf16Path path) {
                 int saved = omp_get_max_threads();
                 omp_set_num_threads(threads);
 #endif
-                CHECK(gemm_bf16_acc16(path, tA, tB, M, N, K, A, lda, B, ldb, got, ldc, NULL, 0) == 0, "acc16 rc");
+                CHECK(gemm_bf16_acc16(path, tA, tB, M, N, K, A, lda, B, ldb, beta, got, ldc, NULL, 0) == 0, "acc16 rc");
 #ifdef _OPENMP
                 omp_set_num_threads(saved);
 #endif
                 CHECK(memcmp(got, want, ((size_t)(M - 1) * ldc + N) * sizeof(bf16_t)) == 0,
-                      "%s acc16 %dx%dx%d tA=%d tB=%d, %d threads: differs from gemm_bf16_ex + add",
-                      gemm_bf16_path_name(path), M, N, K, tA, tB, threads);
+                      "%s acc16 %dx%dx%d tA=%d tB=%d beta %g, %d threads: differs from gemm_bf16_ex + add",
+                      gemm_bf16_path_name(path), M, N, K, tA, tB, beta, threads);
                 free(got);
             }
-            // split: flagged rows keep their C16 and get the fp32 sums in C32; the rest as above
+            // split: flagged rows keep their C16 (beta 1) or get zeros (beta 0), and get the fp32
+            // sums in C32; the rest as above
             uint8_t *split = malloc((size_t)M);
             for (int m = 0; m < M; m++) split[m] = (uint8_t)(rng_u64() % 3 == 0);
             bf16_t *got = alloc_mat(M, N, ldc);
             memcpy(got, C16, ((size_t)(M - 1) * ldc + N) * sizeof(bf16_t));
             float *C32 = malloc((size_t)M * (N + 1) * sizeof(float));
             for (size_t i = 0; i < (size_t)M * (N + 1); i++) C32[i] = C_SENTINEL;
-            CHECK(gemm_bf16_acc16_split(path, tA, tB, M, N, K, A, lda, B, ldb, got, ldc, split, C32, N + 1, NULL, 0) == 0,
+            CHECK(gemm_bf16_acc16_split(path, tA, tB, M, N, K, A, lda, B, ldb, beta, got, ldc, split, C32, N + 1, NULL, 0) == 0,
                   "acc16_split rc");
             int ok = 1;
             for (int m = 0; m < M; m++) {
-                const bf16_t *exp16 = (split[m] ? C16 : want) + (size_t)m * ldc;
-                ok &= memcmp(got + (size_t)m * ldc, exp16, (size_t)N * sizeof(bf16_t)) == 0;
+                if (split[m] && beta == 0.0f)
+                    for (int n = 0; n < N; n++) ok &= got[(size_t)m * ldc + n] == 0;
+                else ok &= memcmp(got + (size_t)m * ldc, (split[m] ? C16 : want) + (size_t)m * ldc, (size_t)N * sizeof(bf16_t)) == 0;
+                if (m + 1 < M) ok &= memcmp(got + (size_t)m * ldc + N, C16 + (size_t)m * ldc + N, (size_t)pad * sizeof(bf16_t)) == 0;
                 ok &= C32[(size_t)m * (N + 1) + N] == C_SENTINEL;
                 if (split[m]) ok &= memcmp(C32 + (size_t)m * (N + 1), P + (size_t)m * N, (size_t)N * sizeof(float)) == 0;
                 else for (int n = 0; n < N; n++) ok &= C32[(size_t)m * (N + 1) + n] == C_SENTINEL;
             }
-            CHECK(ok, "%s acc16_split %dx%dx%d tA=%d tB=%d: wrong rows", gemm_bf16_path_name(path), M, N, K, tA, tB);
+            CHECK(ok, "%s acc16_split %dx%dx%d tA=%d tB=%d beta %g: wrong rows", gemm_bf16_path_name(path), M, N, K, tA, tB, beta);
             free(split); free(got); free(C32);
             free(A); free(B); free(C16); free(want); free(P);
         }
     }
     bf16_t a = 0x3F80, b = 0x3F80, c = 0x8000;
-    CHECK(gemm_bf16_acc16(path, 0, 0, 1, 1, 0, &a, 1, &b, 1, &c, 1, NULL, 0) == 0 && c == 0x8000, "acc16 K = 0 changed C");
-    CHECK(gemm_bf16_acc16(path, 0, 0, 1, 1, 1, &a, 1, &b, 1, NULL, 1, NULL, 0) == -1, "acc16 C NULL");
+    CHECK(gemm_bf16_acc16(path, 0, 0, 1, 1, 0, &a, 1, &b, 1, 1.0f, &c, 1, NULL, 0) == 0 && c == 0x8000, "acc16 K = 0 changed C");
+    CHECK(gemm_bf16_acc16(path, 0, 0, 1, 1, 0, &a, 1, &b, 1, 0.0f, &c, 1, NULL, 0) == 0 && c == 0, "acc16 K = 0 beta 0: C not 0");
+    CHECK(gemm_bf16_acc16(path, 0, 0, 1, 1, 1, &a, 1, &b, 1, 1.0f, NULL, 1, NULL, 0) == -1, "acc16 C NULL");
+    c = 0x4000;
+    CHECK(gemm_bf16_acc16(path, 0, 0, 1, 1, 1, &a, 1, &b, 1, 0.5f, &c, 1, NULL, 0) == -1 && c == 0x4000, "acc16 beta 0.5 accepted");
     // the layer wrapper
     int Nt = 64, C = 96, OC = 3 * 96;
     bf16_t *dout = alloc_mat(Nt, OC, OC), *inp = alloc_mat(Nt, C, C), *x = alloc_mat(OC, C, C), *y = alloc_mat(OC, C, C);
     memcpy(y, x, (size_t)OC * C * sizeof(bf16_t));
     GemmBf16Ctx ctx = {path, NULL, 0};
-    CHECK(gemm_bf16_backward_weight_acc16(&ctx, x, dout, inp, Nt, C, OC) == 0, "acc16 wrapper rc");
-    gemm_bf16_acc16(path, 1, 0, OC, C, Nt, dout, OC, inp, C, y, C, NULL, 0);
+    CHECK(gemm_bf16_backward_weight_acc16(&ctx, x, dout, inp, Nt, C, OC, 1.0f) == 0, "acc16 wrapper rc");
+    gemm_bf16_acc16(path, 1, 0, OC, C, Nt, dout, OC, inp, C, 1.0f, y, C, NULL, 0);
     CHECK(memcmp(x, y, (size_t)OC * C * sizeof(bf16_t)) == 0, "%s backward-weight acc16 wrapper", gemm_bf16_path_name(path));
     free(dout); free(inp); free(x); free(y);
 }
