@@ -618,8 +618,11 @@ static void test_model(void) {
     tgt[3] = inp[0];          // and a target too: that row gets both LM-head and encoder gradient
     ModelCtx ctx = {&m, inp, tgt};
 
-    zero_begin_step(&m.z, 1); // zeroes the gradients
-    zero_begin_forward(&m.z, 0, 1);
+    // The trainer does not zero gradients (z.grads_written): a step's first micro-step writes every
+    // element, so NaN left in the buffer must not survive anywhere (padding included, below).
+    for (size_t i = 0; i < lay->num_flat; i++) grads[i] = NAN;
+    zero_begin_step(&m.z, 1);
+    zero_begin_forward(&m.z, 0, 2);
     float loss = gpt2_forward(&m, inp, tgt, MB, MT, 1.0f / (MB * MT));
     gpt2_backward(&m, MB, MT);
     float *g = copy_of(grads, lay->num_flat);
@@ -632,7 +635,7 @@ static void test_model(void) {
         for (int c = 0; c < C; c++) enc_part[(size_t)inp[i] * C + c] += m.acts.dresidual[(size_t)i * C + c];
 
     // Gradient accumulation over micro-steps: a second pass must add the same gradient again.
-    zero_begin_forward(&m.z, 0, 1);
+    zero_begin_forward(&m.z, 1, 2);
     gpt2_forward(&m, inp, tgt, MB, MT, 1.0f / (MB * MT));
     gpt2_backward(&m, MB, MT);
     double worst = 0.0, gscale = max_abs(g, lay->num_flat);
@@ -804,6 +807,16 @@ static void test_bf16_matmul(int N, int C, int OC) {
         if (mode == 3 && !(worst > 1e-4)) FAIL("bf16 matmul %dx%dx%d: unrounded fp32 passes (%.2e): the check is blind", N, C, OC, worst);
         if (mode < 3) printf("  bf16 matmul %dx%dx%d %-30s max error %.2e of the scale\n", N, C, OC, names[mode], worst);
         else printf("  (unrounded fp32 operands: %.2e, must be > 1e-4)\n", worst);
+        if (mode == 3) continue;
+        // a fresh gradient (the context marks dw's range): the product overwrites the NaN there
+        fill_nan(dw, (size_t)OC * C);
+        kc.fresh[1] = (GradsFresh){dw, (size_t)OC * C};
+        matmul_backward(&kc, dinp, dw, NULL, dout, inp, w, w16, N, C, OC);
+        kc.fresh[1] = (GradsFresh){NULL, 0};
+        double scale = 0.0, err = 0.0;
+        for (size_t i = 0; i < (size_t)OC * C; i++) scale = fmax(scale, fabs(ref_dw[i] - 0.5));
+        for (size_t i = 0; i < (size_t)OC * C; i++) err = fmax(err, fabs(dw[i] - (ref_dw[i] - 0.5)) / scale);
+        if (!(err < 1e-5)) FAIL("bf16 matmul %dx%dx%d (%s): a fresh dw is off by %.2e of the scale", N, C, OC, names[mode], err);
     }
     memset(&kc, 0, sizeof(kc));
     free(scratch);
