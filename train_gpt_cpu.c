@@ -104,6 +104,10 @@ typedef struct {
     GemmBf16Ctx gemm;            // gemm_bf16's path and packing scratch
     Grads16Direct direct[2];     // weight gradients rounded straight into 16 bits, by accumulator range
     GradsFresh fresh[2];         // weight gradients the products overwrite (beta 0)
+    // bf16 runs on gemm_bf16: the layer in progress's fp32 activations whose bf16 values are
+    // stored already (what the run keeps in 16 bits, by A_* index; f32 NULL: none). A matmul
+    // whose input is one of them reads the 16-bit copy instead of rounding the input again.
+    struct { const float *f32; const bf16_t *x16; } stored16[NUM_ACTIVATIONS];
 } CpuKernels;
 
 // out (B,T,C) = wte[inp[b,t]] + wpe[t]; inp (B,T) token ids; wte (Vp,C); wpe (maxT,C)
@@ -216,6 +220,13 @@ static float dw_beta(const CpuKernels *k, const float *dw) {
     return 1.0f;
 }
 
+// The stored bf16 copy of activation p, or NULL
+static const bf16_t *stored_bf16(const CpuKernels *k, const float *p) {
+    for (int i = 0; i < NUM_ACTIVATIONS; i++)
+        if (k->stored16[i].f32 == p) return k->stored16[i].x16;
+    return NULL;
+}
+
 static void die_gemm(void) { fprintf(stderr, "error: gemm_bf16 refused its arguments\n"); exit(1); }
 // The workspace's scratch must serve every call (else gemm_bf16 would allocate memory that the
 // accounting does not see): a call it would not serve is a bug in cpu_bf16_matmul_scratch_bytes.
@@ -240,9 +251,10 @@ static void matmul_forward(CpuKernels *k, float *out, const float *inp, const fl
         for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
     }
     if (w16 && !k->via_sgemm) {
-        f32_to_bf16_array(k->staging, inp, (size_t)N * C);
+        const bf16_t *inp16 = stored_bf16(k, inp);
+        if (!inp16) f32_to_bf16_array(k->staging, inp, (size_t)N * C), inp16 = k->staging;
         check_gemm_scratch(k, gemm_bf16_scratch_bytes(N, OC, C));
-        if (gemm_bf16_forward(&k->gemm, out, k->staging, (const bf16_t *)w16, N, C, OC, bias ? 1.0f : 0.0f)) die_gemm();
+        if (gemm_bf16_forward(&k->gemm, out, inp16, (const bf16_t *)w16, N, C, OC, bias ? 1.0f : 0.0f)) die_gemm();
         return;
     }
     if (w16) { // (N*C floats always fit: the staging holds N*5C bf16)
@@ -272,10 +284,11 @@ static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias,
                             const float *w, const void *w16, int N, int C, int OC) {
     const float beta = dw_beta(k, dw);
     if (w16 && !k->via_sgemm) {
-        bf16_t *dout16 = k->staging, *inp16 = k->staging + (size_t)N * OC;
+        bf16_t *dout16 = k->staging;
+        const bf16_t *inp16 = stored_bf16(k, inp);
         if (dbias) round_bf16_sum_columns(dout16, dbias, dout, N, OC);
         else f32_to_bf16_array(dout16, dout, (size_t)N * OC);
-        f32_to_bf16_array(inp16, inp, (size_t)N * C);
+        if (!inp16) f32_to_bf16_array(k->staging + (size_t)N * OC, inp, (size_t)N * C), inp16 = k->staging + (size_t)N * OC;
         check_gemm_scratch(k, gemm_bf16_scratch_bytes(N, C, OC));
         if (gemm_bf16_backward_data(&k->gemm, dinp, dout16, (const bf16_t *)w16, N, C, OC, 0.0f)) die_gemm();
         const Grads16Direct *d = grads16_direct_of(k, dw);
@@ -755,13 +768,30 @@ static void widen_kept(const GPT2 *m, const LayerActs *x, int i, int l, int B, i
     zc_widen(gpt2_layer_tensor(x, i), kept16(m, i, l, B, T), layer_numel(&m->cfg, i, B, T), m->dtype);
 }
 
+// bf16 runs on gemm_bf16: the matmuls read layer l's tensor i from its stored 16 bits, where the
+// run keeps it (CpuKernels.stored16: set as each tensor is produced or widened, cleared when
+// another layer's pass begins).
+static void stored16_set(GPT2 *m, const LayerActs *x, int i, int l, int B, int T) {
+    uint16_t *h = m->dtype == ZC_BF16 && !m->kern.via_sgemm ? kept16(m, i, l, B, T) : NULL;
+    m->kern.stored16[i].f32 = h ? gpt2_layer_tensor(x, i) : NULL;
+    m->kern.stored16[i].x16 = (const bf16_t *)h;
+}
+static void stored16_clear(GPT2 *m) { memset(m->kern.stored16, 0, sizeof m->kern.stored16); }
+// What the backward (model.h) reads of a layer's tensor i only as a matmul's input: with the
+// stored 16 bits there, it need not be widened into fp32 (attention's backward uses atty's slot
+// as scratch, which it writes before reading).
+static int backward_reads_as_matmul_input_only(int i) { return i == A_LN1 || i == A_ATTY || i == A_LN2 || i == A_FCH_GELU; }
+
 static LayerActs gpt2_layer_acts_forward(GPT2 *m, int l, int B, int T) {
     m->slot_layer[l % 2] = l;
+    stored16_clear(m);
     return layer_acts(m, l, B, T);
 }
 // 16-bit runs: the kernel's output is rounded in place, and stored when the run keeps it.
 static void gpt2_act_rounded(GPT2 *m, const LayerActs *x, int l, int i, int B, int T) {
-    if (m->mixed) round16(gpt2_layer_tensor(x, i), kept16(m, i, l, B, T), layer_numel(&m->cfg, i, B, T), m->dtype);
+    if (!m->mixed) return;
+    round16(gpt2_layer_tensor(x, i), kept16(m, i, l, B, T), layer_numel(&m->cfg, i, B, T), m->dtype);
+    stored16_set(m, x, i, l, B, T);
 }
 // The forward is done with layer l: without recompute the attention's probabilities are stored
 // in 16 bits too (the rest was as it was produced), and rounded in the slot, which the backward
@@ -778,12 +808,16 @@ static float *gpt2_layers_output(GPT2 *m, int B, int T) { return layer_acts(m, m
 static LayerActs gpt2_layer_acts_recompute(GPT2 *m, int l, int B, int T) {
     LayerActs x = layer_acts(m, l, B, T);
     if (!m->mixed) return x;
+    stored16_clear(m);
     if (l > 0 && l == gpt2_segment_start(m->recompute, l)) { // the input: residual3 of layer l - 1
         LayerActs prev = layer_acts(m, l - 1, B, T);
         widen_kept(m, &prev, A_RESIDUAL3, l - 1, B, T);
     }
     for (int i = 0; i < NUM_ACTIVATIONS; i++)
-        if (i != A_RESIDUAL3 && kept16(m, i, l, B, T)) widen_kept(m, &x, i, l, B, T);
+        if (i != A_RESIDUAL3 && kept16(m, i, l, B, T)) {
+            widen_kept(m, &x, i, l, B, T);
+            stored16_set(m, &x, i, l, B, T);
+        }
     return x;
 }
 static void gpt2_layer_recomputed(GPT2 *m, int l, int B, int T) {
@@ -792,14 +826,19 @@ static void gpt2_layer_recomputed(GPT2 *m, int l, int B, int T) {
     round16(x.att, NULL, layer_numel(&m->cfg, A_ATT, B, T), m->dtype);
 }
 // Layer l's activations for its backward. With recompute they are where the recompute left
-// them. Without, 16-bit runs widen them from 16 bits unless the slot still holds them, and the
-// layer's input (the output of layer l-1) into the other slot's residual3.
+// them. Without, 16-bit runs widen them from 16 bits unless the slot still holds them (bf16 runs
+// on gemm_bf16 leave out what only the matmuls read: they read the 16 bits), and the layer's
+// input (the output of layer l-1) into the other slot's residual3.
 static LayerActs gpt2_layer_acts_backward(GPT2 *m, int l, int B, int T) {
     LayerActs x = layer_acts(m, l, B, T);
     if (!m->mixed || m->recompute.mode != RECOMPUTE_NONE) return x;
+    stored16_clear(m);
+    for (int i = 0; i < NUM_ACTIVATIONS; i++)
+        if (gpt2_activation_in_slots(i)) stored16_set(m, &x, i, l, B, T);
     if (m->slot_layer[l % 2] != l) {
         for (int i = 0; i < NUM_ACTIVATIONS; i++)
-            if (gpt2_activation_in_slots(i)) widen_kept(m, &x, i, l, B, T);
+            if (gpt2_activation_in_slots(i) && !(m->kern.stored16[i].f32 && backward_reads_as_matmul_input_only(i)))
+                widen_kept(m, &x, i, l, B, T);
         m->slot_layer[l % 2] = l;
     }
     if (l > 0 && m->slot_layer[(l - 1) % 2] != l - 1) {
