@@ -246,16 +246,18 @@ static void round_to_bf16(float *dst, const float *src, size_t n) {
 // w16: w in bf16, or NULL.
 static void matmul_forward(CpuKernels *k, float *out, const float *inp, const float *w, const void *w16, const float *bias,
                            int N, int C, int OC) {
-    if (bias) { // start from the bias, and let the product add to it
-#pragma omp parallel for
-        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
-    }
-    if (w16 && !k->via_sgemm) {
+    if (w16 && !k->via_sgemm) { // (each sum starts from its bias, as below)
         const bf16_t *inp16 = stored_bf16(k, inp);
         if (!inp16) f32_to_bf16_array(k->staging, inp, (size_t)N * C), inp16 = k->staging;
         check_gemm_scratch(k, gemm_bf16_scratch_bytes(N, OC, C));
-        if (gemm_bf16_forward(&k->gemm, out, inp16, (const bf16_t *)w16, N, C, OC, bias ? 1.0f : 0.0f)) die_gemm();
+        if (bias ? gemm_bf16_forward_bias(&k->gemm, out, inp16, (const bf16_t *)w16, bias, N, C, OC)
+                 : gemm_bf16_forward(&k->gemm, out, inp16, (const bf16_t *)w16, N, C, OC, 0.0f))
+            die_gemm();
         return;
+    }
+    if (bias) { // start from the bias, and let the product add to it
+#pragma omp parallel for
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
     }
     if (w16) { // (N*C floats always fit: the staging holds N*5C bf16)
         round_to_bf16((float *)k->staging, inp, (size_t)N * C);

@@ -19,6 +19,7 @@ API
     int  gemm_bf16(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc)   fastest path, own scratch
     int  gemm_bf16_ex(path, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc, scratch, bytes)
     int  gemm_bf16_forward / _backward_data / _backward_weight(const GemmBf16Ctx *ctx or NULL, ...)
+    int  gemm_bf16_forward_bias(ctx, out, inp, w, bias, N, C, OC)   out = bias + inp · wᵀ
     int  gemm_bf16_acc16(path, transA, transB, M, N, K, A, lda, B, ldb, beta, C16, ldc, scratch, bytes)
     int  gemm_bf16_backward_weight_acc16(ctx, dw16, dout, inp, N, C, OC, beta)
          C is bf16 and the product is added into it (beta 1) or stored (beta 0), rounded once
@@ -695,13 +696,14 @@ static inline int zc_gb_thread_num(void) {
 static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, int N, int K,
                             const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta,
                             float *C, bf16_t *C16, int ldc, const uint8_t *split, float *C32, int ldc32,
-                            void *scratch, size_t scratch_bytes) {
+                            const float *bias, void *scratch, size_t scratch_bytes) {
     if (M < 0 || N < 0 || K < 0 || M > INT_MAX - 64 || N > INT_MAX - 64 || K > INT_MAX - 64) return -1;
     if ((transA != 0 && transA != 1) || (transB != 0 && transB != 1)) return -1;
     if (lda < (transA ? (M > 1 ? M : 1) : (K > 1 ? K : 1))) return -1;
     if (ldb < (transB ? (K > 1 ? K : 1) : (N > 1 ? N : 1))) return -1;
     if (ldc < (N > 1 ? N : 1)) return -1;
     if (C16 && beta != 0.0f && beta != 1.0f) return -1;
+    if (bias && (C16 || beta != 0.0f)) return -1;
     if (path == GEMM_BF16_AUTO) path = gemm_bf16_best_path();
     else if (!gemm_bf16_path_supported(path)) return -1;
     if (M == 0 || N == 0) return 0;
@@ -740,8 +742,12 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
         beta = 1.0f;
     }
     if (K == 0) {
-        if (beta == 0.0f)
-            for (int m = 0; m < M; m++) memset(C + (size_t)m * ldc, 0, (size_t)N * sizeof(float));
+        if (beta == 0.0f) {
+            for (int m = 0; m < M; m++) {
+                if (bias) memcpy(C + (size_t)m * ldc, bias, (size_t)N * sizeof(float));
+                else memset(C + (size_t)m * ldc, 0, (size_t)N * sizeof(float));
+            }
+        }
         return 0;
     }
 
@@ -758,7 +764,7 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
     const int nKt = zc_gb_round32(K) / 32;
     const size_t rstrip = (size_t)nKt * 512;  // resident strip stride (elements)
     const int nchunks = (sext + SC - 1) / SC;
-    const int acc0 = !C16 && beta != 0.0f;  // acc16 sums into a zeroed local block
+    int acc0 = !C16 && beta != 0.0f;  // acc16 sums into a zeroed local block
     const int add16 = C16 && beta != 0.0f;  // acc16: add the block's sums to C16, or only store them
     bf16_t *rbuf = (bf16_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     bf16_t *sbuf0 = rbuf + pl.res_elems;
@@ -773,6 +779,13 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
     // (GPT-2's are); rows of B are streamed from memory a block ahead.
     const int wdirect = (amx || path == GEMM_BF16_AVX512BF16) && !C16 && transB && a_res && K % 32 == 0 &&
                         N % 32 == 0 && M <= RC;
+    // bias (C = bias + product): the direct forward starts each transposed block's sums from the
+    // bias; elsewhere every row of C starts as the bias and the product accumulates (the same
+    // arithmetic either way: each sum starts from its bias value)
+    if (bias && !wdirect) {
+        for (int m = 0; m < M; m++) memcpy(C + (size_t)m * ldc, bias, (size_t)N * sizeof(float));
+        acc0 = 1;
+    }
 
     // Resident strips are packed cooperatively without a barrier: each thread claims unpacked
     // strips (starting at its own offset), packs them, marks them done, then waits only for
@@ -822,10 +835,14 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
                             __builtin_prefetch(w + (size_t)(32 + j / (K / 32)) * ldb + (size_t)(j % (K / 32)) * 32, 0, 2);
                         float *c = C + (size_t)(r0 + rb) * ldcz + s0 + sb;
                         const int mv = zc_gb_min(32, M - r0 - rb);
-                        if (acc0) zc_gb_tblock(cblk, c, ldcz, mv, 0);
+                        if (bias)
+                            for (int i = 0; i < 32; i++)
+                                for (int j = 0; j < 32; j++) cblk[i * 32 + j] = bias[s0 + sb + i];
+                        else if (acc0) zc_gb_tblock(cblk, c, ldcz, mv, 0);
                         const bf16_t *pr = rbuf + (size_t)(rb / 16) * rstrip;
-                        if (amx) zc_gb_kernel_amx_core(w, (size_t)16 * ldb, 32, (long)ldb * 2, pr, rstrip, nKt, cblk, 32, 32, 32, acc0);
-                        else zc_gb_kernel_avx512bf16_core(w, (size_t)16 * ldb, (size_t)ldb, 32, pr, rstrip, nKt, cblk, 32, 32, 32, acc0);
+                        const int acc = acc0 || bias;
+                        if (amx) zc_gb_kernel_amx_core(w, (size_t)16 * ldb, 32, (long)ldb * 2, pr, rstrip, nKt, cblk, 32, 32, 32, acc);
+                        else zc_gb_kernel_avx512bf16_core(w, (size_t)16 * ldb, (size_t)ldb, 32, pr, rstrip, nKt, cblk, 32, 32, 32, acc);
                         zc_gb_tblock(cblk, c, ldcz, mv, 1);
                     }
                 }
@@ -891,7 +908,7 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
 static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M, int N, int K,
                                const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta,
                                float *C, int ldc, void *scratch, size_t scratch_bytes) {
-    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, beta, C, NULL, ldc, NULL, NULL, 0, scratch, scratch_bytes);
+    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, beta, C, NULL, ldc, NULL, NULL, 0, NULL, scratch, scratch_bytes);
 }
 
 // C (bf16, M x N) = round(beta C + op(A) · op(B)), beta 1 or 0: each element's product summed
@@ -904,7 +921,7 @@ static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M,
 static inline int gemm_bf16_acc16(GemmBf16Path path, int transA, int transB, int M, int N, int K,
                                   const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta, bf16_t *C, int ldc,
                                   void *scratch, size_t scratch_bytes) {
-    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, beta, NULL, C, ldc, NULL, NULL, 0, scratch, scratch_bytes);
+    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, beta, NULL, C, ldc, NULL, NULL, 0, NULL, scratch, scratch_bytes);
 }
 // gemm_bf16_acc16, except that the rows m of C with split[m] != 0 (split: M flags) are set to
 // beta C (left as they are, or zeroed) and their fp32 sums stored in C32 (M x N, row stride
@@ -914,7 +931,7 @@ static inline int gemm_bf16_acc16_split(GemmBf16Path path, int transA, int trans
                                         const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta, bf16_t *C, int ldc,
                                         const uint8_t *split, float *C32, int ldc32, void *scratch, size_t scratch_bytes) {
     if (!split) return -1;
-    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, beta, NULL, C, ldc, split, C32, ldc32, scratch, scratch_bytes);
+    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, beta, NULL, C, ldc, split, C32, ldc32, NULL, scratch, scratch_bytes);
 }
 
 static inline int gemm_bf16(int transA, int transB, int M, int N, int K, const bf16_t *A, int lda,
@@ -928,6 +945,18 @@ static inline int gemm_bf16_forward(const GemmBf16Ctx *ctx, float *out, const bf
     GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
     if (!ctx) ctx = &d;
     return gemm_bf16_ex(ctx->path, 0, 1, N, OC, C, inp, C, w, C, beta, out, OC, ctx->scratch, ctx->scratch_bytes);
+}
+// out (N,OC) = bias (OC, every row) + inp (N,C) · wᵀ: bit for bit the bias copied into every row
+// of out and gemm_bf16_forward with beta 1 (each sum starts from its bias value), without that
+// pass over out (the direct forward starts its local blocks' sums from the bias instead of
+// loading and transposing out)
+static inline int gemm_bf16_forward_bias(const GemmBf16Ctx *ctx, float *out, const bf16_t *inp, const bf16_t *w,
+                                         const float *bias, int N, int C, int OC) {
+    GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
+    if (!ctx) ctx = &d;
+    if (!bias) return -1;
+    return zc_gb_run(ctx->path, 0, 1, N, OC, C, inp, C, w, C, 0.0f, out, NULL, OC, NULL, NULL, 0, bias, ctx->scratch,
+                     ctx->scratch_bytes);
 }
 // dinp (N,C) (+)= dout (N,OC) · w
 static inline int gemm_bf16_backward_data(const GemmBf16Ctx *ctx, float *dinp, const bf16_t *dout,

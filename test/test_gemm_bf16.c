@@ -292,6 +292,22 @@ static void test_wrappers(GemmBf16Path path) {
         gemm_bf16_ex(path, 1, 0, OC, C, Nt, dout, OC, inp, C, beta, y, C, NULL, 0);
         CHECK(memcmp(x, y, (size_t)OC * C * 4) == 0, "%s backward-weight wrapper", gemm_bf16_path_name(path));
     }
+    // the forward with a bias: bit for bit the bias copied into every row and beta 1, where the
+    // direct forward applies (sizes multiples of 32) and where it does not (Nt = 40, OC = 144)
+    for (int sh = 0; sh < 2; sh++) {
+        int n = sh ? 64 : Nt, oc = sh ? 96 : OC, c = sh ? 64 : C;
+        float *bias = malloc((size_t)oc * 4), *bx = malloc((size_t)n * oc * 4), *by = malloc((size_t)n * oc * 4);
+        for (int o = 0; o < oc; o++) bias[o] = bf(rng_bf16());
+        for (int i = 0; i < n; i++) memcpy(by + (size_t)i * oc, bias, (size_t)oc * 4);
+        for (size_t i = 0; i < (size_t)n * oc; i++) bx[i] = NAN;  // not read
+        bf16_t *in2 = alloc_mat(n, c, c), *w2 = alloc_mat(oc, c, c);
+        CHECK(gemm_bf16_forward_bias(&ctx, bx, in2, w2, bias, n, c, oc) == 0, "forward_bias rc");
+        gemm_bf16_ex(path, 0, 1, n, oc, c, in2, c, w2, c, 1.0f, by, oc, NULL, 0);
+        CHECK(memcmp(bx, by, (size_t)n * oc * 4) == 0, "%s forward with bias %dx%dx%d: not the bias rows + beta 1",
+              gemm_bf16_path_name(path), n, oc, c);
+        CHECK(gemm_bf16_forward_bias(&ctx, bx, in2, w2, NULL, n, c, oc) == -1, "forward_bias without a bias");
+        free(bias); free(bx); free(by); free(in2); free(w2);
+    }
     free(inp); free(w); free(dout); free(x); free(y); free(scratch);
 }
 
