@@ -82,19 +82,18 @@ static float *xcalloc_floats(size_t n) { return (float *)xcalloc_bytes(n * sizeo
 // embedding's rows of the batch's tokens are the exception: the token lookup's gradient adds to
 // them at the end of the backward, so the LM head leaves their fp32 sums in the accumulator
 // (gemm_bf16_acc16_split), and only those rows are rounded in when the unit is done.
-// While a unit's backward runs, its accumulator [acc, acc + n) maps onto the 16-bit gradient g16
-// (set by gpt2_unit_grads, cleared by gpt2_unit_grads_done, in the context): entry 0 is the
-// embeddings' wte (with `rows`: one flag per vocabulary row, set for the batch's tokens), entry
-// 1 the layer in progress.
-typedef struct { const float *acc; size_t n; bf16_t *g16; const uint8_t *rows; } Grads16Direct;
-// A unit's gradient on its first micro-step of an optimizer step holds nothing yet (zero.h does
-// not zero it: zero_grads_fresh), so its weight products store their sums instead of adding
+// And a unit's gradient on its first micro-step of an optimizer step holds nothing yet (zero.h
+// does not zero it: zero_grads_fresh), so its weight products store their sums instead of adding
 // them to a zeroed buffer (sgemm / gemm_bf16 with beta 0), which saves zeroing the gradient and
-// reading it back, ~all of its bytes. [lo, lo + n): the unit's gradient as the kernels see it
-// (ZeRO's buffer in fp32, the accumulator that maps onto the 16-bit gradient in bf16 runs on
-// gemm_bf16), entries as for direct; n = 0: not fresh. The rest of a fresh unit is zeroed by
-// gpt2_unit_grads, or (16-bit) stored rather than added by gpt2_unit_grads_done.
-typedef struct { const float *lo; size_t n; } GradsFresh;
+// reading it back, ~all of its bytes; the rest of a fresh unit is zeroed by gpt2_unit_grads, or
+// (16-bit) stored rather than added by gpt2_unit_grads_done.
+// While a unit's backward runs, the context describes its gradient as the kernels see it,
+// [acc, acc + n) (set by gpt2_unit_grads, cleared by gpt2_unit_grads_done): entry 0 the
+// embeddings, entry 1 the layer (or final LayerNorm) in progress. fresh: the products overwrite
+// it. g16: the 16-bit gradient it maps onto when the weights go straight into 16 bits (then the
+// embeddings' entry is wte only, with `rows`: one flag per vocabulary row, set for the batch's
+// tokens), else NULL.
+typedef struct { const float *acc; size_t n; int fresh; bf16_t *g16; const uint8_t *rows; } GradsOpen;
 
 // The kernels' per-run context (model.h hands it to every kernel; most need none of it).
 typedef struct {
@@ -102,8 +101,7 @@ typedef struct {
     size_t staging_elems;
     int via_sgemm;               // bf16 products through sgemm on rounded operands (no AMX/AVX512-BF16)
     GemmBf16Ctx gemm;            // gemm_bf16's path and packing scratch
-    Grads16Direct direct[2];     // weight gradients rounded straight into 16 bits, by accumulator range
-    GradsFresh fresh[2];         // weight gradients the products overwrite (beta 0)
+    GradsOpen grads[2];          // the gradients the backward is writing, by range (above)
     // bf16 runs on gemm_bf16: the layer in progress's fp32 activations whose bf16 values are
     // stored already (what the run keeps in 16 bits, by A_* index; f32 NULL: none). A matmul
     // whose input is one of them reads the 16-bit copy instead of rounding the input again.
@@ -205,19 +203,12 @@ static void layernorm_backward(CpuKernels *k, float *dinp, float *dw, float *db,
 // ~6x slower than sgemm) the same products through sgemm: the rounded operands as fp32 in the
 // same staging bytes (in row blocks where they do not fit at once) against the fp32 view of the
 // weights. ZEROC_BF16_MATMUL=sgemm chooses that fallback anywhere (the tests compare the two).
-static const Grads16Direct *grads16_direct_of(const CpuKernels *k, const float *dw) {
+static const GradsOpen *grads_open_of(const CpuKernels *k, const float *dw) {
     for (int i = 0; i < 2; i++) {
-        uintptr_t at = (uintptr_t)dw, lo = (uintptr_t)k->direct[i].acc;
-        if (k->direct[i].acc && at >= lo && at < lo + k->direct[i].n * sizeof(float)) return &k->direct[i];
+        uintptr_t at = (uintptr_t)dw, lo = (uintptr_t)k->grads[i].acc;
+        if (k->grads[i].acc && at >= lo && at < lo + k->grads[i].n * sizeof(float)) return &k->grads[i];
     }
     return NULL;
-}
-
-// 0 where dw lies in a range the context marks fresh (the product overwrites it), else 1
-static float dw_beta(const CpuKernels *k, const float *dw) {
-    for (int i = 0; i < 2; i++)
-        if (k->fresh[i].n && dw >= k->fresh[i].lo && dw < k->fresh[i].lo + k->fresh[i].n) return 0.0f;
-    return 1.0f;
 }
 
 // The stored bf16 copy of activation p, or NULL
@@ -284,7 +275,8 @@ static void round_bf16_sum_columns(bf16_t *dout16, float *dbias, const float *do
 // dbias (OC) += column sums of dout
 static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                             const float *w, const void *w16, int N, int C, int OC) {
-    const float beta = dw_beta(k, dw);
+    const GradsOpen *gu = grads_open_of(k, dw);
+    const float beta = gu && gu->fresh ? 0.0f : 1.0f;
     if (w16 && !k->via_sgemm) {
         bf16_t *dout16 = k->staging;
         const bf16_t *inp16 = stored_bf16(k, inp);
@@ -293,7 +285,7 @@ static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias,
         if (!inp16) f32_to_bf16_array(k->staging + (size_t)N * OC, inp, (size_t)N * C), inp16 = k->staging + (size_t)N * OC;
         check_gemm_scratch(k, gemm_bf16_scratch_bytes(N, C, OC));
         if (gemm_bf16_backward_data(&k->gemm, dinp, dout16, (const bf16_t *)w16, N, C, OC, 0.0f)) die_gemm();
-        const Grads16Direct *d = grads16_direct_of(k, dw);
+        const GradsOpen *d = gu && gu->g16 ? gu : NULL;
         check_gemm_scratch(k, d ? gemm_bf16_acc16_scratch_bytes(OC, C, N) : gemm_bf16_scratch_bytes(OC, C, N));
         if (d && d->rows) { // the LM head: the batch's rows stay in fp32
             if (gemm_bf16_backward_weight_split(&k->gemm, d->g16 + (dw - d->acc), d->rows, dw, dout16, inp16, N, C, OC, beta))
@@ -540,7 +532,6 @@ typedef struct {
     unsigned long view_forward[NUM_VIEWS]; // ...valid while zero.h's forward count is unchanged
     float *gacc_embed, *gacc_final, *gacc_layer; // 16-bit runs: fp32 gradient accumulators
     void *grad_target[GPT2_MAX_UNITS];           // where a unit's fp32 gradient is rounded into
-    int grad_fresh[GPT2_MAX_UNITS];              // ...which holds nothing yet (zero_grads_fresh)
     CpuKernels kern;               // the kernels' context: the bf16 staging and scratch, direct gradients
     void *gemm_scratch;            // bf16 runs: gemm_bf16's packing scratch (kern.gemm)
     uint8_t *batch_rows;           // bf16 runs: a flag per vocabulary row, set for the batch's tokens
@@ -700,41 +691,41 @@ static void acc_pass(GPT2 *m, int u, float *acc, int products_write, int op) {
 }
 static float *gpt2_unit_grads(GPT2 *m, int u) {
     void *g = zero_grads(&m->z, u);
-    int fresh = zero_grads_fresh(&m->z, u), e = u == UNIT_EMBED ? 0 : 1;
-    m->grad_fresh[u] = fresh;
+    int fresh = zero_grads_fresh(&m->z, u);
+    GradsOpen *o = &m->kern.grads[u == UNIT_EMBED ? 0 : 1];
     if (!m->mixed) { // a fresh gradient: the weight products write theirs, the rest is zeroed here
         if (fresh) acc_pass(m, u, (float *)g, 1, 0);
-        m->kern.fresh[e] = (GradsFresh){(const float *)g, fresh ? gpt2_unit_padded(&m->z.lay, u) : 0};
+        *o = (GradsOpen){(const float *)g, gpt2_unit_padded(&m->z.lay, u), fresh, NULL, NULL};
         return (float *)g;
     }
     m->grad_target[u] = g;
     acc_pass(m, u, grad_acc(m, u), grads_direct(m, u), 0);
-    m->kern.fresh[e] = (GradsFresh){grad_acc(m, u), fresh && grads_direct(m, u) ? gpt2_unit_padded(&m->z.lay, u) : 0};
+    *o = (GradsOpen){grad_acc(m, u), gpt2_unit_padded(&m->z.lay, u), 0, NULL, NULL};
     if (grads_direct(m, u)) {
-        Grads16Direct d = {grad_acc(m, u), gpt2_unit_padded(&m->z.lay, u), (bf16_t *)g, NULL};
+        o->fresh = fresh;
+        o->g16 = (bf16_t *)g;
         if (u == UNIT_EMBED) { // wte: the LM head's weights; the batch was uploaded by the forward
-            d.n = gpt2_tensor_numel(&m->cfg, P_WTE);
+            o->n = gpt2_tensor_numel(&m->cfg, P_WTE);
             memset(m->batch_rows, 0, (size_t)m->cfg.padded_vocab_size);
             for (int i = 0; i < m->batch_n; i++) m->batch_rows[m->dev_inputs[i]] = 1;
-            d.rows = m->batch_rows;
+            o->rows = m->batch_rows;
         }
-        m->kern.direct[u == UNIT_EMBED ? 0 : 1] = d;
     }
     return grad_acc(m, u);
 }
 static void gpt2_unit_grads_done(GPT2 *m, int u) {
-    m->kern.fresh[u == UNIT_EMBED ? 0 : 1].n = 0;
+    GradsOpen *o = &m->kern.grads[u == UNIT_EMBED ? 0 : 1];
     if (m->mixed) {
-        acc_pass(m, u, grad_acc(m, u), grads_direct(m, u), m->grad_fresh[u] ? 2 : 1);
-        if (grads_direct(m, u) && u == UNIT_EMBED) { // wte's rows of the batch's tokens
-            const Grads16Direct *d = &m->kern.direct[0];
+        int fresh = zero_grads_fresh(&m->z, u); // (the micro-step is the one gpt2_unit_grads saw)
+        acc_pass(m, u, grad_acc(m, u), grads_direct(m, u), fresh ? 2 : 1);
+        if (o->rows) { // wte's rows of the batch's tokens
             size_t C = (size_t)m->cfg.channels;
 #pragma omp parallel for schedule(dynamic, 64) // (each add_to then runs on its thread: nesting is off)
             for (int r = 0; r < m->cfg.padded_vocab_size; r++)
-                if (d->rows[r]) add_to(d->g16 + (size_t)r * C, d->acc + (size_t)r * C, C, m->dtype, !m->grad_fresh[u]);
+                if (o->rows[r]) add_to(o->g16 + (size_t)r * C, o->acc + (size_t)r * C, C, m->dtype, !fresh);
         }
-        if (grads_direct(m, u)) memset(&m->kern.direct[u == UNIT_EMBED ? 0 : 1], 0, sizeof(Grads16Direct));
     }
+    memset(o, 0, sizeof *o);
     zero_grads_done(&m->z, u);
 }
 

@@ -810,9 +810,9 @@ static void test_bf16_matmul(int N, int C, int OC) {
         if (mode == 3) continue;
         // a fresh gradient (the context marks dw's range): the product overwrites the NaN there
         fill_nan(dw, (size_t)OC * C);
-        kc.fresh[1] = (GradsFresh){dw, (size_t)OC * C};
+        kc.grads[1] = (GradsOpen){dw, (size_t)OC * C, 1, NULL, NULL};
         matmul_backward(&kc, dinp, dw, NULL, dout, inp, w, w16, N, C, OC);
-        kc.fresh[1] = (GradsFresh){NULL, 0};
+        kc.grads[1] = (GradsOpen){NULL, 0, 0, NULL, NULL};
         double scale = 0.0, err = 0.0;
         for (size_t i = 0; i < (size_t)OC * C; i++) scale = fmax(scale, fabs(ref_dw[i] - 0.5));
         for (size_t i = 0; i < (size_t)OC * C; i++) err = fmax(err, fabs(dw[i] - (ref_dw[i] - 0.5)) / scale);
