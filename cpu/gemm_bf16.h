@@ -73,7 +73,11 @@ Tiling, and why
   "streamed" (the weights, the 50304-row LM head): its chunks of SC rows are the OpenMP work items
   (dynamic schedule, so a busy or descheduled core simply does fewer), each packed KC of K at a
   time by the thread that takes it, right before use, from memory into L1/L2. So every element of
-  a big weight is read from DRAM once per call and its packed copy never goes back to DRAM.
+  a big weight is read from DRAM once per call and its packed copy never goes back to DRAM. A
+  streamed side read across its rows (the weight of the backward-data product: 32 bytes of each
+  row per strip, rows 1.5-6 KB apart) is packed two strips (one cache line of each row) at a
+  time, and the lines of the block a thread packs next are requested while its kernels compute
+  with the current one (zc_gb_ahead): the hardware prefetchers do not follow that pattern.
   Within a chunk, C is accumulated in the tiles over a K block, loaded/stored once per K block.
   No barriers (for rext <= RC): threads claim resident strips with an atomic flag per strip and
   wait only for strips another thread is in the middle of packing, then take chunks; the join at
@@ -404,11 +408,6 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_pack_avx512(bf16_t *dst, const bf16
             if (vnni) zc_gb_transpose16_epi32(v);
         } else {
             __mmask16 rm = nr == 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1u);
-            // The 32 rows read here are a stride apart (a weight's rows, for the backward-data
-            // product: 1.5-6 KB), which the hardware prefetchers do not follow across 4 KB pages,
-            // so each would be a miss waiting on memory: ask for the rows two tiles ahead now.
-            for (int p = 0; p < 32 && kk + 192 + p < K; p++)
-                _mm_prefetch((const char *)(src + (size_t)(kk + 192 + p) * ld + r0), _MM_HINT_T0);
             for (int p = 0; p < 16; p++) {
                 __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
                 if (2 * p < nk) lo = _mm256_maskz_loadu_epi16(rm, src + (size_t)(kk + 2 * p) * ld + r0);
@@ -419,6 +418,34 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_pack_avx512(bf16_t *dst, const bf16
             if (!vnni) zc_gb_transpose16_epi32(v);
         }
         for (int i = 0; i < 16; i++) _mm512_storeu_si512((void *)(d + i * 32), v[i]);
+    }
+}
+
+// zc_gb_pack_avx512 (kcontig 0, vnni 1) of two strips at once: rows r0..r0+31 into the strips at
+// dst and dst + sstride. Each k-pair of src's rows is read as two 64-byte loads (32 columns: a
+// whole cache line of each row, when aligned), and a VPERMT2W per strip interleaves them.
+// Packed one strip at a time, each row's line was read for its first 16 columns and read again
+// for the other 16 only after the rest of the K block, by when a weight's rows (1.5-6 KB apart,
+// so in few cache sets) had pushed it out.
+ZC_GB_TARGET_AVX512 static inline void zc_gb_pack2_vnni_avx512(bf16_t *dst, size_t sstride, const bf16_t *src, size_t ld,
+                                                         int R, int K, int r0, int k0, int nkt) {
+    int nr = R - r0;
+    nr = nr < 0 ? 0 : nr > 32 ? 32 : nr;
+    const __mmask32 rm = nr == 32 ? 0xFFFFFFFFu : (__mmask32)((1u << nr) - 1u);
+    static const int16_t il[2][32] = {
+        {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39, 8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47},
+        {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63}};
+    const __m512i lo = _mm512_loadu_si512((const void *)il[0]), hi = _mm512_loadu_si512((const void *)il[1]);
+    for (int kt = 0; kt < nkt; kt++) {
+        bf16_t *d0 = dst + (size_t)kt * 512, *d1 = d0 + sstride;
+        for (int p = 0; p < 16; p++) {
+            const int k = k0 + kt * 32 + 2 * p;
+            __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
+            if (nr > 0 && k < K) a = _mm512_maskz_loadu_epi16(rm, src + (size_t)k * ld + r0);
+            if (nr > 0 && k + 1 < K) b = _mm512_maskz_loadu_epi16(rm, src + (size_t)(k + 1) * ld + r0);
+            _mm512_storeu_si512((void *)(d0 + p * 32), _mm512_permutex2var_epi16(a, lo, b));
+            _mm512_storeu_si512((void *)(d1 + p * 32), _mm512_permutex2var_epi16(a, hi, b));
+        }
     }
 }
 
@@ -676,6 +703,43 @@ static inline size_t gemm_bf16_linear_scratch_bytes(int N, int C, int OC, int th
     return most;
 }
 
+// A streamed operand read across its rows (kcontig 0: a weight for the backward-data product,
+// dout for a weight gradient) is a column block of rows that lie a row's length apart, which the
+// hardware prefetchers do not follow. So while the kernels compute with one packed block, the
+// thread asks for the lines of the block it will pack next, a share before each kernel call:
+// the chunk's next K block, or else the first K block of the chunk nt further on (with the
+// dynamic schedule a guess, and a wrong guess only costs the requests: the other thread reads
+// that block soon). Into L2 (PREFETCHT2): pulled into L1 this early, the lines evicted each other.
+typedef struct {
+    const bf16_t *src;  // the first row's first column, or NULL: nothing to ask for
+    size_t ld;
+    int lines;          // cache lines per row
+    long total, done;   // lines in all, asked for so far
+    int calls, call;    // kernel calls to spread them over, made so far
+} ZcGbAhead;
+
+static inline ZcGbAhead zc_gb_ahead(const bf16_t *ssrc, size_t sld, int skc, int sext, int K, int KC, int SC, int s0,
+                                    int k0, int nt, int calls) {
+    ZcGbAhead a = {NULL, sld, 0, 0, 0, calls > 0 ? calls : 1, 0};
+    int nk0 = k0 + KC, ns0 = s0;
+    if (nk0 >= K) nk0 = 0, ns0 = s0 + nt * SC;
+    if (skc || ns0 >= sext) return a;
+    a.src = ssrc + (size_t)nk0 * sld + ns0;
+    a.lines = (zc_gb_min(SC, sext - ns0) * (int)sizeof(bf16_t) + 63) / 64;
+    a.total = (long)zc_gb_min(KC, K - nk0) * a.lines;
+    return a;
+}
+
+static inline void zc_gb_ahead_some(ZcGbAhead *a) {
+#ifdef ZC_GB_X86
+    if (!a->src) return;
+    for (const long upto = a->total * ++a->call / a->calls; a->done < upto; a->done++)
+        _mm_prefetch((const char *)(a->src + (size_t)(a->done / a->lines) * a->ld + (a->done % a->lines) * 32), _MM_HINT_T2);
+#else
+    (void)a;
+#endif
+}
+
 static inline void zc_gb_pause(void) {
 #ifdef ZC_GB_X86
     __builtin_ia32_pause();
@@ -851,12 +915,20 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
                 for (int k0 = 0; k0 < K; k0 += KC) {
                     const int nkt = zc_gb_min(KC / 32, nKt - k0 / 32);
                     const size_t sstrip = (size_t)nkt * 512;
-                    for (int t = 0; t < sc / 16; t++)
-                        pack(sbuf + t * sstrip, ssrc, sld, skc, a_res, sext, K, s0 + 16 * t, k0, nkt);
+#ifdef ZC_GB_X86
+                    if (pack == zc_gb_pack_avx512 && !skc && a_res)  // (sc is a multiple of 32)
+                        for (int t = 0; t < sc / 16; t += 2)
+                            zc_gb_pack2_vnni_avx512(sbuf + t * sstrip, sstrip, ssrc, sld, sext, K, s0 + 16 * t, k0, nkt);
+                    else
+#endif
+                        for (int t = 0; t < sc / 16; t++)
+                            pack(sbuf + t * sstrip, ssrc, sld, skc, a_res, sext, K, s0 + 16 * t, k0, nkt);
                     const int acc = acc0 || k0 > 0;
+                    ZcGbAhead ahead = zc_gb_ahead(ssrc, sld, skc, sext, K, KC, SC, s0, k0, nt, (sc / 32) * (rc / 32));
                     for (int sb = 0; sb < sc; sb += 32) {
                         const bf16_t *ps = sbuf + (size_t)(sb / 16) * sstrip;
                         for (int rb = 0; rb < rc; rb += 32) {
+                            zc_gb_ahead_some(&ahead);
                             const bf16_t *pr = rbuf + (size_t)(rb / 16) * rstrip + (size_t)(k0 / 32) * 512;
                             const int row0 = a_res ? r0 + rb : s0 + sb, col0 = a_res ? s0 + sb : r0 + rb;
                             if (row0 >= M || col0 >= N) continue;
