@@ -78,6 +78,9 @@ Tiling, and why
   row per strip, rows 1.5-6 KB apart) is packed two strips (one cache line of each row) at a
   time, and the lines of the block a thread packs next are requested while its kernels compute
   with the current one (zc_gb_ahead): the hardware prefetchers do not follow that pattern.
+  Two operands are not packed at all where K (and the rows) come in whole tiles: the weight of
+  the forward (its rows are A tiles of the transposed product, "wdirect") and a row-major
+  resident A such as the backward-data product's dout ("adirect"); the kernels read them in place.
   Within a chunk, C is accumulated in the tiles over a K block, loaded/stored once per K block.
   No barriers (for rext <= RC): threads claim resident strips with an atomic flag per strip and
   wait only for strips another thread is in the middle of packing, then take chunks; the join at
@@ -843,6 +846,12 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
     // (GPT-2's are); rows of B are streamed from memory a block ahead.
     const int wdirect = (amx || path == GEMM_BF16_AVX512BF16) && !C16 && transB && a_res && K % 32 == 0 &&
                         N % 32 == 0 && M <= RC;
+    // A (M,K) row-major and resident (the backward-data product's dout, the tokens' rows): its
+    // rows are already A tiles when read in place (row i's k-tile kt at i * lda + 32 kt, as the
+    // direct forward reads the weight), so it is not packed. A packed copy cost a pass over A and,
+    // on two threads, a copy written by one core and read by both. Needs whole tiles: K and M
+    // multiples of 32 (GPT-2's are).
+    const int adirect = (amx || path == GEMM_BF16_AVX512BF16) && a_res && !transA && !wdirect && K % 32 == 0 && M % 32 == 0;
     // bias (C = bias + product): the direct forward starts each transposed block's sums from the
     // bias; elsewhere every row of C starts as the bias and the product accumulates (the same
     // arithmetic either way: each sum starts from its bias value)
@@ -876,7 +885,7 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
                 // (implicit barrier after single)
             }
             const int first = (int)((long)tid * nstrips / nt);
-            for (int i = 0; i < nstrips; i++) {
+            for (int i = 0; i < nstrips && !adirect; i++) {
                 const int t = (first + i) % nstrips;
                 int expect = 0;
                 if (__atomic_compare_exchange_n(&rstate[t], &expect, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
@@ -884,7 +893,7 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
                     __atomic_store_n(&rstate[t], 2, __ATOMIC_RELEASE);
                 }
             }
-            for (int t = 0; t < nstrips; t++)
+            for (int t = 0; t < nstrips && !adirect; t++)
                 while (__atomic_load_n(&rstate[t], __ATOMIC_ACQUIRE) != 2) zc_gb_pause();
             ZC_GB_PRAGMA(omp for schedule(dynamic, 1) nowait)
             for (int ch = 0; ch < nchunks; ch++) {
@@ -953,6 +962,13 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
                                         __builtin_prefetch(q + 16, 1, 3);
                                     }
                             }
+#ifdef ZC_GB_X86
+                            if (adirect) {
+                                const bf16_t *a = A + (size_t)(r0 + rb) * lda + k0;
+                                if (amx) zc_gb_kernel_amx_core(a, (size_t)16 * lda, 32, (long)lda * 2, ps, sstrip, nkt, c, ldk, mv, nv, acc);
+                                else zc_gb_kernel_avx512bf16_core(a, (size_t)16 * lda, (size_t)lda, 32, ps, sstrip, nkt, c, ldk, mv, nv, acc);
+                            } else
+#endif
                             if (a_res) kernel(pr, rstrip, ps, sstrip, nkt, c, ldk, mv, nv, acc);
                             else kernel(ps, sstrip, pr, rstrip, nkt, c, ldk, mv, nv, acc);
                             if (C16 && !split) add_bf16(C16 + (size_t)row0 * ldcz + col0, ldcz, cblk, mv, nv, add16);
