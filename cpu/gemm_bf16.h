@@ -743,6 +743,17 @@ static inline void zc_gb_ahead_some(ZcGbAhead *a) {
 #endif
 }
 
+#ifdef ZC_GB_X86
+// The micro-kernel with its A side read in place from a row-major matrix (row i's k-tile kt at
+// a + i * lda + 32 kt; K in whole tiles) instead of packed strips: the direct forward's weight
+// and the backward-data product's dout.
+ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_inplace_a(int amx, const bf16_t *a, size_t lda, const bf16_t *pb, size_t sb,
+                                                            int nkt, float *C, size_t ldc, int mv, int nv, int acc) {
+    if (amx) zc_gb_kernel_amx_core(a, 16 * lda, 32, (long)lda * 2, pb, sb, nkt, C, ldc, mv, nv, acc);
+    else zc_gb_kernel_avx512bf16_core(a, 16 * lda, lda, 32, pb, sb, nkt, C, ldc, mv, nv, acc);
+}
+#endif
+
 static inline void zc_gb_pause(void) {
 #ifdef ZC_GB_X86
     __builtin_ia32_pause();
@@ -914,8 +925,7 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
                         else if (acc0) zc_gb_tblock(cblk, c, ldcz, mv, 0);
                         const bf16_t *pr = rbuf + (size_t)(rb / 16) * rstrip;
                         const int acc = acc0 || bias;
-                        if (amx) zc_gb_kernel_amx_core(w, (size_t)16 * ldb, 32, (long)ldb * 2, pr, rstrip, nKt, cblk, 32, 32, 32, acc);
-                        else zc_gb_kernel_avx512bf16_core(w, (size_t)16 * ldb, (size_t)ldb, 32, pr, rstrip, nKt, cblk, 32, 32, 32, acc);
+                        zc_gb_kernel_inplace_a(amx, w, (size_t)ldb, pr, rstrip, nKt, cblk, 32, 32, 32, acc);
                         zc_gb_tblock(cblk, c, ldcz, mv, 1);
                     }
                 }
@@ -963,11 +973,9 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
                                     }
                             }
 #ifdef ZC_GB_X86
-                            if (adirect) {
-                                const bf16_t *a = A + (size_t)(r0 + rb) * lda + k0;
-                                if (amx) zc_gb_kernel_amx_core(a, (size_t)16 * lda, 32, (long)lda * 2, ps, sstrip, nkt, c, ldk, mv, nv, acc);
-                                else zc_gb_kernel_avx512bf16_core(a, (size_t)16 * lda, (size_t)lda, 32, ps, sstrip, nkt, c, ldk, mv, nv, acc);
-                            } else
+                            if (adirect)
+                                zc_gb_kernel_inplace_a(amx, A + (size_t)(r0 + rb) * lda + k0, (size_t)lda, ps, sstrip, nkt, c, ldk, mv, nv, acc);
+                            else
 #endif
                             if (a_res) kernel(pr, rstrip, ps, sstrip, nkt, c, ldk, mv, nv, acc);
                             else kernel(ps, sstrip, pr, rstrip, nkt, c, ldk, mv, nv, acc);
