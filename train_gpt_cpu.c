@@ -867,28 +867,53 @@ static void gpt2_backward_done(GPT2 *m) { zero_end_backward(&m->z); }
 static Trace *gpt2_trace(GPT2 *m) { return m->z.trace; }
 #include "core/model.h" // gpt2_forward, gpt2_backward: the same passes as the GPU trainer's
 
+// The sum of squares of g[i0..i1) (fp32, bf16 or fp16 elements), in double. Widening a bf16 is a
+// shift: NaN stays NaN, Inf Inf.
+static double sum_squares_block(const void *g, size_t i0, size_t i1, int dtype) {
+    double s = 0.0;
+    if (dtype == ZC_F32) {
+        const float *f = (const float *)g;
+#pragma omp simd reduction(+ : s)
+        for (size_t i = i0; i < i1; i++) s += (double)f[i] * f[i];
+    } else if (dtype == ZC_BF16) {
+        const uint16_t *h = (const uint16_t *)g;
+#pragma omp simd reduction(+ : s)
+        for (size_t i = i0; i < i1; i++) { double x = zc_f32_from_bits((uint32_t)h[i] << 16); s += x * x; }
+    } else {
+        const fp16_t *h = (const fp16_t *)g;
+#pragma omp simd reduction(+ : s)
+        for (size_t i = i0; i < i1; i++) { double x = fp16_to_f32(h[i]); s += x * x; }
+    }
+    return s;
+}
+
+// The same over g[0..n), in an order that does not depend on the thread count: blocks of 64K
+// elements, each summed by one thread, the blocks' sums then added in order. (An OpenMP
+// reduction adds the threads' partial sums in the order they finish: the norm, and through
+// clipping every step after it, could differ in the last bit from run to run and did differ
+// between 1 and 2 threads.)
+static double sum_squares(const void *g, size_t n, int dtype) {
+    enum { BLOCK = 1 << 16, GROUP = 256 };
+    double total = 0.0, part[GROUP];
+    size_t nb = (n + BLOCK - 1) / BLOCK;
+    for (size_t b0 = 0; b0 < nb; b0 += GROUP) {
+        size_t cnt = nb - b0 < GROUP ? nb - b0 : GROUP;
+#pragma omp parallel for schedule(static) if (cnt > 1)
+        for (size_t j = 0; j < cnt; j++) {
+            size_t i0 = (b0 + j) * BLOCK, i1 = i0 + BLOCK < n ? i0 + BLOCK : n;
+            part[j] = sum_squares_block(g, i0, i1, dtype);
+        }
+        for (size_t j = 0; j < cnt; j++) total += part[j];
+    }
+    return total;
+}
+
 // The global L2 norm of the gradient (padding and padded vocabulary rows hold zeros). In
 // 16-bit runs an Inf or NaN anywhere makes it non-finite on every rank: the overflow signal.
 static float gpt2_grad_norm(GPT2 *m) {
     Zero *z = &m->z;
     double sum = 0.0;
-    for (int u = 0; u < z->lay.num_units; u++) {
-        const void *g = zero_update_grads(z, u);
-        size_t n = zero_update_count(z, u);
-        if (m->dtype == ZC_F32) {
-            const float *f = (const float *)g;
-#pragma omp parallel for simd reduction(+ : sum)
-            for (size_t i = 0; i < n; i++) sum += (double)f[i] * f[i];
-        } else if (m->dtype == ZC_BF16) { // widening a bf16 is a shift: NaN stays NaN, Inf Inf
-            const uint16_t *h = (const uint16_t *)g;
-#pragma omp parallel for simd reduction(+ : sum)
-            for (size_t i = 0; i < n; i++) { double x = zc_f32_from_bits((uint32_t)h[i] << 16); sum += x * x; }
-        } else {
-            const fp16_t *h = (const fp16_t *)g;
-#pragma omp parallel for simd reduction(+ : sum)
-            for (size_t i = 0; i < n; i++) { double x = fp16_to_f32(h[i]); sum += x * x; }
-        }
-    }
+    for (int u = 0; u < z->lay.num_units; u++) sum += sum_squares(zero_update_grads(z, u), zero_update_count(z, u), m->dtype);
     return zero_global_grad_norm(z, sum);
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mixed precision in the trainer (--precision bf16|fp16): 16-bit runs follow the fp32 loss curve
-# at every ZeRO stage on 1 and 2 ranks; each rank's memory log shows 2 + 2 + 12 bytes per
+# at every ZeRO stage on 1 and 2 ranks; 1 and 2 OpenMP threads give the same bits; each rank's memory log shows 2 + 2 + 12 bytes per
 # parameter split by stage (the bf16 matmuls' sgemm fallback too); an injected fp16 overflow (start scale 2^32) is skipped on every
 # rank by DeepSpeed's rules (test/mixed_check.py replays them independently) without touching
 # parameters or optimizer state or advancing the LR schedule; overflow at the minimum scale
@@ -15,7 +15,7 @@ shape="--layers 2 --channels 64 --heads 4 --vocab-size 512 --max-seq-len 32"
 common="--seq-len 32 --train-data $d/train.bin --total-batch 256 --lr 3e-3 --warmup 5 --val-every 0 --sample-every 0 --seed 3"
 run() { # name ranks args...: one run, its log in $d/name.jsonl (MODEL= : the model comes from --resume)
   local name=$1 n=$2; shift 2
-  OMP_NUM_THREADS=1 mpirun -np "$n" --oversubscribe ./train_gpt_cpu ${MODEL-$shape} $common --log "$d/$name.jsonl" "$@" > "$d/$name.out" 2>&1 \
+  OMP_NUM_THREADS=${THREADS:-1} mpirun -np "$n" --oversubscribe ./train_gpt_cpu ${MODEL-$shape} $common --log "$d/$name.jsonl" "$@" > "$d/$name.out" 2>&1 \
     || { echo "FAIL: run $name failed:"; tail -5 "$d/$name.out"; exit 1; }
 }
 
@@ -30,6 +30,23 @@ done
 for s in 0 3; do ZEROC_BF16_MATMUL=sgemm run bf16_sgemm_n2_s$s 2 --batch 2 --steps 50 --precision bf16 --zero-stage $s; done
 grep -q "bf16 matmuls: sgemm on bf16-rounded operands" $d/bf16_sgemm_n2_s0.out || { echo "FAIL: fallback not taken"; exit 1; }
 $PYTHON test/mixed_check.py curves $d
+
+echo "== threads: 1 and 2 OpenMP threads give the same bits (fp32, bf16, fp16; 2 ranks at ZeRO-3 in bf16)"
+# every sum has one order whatever the thread count: gemm_bf16 (each C element on one thread),
+# the gradient norm (blocks summed in order), the kernels' per-row and per-column loops
+for p in fp32 bf16 fp16; do
+  for t in 1 2; do THREADS=$t run thr_${p}_t$t 1 --batch 4 --steps 6 --precision $p; done
+done
+for t in 1 2; do THREADS=$t run thr_z3_t$t 2 --batch 2 --steps 6 --precision bf16 --zero-stage 3; done
+$PYTHON - "$d" <<'PY'
+import json, sys
+rows = lambda f: [(r['step'], r['loss'], r['grad_norm']) for r in map(json.loads, open(f)) if 'loss' in r]
+for name in ['fp32', 'bf16', 'fp16', 'z3']:
+    a, b = rows(f'{sys.argv[1]}/thr_{name}_t1.jsonl'), rows(f'{sys.argv[1]}/thr_{name}_t2.jsonl')
+    if len(a) != 6 or a != b:
+        sys.exit(f'FAIL: {name}: 1 and 2 threads differ: {[x for x in zip(a, b) if x[0] != x[1]][:2]}')
+print('1 and 2 threads: losses and norms identical (fp32, bf16, fp16, bf16 ZeRO-3 on 2 ranks)')
+PY
 
 echo "== fp16 overflow injected: --initial-scale-power 32, on 2 ranks (ZeRO-1 and ZeRO-3)"
 for s in 1 3; do
