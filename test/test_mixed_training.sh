@@ -33,11 +33,13 @@ $PYTHON test/mixed_check.py curves $d
 
 echo "== threads: 1 and 2 OpenMP threads give the same bits (fp32, bf16, fp16; 2 ranks at ZeRO-3 in bf16)"
 # every sum has one order whatever the thread count: gemm_bf16 (each C element on one thread),
-# the gradient norm (blocks summed in order), the kernels' per-row and per-column loops
+# the gradient norm (blocks summed in order), the kernels' per-row and per-column loops.
+# 128 channels: units over 64K elements, so that the norm's blocks run on both threads.
+wide="--layers 2 --channels 128 --heads 4 --vocab-size 512 --max-seq-len 32"
 for p in fp32 bf16 fp16; do
-  for t in 1 2; do THREADS=$t run thr_${p}_t$t 1 --batch 4 --steps 6 --precision $p; done
+  for t in 1 2; do MODEL=$wide THREADS=$t run thr_${p}_t$t 1 --batch 4 --steps 6 --precision $p; done
 done
-for t in 1 2; do THREADS=$t run thr_z3_t$t 2 --batch 2 --steps 6 --precision bf16 --zero-stage 3; done
+for t in 1 2; do MODEL=$wide THREADS=$t run thr_z3_t$t 2 --batch 2 --steps 6 --precision bf16 --zero-stage 3; done
 $PYTHON - "$d" <<'PY'
 import json, sys
 rows = lambda f: [(r['step'], r['loss'], r['grad_norm']) for r in map(json.loads, open(f)) if 'loss' in r]
