@@ -889,9 +889,9 @@ static double sum_squares_block(const void *g, size_t i0, size_t i1, int dtype) 
 
 // The same over g[0..n), in an order that does not depend on the thread count: blocks of 64K
 // elements, each summed by one thread, the blocks' sums then added in order. (An OpenMP
-// reduction adds the threads' partial sums in the order they finish: the norm, and through
-// clipping every step after it, could differ in the last bit from run to run and did differ
-// between 1 and 2 threads.)
+// reduction adds the threads' partial sums in the order they finish: the sum could differ in
+// its last bits from run to run with 2 threads, and between thread counts; rarely visible once
+// the norm is rounded to float, but then, through clipping, in every step after it.)
 static double sum_squares(const void *g, size_t n, int dtype) {
     enum { BLOCK = 1 << 16, GROUP = 256 };
     double total = 0.0, part[GROUP];
