@@ -84,7 +84,7 @@ static float *xcalloc_floats(size_t n) { return (float *)xcalloc_bytes(n * sizeo
 // (gemm_bf16_acc16_split), and only those rows are rounded in when the unit is done.
 // And a unit's gradient on its first micro-step of an optimizer step holds nothing yet (zero.h
 // does not zero it: zero_grads_fresh), so its weight products store their sums instead of adding
-// them to a zeroed buffer (sgemm / gemm_bf16 with beta 0), which saves zeroing the gradient and
+// them to a zeroed buffer (gemm_bf16 with beta 0), which saves zeroing the gradient and
 // reading it back, ~all of its bytes; the rest of a fresh unit is zeroed by gpt2_unit_grads, or
 // (16-bit) stored rather than added by gpt2_unit_grads_done.
 // While a unit's backward runs, the context describes its gradient as the kernels see it,
@@ -271,14 +271,6 @@ static void round_bf16_sum_columns(bf16_t *dout16, float *dbias, const float *do
     }
 }
 
-// Zeroing is memory-bound (gradient accumulators of hundreds of MB): one memset per thread on
-// large buffers, so that the second core's bandwidth is not left idle.
-static void zero_bytes(void *p, size_t bytes) {
-    size_t chunk = (size_t)1 << 20, nchunks = (bytes + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (nchunks > 1)
-    for (size_t i = 0; i < nchunks; i++) memset((char *)p + i * chunk, 0, i + 1 < nchunks ? chunk : bytes - i * chunk);
-}
-
 // dinp (N,C) = dout (N,OC) . w;  dw (OC,C) += dout^T . inp (= where the context marks dw fresh);
 // dbias (OC) += column sums of dout
 static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
@@ -301,24 +293,19 @@ static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias,
         } else if (d) {
             if (gemm_bf16_backward_weight_acc16(&k->gemm, d->g16 + (dw - d->acc), dout16, inp16, N, C, OC, beta)) die_gemm();
         } else if (gemm_bf16_backward_weight(&k->gemm, dw, dout16, inp16, N, C, OC, beta)) die_gemm();
-    } else { // sgemm. A fresh dw is zeroed here and accumulated into (beta 1) rather than passed
-             // beta 0: OpenBLAS's threads zero their share of C (not contiguous) with plain stores,
-             // 3.5% of a 2-thread fp32 step, against one memset per thread here. Same sums.
-        if (beta == 0.0f) zero_bytes(dw, (size_t)OC * C * sizeof(float));
-        if (w16) { // rows of dout and inp rounded, as many as fit in the staging's bytes as fp32
-            int rows = (int)(k->staging_elems / 2 / ((size_t)OC + C));
-            for (int r0 = 0; r0 < N; r0 += rows) {
-                int r = N - r0 < rows ? N - r0 : rows;
-                float *d32 = (float *)k->staging, *i32 = d32 + (size_t)r * OC;
-                round_to_bf16(d32, dout + (size_t)r0 * OC, (size_t)r * OC);
-                round_to_bf16(i32, inp + (size_t)r0 * C, (size_t)r * C);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, C, OC, 1.0f, d32, OC, w, C, 0.0f, dinp + (size_t)r0 * C, C);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, r, 1.0f, d32, OC, i32, C, 1.0f, dw, C);
-            }
-        } else {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+    } else if (w16) { // rows of dout and inp rounded, as many as fit in the staging's bytes as fp32
+        int rows = (int)(k->staging_elems / 2 / ((size_t)OC + C));
+        for (int r0 = 0; r0 < N; r0 += rows) {
+            int r = N - r0 < rows ? N - r0 : rows;
+            float *d32 = (float *)k->staging, *i32 = d32 + (size_t)r * OC;
+            round_to_bf16(d32, dout + (size_t)r0 * OC, (size_t)r * OC);
+            round_to_bf16(i32, inp + (size_t)r0 * C, (size_t)r * C);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, C, OC, 1.0f, d32, OC, w, C, 0.0f, dinp + (size_t)r0 * C, C);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, r, 1.0f, d32, OC, i32, C, r0 ? 1.0f : beta, dw, C);
         }
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, beta, dw, C);
     }
     if (dbias && !(w16 && !k->via_sgemm)) // (the gemm_bf16 path added them while it rounded dout)
         round_bf16_sum_columns(NULL, dbias, dout, N, OC);
@@ -445,6 +432,13 @@ static void residual_forward(CpuKernels *k, float *out, const float *a, const fl
     (void)k;
 #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+// Zeroing is memory-bound (gradient accumulators of hundreds of MB): one memset per thread on
+// large buffers, so that the second core's bandwidth is not left idle.
+static void zero_bytes(void *p, size_t bytes) {
+    size_t chunk = (size_t)1 << 20, nchunks = (bytes + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+    for (size_t i = 0; i < nchunks; i++) memset((char *)p + i * chunk, 0, i + 1 < nchunks ? chunk : bytes - i * chunk);
 }
 static void zero_fill(CpuKernels *k, float *p, size_t n) { (void)k; zero_bytes(p, n * sizeof(float)); }
 
@@ -674,8 +668,8 @@ static int grads_direct(const GPT2 *m, int u) {
     return m->dtype == ZC_BF16 && !m->kern.via_sgemm && (zero_is_layer(&m->z, u) || u == UNIT_EMBED);
 }
 // The part of unit u's gradient (as the kernels see it: `acc`) that gradients collect in by
-// adding: all of it, or, where the weight products write straight into the final gradient (fp32
-// runs; 16-bit runs whose matrices go straight into 16 bits), all but a layer's matrices
+// adding: all of it, or, where the weight products write straight into the final gradient
+// (16-bit runs whose matrices go straight into 16 bits), all but a layer's matrices
 // (SEG_DECAY) and the embeddings' wte, [0, wte_end) (whose rows of the batch's tokens
 // gpt2_unit_grads_done adds). Zeroed when the unit's backward starts (op 0); in 16-bit runs
 // added (op 1), or on a fresh gradient stored (op 2), into the 16-bit gradient when it is done.
@@ -699,9 +693,12 @@ static float *gpt2_unit_grads(GPT2 *m, int u) {
     void *g = zero_grads(&m->z, u);
     int fresh = zero_grads_fresh(&m->z, u);
     GradsOpen *o = &m->kern.grads[u == UNIT_EMBED ? 0 : 1];
-    if (!m->mixed) { // a fresh gradient: the weight products write theirs, the rest is zeroed here
-        if (fresh) acc_pass(m, u, (float *)g, 1, 0);
-        *o = (GradsOpen){(const float *)g, gpt2_unit_padded(&m->z.lay, u), fresh, NULL, NULL};
+    if (!m->mixed) { // a fresh gradient is zeroed here, all of it, and the products add to it: with
+        // beta 0 (the products writing theirs), OpenBLAS's threads zero their shares of each matrix,
+        // blocks that are not contiguous, with plain stores: 3.5% of a 2-thread fp32 step, against
+        // one memset per thread here. The same sums.
+        if (fresh) acc_pass(m, u, (float *)g, 0, 0);
+        *o = (GradsOpen){(const float *)g, gpt2_unit_padded(&m->z.lay, u), 0, NULL, NULL};
         return (float *)g;
     }
     m->grad_target[u] = g;
