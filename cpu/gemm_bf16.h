@@ -454,28 +454,48 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_pack2_vnni_avx512(bf16_t *dst, size
 
 // zc_gb_add_bf16_scalar, 16 lanes at a time with the same integer steps as bf16_to_f32 (quiet
 // NaNs) and f32_to_bf16 (round to nearest even on the bits; NaN keeps its top payload, quiet),
-// so the results are bit-identical to it; only the fp32 add is a float instruction.
-ZC_GB_TARGET_AVX512 static inline void zc_gb_add_bf16_avx512(bf16_t *C16, size_t ldc, const float *t, int mv, int nv, int add) {
+// so the results are bit-identical to it; only the fp32 add is a float instruction. A whole row
+// of the block (32 columns, one cache line of C16) is rounded in registers and written with one
+// plain 64-byte store: GCC turns the narrowing then a 32-byte store into VPMOVDW to memory,
+// which Zen 4 executes slowly enough that perf put most of this function on it.
+ZC_GB_TARGET_AVX512 static inline __m512i zc_gb_round16_avx512(__m512 x) {  // -> 16 bf16 in the low halves
     const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
-    const __m512i quiet32 = _mm512_set1_epi32(0x00400000), quiet16 = _mm512_set1_epi32(0x0040);
-    const __m512i half = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
+    const __m512i quiet16 = _mm512_set1_epi32(0x0040), half = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
+    __m512i v = _mm512_castps_si512(x);
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(v, abs_mask), inf);
+    __m512i r = _mm512_add_epi32(v, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(v, 16), one)));
+    r = _mm512_srli_epi32(r, 16);
+    return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(v, 16), quiet16);
+}
+ZC_GB_TARGET_AVX512 static inline __m512 zc_gb_widen16_avx512(__m256i h) {  // 16 bf16 -> fp32, NaNs quiet
+    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    const __m512i quiet32 = _mm512_set1_epi32(0x00400000);
+    __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+    u = _mm512_mask_or_epi32(u, _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf), u, quiet32);
+    return _mm512_castsi512_ps(u);
+}
+ZC_GB_TARGET_AVX512 static inline void zc_gb_add_bf16_avx512(bf16_t *C16, size_t ldc, const float *t, int mv, int nv, int add) {
+    // words 0, 2, 4, ... of two rounded vectors (each bf16 in the low half of a 32-bit lane)
+    const __m512i even = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32,
+                                          30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     for (int i = 0; i < mv; i++) {
         bf16_t *d = C16 + (size_t)i * ldc;
+        if (nv == 32) {
+            __m512 x0 = _mm512_loadu_ps(t + i * 32), x1 = _mm512_loadu_ps(t + i * 32 + 16);
+            if (add) {
+                __m512i h = _mm512_loadu_si512((const void *)d);
+                x0 = _mm512_add_ps(zc_gb_widen16_avx512(_mm512_castsi512_si256(h)), x0);
+                x1 = _mm512_add_ps(zc_gb_widen16_avx512(_mm512_extracti64x4_epi64(h, 1)), x1);
+            }
+            _mm512_storeu_si512((void *)d, _mm512_permutex2var_epi16(zc_gb_round16_avx512(x0), even, zc_gb_round16_avx512(x1)));
+            continue;
+        }
         for (int j = 0; j < nv; j += 16) {
             int n = nv - j < 16 ? nv - j : 16;
             __mmask16 m = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
             __m512 x = _mm512_maskz_loadu_ps(m, t + i * 32 + j);
-            if (add) {
-                __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, d + j)), 16);
-                u = _mm512_mask_or_epi32(u, _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf), u, quiet32);
-                x = _mm512_add_ps(_mm512_castsi512_ps(u), x);
-            }
-            __m512i v = _mm512_castps_si512(x);
-            __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(v, abs_mask), inf);
-            __m512i r = _mm512_add_epi32(v, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(v, 16), one)));
-            r = _mm512_srli_epi32(r, 16);
-            r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(v, 16), quiet16);
-            _mm256_mask_storeu_epi16(d + j, m, _mm512_cvtepi32_epi16(r));
+            if (add) x = _mm512_add_ps(zc_gb_widen16_avx512(_mm256_maskz_loadu_epi16(m, d + j)), x);
+            _mm256_mask_storeu_epi16(d + j, m, _mm512_cvtepi32_epi16(zc_gb_round16_avx512(x)));
         }
     }
 }
