@@ -1,27 +1,62 @@
 #!/usr/bin/env bash
 # Benchmark: GPT-2 124M (d12), B=4, T=64, a few optimizer steps on the embedded data, in fp32
 # and in bf16 (or only PRECISIONS="bf16"). Prints ms/step (the average after the first step),
-# tokens/s and achieved GFLOP/s (6 x params + attention FLOPs per token). Extra arguments go to
-# the trainer. Then the machine's measured peaks and the step's floor (test_gemm_bf16 --floor:
-# the matmul FLOPs at the bf16 or fp32 peak plus AdamW's bytes at the memory bandwidth), and each
-# precision's step as a multiple of its floor. Run it on an otherwise idle machine; `make bench`
-# builds first.
+# tokens/s and achieved GFLOP/s (6 x params + attention FLOPs per token), and each step as a
+# multiple of its floor (test_gemm_bf16 --floor: the matmul FLOPs at the bf16 or fp32 peak plus
+# AdamW's bytes at the memory bandwidth, all measured on this machine).
+#
+# This project's machine is a VM whose speed moves by 10-20% from one minute to the next (the
+# measured peak 426-469 GFLOP/s, the bandwidth 50-94 GB/s), and a floor measured a minute apart
+# from the steps it divides compares two different machines. So the run goes in ROUNDS rounds
+# (default 3), and in each the ceilings are measured right before and right after every
+# precision's steps: probe, fp32 steps, probe, bf16 steps, probe. A precision's floor in a round
+# is the mean of the floors of the probes on either side of its steps; its ratio in that round is
+# its step over that floor. The summary gives each precision's median over the rounds and all
+# the rounds' values. Extra arguments go to the trainer. Run it on an otherwise idle machine;
+# `make bench` builds first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=${STEPS:-6}
-out=$(mktemp) floor=$(mktemp) ms=$(mktemp)
-trap 'rm -f "$out" "$floor" "$ms"' EXIT
-for p in ${PRECISIONS:-fp32 bf16}; do
-  ./train_gpt_cpu --model d12 --batch 4 --seq-len 64 --steps "$steps" --val-every 0 --sample-every 0 \
-    --lr 6e-4 --warmup 0 --precision "$p" "$@" > "$out"
-  grep -E "^step|^average|threads|^bf16 matmuls" "$out"
-  awk -v p="$p" '/^average step/ {print p, $6}' "$out" >> "$ms"
-  awk -v p="$p" '/^average step/ {ms=$6} END {
-    flop = 6*124475904 + 12*12*768*64;         # per token
-    printf "d12 B=4 T=64 %s: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s achieved\n", p, ms, 256/(ms/1000), 256*flop/(ms/1000)/1e9 }' "$out"
-done
+steps=${STEPS:-6} rounds=${ROUNDS:-3}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 make -s test/bin/test_gemm_bf16
-./test/bin/test_gemm_bf16 --floor | grep -E "^(peak|memory|floor)" | tee "$floor"
-# "floor of a d12 B=4 T=64 step, bf16: ... = 0.481s" against "bf16 655.0"
-awk 'NR == FNR { sub(/:$/, "", $8); f[$8] = $NF + 0; next }
-     ($1 in f) && f[$1] > 0 { printf "%s: %.0f ms/step = %.2fx its floor (%.3f s)\n", $1, $2, $2 / 1000 / f[$1], f[$1] }' "$floor" "$ms"
+
+# The ceilings now: the peak and memory lines, and "bf16 <floor s>" / "fp32 <floor s>" into $1.
+probe() {
+  ./test/bin/test_gemm_bf16 --floor > "$tmp/probe"
+  grep -E "^(peak|memory)" "$tmp/probe" | sed 's/^/  /'
+  # "floor of a d12 B=4 T=64 step, bf16: ... = 0.481s"
+  awk '/^floor/ { p = $8; sub(/:$/, "", p); f = $NF; sub(/s$/, "", f); print p, f }' "$tmp/probe" > "$1"
+}
+
+: > "$tmp/results" # round precision ms floor ratio
+for r in $(seq 1 "$rounds"); do
+  echo "round $r of $rounds"
+  probe "$tmp/before"
+  for p in ${PRECISIONS:-fp32 bf16}; do
+    ./train_gpt_cpu --model d12 --batch 4 --seq-len 64 --steps "$steps" --val-every 0 --sample-every 0 \
+      --lr 6e-4 --warmup 0 --precision "$p" "$@" > "$tmp/out"
+    if [ "$r" = 1 ]; then grep -E "^step|threads|^bf16 matmuls" "$tmp/out"; fi
+    ms=$(awk '/^average step/ {print $6}' "$tmp/out")
+    probe "$tmp/after"
+    awk -v p="$p" -v ms="$ms" -v r="$r" -v out="$tmp/results" 'FNR == 1 { file++ } $1 == p { f[file] = $2 } END {
+      flop = 6*124475904 + 12*12*768*64;         # per token
+      floor = (f[1] + f[2]) / 2
+      printf "  d12 B=4 T=64 %s: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s achieved; floor %.3f s (%.3f before, %.3f after): %.2fx\n",
+             p, ms, 256/(ms/1000), 256*flop/(ms/1000)/1e9, floor, f[1], f[2], ms / 1000 / floor
+      printf "%d %s %s %.4f %.4f\n", r, p, ms, floor, ms / 1000 / floor >> out }' "$tmp/before" "$tmp/after"
+    mv "$tmp/after" "$tmp/before"
+  done
+done
+
+# The summary: per precision, the median over the rounds of the ratio (and of the step and the
+# floor), and every round's ratio.
+echo "summary over $rounds rounds:"
+for p in ${PRECISIONS:-fp32 bf16}; do
+  awk -v p="$p" '$2 == p { n++; ms[n] = $3; fl[n] = $4; ra[n] = $5; all = all sprintf(" %.2fx", $5) }
+    function median(a, n,   i, j, t, b) { for (i = 1; i <= n; i++) b[i] = a[i]
+      for (i = 2; i <= n; i++) for (j = i; j > 1 && b[j - 1] > b[j]; j--) { t = b[j]; b[j] = b[j - 1]; b[j - 1] = t }
+      return n % 2 ? b[(n + 1) / 2] : (b[n / 2] + b[n / 2 + 1]) / 2 }
+    END { if (n) printf "%s: %.0f ms/step = %.2fx its floor (%.3f s), medians of %d rounds; each round:%s\n",
+                 p, median(ms, n), median(ra, n), median(fl, n), n, all }' "$tmp/results"
+done
