@@ -119,7 +119,8 @@ Hidden state (the only static data; one copy per translation unit, all idempoten
 Tunables (#define before including; the first three multiples of 32)
   GEMM_BF16_KC (K block, 768), GEMM_BF16_RC (resident rows per pass, 768), GEMM_BF16_SC (streamed
   chunk = work item, 64), GEMM_BF16_RES_L2_BYTES (1 MB, see above), GEMM_BF16_SERIAL_FLOPS
-  (2*M*N*K below which the call stays on one thread, 4e6).
+  (2*M*N*K below which the call stays on one thread, 4e6), GEMM_BF16_STREAM_BYTES (a C of more
+  bytes than this, 32e6, is written by the direct forward with streaming stores: see the driver).
 */
 #ifndef ZC_GEMM_BF16_H
 #define ZC_GEMM_BF16_H
@@ -157,6 +158,9 @@ Tunables (#define before including; the first three multiples of 32)
 #endif
 #ifndef GEMM_BF16_RES_L2_BYTES
 #define GEMM_BF16_RES_L2_BYTES (1 << 20)
+#endif
+#ifndef GEMM_BF16_STREAM_BYTES
+#define GEMM_BF16_STREAM_BYTES 32e6
 #endif
 #ifndef GEMM_BF16_SERIAL_FLOPS
 #define GEMM_BF16_SERIAL_FLOPS 4000000.0
@@ -626,7 +630,8 @@ ZC_GB_TARGET_AMX static inline void zc_gb_kernel_amx(const bf16_t *pa, size_t sa
 }
 
 // A 32 x 32 fp32 block transposed between C (rows m, mv <= 32 of them valid, row stride ldc) and
-// t (rows n, 32 apart): in, t = C^T (invalid rows of C read as 0); out, C = t^T (valid rows only).
+// t (rows n, 32 apart): in (out 0), t = C^T (invalid rows of C read as 0); out (1, or 2 with
+// streaming stores for the 64-byte aligned rows), C = t^T (valid rows only).
 ZC_GB_TARGET_AVX512 static inline void zc_gb_tblock(float *t, float *C, size_t ldc, int mv, int out) {
     for (int q = 0; q < 4; q++) {
         const int r = (q >> 1) * 16, c = (q & 1) * 16;  // quadrant of C: rows m r.., columns n c..
@@ -639,7 +644,11 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_tblock(float *t, float *C, size_t l
         } else {
             for (int i = 0; i < 16; i++) v[i] = _mm512_loadu_si512((const void *)(t + (c + i) * 32 + r));
             zc_gb_transpose16_epi32(v);
-            for (int i = 0; i < 16 && r + i < mv; i++) _mm512_storeu_si512((void *)(C + (size_t)(r + i) * ldc + c), v[i]);
+            for (int i = 0; i < 16 && r + i < mv; i++) {
+                float *dst = C + (size_t)(r + i) * ldc + c;
+                if (out == 2 && !((uintptr_t)dst & 63)) _mm512_stream_si512((__m512i *)dst, v[i]);
+                else _mm512_storeu_si512((void *)dst, v[i]);
+            }
         }
     }
 }
@@ -883,6 +892,12 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
     // on two threads, a copy written by one core and read by both. Needs whole tiles: K and M
     // multiples of 32 (GPT-2's are).
     const int adirect = (amx || path == GEMM_BF16_AVX512BF16) && a_res && !transA && !wdirect && K % 32 == 0 && M % 32 == 0;
+    // A C larger than the caches (the LM head's logits, 51 MB at B=4, T=64) is written by the
+    // direct forward with streaming stores: each row of a block is whole 64-byte lines, so no line
+    // of C is read from memory only to be overwritten (its rows, 201 KB apart, were a miss per
+    // line that the stores waited for), and C does not evict the operands. (A row that is not
+    // 64-byte aligned is stored as usual.)
+    const int stream = wdirect && (double)M * N * sizeof(float) > GEMM_BF16_STREAM_BYTES;
     // bias (C = bias + product): the direct forward starts each transposed block's sums from the
     // bias; elsewhere every row of C starts as the bias and the product accumulates (the same
     // arithmetic either way: each sum starts from its bias value)
@@ -946,7 +961,7 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
                         const bf16_t *pr = rbuf + (size_t)(rb / 16) * rstrip;
                         const int acc = acc0 || bias;
                         zc_gb_kernel_inplace_a(amx, w, (size_t)ldb, pr, rstrip, nKt, cblk, 32, 32, 32, acc);
-                        zc_gb_tblock(cblk, c, ldcz, mv, 1);
+                        zc_gb_tblock(cblk, c, ldcz, mv, stream ? 2 : 1);
                     }
                 }
                 if (wdirect) continue;
@@ -1013,6 +1028,7 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
             }
         }
 #ifdef ZC_GB_X86
+        if (stream) _mm_sfence(); // the streaming stores are weakly ordered: visible before the join
         if (amx) zc_gb_amx_end();
 #endif
     }

@@ -88,7 +88,9 @@ static void run_case(int tA, int tB, int M, int N, int K, int pad, float beta, i
     bf16_t *A = tA ? alloc_mat(K, M, lda) : alloc_mat(M, K, lda);
     bf16_t *B = tB ? alloc_mat(N, K, ldb) : alloc_mat(K, N, ldb);
     size_t nc = M > 0 && N > 0 ? (size_t)(M - 1) * ldc + N : 1;
-    float *C = malloc(nc * sizeof(float)), *C0 = malloc(nc * sizeof(float));
+    // (64-byte aligned, as the trainer's buffers are: rows of a multiple of 16 floats are then
+    // aligned, where the direct forward may write them with streaming stores)
+    float *C = aligned_alloc(64, (nc * sizeof(float) + 63) / 64 * 64), *C0 = malloc(nc * sizeof(float));
     for (size_t i = 0; i < nc; i++) C0[i] = C_SENTINEL;
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++)
@@ -194,6 +196,8 @@ static void test_shapes(int quick) {
     // a resident block over GEMM_BF16_RES_L2_BYTES (720 rows x 736 k) and a streamed side so
     // long that half of it per thread would exceed that budget too: capped chunks
     if (!quick) run_case(1, 0, 2848, 720, 736, 0, 1.0f, 1);
+    // a forward whose C (33.5 MB) is over GEMM_BF16_STREAM_BYTES: written with streaming stores
+    if (!quick) run_case(0, 1, 64, 131072, 32, 0, 0.0f, 1);
     // general beta, and degenerate sizes
     run_case(0, 1, 37, 41, 45, 2, 0.5f, 0);
     run_case(1, 1, 33, 17, 19, 0, -2.0f, 1);
@@ -225,6 +229,26 @@ static void test_determinism(GemmBf16Path path) {
 #else
     (void)path;
 #endif
+}
+
+// The direct forward's streaming stores (a C over GEMM_BF16_STREAM_BYTES, rows 64-byte aligned)
+// write the same bits as its plain stores (the same C one float off alignment), bias included.
+static void test_streaming(GemmBf16Path path) {
+    int M = 64, N = (int)(GEMM_BF16_STREAM_BYTES / (64 * sizeof(float))) / 32 * 32 + 32, K = 64;
+    bf16_t *A = alloc_mat(M, K, K), *B = alloc_mat(N, K, K);
+    float *bias = malloc((size_t)N * 4);
+    for (int n = 0; n < N; n++) bias[n] = (float)(rng_unif() - 0.5);
+    size_t nc = (size_t)M * N;
+    float *C1 = aligned_alloc(64, (nc * 4 + 63) / 64 * 64), *C2 = aligned_alloc(64, (nc * 4 + 64 + 63) / 64 * 64);
+    GemmBf16Ctx ctx = {path, NULL, 0};
+    for (int b = 0; b < 2; b++) {
+        int rc1 = b ? gemm_bf16_forward_bias(&ctx, C1, A, B, bias, M, K, N) : gemm_bf16_forward(&ctx, C1, A, B, M, K, N, 0.0f);
+        int rc2 = b ? gemm_bf16_forward_bias(&ctx, C2 + 1, A, B, bias, M, K, N) : gemm_bf16_forward(&ctx, C2 + 1, A, B, M, K, N, 0.0f);
+        CHECK(rc1 == 0 && rc2 == 0, "%s: streaming forward rc %d %d", gemm_bf16_path_name(path), rc1, rc2);
+        CHECK(memcmp(C1, C2 + 1, nc * 4) == 0, "%s: streaming stores (aligned C) and plain stores differ%s",
+              gemm_bf16_path_name(path), b ? " (bias)" : "");
+    }
+    free(A); free(B); free(bias); free(C1); free(C2);
 }
 
 // NaN and Inf in the inputs reach the output (no path may drop them); padding stays harmless.
@@ -450,7 +474,7 @@ static int bench(int no_scalar, double seconds, const char *only_path, const cha
             int M = b->M, N = b->N, K = b->K;
             int lda = b->tA ? M : K, ldb = b->tB ? K : N;
             size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
-            float *C = malloc(nc * 4);
+            float *C = aligned_alloc(64, (nc * 4 + 63) / 64 * 64);
             double t;
             if (paths[p] == GEMM_BF16_AUTO) {
                 float *A = malloc(na * 4), *B = malloc(nb * 4);
@@ -664,6 +688,7 @@ int main(int argc, char **argv) {
         double t1 = now();
         test_determinism(path);
         test_specials(path);
+        if (path != GEMM_BF16_SCALAR) test_streaming(path); // (the direct forward: AVX512-BF16 and AMX only)
         test_wrappers(path);
         test_acc16(path);
         printf("path %s: %s (%.2fs more)\n", gemm_bf16_path_name(path),

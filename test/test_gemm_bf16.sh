@@ -7,7 +7,8 @@
 #   portable build (-march=x86-64): the ISA-specific code must build from target attributes
 #     alone and still be found and used at run time
 #   tiny-block build (K block, resident block and chunk = 32, threads on every call, chunk
-#     widening always on): every block boundary and the parallel code on small shapes
+#     widening always on, the direct forward's streaming stores on every C): every block
+#     boundary and the parallel code on small shapes
 # If /proc/cpuinfo lists amx_bf16 or avx512_bf16, the matching path must be detected (and so
 # tested), so a broken detection cannot silently fall back to the scalar path.
 set -euo pipefail
@@ -42,7 +43,7 @@ gcc -std=c11 -D_GNU_SOURCE -O2 -march=x86-64 -fopenmp -Wall -Wextra -Werror -I. 
 p1=$!
 gcc -std=c11 -D_GNU_SOURCE -O2 -march=native -fopenmp -Wall -Wextra -Werror -I. \
     -DGEMM_BF16_KC=32 -DGEMM_BF16_RC=32 -DGEMM_BF16_SC=32 -DGEMM_BF16_SERIAL_FLOPS=0 \
-    -DGEMM_BF16_RES_L2_BYTES=4096 \
+    -DGEMM_BF16_RES_L2_BYTES=4096 -DGEMM_BF16_STREAM_BYTES=0 \
     test/test_gemm_bf16.c -o $d/test_gemm_bf16_tiny $LIBS &
 p2=$!
 
