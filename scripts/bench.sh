@@ -5,9 +5,9 @@
 # multiple of its floor (test_gemm_bf16 --floor: the matmul FLOPs at the bf16 or fp32 peak plus
 # AdamW's bytes at the memory bandwidth, all measured on this machine).
 #
-# This project's machine is a VM whose speed moves by 10-20% from one minute to the next (the
-# measured peak 426-469 GFLOP/s, the bandwidth 50-94 GB/s), and a floor measured a minute apart
-# from the steps it divides compares two different machines. So the run goes in ROUNDS rounds
+# This project's machine is a VM whose ceilings move from one probe to the next (over an hour the
+# bf16 peak read 413-469 GFLOP/s, and the bandwidth probe either 49-56 or 77-96 GB/s, seconds
+# apart), so a floor measured a minute away from the steps it divides describes another machine. So the run goes in ROUNDS rounds
 # (default 3), and in each the ceilings are measured right before and right after every
 # precision's steps: probe, fp32 steps, probe, bf16 steps, probe. A precision's floor in a round
 # is the mean of the floors of the probes on either side of its steps; its ratio in that round is
