@@ -120,7 +120,7 @@ Tunables (#define before including; the first three multiples of 32)
   GEMM_BF16_KC (K block, 768), GEMM_BF16_RC (resident rows per pass, 768), GEMM_BF16_SC (streamed
   chunk = work item, 64), GEMM_BF16_RES_L2_BYTES (1 MB, see above), GEMM_BF16_SERIAL_FLOPS
   (2*M*N*K below which the call stays on one thread, 4e6), GEMM_BF16_STREAM_BYTES (a C of more
-  bytes than this, 32e6, is written by the direct forward with streaming stores: see the driver).
+  bytes than this, 32e6, that the call only writes goes out with streaming stores: see the driver).
 */
 #ifndef ZC_GEMM_BF16_H
 #define ZC_GEMM_BF16_H
@@ -319,14 +319,15 @@ static inline void zc_gb_tile_in(float *t, const float *C, size_t ldc, int mv, i
 }
 
 // gemm_bf16_acc16's epilogue (ZcGbAddFn): C16 (mv x nv of a 32 x 32 block, row stride ldc) =
-// f32_to_bf16(bf16_to_f32(C16) + t) (add 1) or f32_to_bf16(t) (add 0: C16 is not read), t the
-// block's fp32 sums (row stride 32), mv, nv <= 32.
+// f32_to_bf16(bf16_to_f32(C16) + t) (add 1) or f32_to_bf16(t) (add 0: C16 is not read; add 2:
+// the same, whole 64-byte aligned rows written with streaming stores), t the block's fp32 sums
+// (row stride 32), mv, nv <= 32.
 typedef void (*ZcGbAddFn)(bf16_t *C16, size_t ldc, const float *t, int mv, int nv, int add);
 static inline void zc_gb_add_bf16_scalar(bf16_t *C16, size_t ldc, const float *t, int mv, int nv, int add) {
     for (int i = 0; i < mv; i++)
         for (int j = 0; j < nv; j++) {
             bf16_t *d = C16 + (size_t)i * ldc + j;
-            *d = f32_to_bf16(add ? bf16_to_f32(*d) + t[i * 32 + j] : t[i * 32 + j]);
+            *d = f32_to_bf16(add == 1 ? bf16_to_f32(*d) + t[i * 32 + j] : t[i * 32 + j]);
         }
 }
 
@@ -486,19 +487,21 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_add_bf16_avx512(bf16_t *C16, size_t
         bf16_t *d = C16 + (size_t)i * ldc;
         if (nv == 32) {
             __m512 x0 = _mm512_loadu_ps(t + i * 32), x1 = _mm512_loadu_ps(t + i * 32 + 16);
-            if (add) {
+            if (add == 1) {
                 __m512i h = _mm512_loadu_si512((const void *)d);
                 x0 = _mm512_add_ps(zc_gb_widen16_avx512(_mm512_castsi512_si256(h)), x0);
                 x1 = _mm512_add_ps(zc_gb_widen16_avx512(_mm512_extracti64x4_epi64(h, 1)), x1);
             }
-            _mm512_storeu_si512((void *)d, _mm512_permutex2var_epi16(zc_gb_round16_avx512(x0), even, zc_gb_round16_avx512(x1)));
+            __m512i r = _mm512_permutex2var_epi16(zc_gb_round16_avx512(x0), even, zc_gb_round16_avx512(x1));
+            if (add == 2 && !((uintptr_t)d & 63)) _mm512_stream_si512((__m512i *)d, r);
+            else _mm512_storeu_si512((void *)d, r);
             continue;
         }
         for (int j = 0; j < nv; j += 16) {
             int n = nv - j < 16 ? nv - j : 16;
             __mmask16 m = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
             __m512 x = _mm512_maskz_loadu_ps(m, t + i * 32 + j);
-            if (add) x = _mm512_add_ps(zc_gb_widen16_avx512(_mm256_maskz_loadu_epi16(m, d + j)), x);
+            if (add == 1) x = _mm512_add_ps(zc_gb_widen16_avx512(_mm256_maskz_loadu_epi16(m, d + j)), x);
             _mm256_mask_storeu_epi16(d + j, m, _mm512_cvtepi32_epi16(zc_gb_round16_avx512(x)));
         }
     }
@@ -892,12 +895,15 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
     // on two threads, a copy written by one core and read by both. Needs whole tiles: K and M
     // multiples of 32 (GPT-2's are).
     const int adirect = (amx || path == GEMM_BF16_AVX512BF16) && a_res && !transA && !wdirect && K % 32 == 0 && M % 32 == 0;
-    // A C larger than the caches (the LM head's logits, 51 MB at B=4, T=64) is written by the
-    // direct forward with streaming stores: each row of a block is whole 64-byte lines, so no line
-    // of C is read from memory only to be overwritten (its rows, 201 KB apart, were a miss per
-    // line that the stores waited for), and C does not evict the operands. (A row that is not
-    // 64-byte aligned is stored as usual.)
-    const int stream = wdirect && (double)M * N * sizeof(float) > GEMM_BF16_STREAM_BYTES;
+    // A C larger than the caches that is only written, never read (the LM head's logits, 51 MB at
+    // B=4, T=64, from the direct forward; the tied embedding's fresh 16-bit gradient, 77 MB, from
+    // acc16 with beta 0), goes out with streaming stores: each row of a block is whole 64-byte
+    // lines, so no line of C is read from memory only to be overwritten (the rows, 201 KB or
+    // 1.5 KB apart, were a miss per line that the stores waited for), and C does not evict the
+    // operands. (A row that is not 64-byte aligned is stored as usual.)
+    const int stream = (wdirect && (double)M * N * sizeof(float) > GEMM_BF16_STREAM_BYTES) ||
+                       (C16 && !add16 && (double)M * N * sizeof(bf16_t) > GEMM_BF16_STREAM_BYTES);
+    const int mode16 = add16 ? 1 : stream ? 2 : 0; // add_bf16's add
     // bias (C = bias + product): the direct forward starts each transposed block's sums from the
     // bias; elsewhere every row of C starts as the bias and the product accumulates (the same
     // arithmetic either way: each sum starts from its bias value)
@@ -993,7 +999,8 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
                             // The block's 32 rows of C16 lie a row apart in memory (a weight
                             // gradient, read once): ask for them now, so that they arrive while
                             // the kernel computes instead of one miss at a time in the add.
-                            if (C16)
+                            // (Not when they are streamed: they are not read at all.)
+                            if (C16 && !stream)
                                 for (int i = 0; i < zc_gb_min(mv, 32); i++)
                                     __builtin_prefetch(C16 + (size_t)(row0 + i) * ldcz + col0, 1, 3);
                             // Likewise the next block's rows of C (fp32: two lines a row), which
@@ -1014,13 +1021,13 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
 #endif
                             if (a_res) kernel(pr, rstrip, ps, sstrip, nkt, c, ldk, mv, nv, acc);
                             else kernel(ps, sstrip, pr, rstrip, nkt, c, ldk, mv, nv, acc);
-                            if (C16 && !split) add_bf16(C16 + (size_t)row0 * ldcz + col0, ldcz, cblk, mv, nv, add16);
+                            if (C16 && !split) add_bf16(C16 + (size_t)row0 * ldcz + col0, ldcz, cblk, mv, nv, mode16);
                             else if (C16)
                                 for (int i = 0; i < mv; i++) {
                                     if (split[row0 + i]) {
                                         memcpy(C32 + (size_t)(row0 + i) * ldc32 + col0, cblk + i * 32, (size_t)nv * sizeof(float));
                                         if (!add16) memset(C16 + (size_t)(row0 + i) * ldcz + col0, 0, (size_t)nv * sizeof(bf16_t));
-                                    } else add_bf16(C16 + (size_t)(row0 + i) * ldcz + col0, ldcz, cblk + i * 32, 1, nv, add16);
+                                    } else add_bf16(C16 + (size_t)(row0 + i) * ldcz + col0, ldcz, cblk + i * 32, 1, nv, mode16);
                                 }
                         }
                     }

@@ -70,7 +70,7 @@ static const GemmBf16Path PATHS[] = {GEMM_BF16_SCALAR, GEMM_BF16_AVX512BF16, GEM
 // (rows-1)*ld + cols elements, the padding filled with NaN.
 static bf16_t *alloc_mat(int rows, int cols, int ld) {
     size_t n = rows > 0 && cols > 0 ? (size_t)(rows - 1) * ld + cols : 1;
-    bf16_t *p = malloc(n * sizeof(bf16_t));
+    bf16_t *p = aligned_alloc(64, (n * sizeof(bf16_t) + 63) / 64 * 64); // (as the trainer's: see run_case's C)
     for (size_t i = 0; i < n; i++) p[i] = NAN_BF16;
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) p[(size_t)r * ld + c] = rng_bf16();
@@ -231,8 +231,9 @@ static void test_determinism(GemmBf16Path path) {
 #endif
 }
 
-// The direct forward's streaming stores (a C over GEMM_BF16_STREAM_BYTES, rows 64-byte aligned)
-// write the same bits as its plain stores (the same C one float off alignment), bias included.
+// Streaming stores (a C over GEMM_BF16_STREAM_BYTES that the call only writes, rows 64-byte
+// aligned) write the same bits as plain stores (the same C one element off alignment): the
+// direct forward, bias included, and a fresh 16-bit weight gradient.
 static void test_streaming(GemmBf16Path path) {
     int M = 64, N = (int)(GEMM_BF16_STREAM_BYTES / (64 * sizeof(float))) / 32 * 32 + 32, K = 64;
     bf16_t *A = alloc_mat(M, K, K), *B = alloc_mat(N, K, K);
@@ -249,6 +250,25 @@ static void test_streaming(GemmBf16Path path) {
               gemm_bf16_path_name(path), b ? " (bias)" : "");
     }
     free(A); free(B); free(bias); free(C1); free(C2);
+    // a fresh 16-bit weight gradient (acc16, beta 0) over the threshold, and the LM head's split
+    // variant: the same bits streamed (aligned) or stored (one element off alignment)
+    int OC = (int)(GEMM_BF16_STREAM_BYTES / (64 * sizeof(bf16_t))) / 32 * 32 + 32, Cc = 64, Nt = 32;
+    bf16_t *dout = alloc_mat(Nt, OC, OC), *inp = alloc_mat(Nt, Cc, Cc);
+    size_t nw = (size_t)OC * Cc;
+    bf16_t *W1 = aligned_alloc(64, (nw * 2 + 63) / 64 * 64), *W2 = aligned_alloc(64, (nw * 2 + 64 + 63) / 64 * 64);
+    uint8_t *split = malloc((size_t)OC);
+    for (int m = 0; m < OC; m++) split[m] = (uint8_t)(m % 97 == 5);
+    float *S1 = malloc(nw * 4), *S2 = malloc(nw * 4);
+    for (int v = 0; v < 2; v++) {
+        int rc1 = v ? gemm_bf16_backward_weight_split(&ctx, W1, split, S1, dout, inp, Nt, Cc, OC, 0.0f)
+                    : gemm_bf16_backward_weight_acc16(&ctx, W1, dout, inp, Nt, Cc, OC, 0.0f);
+        int rc2 = v ? gemm_bf16_backward_weight_split(&ctx, W2 + 1, split, S2, dout, inp, Nt, Cc, OC, 0.0f)
+                    : gemm_bf16_backward_weight_acc16(&ctx, W2 + 1, dout, inp, Nt, Cc, OC, 0.0f);
+        CHECK(rc1 == 0 && rc2 == 0, "%s: streaming acc16 rc %d %d", gemm_bf16_path_name(path), rc1, rc2);
+        CHECK(memcmp(W1, W2 + 1, nw * 2) == 0, "%s: streaming and plain stores of a fresh 16-bit gradient differ%s",
+              gemm_bf16_path_name(path), v ? " (split)" : "");
+    }
+    free(dout); free(inp); free(W1); free(W2); free(split); free(S1); free(S2);
 }
 
 // NaN and Inf in the inputs reach the output (no path may drop them); padding stays harmless.
