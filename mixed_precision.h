@@ -22,6 +22,8 @@ Contract
   test checks all 2^32 fp32 patterns). They use AVX512-BF16 / F16C when compiled with them
   (-march=native), are OpenMP-parallel above ZC_MP_OMP_MIN elements, and dst/src must not overlap.
   zc_mp_simd_path() names the path compiled in.
+- zc_round_array(p, dst16, n, t): p rounded to t (16-bit) in place, p[i] = widen(narrow(p[i])),
+  and the 16-bit values also stored in dst16 unless it is NULL; parallel as the conversions.
 - zc_add_array(dst, src, n, t): dst += src elementwise in type t (16-bit: widened, added in fp32,
   rounded), bit-identical to the scalar zc_store(dst, i, zc_load(dst, i, t) + zc_load(src, i, t), t)
   but where both addends are NaNs (a NaN then, of either's payload; the test checks it);
@@ -339,6 +341,22 @@ static inline void zc_narrow(void *dst, const float *src, size_t n, int t) {
     if (t == ZC_F32) memcpy(dst, src, n * sizeof(float));
     else if (t == ZC_BF16) f32_to_bf16_array((bf16_t *)dst, src, n);
     else f32_to_fp16_array((fp16_t *)dst, src, n);
+}
+
+// Rounding in place (host, t 16-bit): p[i] = widen(narrow(p[i])), the value an fp32 tensor has
+// once stored in 16 bits, and, when dst16 is not NULL, dst16[i] = narrow(p[i]) too. One
+// parallel region over blocks, each block narrowed and widened by its thread through the block
+// conversions (calling the array functions there would enter an empty nested region per block:
+// a team set up and torn down per 16K elements, ~5,000 a d12 step).
+static inline void zc_round_array(float *p, void *dst16, size_t n, int t) {
+    long nb = (long)((n + ZC_MP_BLOCK - 1) / ZC_MP_BLOCK);
+    ZC_MP_PRAGMA(omp parallel for schedule(static) if (n >= ZC_MP_OMP_MIN))
+    for (long b = 0; b < nb; b++) {
+        size_t lo = (size_t)b * ZC_MP_BLOCK, len = n - lo < ZC_MP_BLOCK ? n - lo : ZC_MP_BLOCK;
+        uint16_t tmp[ZC_MP_BLOCK], *d = dst16 ? (uint16_t *)dst16 + lo : tmp;
+        if (t == ZC_BF16) { zc_f32_to_bf16_block(d, p + lo, len); zc_bf16_to_f32_block(p + lo, d, len); }
+        else { zc_f32_to_fp16_block(d, p + lo, len); zc_fp16_to_f32_block(p + lo, d, len); }
+    }
 }
 
 // Sums of arrays (host): dst[i] = zc_store(zc_load(dst, i) + zc_load(src, i)): both widened

@@ -464,6 +464,42 @@ static void test_add_arrays(void) {
 }
 
 // ----------------------------------------------------------------------------
+// rounding in place: zc_round_array(p, dst16, n, t) against the scalar narrow and widen, on
+// random fp32 patterns of every class, at lengths around the block and the OpenMP threshold,
+// with and without the 16-bit copy; nothing outside [0, n) is written.
+
+static void test_round_arrays(void) {
+    const size_t cap = (3u << 17) + 37;
+    float *p = malloc((cap + 1) * 4), *want = malloc(cap * 4);
+    uint16_t *h = malloc((cap + 1) * 2), *wanth = malloc(cap * 2);
+    const size_t lens[] = {0, 1, 15, 16, 16385, (1u << 16) - 1, 1u << 16, cap};
+    const int types[] = {ZC_BF16, ZC_FP16};
+    long bad = 0;
+    for (int ti = 0; ti < 2; ti++) {
+        int t = types[ti];
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            for (int copy = 0; copy < 2; copy++) {
+                size_t n = lens[li];
+                for (size_t i = 0; i <= cap; i++) { p[i] = f_of(rng_u32()); h[i] = (uint16_t)rng_u32(); }
+                for (size_t i = 0; i < n; i++) {
+                    zc_store(wanth, i, p[i], t);
+                    want[i] = zc_load(wanth, i, t);
+                }
+                uint32_t p_after = u_of(p[n]);
+                uint16_t h_after = h[n], h0 = h[0];
+                zc_round_array(p, copy ? h : NULL, n, t);
+                for (size_t i = 0; i < n; i++) bad += u_of(p[i]) != u_of(want[i]) || (copy && h[i] != wanth[i]);
+                CHECK(u_of(p[n]) == p_after && h[n] == h_after, "zc_round_array(%s, n %zu) wrote past n", zc_dtype_names[t], n);
+                CHECK(copy || n == 0 || h[0] == h0, "zc_round_array(%s) wrote a 16-bit copy it was not given", zc_dtype_names[t]);
+            }
+        }
+    }
+    CHECK(bad == 0, "zc_round_array: %ld elements differ from the scalar widen(narrow(x))", bad);
+    free(p); free(want); free(h); free(wanth);
+    printf("  zc_round_array bf16/fp16: ok so far\n");
+}
+
+// ----------------------------------------------------------------------------
 // loss scaler
 
 static LossScaler make_dyn(int power, int window, int hyst, float min_scale, int skip) {
@@ -676,6 +712,7 @@ int main(int argc, char **argv) {
 #endif
     test_has_inf_or_nan();
     test_add_arrays();
+    test_round_arrays();
     test_loss_scaler_rules();
     test_loss_scaler_vs_deepspeed();
     if (exhaustive) test_exhaustive();
