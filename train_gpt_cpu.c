@@ -257,13 +257,17 @@ static void matmul_forward(CpuKernels *k, float *out, const float *inp, const fl
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, bias ? 1.0f : 0.0f, out, OC);
 }
 
-// dbias (OC) += the column sums of dout (N,OC), over rows in order, parallel over column
-// blocks; with dout16 (else NULL), dout16 (N,OC) = dout rounded to bf16 in the same pass.
+// dbias (OC) += the column sums of dout (N,OC), over rows in order, each thread owning one
+// contiguous range of columns (whole 64-byte lines) and reading its part of every row in turn:
+// long runs the prefetchers follow, where narrow column blocks read 256 bytes of each row
+// several KB apart. With dout16 (else NULL), dout16 (N,OC) = dout rounded to bf16 in the same pass.
 static void round_bf16_sum_columns(bf16_t *dout16, float *dbias, const float *dout, int N, int OC) {
-#pragma omp parallel for
-    for (int o0 = 0; o0 < OC; o0 += 64) {
-        int o1 = o0 + 64 < OC ? o0 + 64 : OC;
-        for (int n = 0; n < N; n++) {
+#pragma omp parallel if ((size_t)N * OC >= ZC_MP_OMP_MIN)
+    {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int per = ((OC + nt - 1) / nt + 15) / 16 * 16;
+        int o0 = t * per, o1 = o0 + per < OC ? o0 + per : OC;
+        for (int n = 0; n < N && o0 < o1; n++) {
             const float *d = dout + (size_t)n * OC;
             if (dout16) zc_f32_to_bf16_block(dout16 + (size_t)n * OC + o0, d + o0, (size_t)(o1 - o0));
             for (int o = o0; o < o1; o++) dbias[o] += d[o];
@@ -747,18 +751,6 @@ static size_t layer_numel(const GPT2Config *c, int i, int B, int T) {
     gpt2_activation_numels(c, B, T, n);
     return n[i] / c->num_layers;
 }
-// p (n floats) rounded to the run's 16-bit type in place; with dst16, the 16-bit values land
-// there too. Block by block, so that the widening reads what the narrowing just wrote from cache.
-static void round16(float *p, uint16_t *dst16, size_t n, int dtype) {
-    size_t nb = (n + ZC_MP_BLOCK - 1) / ZC_MP_BLOCK;
-#pragma omp parallel for schedule(static) if (n >= ZC_MP_OMP_MIN)
-    for (size_t b = 0; b < nb; b++) {
-        size_t lo = b * ZC_MP_BLOCK, len = n - lo < ZC_MP_BLOCK ? n - lo : ZC_MP_BLOCK;
-        uint16_t tmp[ZC_MP_BLOCK], *d = dst16 ? dst16 + lo : tmp;
-        zc_narrow(d, p + lo, len, dtype);
-        zc_widen(p + lo, d, len, dtype);
-    }
-}
 // Widens layer l's kept tensor i from 16 bits into x (a recompute's or a backward's input).
 static void widen_kept(const GPT2 *m, const LayerActs *x, int i, int l, int B, int T) {
     zc_widen(gpt2_layer_tensor(x, i), kept16(m, i, l, B, T), layer_numel(&m->cfg, i, B, T), m->dtype);
@@ -786,7 +778,7 @@ static LayerActs gpt2_layer_acts_forward(GPT2 *m, int l, int B, int T) {
 // 16-bit runs: the kernel's output is rounded in place, and stored when the run keeps it.
 static void gpt2_act_rounded(GPT2 *m, const LayerActs *x, int l, int i, int B, int T) {
     if (!m->mixed) return;
-    round16(gpt2_layer_tensor(x, i), kept16(m, i, l, B, T), layer_numel(&m->cfg, i, B, T), m->dtype);
+    zc_round_array(gpt2_layer_tensor(x, i), kept16(m, i, l, B, T), layer_numel(&m->cfg, i, B, T), m->dtype);
     stored16_set(m, x, i, l, B, T);
 }
 // The forward is done with layer l: without recompute the attention's probabilities are stored
@@ -795,7 +787,7 @@ static void gpt2_act_rounded(GPT2 *m, const LayerActs *x, int l, int i, int B, i
 static void gpt2_layer_store(GPT2 *m, int l, int B, int T) {
     if (!m->mixed || m->recompute.mode != RECOMPUTE_NONE) return;
     LayerActs x = layer_acts(m, l, B, T);
-    round16(x.att, kept16(m, A_ATT, l, B, T), layer_numel(&m->cfg, A_ATT, B, T), m->dtype);
+    zc_round_array(x.att, kept16(m, A_ATT, l, B, T), layer_numel(&m->cfg, A_ATT, B, T), m->dtype);
 }
 static float *gpt2_layers_output(GPT2 *m, int B, int T) { return layer_acts(m, m->cfg.num_layers - 1, B, T).residual3; }
 // A recompute of layer l reads what the run kept of it, and its input, from the fp32 block:
@@ -819,7 +811,7 @@ static LayerActs gpt2_layer_acts_recompute(GPT2 *m, int l, int B, int T) {
 static void gpt2_layer_recomputed(GPT2 *m, int l, int B, int T) {
     if (!m->mixed) return;
     LayerActs x = layer_acts(m, l, B, T);
-    round16(x.att, NULL, layer_numel(&m->cfg, A_ATT, B, T), m->dtype);
+    zc_round_array(x.att, NULL, layer_numel(&m->cfg, A_ATT, B, T), m->dtype);
 }
 // Layer l's activations for its backward. With recompute they are where the recompute left
 // them. Without, 16-bit runs widen them from 16 bits unless the slot still holds them (bf16 runs
