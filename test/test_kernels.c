@@ -482,7 +482,7 @@ typedef struct { int N, V, Vp; float *logits, *losses; const int *targets; doubl
 // J = dloss * sum_n loss_n, whose gradient is what the kernel writes over the logits.
 static double ce_J(void *p) {
     CeCtx *c = (CeCtx *)p;
-    crossentropy_softmax_fused(c->logits, c->losses, c->targets, c->N, c->V, c->Vp, 0.0f); // logits kept
+    crossentropy_softmax_fused(c->logits, c->losses, c->targets, c->N, c->V, c->Vp, 0.0f, NULL); // logits kept
     double s = 0.0;
     for (int i = 0; i < c->N; i++) s += c->losses[i];
     return c->dloss * s;
@@ -517,8 +517,17 @@ static void test_crossentropy(int N, int V, int Vp) {
     check_close("losses", losses, ref, N, 2e-6);
 
     float *g = copy_of(logits, n);
-    crossentropy_softmax_fused(g, losses, targets, N, V, Vp, dloss);
+    crossentropy_softmax_fused(g, losses, targets, N, V, Vp, dloss, NULL);
     check_close("losses (dloss != 0)", losses, ref, N, 2e-6);
+    // The bf16 runs' form: the gradient rounded straight into 16 bits must be exactly the fp32
+    // gradient rounded, and the losses the same bits.
+    float *l2 = copy_of(logits, n), *losses2 = floats(N);
+    bf16_t *g16 = (bf16_t *)xmalloc(n * sizeof(bf16_t)), *want16 = (bf16_t *)xmalloc(n * sizeof(bf16_t));
+    crossentropy_softmax_fused(l2, losses2, targets, N, V, Vp, dloss, g16);
+    for (size_t i = 0; i < n; i++) want16[i] = f32_to_bf16(g[i]);
+    if (memcmp(g16, want16, n * sizeof(bf16_t)) != 0) FAIL("%s: the bf16 gradient differs from the fp32 one rounded", cur_kernel);
+    if (memcmp(losses2, losses, (size_t)N * sizeof(float)) != 0) FAIL("%s: the losses differ when the gradient goes to bf16", cur_kernel);
+    free(l2); free(losses2); free(g16); free(want16);
     for (size_t i = 0; i < n; i++)
         if ((int)(i % Vp) >= V && g[i] != 0.0f) {
             FAIL("%s: padded column %d of row %d has gradient %g, not 0", cur_kernel, (int)(i % Vp), (int)(i / Vp), g[i]);
@@ -855,6 +864,7 @@ int main(void) {
     kernel_end();
     kernel_begin("crossentropy_softmax_fused");
     test_crossentropy(10, 11, 16);
+    test_crossentropy(3, 2100, 2112); // rows over two of the bf16 form's chunks, targets in the first and the last
     kernel_end();
     printf("bf16 matmuls (bf16 runs):\n");
     test_bf16_matmul(10, 40, 70);
