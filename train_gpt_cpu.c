@@ -431,9 +431,15 @@ static void gelu_forward(CpuKernels *k, float *out, const float *inp, size_t n) 
 #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) out[i] = gpt2_gelu(inp[i]);
 }
-// dinp = gelu'(inp) * dout, elementwise; dinp may be the same buffer as dout
+// dinp = gelu'(inp) * dout, elementwise; dinp may be the same buffer as dout. Where the context
+// holds inp's stored bf16 copy (bf16 runs), it reads that: what inp is, widened.
 static void gelu_backward(CpuKernels *k, float *dinp, const float *inp, const float *dout, size_t n) {
-    (void)k;
+    const bf16_t *inp16 = stored_bf16(k, inp);
+    if (inp16) {
+#pragma omp parallel for simd
+        for (size_t i = 0; i < n; i++) dinp[i] = gpt2_gelu_grad(bf16_to_f32(inp16[i])) * dout[i];
+        return;
+    }
 #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) dinp[i] = gpt2_gelu_grad(inp[i]) * dout[i];
 }
@@ -788,10 +794,10 @@ static void stored16_set(GPT2 *m, const LayerActs *x, int i, int l, int B, int T
     m->kern.stored16[i].x16 = (const bf16_t *)h;
 }
 static void stored16_clear(GPT2 *m) { memset(m->kern.stored16, 0, sizeof m->kern.stored16); }
-// What the backward (model.h) reads of a layer's tensor i only as a matmul's input: with the
-// stored 16 bits there, it need not be widened into fp32 (attention's backward uses atty's slot
-// as scratch, which it writes before reading).
-static int backward_reads_as_matmul_input_only(int i) { return i == A_LN1 || i == A_ATTY || i == A_LN2 || i == A_FCH_GELU; }
+// What the backward (model.h) reads of a layer's tensor i only through its stored 16 bits, as a
+// matmul's input or (fch) GELU's backward's: with those there, it need not be widened into fp32
+// (attention's backward uses atty's slot as scratch, which it writes before reading).
+static int backward_reads_stored16_only(int i) { return i == A_LN1 || i == A_ATTY || i == A_LN2 || i == A_FCH || i == A_FCH_GELU; }
 
 static LayerActs gpt2_layer_acts_forward(GPT2 *m, int l, int B, int T) {
     m->slot_layer[l % 2] = l;
@@ -848,7 +854,7 @@ static LayerActs gpt2_layer_acts_backward(GPT2 *m, int l, int B, int T) {
         if (gpt2_activation_in_slots(i)) stored16_set(m, &x, i, l, B, T);
     if (m->slot_layer[l % 2] != l) {
         for (int i = 0; i < NUM_ACTIVATIONS; i++)
-            if (gpt2_activation_in_slots(i) && !(m->kern.stored16[i].f32 && backward_reads_as_matmul_input_only(i)))
+            if (gpt2_activation_in_slots(i) && !(m->kern.stored16[i].f32 && backward_reads_stored16_only(i)))
                 widen_kept(m, &x, i, l, B, T);
         m->slot_layer[l % 2] = l;
     }
