@@ -427,7 +427,12 @@ static void attention_backward(CpuKernels *k, float *dqkv, float *att, const flo
 
 // GELU elementwise (gpt2_gelu in gpt2.h, shared with the GPU kernels); (n) -> (n)
 static void gelu_forward(CpuKernels *k, float *out, const float *inp, size_t n) {
-    (void)k;
+    const bf16_t *inp16 = stored_bf16(k, inp); // (as in the backward, below)
+    if (inp16) {
+#pragma omp parallel for simd
+        for (size_t i = 0; i < n; i++) out[i] = gpt2_gelu(bf16_to_f32(inp16[i]));
+        return;
+    }
 #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) out[i] = gpt2_gelu(inp[i]);
 }
@@ -794,21 +799,27 @@ static void stored16_set(GPT2 *m, const LayerActs *x, int i, int l, int B, int T
     m->kern.stored16[i].x16 = (const bf16_t *)h;
 }
 static void stored16_clear(GPT2 *m) { memset(m->kern.stored16, 0, sizeof m->kern.stored16); }
-// What the backward (model.h) reads of a layer's tensor i only through its stored 16 bits, as a
-// matmul's input or (fch) GELU's backward's: with those there, it need not be widened into fp32
-// (attention's backward uses atty's slot as scratch, which it writes before reading).
-static int backward_reads_stored16_only(int i) { return i == A_LN1 || i == A_ATTY || i == A_LN2 || i == A_FCH || i == A_FCH_GELU; }
+// What the forward and the backward (model.h) read of a layer's tensor i only through its stored
+// 16 bits, as a matmul's input or (fch) GELU's: with those there, the fp32 tensor is never read,
+// so the forward need not round it in place nor the backward widen it back (attention's
+// backward uses atty's slot as scratch, which it writes before reading).
+static int reads_stored16_only(int i) { return i == A_LN1 || i == A_ATTY || i == A_LN2 || i == A_FCH || i == A_FCH_GELU; }
 
 static LayerActs gpt2_layer_acts_forward(GPT2 *m, int l, int B, int T) {
     m->slot_layer[l % 2] = l;
     stored16_clear(m);
     return layer_acts(m, l, B, T);
 }
-// 16-bit runs: the kernel's output is rounded in place, and stored when the run keeps it.
+// 16-bit runs: the kernel's output is rounded in place, and stored when the run keeps it; only
+// stored where its readers read nothing else (reads_stored16_only, with the stored copy there).
 static void gpt2_act_rounded(GPT2 *m, const LayerActs *x, int l, int i, int B, int T) {
     if (!m->mixed) return;
-    zc_round_array(gpt2_layer_tensor(x, i), kept16(m, i, l, B, T), layer_numel(&m->cfg, i, B, T), m->dtype);
+    uint16_t *h = kept16(m, i, l, B, T);
+    float *p = gpt2_layer_tensor(x, i);
+    size_t n = layer_numel(&m->cfg, i, B, T);
     stored16_set(m, x, i, l, B, T);
+    if (m->kern.stored16[i].f32 && reads_stored16_only(i)) zc_narrow(h, p, n, m->dtype);
+    else zc_round_array(p, h, n, m->dtype);
 }
 // The forward is done with layer l: without recompute the attention's probabilities are stored
 // in 16 bits too (the rest was as it was produced), and rounded in the slot, which the backward
@@ -854,7 +865,7 @@ static LayerActs gpt2_layer_acts_backward(GPT2 *m, int l, int B, int T) {
         if (gpt2_activation_in_slots(i)) stored16_set(m, &x, i, l, B, T);
     if (m->slot_layer[l % 2] != l) {
         for (int i = 0; i < NUM_ACTIVATIONS; i++)
-            if (gpt2_activation_in_slots(i) && !(m->kern.stored16[i].f32 && backward_reads_stored16_only(i)))
+            if (gpt2_activation_in_slots(i) && !(m->kern.stored16[i].f32 && reads_stored16_only(i)))
                 widen_kept(m, &x, i, l, B, T);
         m->slot_layer[l % 2] = l;
     }

@@ -474,18 +474,23 @@ static void test_gelu(size_t n) {
     check_overwritten("dinp (in place over dout)", inplace, dinp, n);
 
     // bf16 runs: inp's stored bf16 copy is read instead of inp, which may then hold anything;
-    // the same bits as the fp32 kernel on the widened copy
+    // the same bits as the fp32 kernels on the widened copy
     bf16_t *inp16 = (bf16_t *)xmalloc(n * sizeof(bf16_t));
     float *widened = floats(n), *want = floats(n), *got = floats(n);
+    float *want_fwd = floats(n), *got_fwd = floats(n);
     f32_to_bf16_array(inp16, inp, n);
     bf16_to_f32_array(widened, inp16, n);
     gelu_backward(&kc, want, widened, r, n);
+    gelu_forward(&kc, want_fwd, widened, n);
     fill_nan(inp, n);
     kc.stored16[A_FCH].f32 = inp;
     kc.stored16[A_FCH].x16 = inp16;
     gelu_backward(&kc, got, inp, r, n);
+    gelu_forward(&kc, got_fwd, inp, n);
     memset(kc.stored16, 0, sizeof kc.stored16);
-    if (memcmp(got, want, n * sizeof(float)) != 0) FAIL("%s: reading the stored bf16 copy differs from the widened fp32", cur_kernel);
+    if (memcmp(got, want, n * sizeof(float)) != 0) FAIL("%s: backward: reading the stored bf16 copy differs from the widened fp32", cur_kernel);
+    if (memcmp(got_fwd, want_fwd, n * sizeof(float)) != 0) FAIL("%s: forward: reading the stored bf16 copy differs from the widened fp32", cur_kernel);
+    free(want_fwd); free(got_fwd);
     free(inp16); free(widened); free(want); free(got);
     free(inp); free(out); free(r); free(ref); free(dinp); free(fd); free(inplace);
 }
