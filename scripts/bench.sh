@@ -5,15 +5,17 @@
 # multiple of its floor (test_gemm_bf16 --floor: the matmul FLOPs at the bf16 or fp32 peak plus
 # AdamW's bytes at the memory bandwidth, all measured on this machine).
 #
-# This project's machine is a VM whose ceilings move from one probe to the next (over an hour the
-# bf16 peak read 413-469 GFLOP/s, and the bandwidth probe either 49-56 or 77-96 GB/s, seconds
-# apart), so a floor measured a minute away from the steps it divides describes another machine. So the run goes in ROUNDS rounds
-# (default 3), and in each the ceilings are measured right before and right after every
+# This project's machine is a VM whose ceilings move from one probe to the next: the bandwidth
+# probe reads either 49-56 or 77-96 GB/s, seconds apart, and now and then a probe's every trial
+# runs while the VM has taken a core away (it then reads half the peak), so a floor measured a
+# minute away from the steps it divides describes another machine. So the run goes in ROUNDS
+# rounds (default 3), and in each the ceilings are measured right before and right after every
 # precision's steps: probe, fp32 steps, probe, bf16 steps, probe. A precision's floor in a round
-# is the mean of the floors of the probes on either side of its steps; its ratio in that round is
-# its step over that floor. The summary gives each precision's median over the rounds and all
-# the rounds' values. Extra arguments go to the trainer. Run it on an otherwise idle machine;
-# `make bench` builds first.
+# is its matmul term at the higher of the two peaks (the CPU's peak does not move; a lower
+# reading is a disturbed probe) plus its AdamW term at the mean of the two bandwidths (which does
+# move, with the steps); its ratio in that round is its step over that floor. The summary gives
+# each precision's median over the rounds and all the rounds' values. Extra arguments go to the
+# trainer. Run it on an otherwise idle machine; `make bench` builds first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${STEPS:-6} rounds=${ROUNDS:-3}
@@ -21,12 +23,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 make -s test/bin/test_gemm_bf16
 
-# The ceilings now: the peak and memory lines, and "bf16 <floor s>" / "fp32 <floor s>" into $1.
+# The ceilings now: the peak and memory lines, and "bf16 <matmul s> <AdamW s>" (and fp32) into $1.
 probe() {
   ./test/bin/test_gemm_bf16 --floor > "$tmp/probe"
   grep -E "^(peak|memory)" "$tmp/probe" | sed 's/^/  /'
-  # "floor of a d12 B=4 T=64 step, bf16: ... = 0.481s"
-  awk '/^floor/ { p = $8; sub(/:$/, "", p); f = $NF; sub(/s$/, "", f); print p, f }' "$tmp/probe" > "$1"
+  # "floor of a d12 B=4 T=64 step, bf16: matmuls 0.409s at the bf16 peak + AdamW 0.066s at that bandwidth = 0.475s"
+  awk '/^floor/ { p = $8; sub(/:$/, "", p); mm = $10; sub(/s$/, "", mm); aw = $17; sub(/s$/, "", aw); print p, mm, aw }' "$tmp/probe" > "$1"
 }
 
 : > "$tmp/results" # round precision ms floor ratio
@@ -39,9 +41,9 @@ for r in $(seq 1 "$rounds"); do
     if [ "$r" = 1 ]; then grep -E "^step|threads|^bf16 matmuls" "$tmp/out"; fi
     ms=$(awk '/^average step/ {print $6}' "$tmp/out")
     probe "$tmp/after"
-    awk -v p="$p" -v ms="$ms" -v r="$r" -v out="$tmp/results" 'FNR == 1 { file++ } $1 == p { f[file] = $2 } END {
+    awk -v p="$p" -v ms="$ms" -v r="$r" -v out="$tmp/results" 'FNR == 1 { file++ } $1 == p { mm[file] = $2; aw[file] = $3; f[file] = $2 + $3 } END {
       flop = 6*124475904 + 12*12*768*64;         # per token
-      floor = (f[1] + f[2]) / 2
+      floor = (mm[1] < mm[2] ? mm[1] : mm[2]) + (aw[1] + aw[2]) / 2
       printf "  d12 B=4 T=64 %s: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s achieved; floor %.3f s (%.3f before, %.3f after): %.2fx\n",
              p, ms, 256/(ms/1000), 256*flop/(ms/1000)/1e9, floor, f[1], f[2], ms / 1000 / floor
       printf "%d %s %s %.4f %.4f\n", r, p, ms, floor, ms / 1000 / floor >> out }' "$tmp/before" "$tmp/after"
