@@ -11,5 +11,7 @@ out=$(mktemp); trap 'rm -f "$out"' EXIT
 threads=${OMP_NUM_THREADS:-$(nproc)}
 OMP_NUM_THREADS=$threads test/bin/bench_optimizer --steps "${STEPS:-5}" | tee "$out"
 "$PY" scripts/bench_torch_adamw.py --steps "${STEPS:-5}" | tee -a "$out"
-awk '/^d12 fp32 \(whole-model/ {ours=$4} /^d12 fp32 \(unit/ {unit=$4} /^torch AdamW best/ {t=$4}
+# (each line's ms is the field before "ms/step": the labels have spaces in them)
+awk 'function ms(  i) { for (i = 2; i <= NF; i++) if ($i == "ms/step") return $(i - 1); return 0 }
+     /^d12 fp32 \(whole-model/ {ours=ms()} /^d12 fp32 \(unit/ {unit=ms()} /^torch AdamW best/ {t=ms()}
      END {if (ours && t) printf "d12 fp32: the engine %.1f ms (whole-model arrays), %.1f ms (unit by unit); torch best %.1f ms: %.1fx\n", ours, unit, t, t / (ours < unit ? ours : unit)}' "$out"
