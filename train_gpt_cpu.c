@@ -496,23 +496,18 @@ static void crossentropy_softmax_fused(float *logits, float *losses, const int *
             for (int i = 0; i < V; i++) sum += gpt2_exp(l[i] - maxv);
         }
         losses[n] = logf(sum) + maxv - ltgt;
-        if (dloss != 0.0f && g16) {
+        if (dloss != 0.0f) { // in chunks, over the logits in place or through buf into g16
             float inv = 1.0f / sum, buf[CE_CHUNK];
             for (int i0 = 0; i0 < Vp; i0 += CE_CHUNK) {
                 int i1 = i0 + CE_CHUNK < Vp ? i0 + CE_CHUNK : Vp;
-                int iv = i1 < V ? i1 : V > i0 ? V : i0;
+                int iv = i1 < V ? i1 : V > i0 ? V : i0; // [i0, iv): real columns; [iv, i1): padding
+                float *d = g16 ? buf : l + i0;
 #pragma omp simd
-                for (int i = i0; i < iv; i++) buf[i - i0] = l[i] * inv * dloss;
-                for (int i = iv; i < i1; i++) buf[i - i0] = 0.0f;
-                if (tgt >= i0 && tgt < i1) buf[tgt - i0] -= dloss;
-                zc_f32_to_bf16_block(g16 + (size_t)n * Vp + i0, buf, (size_t)(i1 - i0));
+                for (int i = i0; i < iv; i++) d[i - i0] = l[i] * inv * dloss;
+                for (int i = iv; i < i1; i++) d[i - i0] = 0.0f;
+                if (tgt >= i0 && tgt < i1) d[tgt - i0] -= dloss;
+                if (g16) zc_f32_to_bf16_block(g16 + (size_t)n * Vp + i0, buf, (size_t)(i1 - i0));
             }
-        } else if (dloss != 0.0f) {
-            float inv = 1.0f / sum;
-#pragma omp simd
-            for (int i = 0; i < V; i++) l[i] = l[i] * inv * dloss;
-            l[tgt] -= dloss;
-            for (int i = V; i < Vp; i++) l[i] = 0.0f;
         }
     }
 }
