@@ -36,6 +36,7 @@
 #include "mixed_precision.h"
 #include "cpu/gemm_bf16.h"
 #include "cpu/workspace.h"
+#include "cpu/openblas.h"
 
 // ----------------------------------------------------------------------------------------
 // Utilities
@@ -970,71 +971,6 @@ static ZeroBackend trainer_backend(Run *r) {
     return mpi_backend(b);
 }
 
-// Debian's OpenBLAS 0.3.21 predates some CPUs (Sapphire Rapids among them) and falls back to
-// its slowest kernels, SSE3 "Prescott", on them: 5x slower matmuls on this project's machines.
-// When that happened and the user chose no core type, run again with the best one the CPU has.
-static void pick_openblas_core(char **argv) {
-    if (getenv("OPENBLAS_CORETYPE") || strcasecmp(openblas_get_corename(), "prescott") != 0) return;
-    const char *core = NULL;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) core = "SkylakeX";
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) core = "Haswell";
-    if (!core) return;
-    setenv("OPENBLAS_CORETYPE", core, 1);
-    execv("/proc/self/exe", argv); // returns only on failure: then carry on with Prescott
-}
-
-// OpenBLAS comes in three threading builds, and Debian makes the pthread one the default
-// libopenblas.so.0. Ours must be the OpenMP one: its matmuls then run on the OpenMP threads our
-// kernels run on, instead of a second pool of threads spinning against them on the same cores
-// (d12 fp32 here: ~2x slower steps). The Makefile links it by its directory; a binary linked
-// without it (built before `make setup` installed it) runs again with that directory first on the
-// library path. ZEROC_OPENBLAS=keep keeps whatever was loaded (the trainer then says what it costs).
-static const char *const openblas_openmp_dirs[] = {"/usr/lib/x86_64-linux-gnu/openblas-openmp",
-                                                   "/usr/lib/aarch64-linux-gnu/openblas-openmp"};
-static const char *const openblas_threading[3] = {"single-threaded", "pthread", "OpenMP"}; // by openblas_get_parallel()
-#define OPENBLAS_OPENMP 2
-static const char *openblas_threading_name(void) {
-    int p = openblas_get_parallel();
-    return p >= 0 && p < 3 ? openblas_threading[p] : "unknown";
-}
-static void pick_openblas_threading(char **argv) {
-    const char *choice = getenv("ZEROC_OPENBLAS");
-    if (openblas_get_parallel() == OPENBLAS_OPENMP || (choice && *choice)) return; // "keep"; or "switched": once
-    for (size_t i = 0; i < sizeof(openblas_openmp_dirs) / sizeof(*openblas_openmp_dirs); i++) {
-        char lib[256], path[8192];
-        snprintf(lib, sizeof(lib), "%s/libopenblas.so.0", openblas_openmp_dirs[i]);
-        if (access(lib, R_OK) != 0) continue;
-        const char *old = getenv("LD_LIBRARY_PATH");
-        snprintf(path, sizeof(path), "%s%s%s", openblas_openmp_dirs[i], old && *old ? ":" : "", old ? old : "");
-        setenv("LD_LIBRARY_PATH", path, 1);
-        setenv("ZEROC_OPENBLAS", "switched", 1);
-        setenv("ZEROC_OPENBLAS_WAS", openblas_threading_name(), 1);
-        execv("/proc/self/exe", argv); // returns only on failure: then carry on with this one
-        return;
-    }
-}
-// The header's BLAS row: "OpenBLAS 0.3.21, SkylakeX kernels, OpenMP build"
-static const char *openblas_description(void) {
-    static char buf[96];
-    char version[32] = "?";
-    sscanf(openblas_get_config(), "OpenBLAS %31s", version);
-    snprintf(buf, sizeof(buf), "OpenBLAS %s, %s kernels, %s build", version, openblas_get_corename(), openblas_threading_name());
-    return buf;
-}
-// One line (rank 0) when OpenBLAS is not the OpenMP build, or had to be switched to it at run time.
-static void report_openblas(int rank, int threads) {
-    const char *choice = getenv("ZEROC_OPENBLAS"), *was = getenv("ZEROC_OPENBLAS_WAS");
-    if (rank != 0) return;
-    if (openblas_get_parallel() == OPENBLAS_OPENMP && choice && !strcmp(choice, "switched"))
-        printf("note: OpenBLAS's %s build was loaded; switched to its OpenMP build at run time (a binary built "
-               "before libopenblas0-openmp was installed: `make` relinks it)\n", was ? was : "?");
-    else if (openblas_get_parallel() != OPENBLAS_OPENMP && threads > 1)
-        printf("warning: OpenBLAS is its %s build, not the OpenMP one: its matmuls and the kernels' OpenMP threads "
-               "compete for the cores (steps 2-4x slower); install libopenblas0-openmp (`make setup`) and run "
-               "`make`%s\n", openblas_threading_name(), choice && !strcmp(choice, "keep") ? ", or unset ZEROC_OPENBLAS" : "");
-}
-
 // Ranks on one machine share its cores, unless the user said otherwise (OMP_NUM_THREADS).
 static void share_cores(void) {
     int rank, lrank, nlocal;
@@ -1056,8 +992,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--plan")) return planner_main(argc, argv, &cpu_plan_backend); // arithmetic only: no MPI
     if (argc > 1 && !strcmp(argv[1], "--export")) return export_main(argc, argv);
-    pick_openblas_threading(argv);
-    pick_openblas_core(argv);
+    openblas_pick_threading(argv);
+    openblas_pick_core(argv);
     preempt_install(); // (after the re-executions above, which reset it)
     MPI_Init(&argc, &argv);
     share_cores();
@@ -1065,7 +1001,7 @@ int main(int argc, char **argv) {
     static MpiBackend mpi;
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    report_openblas(rank, omp_get_max_threads());
+    openblas_report(rank, omp_get_max_threads());
     run.blas = openblas_description();
     run.backend = &mpi;
     run.plan_backend = &cpu_plan_backend;

@@ -19,6 +19,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${STEPS:-6} rounds=${ROUNDS:-3}
+# The floor assumes the CPU's widest vector units; OpenBLAS (and the trainer, cpu/openblas.h)
+# choose the kernels that use them, unless OPENBLAS_CORETYPE forces others: drop it, and say so.
+if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+  echo "bench: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE in the environment dropped (OpenBLAS chooses its kernels for this CPU)"
+  unset OPENBLAS_CORETYPE
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 make -s test/bin/test_gemm_bf16
@@ -38,7 +44,7 @@ for r in $(seq 1 "$rounds"); do
   for p in ${PRECISIONS:-fp32 bf16}; do
     ./train_gpt_cpu --model d12 --batch 4 --seq-len 64 --steps "$steps" --val-every 0 --sample-every 0 \
       --lr 6e-4 --warmup 0 --precision "$p" "$@" > "$tmp/out"
-    if [ "$r" = 1 ]; then grep -E "^step|threads|^bf16 matmuls" "$tmp/out"; fi
+    if [ "$r" = 1 ]; then grep -E "^step|threads|BLAS|^bf16 matmuls" "$tmp/out"; fi
     ms=$(awk '/^average step/ {print $6}' "$tmp/out")
     probe "$tmp/after"
     awk -v p="$p" -v ms="$ms" -v r="$r" -v out="$tmp/results" 'FNR == 1 { file++ } $1 == p { mm[file] = $2; aw[file] = $3; f[file] = $2 + $3 } END {

@@ -6,8 +6,9 @@
 # processes, 2-thread timings swing by 2-10x from one run to the next.
 #   scripts/bench_gemm_bf16.sh [--no-scalar] [--seconds S] [--path NAME] [--shape SUBSTRING]
 # OMP_NUM_THREADS sets the bf16 threads (default: all cores); OpenBLAS uses its own. Debian's
-# OpenBLAS 0.3.21 picks its SSE3 "Prescott" kernels on CPUs it does not know; the benchmark then
-# re-runs itself with OPENBLAS_CORETYPE=SkylakeX, as train_gpt_cpu does.
+# OpenBLAS 0.3.21 gives CPUs it does not know kernels without their AVX-512 units (SSE3 "Prescott"
+# or AVX2 "Haswell"); the benchmark then re-runs itself with OPENBLAS_CORETYPE=SkylakeX, as
+# train_gpt_cpu does (cpu/openblas.h).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s test/bin/test_gemm_bf16

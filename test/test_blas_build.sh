@@ -8,7 +8,10 @@
 #     the pthread build first on the library path, switches to the OpenMP build at run time and
 #     says so in one line; with ZEROC_OPENBLAS=keep it keeps the pthread build and warns once;
 #   - the header names the library, its kernels and its threading; the repository's own binary
-#     loads the OpenMP build and prints no note.
+#     loads the OpenMP build and prints no note;
+#   - on a CPU with AVX-512 it runs OpenBLAS's AVX-512 kernels even where OpenBLAS chose others
+#     (Debian's 0.3.21 gives AMD's Zen 5 its AVX2 "Haswell" ones: fp32 steps 1.7x slower), and an
+#     OPENBLAS_CORETYPE the user set is kept.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . test/lib.sh
@@ -25,6 +28,7 @@ $PYTHON test/zero_check.py shard $d/train.bin 2000 512 1
 tiny="--layers 1 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16 --seq-len 16 --batch 2 --steps 1
       --val-every 0 --sample-every 0 --train-data $PWD/$d/train.bin"
 export OMP_NUM_THREADS=2 # (the warning is about threads competing: it needs two)
+unset OPENBLAS_CORETYPE   # OpenBLAS and the trainer choose the kernels (set again below, where checked)
 runpath() { readelf -d "$1" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p;s/.*(RPATH).*\[\(.*\)\]/\1/p'; }
 blas_row() { sed -n 's/^| BLAS *| \(.*[^ ]\) *|$/\1/p' "$1"; }
 
@@ -72,5 +76,33 @@ grep -q "pthread build$" <<<"$(blas_row $d/kept.out)" || fail "header does not s
 OMP_NUM_THREADS=1 LD_LIBRARY_PATH=$pth mpirun -x LD_LIBRARY_PATH -np 2 --oversubscribe $src/train_gpt_cpu $tiny \
   > $d/mpi.out 2>&1 || { cat $d/mpi.out; fail "2 ranks"; }
 [ "$(grep -c '^note: OpenBLAS' $d/mpi.out)" -eq 1 ] || fail "2 ranks: want the note once"
+
+echo "== the kernels: a CPU with AVX-512 gets OpenBLAS's AVX-512 ones, unless OPENBLAS_CORETYPE says"
+kernels() { blas_row "$1" | sed -n 's/^OpenBLAS [^,]*, \([A-Za-z0-9]*\) kernels,.*/\1/p'; }
+avx512=0
+grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo &&
+  grep -qw avx512dq /proc/cpuinfo && avx512=1
+if [ $avx512 = 1 ]; then
+  env -u OPENBLAS_CORETYPE ./train_gpt_cpu $tiny > $d/avx512.out 2>&1 || { cat $d/avx512.out; fail "run"; }
+  # (what OpenBLAS chose by itself: OPENBLAS_VERBOSE=2 has it say so as it loads, and --plan
+  # returns before the trainer looks)
+  chose=$(env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2 ./train_gpt_cpu --plan --model d12 2>&1 | sed -n 's/^Core: //p' | head -1)
+  echo "AVX-512 here; OpenBLAS chose ${chose:-?}; the trainer runs $(kernels $d/avx512.out)"
+  grep -Eqx 'SkylakeX|Cooperlake|SapphireRapids' <<<"$(kernels $d/avx512.out)" || fail "AVX-512 CPU, kernels $(kernels $d/avx512.out)"
+else
+  echo "no AVX-512 here: the trainer runs $(kernels $d/own.out) (not checked)"
+fi
+OPENBLAS_CORETYPE=Haswell ./train_gpt_cpu $tiny > $d/haswell.out 2>&1 || { cat $d/haswell.out; fail "OPENBLAS_CORETYPE=Haswell run"; }
+echo "OPENBLAS_CORETYPE=Haswell: $(kernels $d/haswell.out); $(grep -c '^note: OPENBLAS_CORETYPE' $d/haswell.out) note(s)"
+[ "$(kernels $d/haswell.out)" = Haswell ] || fail "OPENBLAS_CORETYPE=Haswell not kept: $(kernels $d/haswell.out)"
+if [ $avx512 = 1 ]; then # one note says what the choice leaves out; none where it leaves out nothing
+  grep -q "^note: OPENBLAS_CORETYPE=Haswell keeps OpenBLAS's Haswell kernels, which leave out vector units this CPU has" \
+    $d/haswell.out && [ "$(grep -c '^note:' $d/haswell.out)" = 1 ] || fail "no one note on OPENBLAS_CORETYPE=Haswell"
+  OPENBLAS_CORETYPE=SkylakeX OMP_NUM_THREADS=1 mpirun -x OPENBLAS_CORETYPE -np 2 ./train_gpt_cpu $tiny > $d/skx.out 2>&1 ||
+    { cat $d/skx.out; fail "OPENBLAS_CORETYPE=SkylakeX, 2 ranks"; }
+  grep -q '^note: OPENBLAS_CORETYPE' $d/skx.out && fail "a note on OPENBLAS_CORETYPE=SkylakeX"
+else
+  grep -q '^note: OPENBLAS_CORETYPE' $d/haswell.out && fail "a note on OPENBLAS_CORETYPE=Haswell without AVX-512"
+fi
 echo "$fails failures"
 [ $fails -eq 0 ]

@@ -28,6 +28,7 @@
 #include "test/membw.h"
 #endif
 #include "cpu/gemm_bf16.h"
+#include "cpu/openblas.h"
 
 static long n_checks = 0, n_fail = 0;
 #define CHECK(cond, ...) do { \
@@ -545,16 +546,6 @@ static int bench(int no_scalar, double seconds, const char *only_path, const cha
     return 0;
 }
 
-// Debian's OpenBLAS 0.3.21 does not know this project's CPUs and falls back to its SSE3
-// "Prescott" kernels; like train_gpt_cpu.c, pick the AVX-512 ones for a fair comparison.
-static void pick_openblas_core(char **argv) {
-    if (getenv("OPENBLAS_CORETYPE") || strcasecmp(openblas_get_corename(), "prescott") != 0) return;
-    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))) return;
-    setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
-    execv("/proc/self/exe", argv);
-}
-
 // gemm_bf16_acc16 is gemm_bf16_ex (beta 0) into fp32 followed by C16 = f32_to_bf16(C16 + that)
 // (beta 1) or C16 = f32_to_bf16(that) (beta 0: the NaN, Inf and -0 in C16 are not read), and
 // gemm_bf16_acc16_split the same with the flagged rows' fp32 sums stored in C32 instead and
@@ -693,7 +684,7 @@ int main(int argc, char **argv) {
     for (int p = 0; p < NPATHS; p++)
         printf(" %s=%s", gemm_bf16_path_name(PATHS[p]), gemm_bf16_path_supported(PATHS[p]) ? "yes" : "no");
     printf("\n");
-    if (do_bench) pick_openblas_core(argv);
+    if (do_bench) openblas_pick_core(argv); // as train_gpt_cpu does: a fair comparison
     if (do_bench == 2) { bench_floor(); return 0; }
     if (do_bench) return bench(no_scalar, seconds, only_path, only_shape);
 

@@ -31,8 +31,8 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 PY=${PYTHON:-python3}
-# Debian's OpenBLAS takes its slowest kernels on CPUs it does not know (see pick_openblas_core in
-# train_gpt_cpu.c); the emulated cuBLASLt calls it too.
+# Debian's OpenBLAS takes its slowest kernels on CPUs it does not know (see openblas_pick_core in
+# cpu/openblas.h); the emulated cuBLASLt calls it too.
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo; then
   export OPENBLAS_CORETYPE=SkylakeX
 fi
