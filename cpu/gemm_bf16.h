@@ -1,5 +1,6 @@
 /*
-gemm_bf16.h: bf16 x bf16 -> fp32 matrix multiply for the CPU trainer's mixed-precision mode.
+gemm_bf16.h: bf16 x bf16 -> fp32 matrix multiply for the CPU trainer's mixed-precision mode, and
+with the same driver fp32 x fp32 -> fp32 (gemm_f32, AVX-512 only) for its fp32 and fp16 runs.
 CPU only, stb-style (everything static), C11, OpenMP-parallel when compiled with -fopenmp.
 
 What it computes (row-major, like cblas_sgemm with alpha = 1)
@@ -32,6 +33,13 @@ API
     size_t gemm_bf16_scratch_bytes(M, N, K)    gemm_bf16_acc16_scratch_bytes(M, N, K)
     size_t gemm_bf16_linear_scratch_bytes(N, C, OC, threads)   enough for a linear layer's three
   A call given less scratch than it needs (NULL included) allocates its own and frees it.
+    size_t gemm_bf16_scratch_bytes_t(transA, transB, M, N, K)   the SIMD paths' exact need (they
+         read some operands in place: see "Tiling"); gemm_bf16_scratch_bytes covers every path
+  fp32 operands (gemm_f32: the same contracts with float A and B; -1 where !gemm_f32_supported()):
+    int  gemm_f32_ex(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc, scratch, bytes)
+    int  gemm_f32_forward / _forward_bias / _backward_data / _backward_weight(ctx, ...)  (ctx's path: AUTO)
+    int  gemm_f32_supported(void)    size_t gemm_f32_scratch_bytes(transA, transB, M, N, K)
+    size_t gemm_f32_linear_scratch_bytes(N, C, OC, threads)
   All return 0 on success and -1 (touching nothing) on bad arguments (negative sizes or sizes
   over INT_MAX - 64, leading dimensions too small, NULL pointers, transA/transB not 0 or 1), on a
   path this machine cannot run, or when the scratch could not be allocated.
@@ -64,8 +72,11 @@ Tiling, and why
   One C micro-tile is 32x32 = 2x2 AMX tiles: 4 accumulator tiles + 2 A + 2 B tiles is all 8 tile
   registers (the best loads-per-TDPBF16PS ratio 8 tiles allow); per 32 k it loads 4 KB and issues
   4 TDPBF16PS (16x16x32 each). The AVX512-BF16 and scalar micro-kernels read the same packed data
-  (AVX512-BF16: 8 rows x 32 columns in 16 zmm accumulators, the A pair broadcast from memory), so
-  all paths share one driver.
+  (AVX512-BF16: passes of 12, 12 and 8 rows x 32 columns, 24 zmm accumulators, the A pair
+  broadcast from memory), so all paths share one driver. fp32 operands use the same driver with
+  tiles of the same bytes: 16 rows x 16 k, each 32-bit lane one fp32 where bf16 has a k-pair (A
+  tile rows of 16 k; B tile rows of 16 columns at one k, no interleave), and the AVX512-BF16
+  kernel's body with VFMADD for VDPBF16PS.
   Loop nest: the side with the smaller extent (M or N: the tokens side of a transformer's
   products, 256 at B=4,T=64, or C=768 for the weight gradient) is "resident": it is packed whole
   (all of K, up to RC rows per pass) by all threads together, then stays in L2 (<= 1.5 MB for
@@ -80,7 +91,8 @@ Tiling, and why
   with the current one (zc_gb_ahead): the hardware prefetchers do not follow that pattern.
   Two operands are not packed at all where K (and the rows) come in whole tiles: the weight of
   the forward (its rows are A tiles of the transposed product, "wdirect") and a row-major
-  resident A such as the backward-data product's dout ("adirect"); the kernels read them in place.
+  resident A such as the backward-data product's dout ("adirect"); the kernels read them in place
+  (and an in-place resident A needs no buffer: gemm_bf16_scratch_bytes_t leaves it out).
   Within a chunk, C is accumulated in the tiles over a K block, loaded/stored once per K block.
   No barriers (for rext <= RC): threads claim resident strips with an atomic flag per strip and
   wait only for strips another thread is in the middle of packing, then take chunks; the join at
@@ -97,8 +109,9 @@ Determinism
 
 Scratch memory (ownership)
   Packing needs gemm_bf16_scratch_bytes(M,N,K) bytes: ~2*min(M,N)*K for the resident side plus
-  ~2*SC*KC per thread (it depends on omp_get_max_threads() at the time of the call). For GPT-2
-  124M at B=4,T=64 and 2 threads: 0.6-1.7 MB, and 26 MB for the LM head's backward-data product.
+  ~2*SC*KC per thread (it depends on omp_get_max_threads() at the time of the call); the SIMD
+  paths need gemm_bf16_scratch_bytes_t(...) of it (fp32: twice the bytes per element). For GPT-2
+  124M at B=4,T=64 and 2 threads: 0.6-2.2 MB (fp32 1.2-4.3 MB) for every product.
   Pass a buffer of at least that size to gemm_bf16_ex (or in GemmBf16Ctx) to avoid a malloc/free
   per call: the caller owns it, it needs no alignment or initialisation, and it must not be used
   by two calls at once. NULL, or a buffer that is too small, makes the call malloc and free its
@@ -164,6 +177,10 @@ Tunables (#define before including; the first three multiples of 32)
 #endif
 #ifndef GEMM_BF16_SERIAL_FLOPS
 #define GEMM_BF16_SERIAL_FLOPS 4000000.0
+#endif
+// The allocation a call makes when its scratch is short (a test counts them)
+#ifndef ZC_GB_MALLOC
+#define ZC_GB_MALLOC(n) malloc(n)
 #endif
 #ifdef __cplusplus
 #define ZC_GB_STATIC_ASSERT static_assert
@@ -265,6 +282,9 @@ static inline GemmBf16Path gemm_bf16_best_path(void) {
     return GEMM_BF16_SCALAR;
 }
 
+// gemm_f32 runs on AVX-512 (F/BW/VL) only; elsewhere it refuses its calls.
+static inline int gemm_f32_supported(void) { return (zc_gb_cpu_features() & ZC_GB_F_AVX512) != 0; }
+
 static inline const char *gemm_bf16_path_name(GemmBf16Path p) {
     switch (p) {
     case GEMM_BF16_AUTO: return "auto";
@@ -277,21 +297,34 @@ static inline const char *gemm_bf16_path_name(GemmBf16Path p) {
 
 // ----------------------------------------------------------------------------
 // packing. A "strip" is 16 rows r0..r0+15 of a logical (R x K) operand E(r,k) over nkt k-tiles
-// starting at k0, stored as nkt consecutive 512-element tiles:
+// starting at k0, stored as nkt consecutive 1 KB tiles. bf16 (512 elements, 32 k per tile):
 //   vnni = 0:  tile[i*32 + j]            = E(r0+i, kt*32+j)       (A side: rows m)
 //   vnni = 1:  tile[p*32 + i*2 + h]      = E(r0+i, kt*32+2p+h)    (B side: columns n)
+// fp32 (256 elements, 16 k per tile; vnni then only says which side):
+//   vnni = 0:  tile[i*16 + j]            = E(r0+i, kt*16+j)       (A side: rows m)
+//   vnni = 1:  tile[j*16 + i]            = E(r0+i, kt*16+j)       (B side: columns n)
 // E(r,k) = kcontig ? src[r*ld + k] : src[k*ld + r], zero for r >= R or k >= K.
 
-typedef void (*ZcGbPackFn)(bf16_t *dst, const bf16_t *src, size_t ld, int kcontig, int vnni,
+typedef void (*ZcGbPackFn)(void *dst, const void *src, size_t ld, int kcontig, int vnni,
                            int R, int K, int r0, int k0, int nkt);
 // Micro-kernel: the 32x32 block of C at C[0], valid part mv x nv (either may exceed 32), from two
 // A strips at pa and pa + sa and two B strips at pb and pb + sb (strides in elements), nkt k-tiles;
 // acc = 0: C = product, 1: C += product.
-typedef void (*ZcGbKernelFn)(const bf16_t *pa, size_t sa, const bf16_t *pb, size_t sb, int nkt,
+typedef void (*ZcGbKernelFn)(const void *pa, size_t sa, const void *pb, size_t sb, int nkt,
                              float *C, size_t ldc, int mv, int nv, int acc);
+// The same with the A side read in place from a row-major matrix instead of packed strips (row
+// i's k-tile kt at a + i * lda + kt * (k per tile); K in whole tiles).
+typedef void (*ZcGbInplaceFn)(const void *a, size_t lda, const void *pb, size_t sb, int nkt,
+                              float *C, size_t ldc, int mv, int nv, int acc);
+// Two B-side strips at once of an operand read across its rows (kcontig 0): rows r0..r0+31 into
+// the strips at dst and dst + sstride (elements).
+typedef void (*ZcGbPack2Fn)(void *dst, size_t sstride, const void *src, size_t ld, int R, int K, int r0, int k0,
+                            int nkt);
 
-static inline void zc_gb_pack_scalar(bf16_t *dst, const bf16_t *src, size_t ld, int kcontig,
+static inline void zc_gb_pack_scalar(void *dstv, const void *srcv, size_t ld, int kcontig,
                                      int vnni, int R, int K, int r0, int k0, int nkt) {
+    bf16_t *dst = (bf16_t *)dstv;
+    const bf16_t *src = (const bf16_t *)srcv;
     for (int kt = 0; kt < nkt; kt++) {
         bf16_t *d = dst + (size_t)kt * 512;
         for (int i = 0; i < 16; i++) {
@@ -339,8 +372,9 @@ static inline float zc_gb_f32(bf16_t h) {  // widening is exact; NaN quieting is
 }
 
 // Portable micro-kernel (ZcGbKernelFn): C accumulated in a local 32x32 fp32 block.
-static inline void zc_gb_kernel_scalar(const bf16_t *pa, size_t sa, const bf16_t *pb, size_t sb, int nkt,
+static inline void zc_gb_kernel_scalar(const void *pav, size_t sa, const void *pbv, size_t sb, int nkt,
                                        float *C, size_t ldc, int mv, int nv, int acc) {
+    const bf16_t *pa = (const bf16_t *)pav, *pb = (const bf16_t *)pbv;
     int mr = mv < 32 ? mv : 32, nr = nv < 32 ? nv : 32;
     float c[32][32];
     memset(c, 0, sizeof c);
@@ -395,9 +429,11 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_transpose16_epi32(__m512i v[16]) {
 // Same contract as zc_gb_pack_scalar. Edges use masked loads (masked-out lanes never fault).
 //   vnni=0, kcontig: row copy          vnni=1, !kcontig: interleave rows k, k+1
 //   vnni=1, kcontig: 32-bit transpose  vnni=0, !kcontig: interleave, then 32-bit transpose
-ZC_GB_TARGET_AVX512 static inline void zc_gb_pack_avx512(bf16_t *dst, const bf16_t *src, size_t ld,
+ZC_GB_TARGET_AVX512 static inline void zc_gb_pack_avx512(void *dstv, const void *srcv, size_t ld,
                                                   int kcontig, int vnni, int R, int K, int r0,
                                                   int k0, int nkt) {
+    bf16_t *dst = (bf16_t *)dstv;
+    const bf16_t *src = (const bf16_t *)srcv;
     int nr = R - r0;
     nr = nr < 0 ? 0 : nr > 16 ? 16 : nr;
     const __m512i zero = _mm512_setzero_si512();
@@ -435,8 +471,10 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_pack_avx512(bf16_t *dst, const bf16
 // Packed one strip at a time, each row's line was read for its first 16 columns and read again
 // for the other 16 only after the rest of the K block, by when a weight's rows (1.5-6 KB apart,
 // so in few cache sets) had pushed it out.
-ZC_GB_TARGET_AVX512 static inline void zc_gb_pack2_vnni_avx512(bf16_t *dst, size_t sstride, const bf16_t *src, size_t ld,
+ZC_GB_TARGET_AVX512 static inline void zc_gb_pack2_vnni_avx512(void *dstv, size_t sstride, const void *srcv, size_t ld,
                                                          int R, int K, int r0, int k0, int nkt) {
+    bf16_t *dst = (bf16_t *)dstv;
+    const bf16_t *src = (const bf16_t *)srcv;
     int nr = R - r0;
     nr = nr < 0 ? 0 : nr > 32 ? 32 : nr;
     const __mmask32 rm = nr == 32 ? 0xFFFFFFFFu : (__mmask32)((1u << nr) - 1u);
@@ -507,53 +545,73 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_add_bf16_avx512(bf16_t *C16, size_t
     }
 }
 
-// AVX512-BF16 micro-kernel: four passes of 8 rows x 32 columns (16 zmm accumulators). The A
-// side's rows 0-15 start at pa and rows 16-31 at pa + sa, row i's k-tile kt at i * arow +
-// kt * astep elements from there: packed strips (arow 32, astep 512), or a row-major matrix read
-// in place (arow its leading dimension, astep 32).
-ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_avx512bf16_core(const bf16_t *pa, size_t sa, size_t arow, size_t astep,
-                                                                  const bf16_t *pb, size_t sb, int nkt, float *C,
-                                                                  size_t ldc, int mv, int nv, int acc) {
-    int nc = nv < 32 ? nv : 32;
-    __mmask16 mk0 = nc >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nc) - 1u);
-    __mmask16 mk1 = nc >= 32 ? (__mmask16)0xFFFF : nc <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nc - 16)) - 1u);
-    for (int g = 0; g < 4 && 8 * g < mv; g++) {
-        const bf16_t *a = pa + (size_t)(g >> 1) * sa + (size_t)(g & 1) * 8 * arow;
-        __m512 c0[8], c1[8];
-        for (int i = 0; i < 8; i++) { c0[i] = _mm512_setzero_ps(); c1[i] = _mm512_setzero_ps(); }
-        for (int kt = 0; kt < nkt; kt++) {
-            const bf16_t *ak = a + (size_t)kt * astep;
-            const bf16_t *b0 = pb + (size_t)kt * 512, *b1 = b0 + sb;
-            for (int p = 0; p < 16; p++) {
-                __m512bh x0 = (__m512bh)_mm512_loadu_si512((const void *)(b0 + p * 32));
-                __m512bh x1 = (__m512bh)_mm512_loadu_si512((const void *)(b1 + p * 32));
-#pragma GCC unroll 8
-                for (int i = 0; i < 8; i++) {
-                    int32_t w;
-                    memcpy(&w, ak + i * arow + 2 * p, 4);
-                    __m512bh y = (__m512bh)_mm512_set1_epi32(w);
-                    c0[i] = _mm512_dpbf16_ps(c0[i], y, x0);
-                    c1[i] = _mm512_dpbf16_ps(c1[i], y, x1);
-                }
-            }
-        }
-        for (int i = 0; i < 8 && 8 * g + i < mv; i++) {
-            float *cr = C + (size_t)(8 * g + i) * ldc;
-            __m512 r0 = c0[i], r1 = c1[i];
-            if (acc) {
-                r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(mk0, cr));
-                if (mk1) r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(mk1, cr + 16));
-            }
-            _mm512_mask_storeu_ps(cr, mk0, r0);
-            if (mk1) _mm512_mask_storeu_ps(cr + 16, mk1, r1);
-        }
+// The SIMD micro-kernels (AVX512-BF16, and fp32 for gemm_f32) share one body. The 32 x 32 block
+// goes in passes of 12, 12 and 8 rows (those that hold valid rows), each R rows x 32 columns in
+// 2R zmm accumulators: 12 rows are 24 of them, as many as leave registers for B's two vectors and
+// the broadcast (on Zen 5 the 12-row pass ran at the peak, 8-row passes at ~94% of it: fewer
+// loads of B per multiply-add). Both types' tiles have the same bytes: a 1 KB tile is 16 rows of
+// 64 bytes, 16 lanes of 32 bits each, a k-pair of bf16 or one fp32, so a pass is the same code
+// but for its multiply-add, FMA(c, a, b): VDPBF16PS or VFMADD. Each C element is its block's
+// products summed in k order, then stored or (acc) added to C. The A side: rows 0-15 at pa,
+// rows 16-31 at pa + sa, row i's k-tile kt at i * arow + kt * astep bytes from there (packed
+// strips: 64 and 1024; a row-major matrix read in place: its leading dimension and 64).
+#define ZC_GB_PASS(G, R, FMA)                                                                                  \
+    if ((G) < mv) {                                                                                            \
+        __m512 c0[R], c1[R];                                                                                   \
+        const char *ar[R];                                                                                     \
+        for (int i = 0; i < (R); i++) {                                                                        \
+            ar[i] = pa + (size_t)(((G) + i) >> 4) * sa + (size_t)(((G) + i) & 15) * arow;                      \
+            c0[i] = _mm512_setzero_ps();                                                                       \
+            c1[i] = _mm512_setzero_ps();                                                                       \
+        }                                                                                                      \
+        for (int kt = 0; kt < nkt; kt++) {                                                                     \
+            const char *b0 = pb + (size_t)kt * 1024, *b1 = b0 + sb;                                            \
+            const size_t ko = (size_t)kt * astep;                                                              \
+            for (int p = 0; p < 16; p++) {                                                                     \
+                const __m512 x0 = _mm512_loadu_ps(b0 + 64 * p), x1 = _mm512_loadu_ps(b1 + 64 * p);             \
+                _Pragma("GCC unroll 12") for (int i = 0; i < (R); i++) {                                       \
+                    float w;                                                                                   \
+                    memcpy(&w, ar[i] + ko + 4 * p, 4);                                                         \
+                    const __m512 y = _mm512_set1_ps(w);                                                        \
+                    c0[i] = FMA(c0[i], y, x0);                                                                 \
+                    c1[i] = FMA(c1[i], y, x1);                                                                 \
+                }                                                                                              \
+            }                                                                                                  \
+        }                                                                                                      \
+        for (int i = 0; i < (R) && (G) + i < mv; i++) {                                                        \
+            float *cr = C + (size_t)((G) + i) * ldc;                                                           \
+            __m512 r0 = c0[i], r1 = c1[i];                                                                     \
+            if (acc) {                                                                                         \
+                r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(mk0, cr));                                        \
+                if (mk1) r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(mk1, cr + 16));                          \
+            }                                                                                                  \
+            _mm512_mask_storeu_ps(cr, mk0, r0);                                                                \
+            if (mk1) _mm512_mask_storeu_ps(cr + 16, mk1, r1);                                                  \
+        }                                                                                                      \
     }
+#define ZC_GB_KERNEL_BODY(FMA)                                                                                 \
+    int nc = nv < 32 ? nv : 32;                                                                                \
+    __mmask16 mk0 = nc >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nc) - 1u);                               \
+    __mmask16 mk1 = nc >= 32 ? (__mmask16)0xFFFF : nc <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nc - 16)) - 1u); \
+    ZC_GB_PASS(0, 12, FMA)                                                                                     \
+    ZC_GB_PASS(12, 12, FMA)                                                                                    \
+    ZC_GB_PASS(24, 8, FMA)
+#define ZC_GB_FMA_BF16(c, a, b) _mm512_dpbf16_ps((c), (__m512bh)(a), (__m512bh)(b))
+#define ZC_GB_FMA_F32(c, a, b) _mm512_fmadd_ps((a), (b), (c))
+ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_avx512bf16_core(const char *pa, size_t sa, size_t arow, size_t astep,
+                                                                  const char *pb, size_t sb, int nkt, float *C,
+                                                                  size_t ldc, int mv, int nv, int acc) {
+    ZC_GB_KERNEL_BODY(ZC_GB_FMA_BF16)
 }
 
-ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_avx512bf16(const bf16_t *pa, size_t sa, const bf16_t *pb,
+ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_avx512bf16(const void *pa, size_t sa, const void *pb,
                                                              size_t sb, int nkt, float *C, size_t ldc,
                                                              int mv, int nv, int acc) {
-    zc_gb_kernel_avx512bf16_core(pa, sa, 32, 512, pb, sb, nkt, C, ldc, mv, nv, acc);
+    zc_gb_kernel_avx512bf16_core((const char *)pa, sa * 2, 64, 1024, (const char *)pb, sb * 2, nkt, C, ldc, mv, nv, acc);
+}
+ZC_GB_TARGET_BF16 static inline void zc_gb_inplace_avx512bf16(const void *a, size_t lda, const void *pb, size_t sb,
+                                                              int nkt, float *C, size_t ldc, int mv, int nv, int acc) {
+    zc_gb_kernel_avx512bf16_core((const char *)a, 32 * lda, 2 * lda, 64, (const char *)pb, sb * 2, nkt, C, ldc, mv, nv, acc);
 }
 
 // AMX. Tiles 0-3: C (0,0) (0,1) (1,0) (1,1); 4-5: A rows 0-15, 16-31; 6-7: B columns 0-15, 16-31.
@@ -626,10 +684,61 @@ ZC_GB_TARGET_AMX static inline void zc_gb_kernel_amx_core(const bf16_t *pa, size
     ZC_GB_AMX_COUT(2, 16, 0);
     ZC_GB_AMX_COUT(3, 16, 16);
 }
-ZC_GB_TARGET_AMX static inline void zc_gb_kernel_amx(const bf16_t *pa, size_t sa, const bf16_t *pb,
+ZC_GB_TARGET_AMX static inline void zc_gb_kernel_amx(const void *pa, size_t sa, const void *pb,
                                                      size_t sb, int nkt, float *C, size_t ldc, int mv,
                                                      int nv, int acc) {
-    zc_gb_kernel_amx_core(pa, sa, 512, 64, pb, sb, nkt, C, ldc, mv, nv, acc);
+    zc_gb_kernel_amx_core((const bf16_t *)pa, sa, 512, 64, (const bf16_t *)pb, sb, nkt, C, ldc, mv, nv, acc);
+}
+ZC_GB_TARGET_AMX static inline void zc_gb_inplace_amx(const void *a, size_t lda, const void *pb, size_t sb, int nkt,
+                                                      float *C, size_t ldc, int mv, int nv, int acc) {
+    zc_gb_kernel_amx_core((const bf16_t *)a, 16 * lda, 32, (long)lda * 2, (const bf16_t *)pb, sb, nkt, C, ldc, mv, nv, acc);
+}
+
+// fp32 operands (gemm_f32): tiles of 16 rows x 16 k (see "packing"), the same 1 KB as bf16's.
+// Same contract as zc_gb_pack_scalar, masked loads at the edges: a row copy where the source
+// runs along the tile's rows (A side from k-contiguous rows, B side from rows of k), else a 16 x
+// 16 transpose.
+ZC_GB_TARGET_AVX512 static inline void zc_gb_pack_f32_avx512(void *dstv, const void *srcv, size_t ld, int kcontig,
+                                                             int vnni, int R, int K, int r0, int k0, int nkt) {
+    float *dst = (float *)dstv;
+    const float *src = (const float *)srcv;
+    int nr = R - r0;
+    nr = nr < 0 ? 0 : nr > 16 ? 16 : nr;
+    for (int kt = 0; kt < nkt; kt++) {
+        float *d = dst + (size_t)kt * 256;
+        int kk = k0 + kt * 16, nk = K - kk;
+        nk = nk < 0 ? 0 : nk > 16 ? 16 : nk;
+        __m512i v[16];
+        if (nr == 0 || nk == 0) {
+            for (int i = 0; i < 16; i++) v[i] = _mm512_setzero_si512();
+        } else if (kcontig) { // v[i]: row r0 + i, k kk..kk+15
+            __mmask16 km = nk == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nk) - 1u);
+            for (int i = 0; i < 16; i++)
+                v[i] = i < nr ? _mm512_maskz_loadu_epi32(km, src + (size_t)(r0 + i) * ld + kk) : _mm512_setzero_si512();
+            if (vnni) zc_gb_transpose16_epi32(v);
+        } else { // v[j]: k = kk + j, rows r0..r0+15
+            __mmask16 rm = nr == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1u);
+            for (int j = 0; j < 16; j++)
+                v[j] = j < nk ? _mm512_maskz_loadu_epi32(rm, src + (size_t)(kk + j) * ld + r0) : _mm512_setzero_si512();
+            if (!vnni) zc_gb_transpose16_epi32(v);
+        }
+        for (int i = 0; i < 16; i++) _mm512_storeu_si512((void *)(d + i * 16), v[i]);
+    }
+}
+
+// The fp32 micro-kernel: the AVX512-BF16 one's body with VFMADD (each product rounded into its sum).
+ZC_GB_TARGET_AVX512 static inline void zc_gb_kernel_f32_core(const char *pa, size_t sa, size_t arow, size_t astep,
+                                                             const char *pb, size_t sb, int nkt, float *C, size_t ldc,
+                                                             int mv, int nv, int acc) {
+    ZC_GB_KERNEL_BODY(ZC_GB_FMA_F32)
+}
+ZC_GB_TARGET_AVX512 static inline void zc_gb_kernel_f32(const void *pa, size_t sa, const void *pb, size_t sb, int nkt,
+                                                        float *C, size_t ldc, int mv, int nv, int acc) {
+    zc_gb_kernel_f32_core((const char *)pa, sa * 4, 64, 1024, (const char *)pb, sb * 4, nkt, C, ldc, mv, nv, acc);
+}
+ZC_GB_TARGET_AVX512 static inline void zc_gb_inplace_f32(const void *a, size_t lda, const void *pb, size_t sb, int nkt,
+                                                         float *C, size_t ldc, int mv, int nv, int acc) {
+    zc_gb_kernel_f32_core((const char *)a, 64 * lda, 4 * lda, 64, (const char *)pb, sb * 4, nkt, C, ldc, mv, nv, acc);
 }
 
 // A 32 x 32 fp32 block transposed between C (rows m, mv <= 32 of them valid, row stride ldc) and
@@ -671,10 +780,22 @@ typedef struct {
     size_t bytes;    // scratch needed, including 64 bytes of alignment slack
 } ZcGbPlan;
 
+// Which operand a SIMD path reads in place instead of packing it (see the driver): the weight of
+// a linear layer's forward (wdirect), or a row-major resident A (adirect). inplace: the path can
+// (AVX512-BF16, AMX, fp32; not the scalar path); c16: gemm_bf16_acc16; tk: the k of one tile.
+typedef struct { int wdirect, adirect; } ZcGbDirect;
+static inline ZcGbDirect zc_gb_direct(int inplace, int c16, int transA, int transB, int M, int N, int K, int tk) {
+    ZcGbDirect d;
+    d.wdirect = inplace && !c16 && transB && M <= N && K % tk == 0 && N % 32 == 0 && M <= GEMM_BF16_RC;
+    d.adirect = inplace && M <= N && !transA && !d.wdirect && K % tk == 0 && M % 32 == 0;
+    return d;
+}
+
 // full_k: one K block of all of K (gemm_bf16_acc16 needs each C element's whole sum before it
 // rounds it into C). threads: the OpenMP threads a call may use (products under
-// GEMM_BF16_SERIAL_FLOPS run on one).
-static inline ZcGbPlan zc_gb_plan(int M, int N, int K, int full_k, int threads) {
+// GEMM_BF16_SERIAL_FLOPS run on one). esize: the operands' element size (2: bf16, 4: fp32).
+// a_inplace: the resident A is read in place (adirect), so it needs no buffer.
+static inline ZcGbPlan zc_gb_plan(int M, int N, int K, int full_k, int threads, int esize, int a_inplace) {
     ZcGbPlan p;
     int nt = 2.0 * M * N * K >= GEMM_BF16_SERIAL_FLOPS ? threads : 1;
     if (nt < 1) nt = 1;
@@ -686,22 +807,22 @@ static inline ZcGbPlan zc_gb_plan(int M, int N, int K, int full_k, int threads) 
     int kp = zc_gb_round32(K > 0 ? K : 1);
     p.rc = zc_gb_min(GEMM_BF16_RC, zc_gb_round32(rext));
     p.kc = full_k ? kp : zc_gb_min(GEMM_BF16_KC, kp);
-    p.res_elems = (size_t)p.rc * kp;
-    // Each work item re-reads the whole resident block. When that does not fit in L2 (the LM
-    // head's backward-data product: 256 x 50304), use fewer, wider items: about 2 per thread,
-    // each thread's chunk within that L2 budget too (with all of K in one block, as for the
-    // LM head's weight gradient at many tokens, a chunk of half the vocabulary would be
-    // hundreds of MB).
+    p.res_elems = a_inplace ? 0 : (size_t)p.rc * kp;
+    // Each work item re-reads the whole resident block (packed or in place). When that does not
+    // fit in L2 (the LM head's backward-data product: 256 x 50304), use fewer, wider items:
+    // about 2 per thread, each thread's chunk within that L2 budget too (with all of K in one
+    // block, as for the LM head's weight gradient at many tokens, a chunk of half the vocabulary
+    // would be hundreds of MB).
     p.sc = GEMM_BF16_SC;
-    if (p.res_elems * sizeof(bf16_t) > GEMM_BF16_RES_L2_BYTES) {
+    if ((size_t)p.rc * kp * esize > GEMM_BF16_RES_L2_BYTES) {
         int wide = zc_gb_round32((sext + 2 * nt - 1) / (2 * nt));
-        int cap = (int)(GEMM_BF16_RES_L2_BYTES / ((size_t)p.kc * sizeof(bf16_t))) & ~31;
+        int cap = (int)(GEMM_BF16_RES_L2_BYTES / ((size_t)p.kc * esize)) & ~31;
         if (wide > cap) wide = cap;
         if (wide > p.sc) p.sc = wide;
     }
     p.sc = zc_gb_min(p.sc, zc_gb_round32(sext));
     p.str_elems = (size_t)p.sc * p.kc;
-    p.bytes = (p.res_elems + (size_t)nt * p.str_elems) * sizeof(bf16_t) + 64;
+    p.bytes = (p.res_elems + (size_t)nt * p.str_elems) * esize + 64;
     return p;
 }
 
@@ -714,28 +835,50 @@ static inline int zc_gb_threads(void) {
 #endif
 }
 
+// The scratch a call on the SIMD paths needs with these transpositions (what it reads in place
+// it does not pack: for a linear layer's backward-data product, the 16-bit dout, up to 26 MB for
+// the LM head); bf16 (esize 2) or fp32 (4); acc16: gemm_bf16_acc16.
+static inline size_t zc_gb_scratch(int esize, int acc16, int transA, int transB, int M, int N, int K, int threads) {
+    if (M <= 0 || N <= 0 || K <= 0) return 0;
+    ZcGbDirect d = zc_gb_direct(1, acc16, transA, transB, M, N, K, esize == 4 ? 16 : 32);
+    return zc_gb_plan(M, N, K, acc16, threads, esize, d.adirect).bytes;
+}
+// Enough for any call of that size on any path (the scalar path packs every operand).
 static inline size_t gemm_bf16_scratch_bytes(int M, int N, int K) {
     if (M <= 0 || N <= 0 || K <= 0) return 0;
-    return zc_gb_plan(M, N, K, 0, zc_gb_threads()).bytes;
+    return zc_gb_plan(M, N, K, 0, zc_gb_threads(), 2, 0).bytes;
 }
 static inline size_t gemm_bf16_acc16_scratch_bytes(int M, int N, int K) {
     if (M <= 0 || N <= 0 || K <= 0) return 0;
-    return zc_gb_plan(M, N, K, 1, zc_gb_threads()).bytes;
+    return zc_gb_plan(M, N, K, 1, zc_gb_threads(), 2, 0).bytes;
 }
-// Scratch that serves all three products of a linear layer (gemm_bf16_forward,
-// gemm_bf16_backward_data and the backward_weight wrappers) over N rows, C inputs, OC outputs,
-// for calls made with up to `threads` OpenMP threads: a caller that allocates it once never has
-// gemm_bf16 allocate memory of its own.
-static inline size_t gemm_bf16_linear_scratch_bytes(int N, int C, int OC, int threads) {
+// gemm_bf16_ex's need on the AVX512-BF16 and AMX paths, given the transpositions (at most
+// gemm_bf16_scratch_bytes).
+static inline size_t gemm_bf16_scratch_bytes_t(int transA, int transB, int M, int N, int K) {
+    return zc_gb_scratch(2, 0, transA, transB, M, N, K, zc_gb_threads());
+}
+// gemm_f32_ex's need (it runs on AVX-512 only).
+static inline size_t gemm_f32_scratch_bytes(int transA, int transB, int M, int N, int K) {
+    return zc_gb_scratch(4, 0, transA, transB, M, N, K, zc_gb_threads());
+}
+// Scratch that serves all three products of a linear layer (the forward, backward_data and
+// backward_weight wrappers) over N rows, C inputs, OC outputs, on the SIMD paths, for calls made
+// with up to `threads` OpenMP threads: a caller that allocates it once never has gemm_bf16
+// allocate memory of its own. esize 2: gemm_bf16's (acc16 included), 4: gemm_f32's.
+static inline size_t zc_gb_linear_scratch(int esize, int N, int C, int OC, int threads) {
     if (N <= 0 || C <= 0 || OC <= 0) return 0;
     size_t most = 0;
     const int nts[2] = {1, threads > 1 ? threads : 1};  // a call inside a parallel region runs on one
     for (int t = 0; t < 2; t++) {
-        size_t b[4] = {zc_gb_plan(N, OC, C, 0, nts[t]).bytes, zc_gb_plan(N, C, OC, 0, nts[t]).bytes,
-                       zc_gb_plan(OC, C, N, 0, nts[t]).bytes, zc_gb_plan(OC, C, N, 1, nts[t]).bytes};
+        size_t b[4] = {zc_gb_scratch(esize, 0, 0, 1, N, OC, C, nts[t]), zc_gb_scratch(esize, 0, 0, 0, N, C, OC, nts[t]),
+                       zc_gb_scratch(esize, 0, 1, 0, OC, C, N, nts[t]),
+                       esize == 2 ? zc_gb_scratch(esize, 1, 1, 0, OC, C, N, nts[t]) : 0};
         for (int i = 0; i < 4; i++) most = b[i] > most ? b[i] : most;
     }
     return most;
+}
+static inline size_t gemm_bf16_linear_scratch_bytes(int N, int C, int OC, int threads) {
+    return zc_gb_linear_scratch(2, N, C, OC, threads);
 }
 
 // A streamed operand read across its rows (kcontig 0: a weight for the backward-data product,
@@ -746,21 +889,24 @@ static inline size_t gemm_bf16_linear_scratch_bytes(int N, int C, int OC, int th
 // dynamic schedule a guess, and a wrong guess only costs the requests: the other thread reads
 // that block soon). Into L2 (PREFETCHT2): pulled into L1 this early, the lines evicted each other.
 typedef struct {
-    const bf16_t *src;  // the first row's first column, or NULL: nothing to ask for
-    size_t ld;
+    const char *src;    // the first row's first column, or NULL: nothing to ask for
+    size_t ld;          // bytes
     int lines;          // cache lines per row
     long total, done;   // lines in all, asked for so far
     int calls, call;    // kernel calls to spread them over, made so far
+    const char *row;    // the row of the next line to ask for, and that line in it (no division
+    int line;           // per line: a 64-bit idiv per prefetch was a third of the driver's time)
 } ZcGbAhead;
 
-static inline ZcGbAhead zc_gb_ahead(const bf16_t *ssrc, size_t sld, int skc, int sext, int K, int KC, int SC, int s0,
-                                    int k0, int nt, int calls) {
-    ZcGbAhead a = {NULL, sld, 0, 0, 0, calls > 0 ? calls : 1, 0};
+static inline ZcGbAhead zc_gb_ahead(const void *ssrc, size_t sld, int esize, int skc, int sext, int K, int KC, int SC,
+                                    int s0, int k0, int nt, int calls) {
+    ZcGbAhead a = {NULL, sld * esize, 0, 0, 0, calls > 0 ? calls : 1, 0, NULL, 0};
     int nk0 = k0 + KC, ns0 = s0;
     if (nk0 >= K) nk0 = 0, ns0 = s0 + nt * SC;
     if (skc || ns0 >= sext) return a;
-    a.src = ssrc + (size_t)nk0 * sld + ns0;
-    a.lines = (zc_gb_min(SC, sext - ns0) * (int)sizeof(bf16_t) + 63) / 64;
+    a.src = (const char *)ssrc + ((size_t)nk0 * sld + ns0) * esize;
+    a.lines = (zc_gb_min(SC, sext - ns0) * esize + 63) / 64;
+    a.row = a.src;
     a.total = (long)zc_gb_min(KC, K - nk0) * a.lines;
     return a;
 }
@@ -768,23 +914,14 @@ static inline ZcGbAhead zc_gb_ahead(const bf16_t *ssrc, size_t sld, int skc, int
 static inline void zc_gb_ahead_some(ZcGbAhead *a) {
 #ifdef ZC_GB_X86
     if (!a->src) return;
-    for (const long upto = a->total * ++a->call / a->calls; a->done < upto; a->done++)
-        _mm_prefetch((const char *)(a->src + (size_t)(a->done / a->lines) * a->ld + (a->done % a->lines) * 32), _MM_HINT_T2);
+    for (const long upto = a->total * ++a->call / a->calls; a->done < upto; a->done++) {
+        _mm_prefetch(a->row + (size_t)a->line * 64, _MM_HINT_T2);
+        if (++a->line == a->lines) a->line = 0, a->row += a->ld;
+    }
 #else
     (void)a;
 #endif
 }
-
-#ifdef ZC_GB_X86
-// The micro-kernel with its A side read in place from a row-major matrix (row i's k-tile kt at
-// a + i * lda + 32 kt; K in whole tiles) instead of packed strips: the direct forward's weight
-// and the backward-data product's dout.
-ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_inplace_a(int amx, const bf16_t *a, size_t lda, const bf16_t *pb, size_t sb,
-                                                            int nkt, float *C, size_t ldc, int mv, int nv, int acc) {
-    if (amx) zc_gb_kernel_amx_core(a, 16 * lda, 32, (long)lda * 2, pb, sb, nkt, C, ldc, mv, nv, acc);
-    else zc_gb_kernel_avx512bf16_core(a, 16 * lda, lda, 32, pb, sb, nkt, C, ldc, mv, nv, acc);
-}
-#endif
 
 static inline void zc_gb_pause(void) {
 #ifdef ZC_GB_X86
@@ -800,11 +937,22 @@ static inline int zc_gb_thread_num(void) {
 #endif
 }
 
+// What the driver needs of an element type: its size, the k of one tile (a tile is 16 rows x tk
+// k, 1 KB), its packing and its kernels.
+typedef struct {
+    int esize, tk;
+    ZcGbPackFn pack;
+    ZcGbPack2Fn pack2;      // two B-side strips of a k-major operand at once, or NULL (one at a time)
+    ZcGbKernelFn kernel;
+    ZcGbInplaceFn inplace;  // the A side read in place, or NULL (always packed)
+} ZcGbElem;
+
 // The driver of gemm_bf16_ex (C16 NULL: fp32 C with beta) and gemm_bf16_acc16 (C NULL, beta 1
 // or 0: each element's sum over all of K rounded into C16, added to it with beta 1; rows m with
-// split[m] != 0, when split is given, get their fp32 sums stored in C32 instead).
-static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, int N, int K,
-                            const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta,
+// split[m] != 0, when split is given, get their fp32 sums stored in C32 instead); with f32, of
+// gemm_f32_ex (A and B fp32, path GEMM_BF16_AUTO: the AVX-512 kernels; C16 NULL).
+static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, int M, int N, int K,
+                            const void *A, int lda, const void *B, int ldb, float beta,
                             float *C, bf16_t *C16, int ldc, const uint8_t *split, float *C32, int ldc32,
                             const float *bias, void *scratch, size_t scratch_bytes) {
     if (M < 0 || N < 0 || K < 0 || M > INT_MAX - 64 || N > INT_MAX - 64 || K > INT_MAX - 64) return -1;
@@ -814,7 +962,8 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
     if (ldc < (N > 1 ? N : 1)) return -1;
     if (C16 && beta != 0.0f && beta != 1.0f) return -1;
     if (bias && (C16 || beta != 0.0f)) return -1;
-    if (path == GEMM_BF16_AUTO) path = gemm_bf16_best_path();
+    if (f32 && (C16 || path != GEMM_BF16_AUTO || !gemm_f32_supported())) return -1;
+    if (path == GEMM_BF16_AUTO) path = f32 ? GEMM_BF16_AVX512BF16 : gemm_bf16_best_path();
     else if (!gemm_bf16_path_supported(path)) return -1;
     if (M == 0 || N == 0) return 0;
     if ((!C && !C16) || (K > 0 && (!A || !B)) || (split && (!C32 || ldc32 < N))) return -1;
@@ -826,20 +975,23 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
         return 0;
     }
 
-    ZcGbPackFn pack = zc_gb_pack_scalar;
-    ZcGbKernelFn kernel = zc_gb_kernel_scalar;
+    ZcGbElem el = {2, 32, zc_gb_pack_scalar, NULL, zc_gb_kernel_scalar, NULL};
     ZcGbAddFn add_bf16 = zc_gb_add_bf16_scalar;
 #ifdef ZC_GB_X86
-    if (path == GEMM_BF16_AVX512BF16) { pack = zc_gb_pack_avx512; kernel = zc_gb_kernel_avx512bf16; }
-    if (path == GEMM_BF16_AMX) { pack = zc_gb_pack_avx512; kernel = zc_gb_kernel_amx; }
+    if (f32) el = (ZcGbElem){4, 16, zc_gb_pack_f32_avx512, NULL, zc_gb_kernel_f32, zc_gb_inplace_f32};
+    else if (path == GEMM_BF16_AVX512BF16)
+        el = (ZcGbElem){2, 32, zc_gb_pack_avx512, zc_gb_pack2_vnni_avx512, zc_gb_kernel_avx512bf16, zc_gb_inplace_avx512bf16};
+    else if (path == GEMM_BF16_AMX)
+        el = (ZcGbElem){2, 32, zc_gb_pack_avx512, zc_gb_pack2_vnni_avx512, zc_gb_kernel_amx, zc_gb_inplace_amx};
     if (path != GEMM_BF16_SCALAR) add_bf16 = zc_gb_add_bf16_avx512;
 #endif
-    const int amx = path == GEMM_BF16_AMX;
+    const int amx = path == GEMM_BF16_AMX && !f32, es = el.esize, TK = el.tk, TE = 16 * TK; // TE: elements per tile
 
-    const ZcGbPlan pl = zc_gb_plan(M, N, K, C16 != NULL, zc_gb_threads());
+    const ZcGbDirect dir = zc_gb_direct(el.inplace != NULL, C16 != NULL, transA, transB, M, N, K, TK);
+    const ZcGbPlan pl = zc_gb_plan(M, N, K, C16 != NULL, zc_gb_threads(), es, dir.adirect);
     void *mem = NULL;
     if (K > 0 && (!scratch || scratch_bytes < pl.bytes)) {
-        mem = malloc(pl.bytes);
+        mem = ZC_GB_MALLOC(pl.bytes);
         if (!mem) return -1;
         scratch = mem;
     }
@@ -865,19 +1017,19 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
     // packed as VNNI tiles. The resident side is packed whole (all of K, up to RC rows per pass);
     // the streamed side chunk by chunk, KC at a time, by the thread that computes with it.
     const int a_res = pl.a_res;
-    const bf16_t *rsrc = a_res ? A : B, *ssrc = a_res ? B : A;
+    const void *rsrc = a_res ? A : B, *ssrc = a_res ? B : A;
     const size_t rld = (size_t)(a_res ? lda : ldb), sld = (size_t)(a_res ? ldb : lda);
     const int rkc = a_res ? !transA : transB, skc = a_res ? transB : !transA;
     const int rext = a_res ? M : N, sext = a_res ? N : M;
     const int RC = pl.rc, KC = pl.kc, SC = pl.sc, nt = pl.nt;
     (void)nt;  // unused without OpenMP
-    const int nKt = zc_gb_round32(K) / 32;
-    const size_t rstrip = (size_t)nKt * 512;  // resident strip stride (elements)
+    const int nKt = (K + TK - 1) / TK;
+    const size_t rstrip = (size_t)nKt * TE;  // resident strip stride (elements)
     const int nchunks = (sext + SC - 1) / SC;
     int acc0 = !C16 && beta != 0.0f;  // acc16 sums into a zeroed local block
     const int add16 = C16 && beta != 0.0f;  // acc16: add the block's sums to C16, or only store them
-    bf16_t *rbuf = (bf16_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    bf16_t *sbuf0 = rbuf + pl.res_elems;
+    char *rbuf = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); // (element offsets times es)
+    char *sbuf0 = rbuf + pl.res_elems * es;
     const size_t ldcz = (size_t)ldc;
     // A linear layer's forward, C (M,N) (+)= A · Bᵀ with B (N,K) row-major (the weight): B's
     // rows, read in place, are already the A side of the transposed product Cᵀ = B · Aᵀ (AMX A
@@ -885,16 +1037,15 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
     // element of the weight on every call, the resident side A is packed as Cᵀ's B operand, each
     // 32 x 32 block of Cᵀ goes through a local block, transposed on the way in (beta 1) and out,
     // and each sum is formed from the same products in the same order as on the packed path,
-    // with all of K in one pass (no K blocks). Needs whole tiles of B: K and N multiples of 32
-    // (GPT-2's are); rows of B are streamed from memory a block ahead.
-    const int wdirect = (amx || path == GEMM_BF16_AVX512BF16) && !C16 && transB && a_res && K % 32 == 0 &&
-                        N % 32 == 0 && M <= RC;
+    // with all of K in one pass (no K blocks). Needs whole tiles of B: K a multiple of the tile's
+    // k, N of 32 (GPT-2's are); rows of B are streamed from memory a block ahead.
+    const int wdirect = dir.wdirect;
     // A (M,K) row-major and resident (the backward-data product's dout, the tokens' rows): its
-    // rows are already A tiles when read in place (row i's k-tile kt at i * lda + 32 kt, as the
+    // rows are already A tiles when read in place (row i's k-tile kt at i * lda + kt * TK, as the
     // direct forward reads the weight), so it is not packed. A packed copy cost a pass over A and,
-    // on two threads, a copy written by one core and read by both. Needs whole tiles: K and M
-    // multiples of 32 (GPT-2's are).
-    const int adirect = (amx || path == GEMM_BF16_AVX512BF16) && a_res && !transA && !wdirect && K % 32 == 0 && M % 32 == 0;
+    // on two threads, a copy written by one core and read by both. Needs whole tiles: K a
+    // multiple of the tile's k, M of 32 (GPT-2's are).
+    const int adirect = dir.adirect;
     // A C larger than the caches that is only written, never read (the LM head's logits, 51 MB at
     // B=4, T=64, from the direct forward; the tied embedding's fresh 16-bit gradient, 77 MB, from
     // acc16 with beta 0), goes out with streaming stores: each row of a block is whole 64-byte
@@ -923,7 +1074,7 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
     ZC_GB_PRAGMA(omp parallel num_threads(nt) if (nt > 1))
     {
         const int tid = zc_gb_thread_num();
-        bf16_t *sbuf = sbuf0 + (size_t)tid * pl.str_elems;
+        char *sbuf = sbuf0 + (size_t)tid * pl.str_elems * es;
         float cblk[32 * 32] __attribute__((aligned(64)));
 #ifdef ZC_GB_X86
         if (amx) zc_gb_amx_begin();
@@ -941,7 +1092,7 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
                 const int t = (first + i) % nstrips;
                 int expect = 0;
                 if (__atomic_compare_exchange_n(&rstate[t], &expect, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-                    pack(rbuf + t * rstrip, rsrc, rld, rkc, wdirect || !a_res, rext, K, r0 + 16 * t, 0, nKt);
+                    el.pack(rbuf + t * rstrip * es, rsrc, rld, rkc, wdirect || !a_res, rext, K, r0 + 16 * t, 0, nKt);
                     __atomic_store_n(&rstate[t], 2, __ATOMIC_RELEASE);
                 }
             }
@@ -952,44 +1103,46 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
                 const int s0 = ch * SC, sc = zc_gb_min(SC, zc_gb_round32(sext - s0));
 #ifdef ZC_GB_X86
                 for (int sb = 0; wdirect && sb < sc; sb += 32) {
-                    const bf16_t *w = B + (size_t)(s0 + sb) * ldb;
-                    // the next 32 rows of B, a share per kernel call, into L2
-                    const int ahead = s0 + sb + 32 < N, lines = 32 * (K / 32), nblk = rc / 32;
+                    const char *w = (const char *)B + (size_t)(s0 + sb) * ldb * es;
+                    // the next 32 rows of B, a share per kernel call, into L2 (lpr 64-byte lines a row)
+                    const int ahead = s0 + sb + 32 < N, lpr = K * es / 64, lines = 32 * lpr, nblk = rc / 32;
                     for (int rb = 0; rb < rc; rb += 32) {
-                        for (int j = ahead ? rb / 32 * lines / nblk : lines; j < (rb / 32 + 1) * lines / nblk; j++)
-                            __builtin_prefetch(w + (size_t)(32 + j / (K / 32)) * ldb + (size_t)(j % (K / 32)) * 32, 0, 2);
+                        const int j0 = ahead ? rb / 32 * lines / nblk : lines, j1 = (rb / 32 + 1) * lines / nblk;
+                        const char *row = w + (size_t)(32 + j0 / lpr) * ldb * es;
+                        for (int j = j0, line = j0 % lpr; j < j1; j++) {
+                            __builtin_prefetch(row + (size_t)line * 64, 0, 2);
+                            if (++line == lpr) line = 0, row += (size_t)ldb * es;
+                        }
                         float *c = C + (size_t)(r0 + rb) * ldcz + s0 + sb;
                         const int mv = zc_gb_min(32, M - r0 - rb);
                         if (bias)
                             for (int i = 0; i < 32; i++)
                                 for (int j = 0; j < 32; j++) cblk[i * 32 + j] = bias[s0 + sb + i];
                         else if (acc0) zc_gb_tblock(cblk, c, ldcz, mv, 0);
-                        const bf16_t *pr = rbuf + (size_t)(rb / 16) * rstrip;
+                        const char *pr = rbuf + (size_t)(rb / 16) * rstrip * es;
                         const int acc = acc0 || bias;
-                        zc_gb_kernel_inplace_a(amx, w, (size_t)ldb, pr, rstrip, nKt, cblk, 32, 32, 32, acc);
+                        el.inplace(w, (size_t)ldb, pr, rstrip, nKt, cblk, 32, 32, 32, acc);
                         zc_gb_tblock(cblk, c, ldcz, mv, stream ? 2 : 1);
                     }
                 }
                 if (wdirect) continue;
 #endif
                 for (int k0 = 0; k0 < K; k0 += KC) {
-                    const int nkt = zc_gb_min(KC / 32, nKt - k0 / 32);
-                    const size_t sstrip = (size_t)nkt * 512;
-#ifdef ZC_GB_X86
-                    if (pack == zc_gb_pack_avx512 && !skc && a_res)  // (sc is a multiple of 32)
+                    const int nkt = zc_gb_min(KC / TK, nKt - k0 / TK);
+                    const size_t sstrip = (size_t)nkt * TE;
+                    if (el.pack2 && !skc && a_res)  // (sc is a multiple of 32)
                         for (int t = 0; t < sc / 16; t += 2)
-                            zc_gb_pack2_vnni_avx512(sbuf + t * sstrip, sstrip, ssrc, sld, sext, K, s0 + 16 * t, k0, nkt);
+                            el.pack2(sbuf + t * sstrip * es, sstrip, ssrc, sld, sext, K, s0 + 16 * t, k0, nkt);
                     else
-#endif
                         for (int t = 0; t < sc / 16; t++)
-                            pack(sbuf + t * sstrip, ssrc, sld, skc, a_res, sext, K, s0 + 16 * t, k0, nkt);
+                            el.pack(sbuf + t * sstrip * es, ssrc, sld, skc, a_res, sext, K, s0 + 16 * t, k0, nkt);
                     const int acc = acc0 || k0 > 0;
-                    ZcGbAhead ahead = zc_gb_ahead(ssrc, sld, skc, sext, K, KC, SC, s0, k0, nt, (sc / 32) * (rc / 32));
+                    ZcGbAhead ahead = zc_gb_ahead(ssrc, sld, es, skc, sext, K, KC, SC, s0, k0, nt, (sc / 32) * (rc / 32));
                     for (int sb = 0; sb < sc; sb += 32) {
-                        const bf16_t *ps = sbuf + (size_t)(sb / 16) * sstrip;
+                        const char *ps = sbuf + (size_t)(sb / 16) * sstrip * es;
                         for (int rb = 0; rb < rc; rb += 32) {
                             zc_gb_ahead_some(&ahead);
-                            const bf16_t *pr = rbuf + (size_t)(rb / 16) * rstrip + (size_t)(k0 / 32) * 512;
+                            const char *pr = rbuf + ((size_t)(rb / 16) * rstrip + (size_t)(k0 / TK) * TE) * es;
                             const int row0 = a_res ? r0 + rb : s0 + sb, col0 = a_res ? s0 + sb : r0 + rb;
                             if (row0 >= M || col0 >= N) continue;
                             // acc16: the block's whole sum (one K block) in a local tile, then added
@@ -1016,11 +1169,12 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
                             }
 #ifdef ZC_GB_X86
                             if (adirect)
-                                zc_gb_kernel_inplace_a(amx, A + (size_t)(r0 + rb) * lda + k0, (size_t)lda, ps, sstrip, nkt, c, ldk, mv, nv, acc);
+                                el.inplace((const char *)A + ((size_t)(r0 + rb) * lda + k0) * es, (size_t)lda, ps, sstrip, nkt, c,
+                                           ldk, mv, nv, acc);
                             else
 #endif
-                            if (a_res) kernel(pr, rstrip, ps, sstrip, nkt, c, ldk, mv, nv, acc);
-                            else kernel(ps, sstrip, pr, rstrip, nkt, c, ldk, mv, nv, acc);
+                            if (a_res) el.kernel(pr, rstrip, ps, sstrip, nkt, c, ldk, mv, nv, acc);
+                            else el.kernel(ps, sstrip, pr, rstrip, nkt, c, ldk, mv, nv, acc);
                             if (C16 && !split) add_bf16(C16 + (size_t)row0 * ldcz + col0, ldcz, cblk, mv, nv, mode16);
                             else if (C16)
                                 for (int i = 0; i < mv; i++) {
@@ -1047,7 +1201,7 @@ static inline int zc_gb_run(GemmBf16Path path, int transA, int transB, int M, in
 static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M, int N, int K,
                                const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta,
                                float *C, int ldc, void *scratch, size_t scratch_bytes) {
-    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, beta, C, NULL, ldc, NULL, NULL, 0, NULL, scratch, scratch_bytes);
+    return zc_gb_run(path, 0, transA, transB, M, N, K, A, lda, B, ldb, beta, C, NULL, ldc, NULL, NULL, 0, NULL, scratch, scratch_bytes);
 }
 
 // C (bf16, M x N) = round(beta C + op(A) · op(B)), beta 1 or 0: each element's product summed
@@ -1060,7 +1214,7 @@ static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M,
 static inline int gemm_bf16_acc16(GemmBf16Path path, int transA, int transB, int M, int N, int K,
                                   const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta, bf16_t *C, int ldc,
                                   void *scratch, size_t scratch_bytes) {
-    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, beta, NULL, C, ldc, NULL, NULL, 0, NULL, scratch, scratch_bytes);
+    return zc_gb_run(path, 0, transA, transB, M, N, K, A, lda, B, ldb, beta, NULL, C, ldc, NULL, NULL, 0, NULL, scratch, scratch_bytes);
 }
 // gemm_bf16_acc16, except that the rows m of C with split[m] != 0 (split: M flags) are set to
 // beta C (left as they are, or zeroed) and their fp32 sums stored in C32 (M x N, row stride
@@ -1070,7 +1224,7 @@ static inline int gemm_bf16_acc16_split(GemmBf16Path path, int transA, int trans
                                         const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta, bf16_t *C, int ldc,
                                         const uint8_t *split, float *C32, int ldc32, void *scratch, size_t scratch_bytes) {
     if (!split) return -1;
-    return zc_gb_run(path, transA, transB, M, N, K, A, lda, B, ldb, beta, NULL, C, ldc, split, C32, ldc32, NULL, scratch, scratch_bytes);
+    return zc_gb_run(path, 0, transA, transB, M, N, K, A, lda, B, ldb, beta, NULL, C, ldc, split, C32, ldc32, NULL, scratch, scratch_bytes);
 }
 
 static inline int gemm_bf16(int transA, int transB, int M, int N, int K, const bf16_t *A, int lda,
@@ -1094,7 +1248,7 @@ static inline int gemm_bf16_forward_bias(const GemmBf16Ctx *ctx, float *out, con
     GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
     if (!ctx) ctx = &d;
     if (!bias) return -1;
-    return zc_gb_run(ctx->path, 0, 1, N, OC, C, inp, C, w, C, 0.0f, out, NULL, OC, NULL, NULL, 0, bias, ctx->scratch,
+    return zc_gb_run(ctx->path, 0, 0, 1, N, OC, C, inp, C, w, C, 0.0f, out, NULL, OC, NULL, NULL, 0, bias, ctx->scratch,
                      ctx->scratch_bytes);
 }
 // dinp (N,C) (+)= dout (N,OC) · w
@@ -1128,6 +1282,57 @@ static inline int gemm_bf16_backward_weight_split(const GemmBf16Ctx *ctx, bf16_t
     if (!ctx) ctx = &d;
     return gemm_bf16_acc16_split(ctx->path, 1, 0, OC, C, N, dout, OC, inp, C, beta, dw, C, split, dw32, C, ctx->scratch,
                                  ctx->scratch_bytes);
+}
+
+// ----------------------------------------------------------------------------
+// fp32 operands: the same driver with fp32 tiles and an FMA micro-kernel (AVX-512 only)
+
+// C (M,N) = beta * C + op(A) · op(B), A and B fp32: gemm_bf16_ex's contract and driver (scratch,
+// threads, determinism), each C element summed in fp32 over k in order within a K block
+// (vfmadd: one rounding per product and sum), the K blocks' sums added to C in order. -1 where
+// gemm_f32_supported() says no.
+static inline int gemm_f32_ex(int transA, int transB, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                              float beta, float *C, int ldc, void *scratch, size_t scratch_bytes) {
+    return zc_gb_run(GEMM_BF16_AUTO, 1, transA, transB, M, N, K, A, lda, B, ldb, beta, C, NULL, ldc, NULL, NULL, 0, NULL,
+                     scratch, scratch_bytes);
+}
+// The layer wrappers, as gemm_bf16's (ctx: its scratch; its path must be GEMM_BF16_AUTO).
+// out (N,OC) (+)= inp (N,C) · wᵀ, w (OC,C)
+static inline int gemm_f32_forward(const GemmBf16Ctx *ctx, float *out, const float *inp, const float *w, int N, int C, int OC,
+                                   float beta) {
+    GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
+    if (!ctx) ctx = &d;
+    if (ctx->path != GEMM_BF16_AUTO) return -1;
+    return gemm_f32_ex(0, 1, N, OC, C, inp, C, w, C, beta, out, OC, ctx->scratch, ctx->scratch_bytes);
+}
+// out (N,OC) = bias (OC, every row) + inp (N,C) · wᵀ (bit for bit the bias in every row and beta 1)
+static inline int gemm_f32_forward_bias(const GemmBf16Ctx *ctx, float *out, const float *inp, const float *w, const float *bias,
+                                        int N, int C, int OC) {
+    GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
+    if (!ctx) ctx = &d;
+    if (!bias || ctx->path != GEMM_BF16_AUTO) return -1;
+    return zc_gb_run(GEMM_BF16_AUTO, 1, 0, 1, N, OC, C, inp, C, w, C, 0.0f, out, NULL, OC, NULL, NULL, 0, bias, ctx->scratch,
+                     ctx->scratch_bytes);
+}
+// dinp (N,C) (+)= dout (N,OC) · w
+static inline int gemm_f32_backward_data(const GemmBf16Ctx *ctx, float *dinp, const float *dout, const float *w, int N, int C,
+                                         int OC, float beta) {
+    GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
+    if (!ctx) ctx = &d;
+    if (ctx->path != GEMM_BF16_AUTO) return -1;
+    return gemm_f32_ex(0, 0, N, C, OC, dout, OC, w, C, beta, dinp, C, ctx->scratch, ctx->scratch_bytes);
+}
+// dw (OC,C) (+)= doutᵀ · inp   (beta 0: the first contribution, dw not read)
+static inline int gemm_f32_backward_weight(const GemmBf16Ctx *ctx, float *dw, const float *dout, const float *inp, int N, int C,
+                                           int OC, float beta) {
+    GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
+    if (!ctx) ctx = &d;
+    if (ctx->path != GEMM_BF16_AUTO) return -1;
+    return gemm_f32_ex(1, 0, OC, C, N, dout, OC, inp, C, beta, dw, C, ctx->scratch, ctx->scratch_bytes);
+}
+// Scratch that serves all three fp32 products of a linear layer (as gemm_bf16_linear_scratch_bytes).
+static inline size_t gemm_f32_linear_scratch_bytes(int N, int C, int OC, int threads) {
+    return zc_gb_linear_scratch(4, N, C, OC, threads);
 }
 
 #endif  // ZC_GEMM_BF16_H

@@ -27,6 +27,10 @@
 #include <omp.h>
 #include "test/membw.h"
 #endif
+// Counts the scratch gemm_bf16 allocates for itself (test_linear_scratch: none, given enough).
+static long gb_mallocs;
+static void *counted_malloc(size_t n) { gb_mallocs++; return malloc(n); }
+#define ZC_GB_MALLOC(n) counted_malloc(n)
 #include "cpu/gemm_bf16.h"
 #include "cpu/openblas.h"
 
@@ -66,6 +70,11 @@ static const float C_SENTINEL = -7777.25f;  // in C's padding: must never be wri
 
 static const GemmBf16Path PATHS[] = {GEMM_BF16_SCALAR, GEMM_BF16_AVX512BF16, GEMM_BF16_AMX};
 #define NPATHS 3
+// gemm_f32 (fp32 operands) runs the same cases as a path of its own: PATH_F32, index NPATHS.
+#define PATH_F32 ((GemmBf16Path)100)
+static int path_supported(GemmBf16Path p) { return p == PATH_F32 ? gemm_f32_supported() : gemm_bf16_path_supported(p); }
+static const char *path_name(GemmBf16Path p) { return p == PATH_F32 ? "f32" : gemm_bf16_path_name(p); }
+static const float NAN_F32_PAD = -NAN;  // fp32 padding: must never be read either
 
 // A logical (rows x cols) row-major matrix with leading dimension ld, allocated to exactly
 // (rows-1)*ld + cols elements, the padding filled with NaN.
@@ -78,16 +87,67 @@ static bf16_t *alloc_mat(int rows, int cols, int ld) {
     return p;
 }
 
-// Runs one case on every supported path and checks each against the reference (computed once).
-// scratch_mode: 0 = NULL, 1 = exactly gemm_bf16_scratch_bytes, 2 = too small (falls back to malloc).
-static long path_fail[NPATHS];
+// The same for fp32 operands: values of varied magnitudes (2^-4 .. 2^3) with all 24 bits of
+// mantissa, random signs, some exact zeros.
+static float *alloc_mat_f32(int rows, int cols, int ld) {
+    size_t n = rows > 0 && cols > 0 ? (size_t)(rows - 1) * ld + cols : 1;
+    float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+    for (size_t i = 0; i < n; i++) p[i] = NAN_F32_PAD;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            uint64_t x = rng_u64();
+            p[(size_t)r * ld + c] = (x & 31) == 0 ? 0.0f : (float)ldexp((x & 64 ? -1 : 1) * (1.0 + rng_unif()), (int)((x >> 8) % 8) - 4);
+        }
+    return p;
+}
+// An operand for path p (bf16, or fp32 for PATH_F32), element i of one as a double, and one set.
+static void *alloc_for(GemmBf16Path p, int rows, int cols, int ld) {
+    return p == PATH_F32 ? (void *)alloc_mat_f32(rows, cols, ld) : (void *)alloc_mat(rows, cols, ld);
+}
+static double elem(GemmBf16Path p, const void *m, size_t i) { return p == PATH_F32 ? ((const float *)m)[i] : bf(((const bf16_t *)m)[i]); }
+static void set_elem(GemmBf16Path p, void *m, size_t i, float v) {
+    if (p == PATH_F32) ((float *)m)[i] = v;
+    else ((bf16_t *)m)[i] = f32_to_bf16(v);
+}
+static int gemm_call(GemmBf16Path p, int tA, int tB, int M, int N, int K, const void *A, int lda, const void *B, int ldb,
+                     float beta, float *C, int ldc, void *scratch, size_t bytes) {
+    if (p == PATH_F32) return gemm_f32_ex(tA, tB, M, N, K, (const float *)A, lda, (const float *)B, ldb, beta, C, ldc, scratch, bytes);
+    return gemm_bf16_ex(p, tA, tB, M, N, K, (const bf16_t *)A, lda, (const bf16_t *)B, ldb, beta, C, ldc, scratch, bytes);
+}
+
+// The layer wrappers of path p (ctx's path: p, or GEMM_BF16_AUTO for PATH_F32); bias: forward_bias.
+static int wrap_forward(GemmBf16Path p, const GemmBf16Ctx *ctx, float *out, const void *inp, const void *w, const float *bias,
+                        int N, int C, int OC, float beta) {
+    if (p == PATH_F32)
+        return bias ? gemm_f32_forward_bias(ctx, out, (const float *)inp, (const float *)w, bias, N, C, OC)
+                    : gemm_f32_forward(ctx, out, (const float *)inp, (const float *)w, N, C, OC, beta);
+    return bias ? gemm_bf16_forward_bias(ctx, out, (const bf16_t *)inp, (const bf16_t *)w, bias, N, C, OC)
+                : gemm_bf16_forward(ctx, out, (const bf16_t *)inp, (const bf16_t *)w, N, C, OC, beta);
+}
+static int wrap_backward_data(GemmBf16Path p, const GemmBf16Ctx *ctx, float *dinp, const void *dout, const void *w, int N, int C,
+                              int OC, float beta) {
+    if (p == PATH_F32) return gemm_f32_backward_data(ctx, dinp, (const float *)dout, (const float *)w, N, C, OC, beta);
+    return gemm_bf16_backward_data(ctx, dinp, (const bf16_t *)dout, (const bf16_t *)w, N, C, OC, beta);
+}
+static int wrap_backward_weight(GemmBf16Path p, const GemmBf16Ctx *ctx, float *dw, const void *dout, const void *inp, int N,
+                                int C, int OC, float beta) {
+    if (p == PATH_F32) return gemm_f32_backward_weight(ctx, dw, (const float *)dout, (const float *)inp, N, C, OC, beta);
+    return gemm_bf16_backward_weight(ctx, dw, (const bf16_t *)dout, (const bf16_t *)inp, N, C, OC, beta);
+}
+
+// Runs one case on every supported path (cases_f32: on gemm_f32, with fp32 operands) and checks
+// each against the reference (computed once). scratch_mode: 0 = NULL, 1 = exactly the path's
+// scratch_bytes, 2 = too small (falls back to malloc).
+static long path_fail[NPATHS + 1];
+static int cases_f32;
 static void run_case(int tA, int tB, int M, int N, int K, int pad, float beta, int scratch_mode) {
     int lda = (tA ? M : K) + pad, ldb = (tB ? K : N) + pad, ldc = N + (pad ? pad + 1 : 0);
     if (lda < 1) lda = 1;
     if (ldb < 1) ldb = 1;
     if (ldc < 1) ldc = 1;
-    bf16_t *A = tA ? alloc_mat(K, M, lda) : alloc_mat(M, K, lda);
-    bf16_t *B = tB ? alloc_mat(N, K, ldb) : alloc_mat(K, N, ldb);
+    const GemmBf16Path kind = cases_f32 ? PATH_F32 : GEMM_BF16_SCALAR; // (the operands' type)
+    void *A = tA ? alloc_for(kind, K, M, lda) : alloc_for(kind, M, K, lda);
+    void *B = tB ? alloc_for(kind, N, K, ldb) : alloc_for(kind, K, N, ldb);
     size_t nc = M > 0 && N > 0 ? (size_t)(M - 1) * ldc + N : 1;
     // (64-byte aligned, as the trainer's buffers are: rows of a multiple of 16 floats are then
     // aligned, where the direct forward may write them with streaming stores)
@@ -102,8 +162,8 @@ static void run_case(int tA, int tB, int M, int N, int K, int pad, float beta, i
         for (int n = 0; n < N; n++) {
             double s = 0, b = 0;
             for (int k = 0; k < K; k++) {
-                double x = bf(tA ? A[(size_t)k * lda + m] : A[(size_t)m * lda + k]);
-                double y = bf(tB ? B[(size_t)n * ldb + k] : B[(size_t)k * ldb + n]);
+                double x = elem(kind, A, tA ? (size_t)k * lda + m : (size_t)m * lda + k);
+                double y = elem(kind, B, tB ? (size_t)n * ldb + k : (size_t)k * ldb + n);
                 s += x * y;
                 b += fabs(x * y);
             }
@@ -116,19 +176,19 @@ static void run_case(int tA, int tB, int M, int N, int K, int pad, float beta, i
             bound[(size_t)m * N + n] = b;
         }
     }
-    size_t sb = gemm_bf16_scratch_bytes(M, N, K);
+    size_t sb = cases_f32 ? gemm_f32_scratch_bytes(tA, tB, M, N, K) : gemm_bf16_scratch_bytes(M, N, K);
     void *scratch = NULL;
     size_t scratch_bytes = 0;
     if (scratch_mode == 1) { scratch = malloc(sb ? sb : 1); scratch_bytes = sb; }
     if (scratch_mode == 2) { scratch = malloc(64); scratch_bytes = 64; }
 
-    for (int p = 0; p < NPATHS; p++) {
-        GemmBf16Path path = PATHS[p];
-        if (!gemm_bf16_path_supported(path)) continue;
+    for (int p = cases_f32 ? NPATHS : 0; p < (cases_f32 ? NPATHS + 1 : NPATHS); p++) {
+        GemmBf16Path path = p == NPATHS ? PATH_F32 : PATHS[p];
+        if (!path_supported(path)) continue;
         long f0 = n_fail;
         memcpy(C, C0, nc * sizeof(float));
-        int rc = gemm_bf16_ex(path, tA, tB, M, N, K, A, lda, B, ldb, beta, C, ldc, scratch, scratch_bytes);
-        CHECK(rc == 0, "%s rc=%d", gemm_bf16_path_name(path), rc);
+        int rc = gemm_call(path, tA, tB, M, N, K, A, lda, B, ldb, beta, C, ldc, scratch, scratch_bytes);
+        CHECK(rc == 0, "%s rc=%d", path_name(path), rc);
         double worst = 0;
         long bad = 0;
         for (int m = 0; m < M; m++) {
@@ -139,18 +199,18 @@ static void run_case(int tA, int tB, int M, int N, int K, int pad, float beta, i
                 if (!(ratio <= 1e-5)) {  // also catches NaN
                     if (bad++ < 3)
                         printf("  %s tA=%d tB=%d M=%d N=%d K=%d pad=%d beta=%g: C[%d][%d]=%.9g ref=%.9g bound=%.3g\n",
-                               gemm_bf16_path_name(path), tA, tB, M, N, K, pad, beta, m, n, got, s, b);
+                               path_name(path), tA, tB, M, N, K, pad, beta, m, n, got, s, b);
                 }
                 if (ratio > worst) worst = ratio;
             }
         }
         CHECK(bad == 0, "%s tA=%d tB=%d M=%d N=%d K=%d pad=%d beta=%g: %ld elements off (worst %.3g)",
-              gemm_bf16_path_name(path), tA, tB, M, N, K, pad, beta, bad, worst);
+              path_name(path), tA, tB, M, N, K, pad, beta, bad, worst);
         long touched = 0;
         for (size_t i = 0; i < nc; i++)
             if ((int)(i % ldc) >= N && C[i] != C_SENTINEL) touched++;
         CHECK(touched == 0, "%s M=%d N=%d ldc=%d: %ld padding elements of C written",
-              gemm_bf16_path_name(path), M, N, ldc, touched);
+              path_name(path), M, N, ldc, touched);
         path_fail[p] += n_fail - f0;
     }
     free(A); free(B); free(C); free(C0); free(ref); free(bound); free(scratch);
@@ -213,18 +273,18 @@ static void test_shapes(int quick) {
 static void test_determinism(GemmBf16Path path) {
 #ifdef _OPENMP
     int M = 96, N = 160, K = 800, saved = omp_get_max_threads();
-    bf16_t *A = alloc_mat(K, M, M), *B = alloc_mat(K, N, N);
+    void *A = alloc_for(path, K, M, M), *B = alloc_for(path, K, N, N);
     float *C1 = malloc((size_t)M * N * 4), *C2 = malloc((size_t)M * N * 4), *C3 = malloc((size_t)M * N * 4);
     omp_set_num_threads(1);
-    gemm_bf16_ex(path, 1, 0, M, N, K, A, M, B, N, 0.0f, C1, N, NULL, 0);
+    gemm_call(path, 1, 0, M, N, K, A, M, B, N, 0.0f, C1, N, NULL, 0);
     omp_set_num_threads(2);
-    gemm_bf16_ex(path, 1, 0, M, N, K, A, M, B, N, 0.0f, C2, N, NULL, 0);
-    CHECK(memcmp(C1, C2, (size_t)M * N * 4) == 0, "%s: 1 vs 2 threads differ", gemm_bf16_path_name(path));
-    gemm_bf16_ex(path, 1, 0, M, N, K, A, M, B, N, 0.0f, C2, N, NULL, 0);
-    CHECK(memcmp(C1, C2, (size_t)M * N * 4) == 0, "%s: repeated call differs", gemm_bf16_path_name(path));
+    gemm_call(path, 1, 0, M, N, K, A, M, B, N, 0.0f, C2, N, NULL, 0);
+    CHECK(memcmp(C1, C2, (size_t)M * N * 4) == 0, "%s: 1 vs 2 threads differ", path_name(path));
+    gemm_call(path, 1, 0, M, N, K, A, M, B, N, 0.0f, C2, N, NULL, 0);
+    CHECK(memcmp(C1, C2, (size_t)M * N * 4) == 0, "%s: repeated call differs", path_name(path));
     omp_set_num_threads(3);  // more threads than this machine's cores
-    gemm_bf16_ex(path, 1, 0, M, N, K, A, M, B, N, 0.0f, C3, N, NULL, 0);
-    CHECK(memcmp(C1, C3, (size_t)M * N * 4) == 0, "%s: 1 vs 3 threads differ", gemm_bf16_path_name(path));
+    gemm_call(path, 1, 0, M, N, K, A, M, B, N, 0.0f, C3, N, NULL, 0);
+    CHECK(memcmp(C1, C3, (size_t)M * N * 4) == 0, "%s: 1 vs 3 threads differ", path_name(path));
     omp_set_num_threads(saved);
     free(A); free(B); free(C1); free(C2); free(C3);
 #else
@@ -235,22 +295,26 @@ static void test_determinism(GemmBf16Path path) {
 // Streaming stores (a C over GEMM_BF16_STREAM_BYTES that the call only writes, rows 64-byte
 // aligned) write the same bits as plain stores (the same C one element off alignment): the
 // direct forward, bias included, and a fresh 16-bit weight gradient.
-static void test_streaming(GemmBf16Path path) {
+static void test_streaming_forward(GemmBf16Path path) {
     int M = 64, N = (int)(GEMM_BF16_STREAM_BYTES / (64 * sizeof(float))) / 32 * 32 + 32, K = 64;
-    bf16_t *A = alloc_mat(M, K, K), *B = alloc_mat(N, K, K);
+    void *A = alloc_for(path, M, K, K), *B = alloc_for(path, N, K, K);
     float *bias = malloc((size_t)N * 4);
     for (int n = 0; n < N; n++) bias[n] = (float)(rng_unif() - 0.5);
     size_t nc = (size_t)M * N;
     float *C1 = aligned_alloc(64, (nc * 4 + 63) / 64 * 64), *C2 = aligned_alloc(64, (nc * 4 + 64 + 63) / 64 * 64);
-    GemmBf16Ctx ctx = {path, NULL, 0};
+    GemmBf16Ctx ctx = {path == PATH_F32 ? GEMM_BF16_AUTO : path, NULL, 0};
     for (int b = 0; b < 2; b++) {
-        int rc1 = b ? gemm_bf16_forward_bias(&ctx, C1, A, B, bias, M, K, N) : gemm_bf16_forward(&ctx, C1, A, B, M, K, N, 0.0f);
-        int rc2 = b ? gemm_bf16_forward_bias(&ctx, C2 + 1, A, B, bias, M, K, N) : gemm_bf16_forward(&ctx, C2 + 1, A, B, M, K, N, 0.0f);
-        CHECK(rc1 == 0 && rc2 == 0, "%s: streaming forward rc %d %d", gemm_bf16_path_name(path), rc1, rc2);
+        int rc1 = wrap_forward(path, &ctx, C1, A, B, b ? bias : NULL, M, K, N, 0.0f);
+        int rc2 = wrap_forward(path, &ctx, C2 + 1, A, B, b ? bias : NULL, M, K, N, 0.0f);
+        CHECK(rc1 == 0 && rc2 == 0, "%s: streaming forward rc %d %d", path_name(path), rc1, rc2);
         CHECK(memcmp(C1, C2 + 1, nc * 4) == 0, "%s: streaming stores (aligned C) and plain stores differ%s",
-              gemm_bf16_path_name(path), b ? " (bias)" : "");
+              path_name(path), b ? " (bias)" : "");
     }
     free(A); free(B); free(bias); free(C1); free(C2);
+}
+static void test_streaming(GemmBf16Path path) {
+    test_streaming_forward(path);
+    GemmBf16Ctx ctx = {path, NULL, 0};
     // a fresh 16-bit weight gradient (acc16, beta 0) over the threshold, and the LM head's split
     // variant: the same bits streamed (aligned) or stored (one element off alignment)
     int OC = (int)(GEMM_BF16_STREAM_BYTES / (64 * sizeof(bf16_t))) / 32 * 32 + 32, Cc = 64, Nt = 32;
@@ -275,19 +339,19 @@ static void test_streaming(GemmBf16Path path) {
 // NaN and Inf in the inputs reach the output (no path may drop them); padding stays harmless.
 static void test_specials(GemmBf16Path path) {
     int M = 20, N = 35, K = 40;
-    bf16_t *A = alloc_mat(M, K, K), *B = alloc_mat(N, K, K);
+    void *A = alloc_for(path, M, K, K), *B = alloc_for(path, N, K, K);
     float *C = malloc((size_t)M * N * 4);
-    A[3 * K + 7] = 0x7FC0;      // NaN in row 3 of A: row 3 of C is NaN
-    B[5 * K + 39] = 0x7F80;     // +Inf at k = 39 (last) of column 5
-    A[9 * K + 39] = 0x3F80;     // a(9,39) = 1: C[9][5] = +Inf
-    A[10 * K + 39] = 0;         // a(10,39) = 0: C[10][5] = 0 * Inf = NaN
-    gemm_bf16_ex(path, 0, 1, M, N, K, A, K, B, K, 0.0f, C, N, NULL, 0);
+    set_elem(path, A, 3 * K + 7, NAN);        // NaN in row 3 of A: row 3 of C is NaN
+    set_elem(path, B, 5 * K + 39, INFINITY);  // +Inf at k = 39 (last) of column 5
+    set_elem(path, A, 9 * K + 39, 1.0f);      // a(9,39) = 1: C[9][5] = +Inf
+    set_elem(path, A, 10 * K + 39, 0.0f);     // a(10,39) = 0: C[10][5] = 0 * Inf = NaN
+    gemm_call(path, 0, 1, M, N, K, A, K, B, K, 0.0f, C, N, NULL, 0);
     int ok = 1;
     for (int n = 0; n < N; n++) ok &= isnan(C[3 * N + n]);
-    CHECK(ok, "%s: NaN in A did not reach its row of C", gemm_bf16_path_name(path));
-    CHECK(isinf(C[9 * N + 5]) && C[9 * N + 5] > 0, "%s: Inf lost (%g)", gemm_bf16_path_name(path), C[9 * N + 5]);
-    CHECK(isnan(C[10 * N + 5]), "%s: 0*Inf not NaN (%g)", gemm_bf16_path_name(path), C[10 * N + 5]);
-    CHECK(isfinite(C[0 * N + 0]) && isfinite(C[19 * N + 34]), "%s: finite elements poisoned", gemm_bf16_path_name(path));
+    CHECK(ok, "%s: NaN in A did not reach its row of C", path_name(path));
+    CHECK(isinf(C[9 * N + 5]) && C[9 * N + 5] > 0, "%s: Inf lost (%g)", path_name(path), C[9 * N + 5]);
+    CHECK(isnan(C[10 * N + 5]), "%s: 0*Inf not NaN (%g)", path_name(path), C[10 * N + 5]);
+    CHECK(isfinite(C[0 * N + 0]) && isfinite(C[19 * N + 34]), "%s: finite elements poisoned", path_name(path));
     free(A); free(B); free(C);
 }
 
@@ -316,26 +380,26 @@ static void test_args(void) {
 // The layer wrappers with a context (one scratch buffer, the largest of the three products
 // need), against the general call on the same path.
 static void test_wrappers(GemmBf16Path path) {
-    int Nt = 40, C = 96, OC = 144;
-    size_t sb = gemm_bf16_scratch_bytes(Nt, OC, C);
-    if (gemm_bf16_scratch_bytes(Nt, C, OC) > sb) sb = gemm_bf16_scratch_bytes(Nt, C, OC);
-    if (gemm_bf16_scratch_bytes(OC, C, Nt) > sb) sb = gemm_bf16_scratch_bytes(OC, C, Nt);
+    int Nt = 40, C = 96, OC = 144, f32 = path == PATH_F32;
+    size_t sb = f32 ? gemm_f32_linear_scratch_bytes(Nt, C, OC, zc_gb_threads()) : gemm_bf16_scratch_bytes(Nt, OC, C);
+    if (!f32 && gemm_bf16_scratch_bytes(Nt, C, OC) > sb) sb = gemm_bf16_scratch_bytes(Nt, C, OC);
+    if (!f32 && gemm_bf16_scratch_bytes(OC, C, Nt) > sb) sb = gemm_bf16_scratch_bytes(OC, C, Nt);
     void *scratch = malloc(sb);
-    GemmBf16Ctx ctx = {path, scratch, sb};
-    bf16_t *inp = alloc_mat(Nt, C, C), *w = alloc_mat(OC, C, C), *dout = alloc_mat(Nt, OC, OC);
+    GemmBf16Ctx ctx = {f32 ? GEMM_BF16_AUTO : path, scratch, sb};
+    void *inp = alloc_for(path, Nt, C, C), *w = alloc_for(path, OC, C, C), *dout = alloc_for(path, Nt, OC, OC);
     float *x = malloc((size_t)OC * C * 4), *y = malloc((size_t)OC * C * 4);
     for (int pass = 0; pass < 2; pass++) {  // beta = 0, then 1 on top
         float beta = (float)pass;
         if (pass == 0) { memset(x, 0, (size_t)OC * C * 4); memset(y, 0, (size_t)OC * C * 4); }
-        CHECK(gemm_bf16_forward(&ctx, x, inp, w, Nt, C, OC, beta) == 0, "forward rc");
-        gemm_bf16_ex(path, 0, 1, Nt, OC, C, inp, C, w, C, beta, y, OC, NULL, 0);
-        CHECK(memcmp(x, y, (size_t)Nt * OC * 4) == 0, "%s forward wrapper", gemm_bf16_path_name(path));
-        CHECK(gemm_bf16_backward_data(&ctx, x, dout, w, Nt, C, OC, beta) == 0, "bwd data rc");
-        gemm_bf16_ex(path, 0, 0, Nt, C, OC, dout, OC, w, C, beta, y, C, NULL, 0);
-        CHECK(memcmp(x, y, (size_t)Nt * C * 4) == 0, "%s backward-data wrapper", gemm_bf16_path_name(path));
-        CHECK(gemm_bf16_backward_weight(&ctx, x, dout, inp, Nt, C, OC, beta) == 0, "bwd weight rc");
-        gemm_bf16_ex(path, 1, 0, OC, C, Nt, dout, OC, inp, C, beta, y, C, NULL, 0);
-        CHECK(memcmp(x, y, (size_t)OC * C * 4) == 0, "%s backward-weight wrapper", gemm_bf16_path_name(path));
+        CHECK(wrap_forward(path, &ctx, x, inp, w, NULL, Nt, C, OC, beta) == 0, "forward rc");
+        gemm_call(path, 0, 1, Nt, OC, C, inp, C, w, C, beta, y, OC, NULL, 0);
+        CHECK(memcmp(x, y, (size_t)Nt * OC * 4) == 0, "%s forward wrapper", path_name(path));
+        CHECK(wrap_backward_data(path, &ctx, x, dout, w, Nt, C, OC, beta) == 0, "bwd data rc");
+        gemm_call(path, 0, 0, Nt, C, OC, dout, OC, w, C, beta, y, C, NULL, 0);
+        CHECK(memcmp(x, y, (size_t)Nt * C * 4) == 0, "%s backward-data wrapper", path_name(path));
+        CHECK(wrap_backward_weight(path, &ctx, x, dout, inp, Nt, C, OC, beta) == 0, "bwd weight rc");
+        gemm_call(path, 1, 0, OC, C, Nt, dout, OC, inp, C, beta, y, C, NULL, 0);
+        CHECK(memcmp(x, y, (size_t)OC * C * 4) == 0, "%s backward-weight wrapper", path_name(path));
     }
     // the forward with a bias: bit for bit the bias copied into every row and beta 1, where the
     // direct forward applies (sizes multiples of 32) and where it does not (Nt = 40, OC = 144)
@@ -345,13 +409,19 @@ static void test_wrappers(GemmBf16Path path) {
         for (int o = 0; o < oc; o++) bias[o] = bf(rng_bf16());
         for (int i = 0; i < n; i++) memcpy(by + (size_t)i * oc, bias, (size_t)oc * 4);
         for (size_t i = 0; i < (size_t)n * oc; i++) bx[i] = NAN;  // not read
-        bf16_t *in2 = alloc_mat(n, c, c), *w2 = alloc_mat(oc, c, c);
-        CHECK(gemm_bf16_forward_bias(&ctx, bx, in2, w2, bias, n, c, oc) == 0, "forward_bias rc");
-        gemm_bf16_ex(path, 0, 1, n, oc, c, in2, c, w2, c, 1.0f, by, oc, NULL, 0);
+        void *in2 = alloc_for(path, n, c, c), *w2 = alloc_for(path, oc, c, c);
+        CHECK(wrap_forward(path, &ctx, bx, in2, w2, bias, n, c, oc, 0.0f) == 0, "forward_bias rc");
+        gemm_call(path, 0, 1, n, oc, c, in2, c, w2, c, 1.0f, by, oc, NULL, 0);
         CHECK(memcmp(bx, by, (size_t)n * oc * 4) == 0, "%s forward with bias %dx%dx%d: not the bias rows + beta 1",
-              gemm_bf16_path_name(path), n, oc, c);
-        CHECK(gemm_bf16_forward_bias(&ctx, bx, in2, w2, NULL, n, c, oc) == -1, "forward_bias without a bias");
+              path_name(path), n, oc, c);
+        CHECK((f32 ? gemm_f32_forward_bias(&ctx, bx, (const float *)in2, (const float *)w2, NULL, n, c, oc)
+                   : gemm_bf16_forward_bias(&ctx, bx, (const bf16_t *)in2, (const bf16_t *)w2, NULL, n, c, oc)) == -1,
+              "forward_bias without a bias");
         free(bias); free(bx); free(by); free(in2); free(w2);
+    }
+    if (f32) { // a context naming a bf16 path is refused
+        GemmBf16Ctx bad = {GEMM_BF16_SCALAR, scratch, sb};
+        CHECK(gemm_f32_forward(&bad, x, (const float *)inp, (const float *)w, Nt, C, OC, 0.0f) == -1, "f32 with a bf16 path");
     }
     free(inp); free(w); free(dout); free(x); free(y); free(scratch);
 }
@@ -474,11 +544,12 @@ static int bench(int no_scalar, double seconds, const char *only_path, const cha
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    // columns: 0 = OpenBLAS sgemm (fp32 data), then the bf16 paths, fastest first
-    const char *names[1 + NPATHS];
-    GemmBf16Path paths[1 + NPATHS];  // GEMM_BF16_AUTO stands for sgemm here
+    // columns: OpenBLAS sgemm and gemm_f32 (fp32 data), then the bf16 paths, fastest first
+    const char *names[2 + NPATHS];
+    GemmBf16Path paths[2 + NPATHS];  // GEMM_BF16_AUTO stands for sgemm here
     int np = 0;
     if (!only_path || !strcmp(only_path, "sgemm")) { paths[np] = GEMM_BF16_AUTO; names[np++] = "sgemm"; }
+    if (gemm_f32_supported() && (!only_path || !strcmp(only_path, "f32"))) { paths[np] = PATH_F32; names[np++] = "f32"; }
     for (int p = NPATHS - 1; p >= 0; p--) {
         if (!gemm_bf16_path_supported(PATHS[p])) continue;
         if (no_scalar && PATHS[p] == GEMM_BF16_SCALAR) continue;
@@ -488,7 +559,7 @@ static int bench(int no_scalar, double seconds, const char *only_path, const cha
     }
     printf("GFLOP/s, best of repeated calls; %d OpenMP threads; OpenBLAS %s (core %s)\n", threads,
            OPENBLAS_VERSION, openblas_get_corename());
-    double res[NBENCH][1 + NPATHS];
+    double res[NBENCH][2 + NPATHS];
     for (int p = 0; p < np; p++) {
         for (int s = 0; s < NBENCH; s++) res[s][p] = NAN;
         struct timespec pause = {0, 300000000};
@@ -501,14 +572,19 @@ static int bench(int no_scalar, double seconds, const char *only_path, const cha
             size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
             float *C = aligned_alloc(64, (nc * 4 + 63) / 64 * 64);
             double t;
-            if (paths[p] == GEMM_BF16_AUTO) {
+            if (paths[p] == GEMM_BF16_AUTO || paths[p] == PATH_F32) {
                 float *A = malloc(na * 4), *B = malloc(nb * 4);
                 for (size_t i = 0; i < na; i++) A[i] = bf(rng_bf16());
                 for (size_t i = 0; i < nb; i++) B[i] = bf(rng_bf16());
-                TIME_BEST(t, seconds, cblas_sgemm(CblasRowMajor, b->tA ? CblasTrans : CblasNoTrans,
-                                                  b->tB ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A,
-                                                  lda, B, ldb, 0.0f, C, N));
-                free(A); free(B);
+                size_t sb = paths[p] == PATH_F32 ? gemm_f32_scratch_bytes(b->tA, b->tB, M, N, K) : 1;
+                void *scratch = malloc(sb);
+                if (paths[p] == PATH_F32)
+                    TIME_BEST(t, seconds, gemm_f32_ex(b->tA, b->tB, M, N, K, A, lda, B, ldb, 0.0f, C, N, scratch, sb));
+                else
+                    TIME_BEST(t, seconds, cblas_sgemm(CblasRowMajor, b->tA ? CblasTrans : CblasNoTrans,
+                                                      b->tB ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A,
+                                                      lda, B, ldb, 0.0f, C, N));
+                free(A); free(B); free(scratch);
             } else {
                 bf16_t *A = malloc(na * 2), *B = malloc(nb * 2);
                 for (size_t i = 0; i < na; i++) A[i] = rng_bf16();
@@ -526,7 +602,7 @@ static int bench(int no_scalar, double seconds, const char *only_path, const cha
     printf("%-18s %-22s", "shape", "M x N x K");
     for (int p = 0; p < np; p++) printf(" %10s", names[p]);
     printf("\n");
-    double step[1 + NPATHS] = {0};
+    double step[2 + NPATHS] = {0};
     for (int s = 0; s < NBENCH; s++) {
         const BenchShape *b = &BENCH[s];
         if (only_shape && !strstr(b->name, only_shape)) continue;
@@ -637,6 +713,20 @@ static void test_acc16(GemmBf16Path path) {
 
 // gemm_bf16_linear_scratch_bytes serves each of a linear layer's products, with one thread or
 // with the team, at every size: checked against each product's own scratch_bytes.
+// A linear layer's products on the SIMD paths, given gemm_*_linear_scratch_bytes, allocate
+// nothing of their own (the trainer sizes its workspace so, and the planner predicts it), and
+// that size covers each product's exact need; the generic sizes cover every path.
+static void linear_products(GemmBf16Path p, int N, int C, int OC, void *scratch, size_t bytes) {
+    GemmBf16Ctx ctx = {p == PATH_F32 ? GEMM_BF16_AUTO : p, scratch, bytes};
+    void *inp = alloc_for(p, N, C, C), *w = alloc_for(p, OC, C, C), *dout = alloc_for(p, N, OC, OC);
+    float *out = malloc((size_t)N * OC * 4), *dinp = malloc((size_t)N * C * 4), *dw = malloc((size_t)OC * C * 4);
+    CHECK(wrap_forward(p, &ctx, out, inp, w, NULL, N, C, OC, 0.0f) == 0 && wrap_backward_data(p, &ctx, dinp, dout, w, N, C, OC, 0.0f) == 0 &&
+              wrap_backward_weight(p, &ctx, dw, dout, inp, N, C, OC, 1.0f) == 0,
+          "%s linear products rc", path_name(p));
+    if (p != PATH_F32)
+        CHECK(gemm_bf16_backward_weight_acc16(&ctx, (bf16_t *)dw, dout, inp, N, C, OC, 0.0f) == 0, "acc16 rc");
+    free(inp); free(w); free(dout); free(out); free(dinp); free(dw);
+}
 static void test_linear_scratch(void) {
     static const int sizes[] = {1, 5, 31, 32, 33, 64, 100, 256, 768, 1000, 3072, 50304};
     const int ns = (int)(sizeof sizes / sizeof sizes[0]);
@@ -645,17 +735,43 @@ static void test_linear_scratch(void) {
         for (int b = 0; b < ns; b++)
             for (int c = 0; c < ns; c++) {
                 int N = sizes[a], C = sizes[b], OC = sizes[c];
-                size_t have = gemm_bf16_linear_scratch_bytes(N, C, OC, threads), need = 0, x;
-                for (int nt = 1; nt <= threads; nt += threads > 1 ? threads - 1 : 1) {
-                    x = zc_gb_plan(N, OC, C, 0, nt).bytes; need = x > need ? x : need;
-                    x = zc_gb_plan(N, C, OC, 0, nt).bytes; need = x > need ? x : need;
-                    x = zc_gb_plan(OC, C, N, 0, nt).bytes; need = x > need ? x : need;
-                    x = zc_gb_plan(OC, C, N, 1, nt).bytes; need = x > need ? x : need;
-                }
-                CHECK(have >= need && have >= gemm_bf16_scratch_bytes(N, OC, C) && have >= gemm_bf16_scratch_bytes(N, C, OC) &&
-                          have >= gemm_bf16_acc16_scratch_bytes(OC, C, N),
+                size_t have = gemm_bf16_linear_scratch_bytes(N, C, OC, threads), have32 = gemm_f32_linear_scratch_bytes(N, C, OC, threads);
+                size_t need = gemm_bf16_scratch_bytes_t(0, 1, N, OC, C), x;
+                if ((x = gemm_bf16_scratch_bytes_t(0, 0, N, C, OC)) > need) need = x;
+                if ((x = gemm_bf16_scratch_bytes_t(1, 0, OC, C, N)) > need) need = x;
+                if ((x = zc_gb_scratch(2, 1, 1, 0, OC, C, N, threads)) > need) need = x;
+                size_t need32 = gemm_f32_scratch_bytes(0, 1, N, OC, C);
+                if ((x = gemm_f32_scratch_bytes(0, 0, N, C, OC)) > need32) need32 = x;
+                if ((x = gemm_f32_scratch_bytes(1, 0, OC, C, N)) > need32) need32 = x;
+                CHECK(have >= need && need <= gemm_bf16_scratch_bytes(N, C, OC) + gemm_bf16_scratch_bytes(N, OC, C) + gemm_bf16_acc16_scratch_bytes(OC, C, N),
                       "linear scratch N=%d C=%d OC=%d: %zu bytes, a product needs %zu", N, C, OC, have, need);
+                CHECK(have32 >= need32, "fp32 linear scratch N=%d C=%d OC=%d: %zu bytes, a product needs %zu", N, C, OC, have32, need32);
+                CHECK(gemm_bf16_scratch_bytes_t(0, 0, N, C, OC) <= gemm_bf16_scratch_bytes(N, C, OC), "exact over generic");
             }
+    // the products themselves: in-place reads (M, K multiples of 32: the backward-data product's
+    // dout is not packed, and its scratch leaves the resident buffer out), ragged sizes, a
+    // resident side over the L2 budget, on every SIMD path
+    static const int shapes[][3] = {{64, 96, 288}, {40, 100, 70}, {64, 64, 4000}, {256, 768, 768}};
+    for (int q = 0; q < (int)(sizeof shapes / sizeof shapes[0]); q++) {
+        int N = shapes[q][0], C = shapes[q][1], OC = shapes[q][2];
+        for (int p = 0; p <= NPATHS; p++) {
+            GemmBf16Path path = p == NPATHS ? PATH_F32 : PATHS[p];
+            if (path == GEMM_BF16_SCALAR || !path_supported(path)) continue;
+            size_t bytes = path == PATH_F32 ? gemm_f32_linear_scratch_bytes(N, C, OC, threads)
+                                            : gemm_bf16_linear_scratch_bytes(N, C, OC, threads);
+            void *scratch = malloc(bytes);
+            long before = gb_mallocs;
+            linear_products(path, N, C, OC, scratch, bytes);
+            CHECK(gb_mallocs == before, "%s N=%d C=%d OC=%d: %ld allocations with the linear scratch (%zu bytes)", path_name(path), N,
+                  C, OC, gb_mallocs - before, bytes);
+            free(scratch);
+        }
+    }
+    // and a call short of scratch allocates its own (the count sees allocations)
+    long before = gb_mallocs;
+    if (path_supported(PATH_F32)) linear_products(PATH_F32, 64, 96, 288, NULL, 0);
+    else linear_products(GEMM_BF16_SCALAR, 64, 96, 288, NULL, 0);
+    CHECK(gb_mallocs > before, "a call without scratch did not allocate (the count sees nothing)");
 }
 
 int main(int argc, char **argv) {
@@ -693,6 +809,20 @@ int main(int argc, char **argv) {
     test_linear_scratch();
     test_shapes(quick);
     printf("shapes: all paths against the reference (%.2fs)\n", now() - t0);
+    if (gemm_f32_supported()) { // gemm_f32: the same cases with fp32 operands, and its own checks
+        double t1 = now();
+        long f0 = n_fail;
+        cases_f32 = 1;
+        test_shapes(quick);
+        cases_f32 = 0;
+        test_determinism(PATH_F32);
+        test_specials(PATH_F32);
+        test_streaming_forward(PATH_F32);
+        test_wrappers(PATH_F32);
+        printf("gemm_f32: %s (%.2fs more)\n", n_fail == f0 && path_fail[NPATHS] == 0 ? "ok" : "FAILED", now() - t1);
+    } else {
+        printf("gemm_f32: not supported on this machine (no AVX-512), not tested\n");
+    }
     for (int p = 0; p < NPATHS; p++) {
         GemmBf16Path path = PATHS[p];
         if (!gemm_bf16_path_supported(path)) {
