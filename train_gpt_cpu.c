@@ -101,6 +101,7 @@ typedef struct {
     bf16_t *staging;             // bf16 runs: the matmuls' rounded operands
     size_t staging_elems;
     int via_sgemm;               // bf16 products through sgemm on rounded operands (no AMX/AVX512-BF16)
+    int f32_gemm;                // fp32 products (fp32 and fp16 runs) on gemm_f32 (AVX-512); else OpenBLAS sgemm
     GemmBf16Ctx gemm;            // gemm_bf16's path and packing scratch
     GradsOpen grads[2];          // the gradients the backward is writing, by range (above)
     // bf16 runs on gemm_bf16: the layer in progress's fp32 activations whose bf16 values are
@@ -200,8 +201,10 @@ static void layernorm_backward(CpuKernels *k, float *dinp, float *dw, float *db,
     }
 }
 
-// Matmuls. fp32 and fp16 runs multiply in fp32 (OpenBLAS sgemm; fp16 values widen exactly).
-// bf16 runs pass w16, the weight's bf16 copy, and multiply bf16 x bf16 -> fp32: the activation
+// Matmuls. fp32 and fp16 runs multiply in fp32 (fp16 values widen exactly): gemm_f32 (gemm_bf16.h's
+// driver with an FMA kernel) where the CPU has AVX-512, else OpenBLAS sgemm; ZEROC_F32_MATMUL=sgemm
+// chooses OpenBLAS anywhere (the tests compare the two). gemm_f32 writes a fresh weight gradient
+// with beta 0 (the context's `fresh`), so that nothing zeroes it first. bf16 runs pass w16, the weight's bf16 copy, and multiply bf16 x bf16 -> fp32: the activation
 // operands are rounded to bf16 into the staging area on the way (the activations' 16-bit
 // storage holds the same values), the products are exact and accumulate in fp32. That is
 // gemm_bf16.h on AMX tiles or AVX512-BF16 where the CPU has them; elsewhere (its scalar path is
@@ -228,7 +231,7 @@ static void die_gemm(void) { fprintf(stderr, "error: gemm_bf16 refused its argum
 // accounting does not see): a call it would not serve is a bug in cpu_bf16_matmul_scratch_bytes.
 static void check_gemm_scratch(const CpuKernels *k, size_t need) {
     if (need <= k->gemm.scratch_bytes) return;
-    fprintf(stderr, "error: a bf16 matmul needs %zu bytes of scratch, the workspace holds %zu\n", need, k->gemm.scratch_bytes);
+    fprintf(stderr, "error: a matmul needs %zu bytes of scratch, the workspace holds %zu\n", need, k->gemm.scratch_bytes);
     exit(1);
 }
 
@@ -246,9 +249,15 @@ static void matmul_forward(CpuKernels *k, float *out, const float *inp, const fl
         const bf16_t *inp16 = stored_bf16(k, inp);
         k->dout16_in_staging = NULL;
         if (!inp16) f32_to_bf16_array(k->staging, inp, (size_t)N * C), inp16 = k->staging;
-        check_gemm_scratch(k, gemm_bf16_scratch_bytes(N, OC, C));
+        check_gemm_scratch(k, gemm_bf16_scratch_bytes_t(0, 1, N, OC, C));
         if (bias ? gemm_bf16_forward_bias(&k->gemm, out, inp16, (const bf16_t *)w16, bias, N, C, OC)
                  : gemm_bf16_forward(&k->gemm, out, inp16, (const bf16_t *)w16, N, C, OC, 0.0f))
+            die_gemm();
+        return;
+    }
+    if (!w16 && k->f32_gemm) {
+        check_gemm_scratch(k, gemm_f32_scratch_bytes(0, 1, N, OC, C));
+        if (bias ? gemm_f32_forward_bias(&k->gemm, out, inp, w, bias, N, C, OC) : gemm_f32_forward(&k->gemm, out, inp, w, N, C, OC, 0.0f))
             die_gemm();
         return;
     }
@@ -295,7 +304,7 @@ static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias,
         if (dbias) round_bf16_sum_columns(dout16, dbias, dout, N, OC);
         else if (!rounded) f32_to_bf16_array(dout16, dout, (size_t)N * OC);
         if (!inp16) f32_to_bf16_array(k->staging + (size_t)N * OC, inp, (size_t)N * C), inp16 = k->staging + (size_t)N * OC;
-        check_gemm_scratch(k, gemm_bf16_scratch_bytes(N, C, OC));
+        check_gemm_scratch(k, gemm_bf16_scratch_bytes_t(0, 0, N, C, OC));
         if (gemm_bf16_backward_data(&k->gemm, dinp, dout16, (const bf16_t *)w16, N, C, OC, 0.0f)) die_gemm();
         const GradsOpen *d = gu && gu->g16 ? gu : NULL;
         check_gemm_scratch(k, d ? gemm_bf16_acc16_scratch_bytes(OC, C, N) : gemm_bf16_scratch_bytes(OC, C, N));
@@ -315,6 +324,12 @@ static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias,
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, C, OC, 1.0f, d32, OC, w, C, 0.0f, dinp + (size_t)r0 * C, C);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, r, 1.0f, d32, OC, i32, C, r0 ? 1.0f : beta, dw, C);
         }
+    } else if (k->f32_gemm) {
+        check_gemm_scratch(k, gemm_f32_scratch_bytes(0, 0, N, C, OC));
+        check_gemm_scratch(k, gemm_f32_scratch_bytes(1, 0, OC, C, N));
+        if (gemm_f32_backward_data(&k->gemm, dinp, dout, w, N, C, OC, 0.0f) ||
+            gemm_f32_backward_weight(&k->gemm, dw, dout, inp, N, C, OC, beta))
+            die_gemm();
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, beta, dw, C);
@@ -634,6 +649,15 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
                                        : via && !strcmp(via, "sgemm") ? "sgemm on bf16-rounded operands (ZEROC_BF16_MATMUL=sgemm)"
                                                                       : "sgemm on bf16-rounded operands (no AMX or AVX512-BF16 here)");
     }
+    if (dtype != ZC_BF16) { // fp32 and fp16 runs multiply in fp32: on gemm_f32 where the CPU has AVX-512
+        CpuKernels *k = &m->kern;
+        size_t scratch = cpu_f32_matmul_scratch_bytes(cfg, B, T, omp_get_max_threads());
+        m->gemm_scratch = xcalloc_bytes(scratch);
+        *work += scratch;
+        k->gemm = (GemmBf16Ctx){GEMM_BF16_AUTO, m->gemm_scratch, scratch};
+        const char *via = getenv("ZEROC_F32_MATMUL");
+        k->f32_gemm = gemm_f32_supported() && !(via && !strcmp(via, "sgemm"));
+    }
     m->bytes_activations = *act;
     m->B = B;
     m->T = T;
@@ -725,19 +749,21 @@ static void acc_pass(GPT2 *m, int u, float *acc, int products_write, int op) {
 }
 static float *gpt2_unit_grads(GPT2 *m, int u) {
     void *g = zero_grads(&m->z, u);
-    int fresh = zero_grads_fresh(&m->z, u);
+    int fresh = zero_grads_fresh(&m->z, u), pw = m->kern.f32_gemm; // (gemm_f32 products write with beta 0)
     GradsOpen *o = &m->kern.grads[u == UNIT_EMBED ? 0 : 1];
-    if (!m->mixed) { // a fresh gradient is zeroed here, all of it, and the products add to it: with
-        // beta 0 (the products writing theirs), OpenBLAS's threads zero their shares of each matrix,
+    if (!m->mixed) { // a fresh gradient: zeroed here where the products do not write it. (On OpenBLAS
+        // they add to a zeroed buffer: with beta 0 its threads zeroed their shares of each matrix,
         // blocks that are not contiguous, with plain stores: 3.5% of a 2-thread fp32 step, against
-        // one memset per thread here. The same sums.
-        if (fresh) acc_pass(m, u, (float *)g, 0, 0);
-        *o = (GradsOpen){(const float *)g, gpt2_unit_padded(&m->z.lay, u), 0, NULL, NULL};
+        // one memset per thread here. The same sums.)
+        if (fresh) acc_pass(m, u, (float *)g, pw, 0);
+        *o = (GradsOpen){(const float *)g, gpt2_unit_padded(&m->z.lay, u), fresh && pw, NULL, NULL};
         return (float *)g;
     }
     m->grad_target[u] = g;
-    acc_pass(m, u, grad_acc(m, u), grads_direct(m, u), 0);
-    *o = (GradsOpen){grad_acc(m, u), gpt2_unit_padded(&m->z.lay, u), 0, NULL, NULL};
+    // (fp16 on gemm_f32: the accumulator holds nothing of this micro-step yet, so the products
+    // write their parts of it)
+    acc_pass(m, u, grad_acc(m, u), grads_direct(m, u) || pw, 0);
+    *o = (GradsOpen){grad_acc(m, u), gpt2_unit_padded(&m->z.lay, u), pw, NULL, NULL};
     if (grads_direct(m, u)) {
         o->fresh = fresh;
         o->g16 = (bf16_t *)g;

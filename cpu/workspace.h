@@ -22,7 +22,9 @@
 //     the widest pair of a matmul's output gradient and input: the LM head's, or the MLP's),
 //     gemm_bf16.h's packing scratch (sized for the run's OpenMP threads) and one flag per
 //     vocabulary row (the batch's tokens: the tied embedding's rows that keep fp32 sums).
-//     cpu_workspace_bytes() is the total; 0 in fp32.
+//     fp32 and fp16 runs multiply in fp32 (gemm_f32 where the CPU has AVX-512, else OpenBLAS)
+//     and keep its packing scratch, whichever runs. cpu_workspace_bytes() is the total: in fp32,
+//     that scratch alone.
 // CPU trainer only (C11); no global state.
 #ifndef CPU_WORKSPACE_H
 #define CPU_WORKSPACE_H
@@ -106,11 +108,21 @@ static inline size_t cpu_bf16_matmul_scratch_bytes(const GPT2Config *c, int B, i
     }
     return most;
 }
+// The same for the fp32 matmuls of fp32 and fp16 runs (gemm_f32).
+static inline size_t cpu_f32_matmul_scratch_bytes(const GPT2Config *c, int B, int T, int threads) {
+    int N = B * T, C = c->channels, io[5][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, c->padded_vocab_size}};
+    size_t most = 0;
+    for (int i = 0; i < 5; i++) {
+        size_t b = gemm_f32_linear_scratch_bytes(N, io[i][0], io[i][1], threads);
+        most = b > most ? b : most;
+    }
+    return most;
+}
 static inline size_t cpu_workspace_bytes(const ParamLayout *lay, const GPT2Config *c, int B, int T, int dtype, int threads) {
-    if (dtype == ZC_F32) return 0;
+    if (dtype == ZC_F32) return cpu_f32_matmul_scratch_bytes(c, B, T, threads);
     size_t embed = gpt2_unit_padded(lay, 0), fin = gpt2_unit_padded(lay, c->num_layers + 1), layer = gpt2_unit_padded(lay, 1);
     size_t floats = (embed + fin + 2 * layer) + (embed + fin + layer);
-    if (dtype != ZC_BF16) return floats * sizeof(float);
+    if (dtype != ZC_BF16) return floats * sizeof(float) + cpu_f32_matmul_scratch_bytes(c, B, T, threads);
     return floats * sizeof(float) + cpu_bf16_staging_elems(c, B, T) * 2 + cpu_bf16_matmul_scratch_bytes(c, B, T, threads) +
            (size_t)c->padded_vocab_size;
 }
@@ -128,7 +140,7 @@ static const PlanBackend cpu_plan_backend = {
     cpu_plan_activations, cpu_plan_workspace,
     {"4 B x its list", "2 B x layers + 2 fp32", "2 B x layers + 2 fp32"},
     {"4 B x kept + scratch", "2 B x kept + fp32 slots", "2 B x kept + fp32 slots"},
-    {"CPU workspace (none in fp32)", "CPU fp32 workspace (16-bit runs)", "CPU fp32 workspace (16-bit runs)"},
+    {"CPU workspace (matmul scratch)", "CPU fp32 workspace (16-bit runs)", "CPU fp32 workspace (16-bit runs)"},
     "cpu_workspace_bytes", ZC_F32, 1};
 
 #endif // CPU_WORKSPACE_H

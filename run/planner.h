@@ -122,7 +122,7 @@ typedef struct {
     int offload_param;     // LOC_*: where stage 3's parameter shard lives
     int nvme_buffers;      // NVMe: buffer sets and the piece in elements (zero.h's ZeroOptions; 0: its defaults)
     size_t nvme_piece;
-    int threads;           // the CPU trainer's OpenMP threads per rank (its bf16 matmul scratch);
+    int threads;           // the CPU trainer's OpenMP threads per rank (its matmul scratch);
                            // 0: as it picks them with all ranks on this machine (planner_threads)
     const PlanBackend *backend; // the trainer's activations and workspace (NULL: unknown)
 } PlanInput;

@@ -37,7 +37,8 @@ def memory_split(name, mem, precision):
                     "adam_m": 4 * full(S == 0), "adam_v": 4 * full(S == 0)}
         for k, v in want.items():
             expect(m[k] == v, f"{name} rank {m['rank']}: {k} {m[k]} != {v} (F={F} N={N} S={S})")
-        if precision == "fp32": expect(m["workspace"] == 0, f"{name}: fp32 needs no workspace")
+        # (the workspace, fp32's too, which is gemm_f32's packing scratch alone: test_planner
+        # checks it kind by kind against cpu/workspace.h's prediction)
 
 def curves(d):
     ref, mem = load(f"{d}/fp32.jsonl")

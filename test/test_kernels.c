@@ -375,6 +375,13 @@ static void test_matmul(int N, int C, int OC, int with_bias, int accumulate) {
     check_overwritten("dinp", a0, dinp, ni);
     check_accumulated("dw", aw, Pw, dw, nw);
     if (bias) check_accumulated("dbias", ab, Pb, db, OC);
+    // a fresh gradient (the context marks dw's range, as gpt2_unit_grads does on a step's first
+    // micro-step): the product is written over what dw held, NaN included
+    fill_nan(aw, nw);
+    kc.grads[1] = (GradsOpen){aw, nw, 1, NULL, NULL};
+    matmul_backward(&kc, a0, aw, NULL, r, inp, w, NULL, N, C, OC);
+    kc.grads[1] = (GradsOpen){NULL, 0, 0, NULL, NULL};
+    check_overwritten("fresh dw", aw, dw, nw);
     free(inp); free(w); free(bias); free(out); free(prev); free(r); free(ref); free(dinp); free(dw); free(db);
     free(fd); free(Pw); free(Pb); free(a0); free(aw); free(ab);
 }
@@ -868,12 +875,26 @@ int main(void) {
     test_layernorm(10, 8);
     test_layernorm(3, 40);
     kernel_end();
-    kernel_begin("matmul");
-    test_matmul(10, 8, 12, 1, 0);
-    test_matmul(10, 8, 12, 0, 0); // no bias: the tied LM head
-    test_matmul(10, 8, 12, 1, 1); // accumulate: the residual projections
-    test_matmul(3, 5, 70, 1, 0);  // OC not a multiple of the 64-wide bias blocks
-    kernel_end();
+    for (int f32 = 0; f32 < 1 + gemm_f32_supported(); f32++) { // OpenBLAS, then gemm_f32 (AVX-512)
+        static const int shapes[3][3] = {{10, 8, 12}, {3, 5, 70}, {64, 32, 96}}; // (the shapes below: N, C, OC)
+        size_t scratch_bytes = 0;
+        for (int i = 0; i < 3; i++) {
+            size_t b = gemm_f32_linear_scratch_bytes(shapes[i][0], shapes[i][1], shapes[i][2], omp_get_max_threads());
+            scratch_bytes = b > scratch_bytes ? b : scratch_bytes;
+        }
+        void *scratch = f32 ? xmalloc(scratch_bytes) : NULL;
+        kc.f32_gemm = f32;
+        kc.gemm = (GemmBf16Ctx){GEMM_BF16_AUTO, scratch, f32 ? scratch_bytes : 0};
+        kernel_begin(f32 ? "matmul (gemm_f32)" : "matmul (OpenBLAS sgemm)");
+        test_matmul(10, 8, 12, 1, 0);
+        test_matmul(10, 8, 12, 0, 0); // no bias: the tied LM head
+        test_matmul(10, 8, 12, 1, 1); // accumulate: the residual projections
+        test_matmul(3, 5, 70, 1, 0);  // OC not a multiple of the 64-wide bias blocks
+        test_matmul(64, 32, 96, 1, 0); // whole 32 x 32 blocks: gemm_f32 reads the weight and dout in place
+        kernel_end();
+        memset(&kc, 0, sizeof(kc));
+        free(scratch);
+    }
     kernel_begin("attention");
     test_attention(2, 5, 8, 2);
     test_attention(1, 7, 12, 3);

@@ -395,6 +395,8 @@ static void test_from_train_config(void) {
     ZeroOptions zo = zero_options(c.zero_stage, ZC_F32, OPT_ADAMW);
     zero_init(&z, &c.model, 1, 4, &zo, be);
     z.mem[MEM_ACTIVATIONS] = cpu_activation_floats(&c.model, c.batch, c.seq_len, config_recompute(&c), 0) * sizeof(float);
+    // (fp32's workspace: the fp32 matmuls' scratch, at the threads the plan assumed)
+    z.mem[MEM_WORKSPACE] = cpu_f32_matmul_scratch_bytes(&c.model, c.batch, c.seq_len, planner_threads(&in));
     double actual[4 * MEM_KINDS];
     for (int q = 0; q < 4; q++)
         for (int k = 0; k < MEM_KINDS; k++) {
