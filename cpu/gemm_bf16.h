@@ -1296,39 +1296,32 @@ static inline int gemm_f32_ex(int transA, int transB, int M, int N, int K, const
     return zc_gb_run(GEMM_BF16_AUTO, 1, transA, transB, M, N, K, A, lda, B, ldb, beta, C, NULL, ldc, NULL, NULL, 0, NULL,
                      scratch, scratch_bytes);
 }
-// The layer wrappers, as gemm_bf16's (ctx: its scratch; its path must be GEMM_BF16_AUTO).
+// The layer wrappers, as gemm_bf16's (ctx: its scratch, or NULL; its path must be GEMM_BF16_AUTO).
+static inline int zc_gb_f32_layer(const GemmBf16Ctx *ctx, int transA, int transB, int M, int N, int K, const float *A, int lda,
+                                  const float *B, int ldb, float beta, float *C, int ldc, const float *bias) {
+    if (ctx && ctx->path != GEMM_BF16_AUTO) return -1;
+    return zc_gb_run(GEMM_BF16_AUTO, 1, transA, transB, M, N, K, A, lda, B, ldb, beta, C, NULL, ldc, NULL, NULL, 0, bias,
+                     ctx ? ctx->scratch : NULL, ctx ? ctx->scratch_bytes : 0);
+}
 // out (N,OC) (+)= inp (N,C) · wᵀ, w (OC,C)
 static inline int gemm_f32_forward(const GemmBf16Ctx *ctx, float *out, const float *inp, const float *w, int N, int C, int OC,
                                    float beta) {
-    GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
-    if (!ctx) ctx = &d;
-    if (ctx->path != GEMM_BF16_AUTO) return -1;
-    return gemm_f32_ex(0, 1, N, OC, C, inp, C, w, C, beta, out, OC, ctx->scratch, ctx->scratch_bytes);
+    return zc_gb_f32_layer(ctx, 0, 1, N, OC, C, inp, C, w, C, beta, out, OC, NULL);
 }
 // out (N,OC) = bias (OC, every row) + inp (N,C) · wᵀ (bit for bit the bias in every row and beta 1)
 static inline int gemm_f32_forward_bias(const GemmBf16Ctx *ctx, float *out, const float *inp, const float *w, const float *bias,
                                         int N, int C, int OC) {
-    GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
-    if (!ctx) ctx = &d;
-    if (!bias || ctx->path != GEMM_BF16_AUTO) return -1;
-    return zc_gb_run(GEMM_BF16_AUTO, 1, 0, 1, N, OC, C, inp, C, w, C, 0.0f, out, NULL, OC, NULL, NULL, 0, bias, ctx->scratch,
-                     ctx->scratch_bytes);
+    return bias ? zc_gb_f32_layer(ctx, 0, 1, N, OC, C, inp, C, w, C, 0.0f, out, OC, bias) : -1;
 }
 // dinp (N,C) (+)= dout (N,OC) · w
 static inline int gemm_f32_backward_data(const GemmBf16Ctx *ctx, float *dinp, const float *dout, const float *w, int N, int C,
                                          int OC, float beta) {
-    GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
-    if (!ctx) ctx = &d;
-    if (ctx->path != GEMM_BF16_AUTO) return -1;
-    return gemm_f32_ex(0, 0, N, C, OC, dout, OC, w, C, beta, dinp, C, ctx->scratch, ctx->scratch_bytes);
+    return zc_gb_f32_layer(ctx, 0, 0, N, C, OC, dout, OC, w, C, beta, dinp, C, NULL);
 }
 // dw (OC,C) (+)= doutᵀ · inp   (beta 0: the first contribution, dw not read)
 static inline int gemm_f32_backward_weight(const GemmBf16Ctx *ctx, float *dw, const float *dout, const float *inp, int N, int C,
                                            int OC, float beta) {
-    GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
-    if (!ctx) ctx = &d;
-    if (ctx->path != GEMM_BF16_AUTO) return -1;
-    return gemm_f32_ex(1, 0, OC, C, N, dout, OC, inp, C, beta, dw, C, ctx->scratch, ctx->scratch_bytes);
+    return zc_gb_f32_layer(ctx, 1, 0, OC, C, N, dout, OC, inp, C, beta, dw, C, NULL);
 }
 // Scratch that serves all three fp32 products of a linear layer (as gemm_bf16_linear_scratch_bytes).
 static inline size_t gemm_f32_linear_scratch_bytes(int N, int C, int OC, int threads) {

@@ -98,25 +98,23 @@ static inline size_t cpu_bf16_staging_elems(const GPT2Config *c, int B, int T) {
     size_t C = c->channels, Vp = c->padded_vocab_size;
     return (size_t)B * T * (Vp + C > 5 * C ? Vp + C : 5 * C);
 }
-// Scratch for every bf16 matmul of the model at (B,T): its four linear layers and the LM head.
-static inline size_t cpu_bf16_matmul_scratch_bytes(const GPT2Config *c, int B, int T, int threads) {
+// Scratch for every matmul of the model at (B,T), its four linear layers and the LM head: bf16
+// (esize 2, gemm_bf16) or fp32 (4, gemm_f32).
+static inline size_t cpu_matmul_scratch_bytes(const GPT2Config *c, int B, int T, int threads, int esize) {
     int N = B * T, C = c->channels, io[5][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, c->padded_vocab_size}};
     size_t most = 0;
     for (int i = 0; i < 5; i++) {
-        size_t b = gemm_bf16_linear_scratch_bytes(N, io[i][0], io[i][1], threads);
+        size_t b = esize == 2 ? gemm_bf16_linear_scratch_bytes(N, io[i][0], io[i][1], threads)
+                              : gemm_f32_linear_scratch_bytes(N, io[i][0], io[i][1], threads);
         most = b > most ? b : most;
     }
     return most;
 }
-// The same for the fp32 matmuls of fp32 and fp16 runs (gemm_f32).
+static inline size_t cpu_bf16_matmul_scratch_bytes(const GPT2Config *c, int B, int T, int threads) {
+    return cpu_matmul_scratch_bytes(c, B, T, threads, 2);
+}
 static inline size_t cpu_f32_matmul_scratch_bytes(const GPT2Config *c, int B, int T, int threads) {
-    int N = B * T, C = c->channels, io[5][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, c->padded_vocab_size}};
-    size_t most = 0;
-    for (int i = 0; i < 5; i++) {
-        size_t b = gemm_f32_linear_scratch_bytes(N, io[i][0], io[i][1], threads);
-        most = b > most ? b : most;
-    }
-    return most;
+    return cpu_matmul_scratch_bytes(c, B, T, threads, 4);
 }
 static inline size_t cpu_workspace_bytes(const ParamLayout *lay, const GPT2Config *c, int B, int T, int dtype, int threads) {
     if (dtype == ZC_F32) return cpu_f32_matmul_scratch_bytes(c, B, T, threads);
