@@ -10,6 +10,9 @@
 # ranks are faster than one rank's two threads).
 # Environment: ROUNDS (3), STEPS (5), PRECISION (bf16), STAGES ("0 1 2 3").
 set -u
+# (as bench.sh: OpenBLAS chooses its kernels for this CPU, whatever OPENBLAS_CORETYPE the
+# environment sets: cpu/openblas.h)
+unset OPENBLAS_CORETYPE
 cd "$(dirname "$0")/.." || exit 1
 make -s train_gpt_cpu || exit 1
 ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-5} PRECISION=${PRECISION:-bf16} STAGES=${STAGES:-0 1 2 3}
