@@ -3,7 +3,9 @@
 # and in bf16 (or only PRECISIONS="bf16"). Prints ms/step (the average after the first step),
 # tokens/s and achieved GFLOP/s (6 x params + attention FLOPs per token), and each step as a
 # multiple of its floor (test_gemm_bf16 --floor: the matmul FLOPs at the bf16 or fp32 peak plus
-# AdamW's bytes at the memory bandwidth, all measured on this machine).
+# AdamW's bytes at the memory bandwidth, all measured on this machine), and beside it the step's
+# matmul products timed alone against the floor's matmul term (how near the peak the kernels get
+# at that moment, with their operands in cache; the rest of the step's excess is the step's own).
 #
 # This project's machine is a VM whose ceilings move from one probe to the next: the bandwidth
 # probe reads either 49-56 or 77-96 GB/s, seconds apart, and now and then a probe's every trial
@@ -37,7 +39,21 @@ probe() {
   awk '/^floor/ { p = $8; sub(/:$/, "", p); mm = $10; sub(/s$/, "", mm); aw = $17; sub(/s$/, "", aw); print p, mm, aw }' "$tmp/probe" > "$1"
 }
 
-: > "$tmp/results" # round precision ms floor ratio
+# The step's matmul products alone, in seconds (test_gemm_bf16 --bench: each of the step's shapes
+# timed on its own, best of repeated calls with its operands in cache, summed with their counts),
+# on the path the trainer multiplies precision $1 on: the bf16 path it picks, or gemm_f32 where the
+# CPU has AVX-512 (else OpenBLAS). Beside the floor's matmul term it says how near the peak the
+# products get on their own at that moment; the step's excess over them is what the step adds.
+products() {
+  local path
+  if [ "$1" = bf16 ]; then
+    path=$(./test/bin/test_gemm_bf16 --bench --shape none-such | awk -F'best=' '/^paths:/ { split($2, a, " "); print a[1] }')
+  elif ./test/bin/test_gemm_bf16 --bench --no-scalar --shape none-such | grep -q '^shape.* f32'; then path=f32
+  else path=sgemm; fi
+  ./test/bin/test_gemm_bf16 --bench --seconds 0.1 --path "$path" | awk '/^matmul seconds per GPT-2 step/ { v = $NF; sub(/s$/, "", v); print v }'
+}
+
+: > "$tmp/results" # round precision ms floor ratio products/matmul-term
 for r in $(seq 1 "$rounds"); do
   echo "round $r of $rounds"
   probe "$tmp/before"
@@ -47,12 +63,15 @@ for r in $(seq 1 "$rounds"); do
     if [ "$r" = 1 ]; then grep -E "^step|threads|BLAS|^bf16 matmuls" "$tmp/out"; fi
     ms=$(awk '/^average step/ {print $6}' "$tmp/out")
     probe "$tmp/after"
-    awk -v p="$p" -v ms="$ms" -v r="$r" -v out="$tmp/results" 'FNR == 1 { file++ } $1 == p { mm[file] = $2; aw[file] = $3; f[file] = $2 + $3 } END {
+    prod=$(products "$p")
+    awk -v p="$p" -v ms="$ms" -v r="$r" -v prod="${prod:-0}" -v out="$tmp/results" 'FNR == 1 { file++ } $1 == p { mm[file] = $2; aw[file] = $3; f[file] = $2 + $3 } END {
       flop = 6*124475904 + 12*12*768*64;         # per token
-      floor = (mm[1] < mm[2] ? mm[1] : mm[2]) + (aw[1] + aw[2]) / 2
+      term = mm[1] < mm[2] ? mm[1] : mm[2]
+      floor = term + (aw[1] + aw[2]) / 2
       printf "  d12 B=4 T=64 %s: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s achieved; floor %.3f s (%.3f before, %.3f after): %.2fx\n",
              p, ms, 256/(ms/1000), 256*flop/(ms/1000)/1e9, floor, f[1], f[2], ms / 1000 / floor
-      printf "%d %s %s %.4f %.4f\n", r, p, ms, floor, ms / 1000 / floor >> out }' "$tmp/before" "$tmp/after"
+      printf "    its products alone, operands in cache: %.3f s = %.2fx the floor'"'"'s matmul term (%.3f s)\n", prod, prod / term, term
+      printf "%d %s %s %.4f %.4f %.4f\n", r, p, ms, floor, ms / 1000 / floor, prod / term >> out }' "$tmp/before" "$tmp/after"
     mv "$tmp/after" "$tmp/before"
   done
 done
@@ -61,10 +80,10 @@ done
 # floor), and every round's ratio.
 echo "summary over $rounds rounds:"
 for p in ${PRECISIONS:-fp32 bf16}; do
-  awk -v p="$p" '$2 == p { n++; ms[n] = $3; fl[n] = $4; ra[n] = $5; all = all sprintf(" %.2fx", $5) }
+  awk -v p="$p" '$2 == p { n++; ms[n] = $3; fl[n] = $4; ra[n] = $5; pr[n] = $6; all = all sprintf(" %.2fx", $5) }
     function median(a, n,   i, j, t, b) { for (i = 1; i <= n; i++) b[i] = a[i]
       for (i = 2; i <= n; i++) for (j = i; j > 1 && b[j - 1] > b[j]; j--) { t = b[j]; b[j] = b[j - 1]; b[j - 1] = t }
       return n % 2 ? b[(n + 1) / 2] : (b[n / 2] + b[n / 2 + 1]) / 2 }
-    END { if (n) printf "%s: %.0f ms/step = %.2fx its floor (%.3f s), medians of %d rounds; each round:%s\n",
-                 p, median(ms, n), median(ra, n), median(fl, n), n, all }' "$tmp/results"
+    END { if (n) printf "%s: %.0f ms/step = %.2fx its floor (%.3f s), medians of %d rounds; each round:%s; products alone %.2fx the matmul term\n",
+                 p, median(ms, n), median(ra, n), median(fl, n), n, all, median(pr, n) }' "$tmp/results"
 done
