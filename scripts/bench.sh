@@ -42,14 +42,15 @@ probe() {
 # The step's matmul products alone, in seconds (test_gemm_bf16 --bench: each of the step's shapes
 # timed on its own, best of repeated calls with its operands in cache, summed with their counts),
 # on the path the trainer multiplies precision $1 on: the bf16 path it picks, or gemm_f32 where the
-# CPU has AVX-512 (else OpenBLAS). Beside the floor's matmul term it says how near the peak the
-# products get on their own at that moment; the step's excess over them is what the step adds.
+# CPU has AVX-512 (else OpenBLAS); the paths are looked up once, here. Beside the floor's matmul
+# term it says how near the peak the products get on their own at that moment; the step's excess
+# over them is what the step adds.
+bf16_path=$(./test/bin/test_gemm_bf16 --bench --shape none-such | awk -F'best=' '/^paths:/ { split($2, a, " "); print a[1] }')
+if ./test/bin/test_gemm_bf16 --bench --no-scalar --path f32 --shape none-such | grep -q '^shape.* f32'; then f32_path=f32
+else f32_path=sgemm; fi
 products() {
-  local path
-  if [ "$1" = bf16 ]; then
-    path=$(./test/bin/test_gemm_bf16 --bench --shape none-such | awk -F'best=' '/^paths:/ { split($2, a, " "); print a[1] }')
-  elif ./test/bin/test_gemm_bf16 --bench --no-scalar --shape none-such | grep -q '^shape.* f32'; then path=f32
-  else path=sgemm; fi
+  local path=$f32_path
+  if [ "$1" = bf16 ]; then path=$bf16_path; fi
   ./test/bin/test_gemm_bf16 --bench --seconds 0.1 --path "$path" | awk '/^matmul seconds per GPT-2 step/ { v = $NF; sub(/s$/, "", v); print v }'
 }
 
