@@ -1021,6 +1021,7 @@ int main(int argc, char **argv) {
     openblas_pick_threading(argv);
     openblas_pick_core(argv);
     preempt_install(); // (after the re-executions above, which reset it)
+    mpi_keep_heap();
     MPI_Init(&argc, &argv);
     share_cores();
     static Run run; // large: keep it off the stack

@@ -5,6 +5,7 @@
 #ifndef CPU_MPI_BACKEND_H
 #define CPU_MPI_BACKEND_H
 
+#include <malloc.h>
 #include "run/job.h"
 
 // ----------------------------------------------------------------------------------------
@@ -140,6 +141,21 @@ static void mpi_fatal(void *ctx, const char *msg) {
     MpiBackend *b = (MpiBackend *)ctx;
     fprintf(stderr, "error: rank %d: %s\n", b->rank, msg);
     job_abort(b->comm, b->nodes, 1);
+}
+
+// Called before MPI_Init. OpenMPI's collectives on our 16-bit sums (libnbc's non-blocking ring
+// with a user MPI_Op) malloc a temporary buffer as large as the message at every call and free it
+// when done. glibc serves blocks over its mmap threshold (adaptive, at most 32 MB: wte's 77 MB
+// bf16 gradient always) with a fresh mmap and unmaps them on free, so each step faulted in and
+// zeroed ~250 MB of new pages per rank again; on this project's paravirtualised VM, where a page
+// fault costs a hypercall, that and the copy into the cold pages took ~40% of a two-rank step
+// (perf: ompi_datatype_sndrcv's memmove and exc_page_fault; d12 bf16 stage 0, 1 thread per
+// rank: 995-1147 ms a step, against 594-659 ms with the heap kept). So every block comes from
+// the heap (no mmap) and the heap is never trimmed: a freed buffer is reused by the next
+// collective's. The trainer's own buffers are allocated once; what this keeps is OpenMPI's.
+static void mpi_keep_heap(void) {
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, -1); // (mallopt(3): -1 disables trimming)
 }
 
 static ZeroBackend mpi_backend(MpiBackend *b) {
