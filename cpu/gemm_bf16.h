@@ -1104,17 +1104,35 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
 #ifdef ZC_GB_X86
                 for (int sb = 0; wdirect && sb < sc; sb += 32) {
                     const char *w = (const char *)B + (size_t)(s0 + sb) * ldb * es;
-                    // the next 32 rows of B, a share per kernel call, into L2 (lpr 64-byte lines a row)
-                    const int ahead = s0 + sb + 32 < N, lpr = K * es / 64, lines = 32 * lpr, nblk = rc / 32;
+                    // The block this thread computes next: the chunk's next 32 rows of B, or
+                    // after its last, the first of the chunk nt further on (with the dynamic
+                    // schedule a guess, right while the threads take turns). (Asking for the
+                    // global next 32 rows, as this did, asked for the other thread's rows
+                    // after each chunk's last block: its first block came from memory.)
+                    const int nxt = sb + 32 < sc ? s0 + sb + 32 : (ch + nt) * SC;
+                    // its 32 rows of B, a share per kernel call, into L2 (lpr 64-byte lines a row)
+                    const int ahead = nxt < N, lpr = K * es / 64, lines = 32 * lpr, nblk = rc / 32;
+                    const char *wn = ahead ? (const char *)B + (size_t)nxt * ldb * es : w;
                     for (int rb = 0; rb < rc; rb += 32) {
                         const int j0 = ahead ? rb / 32 * lines / nblk : lines, j1 = (rb / 32 + 1) * lines / nblk;
-                        const char *row = w + (size_t)(32 + j0 / lpr) * ldb * es;
+                        const char *row = wn + (size_t)(j0 / lpr) * ldb * es;
                         for (int j = j0, line = j0 % lpr; j < j1; j++) {
                             __builtin_prefetch(row + (size_t)line * 64, 0, 2);
                             if (++line == lpr) line = 0, row += (size_t)ldb * es;
                         }
                         float *c = C + (size_t)(r0 + rb) * ldcz + s0 + sb;
                         const int mv = zc_gb_min(32, M - r0 - rb);
+                        // The next block's rows of C (two lines each), which it writes when its
+                        // kernel is done: C is usually a fresh activation (GPT-2's qkv: 2.4 MB),
+                        // and a store to a line that is not in the cache waits for the line to be
+                        // read. (Not when C is streamed: those stores read nothing.)
+                        const int nrb = rb + 32 < rc ? rb + 32 : 0, ncol = rb + 32 < rc ? s0 + sb : nxt;
+                        if (!stream && ncol < N)
+                            for (int i = 0; i < zc_gb_min(32, M - r0 - nrb); i++) {
+                                const float *q = C + (size_t)(r0 + nrb + i) * ldcz + ncol;
+                                __builtin_prefetch(q, 1, 3);
+                                __builtin_prefetch(q + 16, 1, 3);
+                            }
                         if (bias)
                             for (int i = 0; i < 32; i++)
                                 for (int j = 0; j < 32; j++) cblk[i * 32 + j] = bias[s0 + sb + i];
