@@ -305,17 +305,49 @@ static inline const char *gemm_bf16_path_name(GemmBf16Path p) {
 //   vnni = 1:  tile[j*16 + i]            = E(r0+i, kt*16+j)       (B side: columns n)
 // E(r,k) = kcontig ? src[r*ld + k] : src[k*ld + r], zero for r >= R or k >= K.
 
+// Lines a kernel call asks for while it runs (see zc_gb_ahead): a block of rows `ld` bytes
+// apart, `lines` cache lines of each, `total` lines spread over `calls` kernel calls, a few per
+// k-tile of the kernel's loop (zc_gb_ahead_tick), up to `upto` by the end of the current call.
+typedef struct {
+    const char *src;    // the first row's first column, or NULL: nothing to ask for
+    size_t ld;          // bytes
+    int lines;          // cache lines per row
+    long total, done;   // lines in all, asked for so far
+    int calls, call;    // kernel calls to spread them over, made so far
+    const char *row;    // the row of the next line to ask for, and that line in it (no division
+    int line;           // per line: a 64-bit idiv per prefetch was a third of the driver's time)
+    long upto;          // lines asked for by the end of the current call
+    int quota;          // lines per tick
+} ZcGbAhead;
+
+// Asks for up to n more of the lines (not beyond upto)
+static inline void zc_gb_ahead_issue(ZcGbAhead *a, long n) {
+#ifdef ZC_GB_X86
+    for (const long end = a->done + n < a->upto ? a->done + n : a->upto; a->done < end; a->done++) {
+        _mm_prefetch(a->row + (size_t)a->line * 64, _MM_HINT_T2);
+        if (++a->line == a->lines) a->line = 0, a->row += a->ld;
+    }
+#else
+    (void)a; (void)n;
+#endif
+}
+// Inside a kernel's k loop: a few lines per k-tile. A whole call's share at once filled the
+// core's queue of misses, and the driver then stalled on its own prefetch instructions.
+static inline void zc_gb_ahead_tick(ZcGbAhead *a) {
+    if (a && a->done < a->upto) zc_gb_ahead_issue(a, a->quota);
+}
+
 typedef void (*ZcGbPackFn)(void *dst, const void *src, size_t ld, int kcontig, int vnni,
                            int R, int K, int r0, int k0, int nkt);
 // Micro-kernel: the 32x32 block of C at C[0], valid part mv x nv (either may exceed 32), from two
 // A strips at pa and pa + sa and two B strips at pb and pb + sb (strides in elements), nkt k-tiles;
 // acc = 0: C = product, 1: C += product.
 typedef void (*ZcGbKernelFn)(const void *pa, size_t sa, const void *pb, size_t sb, int nkt,
-                             float *C, size_t ldc, int mv, int nv, int acc);
+                             float *C, size_t ldc, int mv, int nv, int acc, ZcGbAhead *pf);
 // The same with the A side read in place from a row-major matrix instead of packed strips (row
 // i's k-tile kt at a + i * lda + kt * (k per tile); K in whole tiles).
 typedef void (*ZcGbInplaceFn)(const void *a, size_t lda, const void *pb, size_t sb, int nkt,
-                              float *C, size_t ldc, int mv, int nv, int acc);
+                              float *C, size_t ldc, int mv, int nv, int acc, ZcGbAhead *pf);
 // Two B-side strips at once of an operand read across its rows (kcontig 0): rows r0..r0+31 into
 // the strips at dst and dst + sstride (elements).
 typedef void (*ZcGbPack2Fn)(void *dst, size_t sstride, const void *src, size_t ld, int R, int K, int r0, int k0,
@@ -373,7 +405,8 @@ static inline float zc_gb_f32(bf16_t h) {  // widening is exact; NaN quieting is
 
 // Portable micro-kernel (ZcGbKernelFn): C accumulated in a local 32x32 fp32 block.
 static inline void zc_gb_kernel_scalar(const void *pav, size_t sa, const void *pbv, size_t sb, int nkt,
-                                       float *C, size_t ldc, int mv, int nv, int acc) {
+                                       float *C, size_t ldc, int mv, int nv, int acc, ZcGbAhead *pf) {
+    (void)pf; // (the driver asks for the call's lines after it)
     const bf16_t *pa = (const bf16_t *)pav, *pb = (const bf16_t *)pbv;
     int mr = mv < 32 ? mv : 32, nr = nv < 32 ? nv : 32;
     float c[32][32];
@@ -565,6 +598,7 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_add_bf16_avx512(bf16_t *C16, size_t
             c1[i] = _mm512_setzero_ps();                                                                       \
         }                                                                                                      \
         for (int kt = 0; kt < nkt; kt++) {                                                                     \
+            zc_gb_ahead_tick(pf);                                                                              \
             const char *b0 = pb + (size_t)kt * 1024, *b1 = b0 + sb;                                            \
             const size_t ko = (size_t)kt * astep;                                                              \
             for (int p = 0; p < 16; p++) {                                                                     \
@@ -600,18 +634,19 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_add_bf16_avx512(bf16_t *C16, size_t
 #define ZC_GB_FMA_F32(c, a, b) _mm512_fmadd_ps((a), (b), (c))
 ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_avx512bf16_core(const char *pa, size_t sa, size_t arow, size_t astep,
                                                                   const char *pb, size_t sb, int nkt, float *C,
-                                                                  size_t ldc, int mv, int nv, int acc) {
+                                                                  size_t ldc, int mv, int nv, int acc, ZcGbAhead *pf) {
     ZC_GB_KERNEL_BODY(ZC_GB_FMA_BF16)
 }
 
 ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_avx512bf16(const void *pa, size_t sa, const void *pb,
                                                              size_t sb, int nkt, float *C, size_t ldc,
-                                                             int mv, int nv, int acc) {
-    zc_gb_kernel_avx512bf16_core((const char *)pa, sa * 2, 64, 1024, (const char *)pb, sb * 2, nkt, C, ldc, mv, nv, acc);
+                                                             int mv, int nv, int acc, ZcGbAhead *pf) {
+    zc_gb_kernel_avx512bf16_core((const char *)pa, sa * 2, 64, 1024, (const char *)pb, sb * 2, nkt, C, ldc, mv, nv, acc, pf);
 }
 ZC_GB_TARGET_BF16 static inline void zc_gb_inplace_avx512bf16(const void *a, size_t lda, const void *pb, size_t sb,
-                                                              int nkt, float *C, size_t ldc, int mv, int nv, int acc) {
-    zc_gb_kernel_avx512bf16_core((const char *)a, 32 * lda, 2 * lda, 64, (const char *)pb, sb * 2, nkt, C, ldc, mv, nv, acc);
+                                                              int nkt, float *C, size_t ldc, int mv, int nv, int acc,
+                                                              ZcGbAhead *pf) {
+    zc_gb_kernel_avx512bf16_core((const char *)a, 32 * lda, 2 * lda, 64, (const char *)pb, sb * 2, nkt, C, ldc, mv, nv, acc, pf);
 }
 
 // AMX. Tiles 0-3: C (0,0) (0,1) (1,0) (1,1); 4-5: A rows 0-15, 16-31; 6-7: B columns 0-15, 16-31.
@@ -661,7 +696,7 @@ ZC_GB_TARGET_AMX static inline void zc_gb_amx_end(void) { __asm__ volatile("tile
 // read in place (astep 32, astride its leading dimension in bytes).
 ZC_GB_TARGET_AMX static inline void zc_gb_kernel_amx_core(const bf16_t *pa, size_t sa, size_t astep, long astride,
                                                           const bf16_t *pb, size_t sb, int nkt, float *C, size_t ldc,
-                                                          int mv, int nv, int acc) {
+                                                          int mv, int nv, int acc, ZcGbAhead *pf) {
     const bf16_t *a0 = pa, *a1 = pa + sa, *b0 = pb, *b1 = pb + sb;
     float buf[256] __attribute__((aligned(64)));
     ZC_GB_AMX_CIN(0, 0, 0);
@@ -670,6 +705,7 @@ ZC_GB_TARGET_AMX static inline void zc_gb_kernel_amx_core(const bf16_t *pa, size
     ZC_GB_AMX_CIN(3, 16, 16);
     for (int kt = 0; kt < nkt; kt++) {
         size_t o = (size_t)kt * 512, oa = (size_t)kt * astep;
+        zc_gb_ahead_tick(pf);
         ZC_GB_TLOAD(4, a0 + oa, astride);
         ZC_GB_TLOAD(6, b0 + o, 64);
         ZC_GB_TDP(0, 4, 6);
@@ -686,12 +722,12 @@ ZC_GB_TARGET_AMX static inline void zc_gb_kernel_amx_core(const bf16_t *pa, size
 }
 ZC_GB_TARGET_AMX static inline void zc_gb_kernel_amx(const void *pa, size_t sa, const void *pb,
                                                      size_t sb, int nkt, float *C, size_t ldc, int mv,
-                                                     int nv, int acc) {
-    zc_gb_kernel_amx_core((const bf16_t *)pa, sa, 512, 64, (const bf16_t *)pb, sb, nkt, C, ldc, mv, nv, acc);
+                                                     int nv, int acc, ZcGbAhead *pf) {
+    zc_gb_kernel_amx_core((const bf16_t *)pa, sa, 512, 64, (const bf16_t *)pb, sb, nkt, C, ldc, mv, nv, acc, pf);
 }
 ZC_GB_TARGET_AMX static inline void zc_gb_inplace_amx(const void *a, size_t lda, const void *pb, size_t sb, int nkt,
-                                                      float *C, size_t ldc, int mv, int nv, int acc) {
-    zc_gb_kernel_amx_core((const bf16_t *)a, 16 * lda, 32, (long)lda * 2, (const bf16_t *)pb, sb, nkt, C, ldc, mv, nv, acc);
+                                                      float *C, size_t ldc, int mv, int nv, int acc, ZcGbAhead *pf) {
+    zc_gb_kernel_amx_core((const bf16_t *)a, 16 * lda, 32, (long)lda * 2, (const bf16_t *)pb, sb, nkt, C, ldc, mv, nv, acc, pf);
 }
 
 // fp32 operands (gemm_f32): tiles of 16 rows x 16 k (see "packing"), the same 1 KB as bf16's.
@@ -729,16 +765,16 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_pack_f32_avx512(void *dstv, const v
 // The fp32 micro-kernel: the AVX512-BF16 one's body with VFMADD (each product rounded into its sum).
 ZC_GB_TARGET_AVX512 static inline void zc_gb_kernel_f32_core(const char *pa, size_t sa, size_t arow, size_t astep,
                                                              const char *pb, size_t sb, int nkt, float *C, size_t ldc,
-                                                             int mv, int nv, int acc) {
+                                                             int mv, int nv, int acc, ZcGbAhead *pf) {
     ZC_GB_KERNEL_BODY(ZC_GB_FMA_F32)
 }
 ZC_GB_TARGET_AVX512 static inline void zc_gb_kernel_f32(const void *pa, size_t sa, const void *pb, size_t sb, int nkt,
-                                                        float *C, size_t ldc, int mv, int nv, int acc) {
-    zc_gb_kernel_f32_core((const char *)pa, sa * 4, 64, 1024, (const char *)pb, sb * 4, nkt, C, ldc, mv, nv, acc);
+                                                        float *C, size_t ldc, int mv, int nv, int acc, ZcGbAhead *pf) {
+    zc_gb_kernel_f32_core((const char *)pa, sa * 4, 64, 1024, (const char *)pb, sb * 4, nkt, C, ldc, mv, nv, acc, pf);
 }
 ZC_GB_TARGET_AVX512 static inline void zc_gb_inplace_f32(const void *a, size_t lda, const void *pb, size_t sb, int nkt,
-                                                         float *C, size_t ldc, int mv, int nv, int acc) {
-    zc_gb_kernel_f32_core((const char *)a, 64 * lda, 4 * lda, 64, (const char *)pb, sb * 4, nkt, C, ldc, mv, nv, acc);
+                                                         float *C, size_t ldc, int mv, int nv, int acc, ZcGbAhead *pf) {
+    zc_gb_kernel_f32_core((const char *)a, 64 * lda, 4 * lda, 64, (const char *)pb, sb * 4, nkt, C, ldc, mv, nv, acc, pf);
 }
 
 // A 32 x 32 fp32 block transposed between C (rows m, mv <= 32 of them valid, row stride ldc) and
@@ -884,23 +920,13 @@ static inline size_t gemm_bf16_linear_scratch_bytes(int N, int C, int OC, int th
 // A streamed operand read across its rows (kcontig 0: a weight for the backward-data product,
 // dout for a weight gradient) is a column block of rows that lie a row's length apart, which the
 // hardware prefetchers do not follow. So while the kernels compute with one packed block, the
-// thread asks for the lines of the block it will pack next, a share before each kernel call:
+// thread asks for the lines of the block it will pack next, a share during each kernel call:
 // the chunk's next K block, or else the first K block of the chunk nt further on (with the
 // dynamic schedule a guess, and a wrong guess only costs the requests: the other thread reads
 // that block soon). Into L2 (PREFETCHT2): pulled into L1 this early, the lines evicted each other.
-typedef struct {
-    const char *src;    // the first row's first column, or NULL: nothing to ask for
-    size_t ld;          // bytes
-    int lines;          // cache lines per row
-    long total, done;   // lines in all, asked for so far
-    int calls, call;    // kernel calls to spread them over, made so far
-    const char *row;    // the row of the next line to ask for, and that line in it (no division
-    int line;           // per line: a 64-bit idiv per prefetch was a third of the driver's time)
-} ZcGbAhead;
-
 static inline ZcGbAhead zc_gb_ahead(const void *ssrc, size_t sld, int esize, int skc, int sext, int K, int KC, int SC,
                                     int s0, int k0, int nt, int calls) {
-    ZcGbAhead a = {NULL, sld * esize, 0, 0, 0, calls > 0 ? calls : 1, 0, NULL, 0};
+    ZcGbAhead a = {NULL, sld * esize, 0, 0, 0, calls > 0 ? calls : 1, 0, NULL, 0, 0, 0};
     int nk0 = k0 + KC, ns0 = s0;
     if (nk0 >= K) nk0 = 0, ns0 = s0 + nt * SC;
     if (skc || ns0 >= sext) return a;
@@ -911,16 +937,17 @@ static inline ZcGbAhead zc_gb_ahead(const void *ssrc, size_t sld, int esize, int
     return a;
 }
 
-static inline void zc_gb_ahead_some(ZcGbAhead *a) {
-#ifdef ZC_GB_X86
-    if (!a->src) return;
-    for (const long upto = a->total * ++a->call / a->calls; a->done < upto; a->done++) {
-        _mm_prefetch(a->row + (size_t)a->line * 64, _MM_HINT_T2);
-        if (++a->line == a->lines) a->line = 0, a->row += a->ld;
-    }
-#else
-    (void)a;
-#endif
+// Before a kernel call that makes `ticks` zc_gb_ahead_tick calls: this call's share of the lines
+// (NULL: none to ask for, or the driver asks for them itself); after it, zc_gb_ahead_rest asks
+// for what its ticks left (a kernel that does not tick, the scalar one, leaves all of it).
+static inline ZcGbAhead *zc_gb_ahead_begin(ZcGbAhead *a, int ticks) {
+    if (!a->src) return NULL;
+    a->upto = a->total * ++a->call / a->calls;
+    a->quota = (int)((a->upto - a->done + ticks - 1) / (ticks > 0 ? ticks : 1));
+    return a;
+}
+static inline void zc_gb_ahead_rest(ZcGbAhead *a) {
+    if (a->src) zc_gb_ahead_issue(a, a->upto - a->done);
 }
 
 static inline void zc_gb_pause(void) {
@@ -986,6 +1013,7 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
     if (path != GEMM_BF16_SCALAR) add_bf16 = zc_gb_add_bf16_avx512;
 #endif
     const int amx = path == GEMM_BF16_AMX && !f32, es = el.esize, TK = el.tk, TE = 16 * TK; // TE: elements per tile
+    const int ticks = amx ? 1 : 3; // zc_gb_ahead_tick calls per k-tile of a 32 x 32 block (AVX-512: a pass of rows each)
 
     const ZcGbDirect dir = zc_gb_direct(el.inplace != NULL, C16 != NULL, transA, transB, M, N, K, TK);
     const ZcGbPlan pl = zc_gb_plan(M, N, K, C16 != NULL, zc_gb_threads(), es, dir.adirect);
@@ -1110,16 +1138,12 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
                     // global next 32 rows, as this did, asked for the other thread's rows
                     // after each chunk's last block: its first block came from memory.)
                     const int nxt = sb + 32 < sc ? s0 + sb + 32 : (ch + nt) * SC;
-                    // its 32 rows of B, a share per kernel call, into L2 (lpr 64-byte lines a row)
-                    const int ahead = nxt < N, lpr = K * es / 64, lines = 32 * lpr, nblk = rc / 32;
-                    const char *wn = ahead ? (const char *)B + (size_t)nxt * ldb * es : w;
+                    // its 32 rows of B, a share during each kernel call (zc_gb_ahead_tick), into L2
+                    // (lpr 64-byte lines a row)
+                    const int lpr = K * es / 64;
+                    const char *wn = nxt < N ? (const char *)B + (size_t)nxt * ldb * es : NULL;
+                    ZcGbAhead fw = {wn, (size_t)ldb * es, lpr, 32L * lpr, 0, rc / 32, 0, wn, 0, 0, 0};
                     for (int rb = 0; rb < rc; rb += 32) {
-                        const int j0 = ahead ? rb / 32 * lines / nblk : lines, j1 = (rb / 32 + 1) * lines / nblk;
-                        const char *row = wn + (size_t)(j0 / lpr) * ldb * es;
-                        for (int j = j0, line = j0 % lpr; j < j1; j++) {
-                            __builtin_prefetch(row + (size_t)line * 64, 0, 2);
-                            if (++line == lpr) line = 0, row += (size_t)ldb * es;
-                        }
                         float *c = C + (size_t)(r0 + rb) * ldcz + s0 + sb;
                         const int mv = zc_gb_min(32, M - r0 - rb);
                         // The next block's rows of C (two lines each), which it writes when its
@@ -1139,7 +1163,8 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
                         else if (acc0) zc_gb_tblock(cblk, c, ldcz, mv, 0);
                         const char *pr = rbuf + (size_t)(rb / 16) * rstrip * es;
                         const int acc = acc0 || bias;
-                        el.inplace(w, (size_t)ldb, pr, rstrip, nKt, cblk, 32, 32, 32, acc);
+                        el.inplace(w, (size_t)ldb, pr, rstrip, nKt, cblk, 32, 32, 32, acc, zc_gb_ahead_begin(&fw, nKt * ticks));
+                        zc_gb_ahead_rest(&fw);
                         zc_gb_tblock(cblk, c, ldcz, mv, stream ? 2 : 1);
                     }
                 }
@@ -1159,7 +1184,7 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
                     for (int sb = 0; sb < sc; sb += 32) {
                         const char *ps = sbuf + (size_t)(sb / 16) * sstrip * es;
                         for (int rb = 0; rb < rc; rb += 32) {
-                            zc_gb_ahead_some(&ahead);
+                            ZcGbAhead *pf = zc_gb_ahead_begin(&ahead, nkt * ticks);
                             const char *pr = rbuf + ((size_t)(rb / 16) * rstrip + (size_t)(k0 / TK) * TE) * es;
                             const int row0 = a_res ? r0 + rb : s0 + sb, col0 = a_res ? s0 + sb : r0 + rb;
                             if (row0 >= M || col0 >= N) continue;
@@ -1188,11 +1213,12 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
 #ifdef ZC_GB_X86
                             if (adirect)
                                 el.inplace((const char *)A + ((size_t)(r0 + rb) * lda + k0) * es, (size_t)lda, ps, sstrip, nkt, c,
-                                           ldk, mv, nv, acc);
+                                           ldk, mv, nv, acc, pf);
                             else
 #endif
-                            if (a_res) el.kernel(pr, rstrip, ps, sstrip, nkt, c, ldk, mv, nv, acc);
-                            else el.kernel(ps, sstrip, pr, rstrip, nkt, c, ldk, mv, nv, acc);
+                            if (a_res) el.kernel(pr, rstrip, ps, sstrip, nkt, c, ldk, mv, nv, acc, pf);
+                            else el.kernel(ps, sstrip, pr, rstrip, nkt, c, ldk, mv, nv, acc, pf);
+                            zc_gb_ahead_rest(&ahead);
                             if (C16 && !split) add_bf16(C16 + (size_t)row0 * ldcz + col0, ldcz, cblk, mv, nv, mode16);
                             else if (C16)
                                 for (int i = 0; i < mv; i++) {
