@@ -613,8 +613,7 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
     m->slot_layer[0] = m->slot_layer[1] = -1;
     if (m->mixed) {
         size_t n16 = cpu_kept16_numel(cfg, recompute, B, T);
-        m->acts16 = (uint16_t *)xmalloc(n16 * sizeof(uint16_t));
-        memset(m->acts16, 0, n16 * sizeof(uint16_t));
+        m->acts16 = (uint16_t *)xcalloc_bytes(n16 * sizeof(uint16_t));
         *act += n16 * sizeof(uint16_t);
         const ParamLayout *lay = &m->z.lay;
         size_t embed = gpt2_unit_padded(lay, UNIT_EMBED), fin = gpt2_unit_padded(lay, gpt2_final_unit(lay));
