@@ -1220,12 +1220,16 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
                             else el.kernel(ps, sstrip, pr, rstrip, nkt, c, ldk, mv, nv, acc, pf);
                             zc_gb_ahead_rest(&ahead);
                             if (C16 && !split) add_bf16(C16 + (size_t)row0 * ldcz + col0, ldcz, cblk, mv, nv, mode16);
-                            else if (C16)
-                                for (int i = 0; i < mv; i++) {
+                            else if (C16) // (each run of rows not in split in one call: a call per row cost the LM head ~4 ms a step)
+                                for (int i = 0, j; i < mv; i = j) {
                                     if (split[row0 + i]) {
                                         memcpy(C32 + (size_t)(row0 + i) * ldc32 + col0, cblk + i * 32, (size_t)nv * sizeof(float));
                                         if (!add16) memset(C16 + (size_t)(row0 + i) * ldcz + col0, 0, (size_t)nv * sizeof(bf16_t));
-                                    } else add_bf16(C16 + (size_t)(row0 + i) * ldcz + col0, ldcz, cblk + i * 32, 1, nv, mode16);
+                                        j = i + 1;
+                                        continue;
+                                    }
+                                    for (j = i + 1; j < mv && !split[row0 + j]; j++) {}
+                                    add_bf16(C16 + (size_t)(row0 + i) * ldcz + col0, ldcz, cblk + i * 32, j - i, nv, mode16);
                                 }
                         }
                     }
