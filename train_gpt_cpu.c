@@ -112,7 +112,22 @@ typedef struct {
     // LM head backward's bf16 dout (the logits; NULL: none). Any matmul clears it: it reuses the
     // staging.
     const float *dout16_in_staging;
+    // bf16 runs on gemm_bf16, while a layer's forward runs: the layer's tensors that are only
+    // ever read through their stored 16 bits (reads_stored16_only; by A_* index, f32 NULL where
+    // not), which gpt2_act_rounded would narrow into x16 after the kernel that produced them.
+    // A kernel that finds its output here writes x16 itself and not the fp32 tensor at all (the
+    // forward matmul of fc, 3 MB of fp32 a layer at B=4, T=64, and GELU) and sets done, and
+    // gpt2_act_rounded leaves it at that.
+    struct { float *f32; bf16_t *x16; int done; } out16[NUM_ACTIVATIONS];
 } CpuKernels;
+
+// The out16 entry of a tensor a kernel is about to write (p), or -1: the kernel writes the fp32
+// tensor, and gpt2_act_rounded rounds or narrows it afterwards
+static int out16_index(const CpuKernels *k, const float *p) {
+    for (int i = 0; i < NUM_ACTIVATIONS; i++)
+        if (k->out16[i].f32 == p) return i;
+    return -1;
+}
 
 // out (B,T,C) = wte[inp[b,t]] + wpe[t]; inp (B,T) token ids; wte (Vp,C); wpe (maxT,C)
 static void encoder_forward(CpuKernels *k, float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C) {
@@ -247,11 +262,16 @@ static void matmul_forward(CpuKernels *k, float *out, const float *inp, const fl
                            int N, int C, int OC) {
     if (w16 && !k->via_sgemm) { // (each sum starts from its bias, as below)
         const bf16_t *inp16 = stored_bf16(k, inp);
+        const int o16 = out16_index(k, out); // (its bf16 values only, as each block is stored: out16)
         k->dout16_in_staging = NULL;
         if (!inp16) f32_to_bf16_array(k->staging, inp, (size_t)N * C), inp16 = k->staging;
         check_gemm_scratch(k, gemm_bf16_scratch_bytes_t(0, 1, N, OC, C));
-        if (bias ? gemm_bf16_forward_bias(&k->gemm, out, inp16, (const bf16_t *)w16, bias, N, C, OC)
-                 : gemm_bf16_forward(&k->gemm, out, inp16, (const bf16_t *)w16, N, C, OC, 0.0f))
+        if (o16 >= 0) {
+            if (gemm_bf16_forward_round(&k->gemm, out, k->out16[o16].x16, 0, inp16, (const bf16_t *)w16, bias, N, C, OC))
+                die_gemm();
+            k->out16[o16].done = 1;
+        } else if (bias ? gemm_bf16_forward_bias(&k->gemm, out, inp16, (const bf16_t *)w16, bias, N, C, OC)
+                        : gemm_bf16_forward(&k->gemm, out, inp16, (const bf16_t *)w16, N, C, OC, 0.0f))
             die_gemm();
         return;
     }
@@ -444,6 +464,21 @@ static void attention_backward(CpuKernels *k, float *dqkv, float *att, const flo
 // GELU elementwise (gpt2_gelu in gpt2.h, shared with the GPU kernels); (n) -> (n)
 static void gelu_forward(CpuKernels *k, float *out, const float *inp, size_t n) {
     const bf16_t *inp16 = stored_bf16(k, inp); // (as in the backward, below)
+    const int o16 = out16_index(k, out);
+    if (inp16 && o16 >= 0) { // only its bf16 values (out16), 1024 at a time through a buffer
+        bf16_t *h16 = k->out16[o16].x16;
+        const long nb = (long)((n + 1023) / 1024);
+#pragma omp parallel for schedule(static)
+        for (long bl = 0; bl < nb; bl++) {
+            size_t lo = (size_t)bl * 1024, len = n - lo < 1024 ? n - lo : 1024;
+            float y[1024];
+#pragma omp simd
+            for (size_t i = 0; i < len; i++) y[i] = gpt2_gelu(bf16_to_f32(inp16[lo + i]));
+            zc_f32_to_bf16_block(h16 + lo, y, len);
+        }
+        k->out16[o16].done = 1;
+        return;
+    }
     if (inp16) {
 #pragma omp parallel for simd
         for (size_t i = 0; i < n; i++) out[i] = gpt2_gelu(bf16_to_f32(inp16[i]));
@@ -819,7 +854,10 @@ static void stored16_set(GPT2 *m, const LayerActs *x, int i, int l, int B, int T
     m->kern.stored16[i].f32 = h ? gpt2_layer_tensor(x, i) : NULL;
     m->kern.stored16[i].x16 = (const bf16_t *)h;
 }
-static void stored16_clear(GPT2 *m) { memset(m->kern.stored16, 0, sizeof m->kern.stored16); }
+static void stored16_clear(GPT2 *m) {
+    memset(m->kern.stored16, 0, sizeof m->kern.stored16);
+    memset(m->kern.out16, 0, sizeof m->kern.out16);
+}
 // What the forward and the backward (model.h) read of a layer's tensor i only through its stored
 // 16 bits, as a matmul's input or (fch) GELU's: with those there, the fp32 tensor is never read,
 // so the forward need not round it in place nor the backward widen it back (attention's
@@ -829,7 +867,16 @@ static int reads_stored16_only(int i) { return i == A_LN1 || i == A_ATTY || i ==
 static LayerActs gpt2_layer_acts_forward(GPT2 *m, int l, int B, int T) {
     m->slot_layer[l % 2] = l;
     stored16_clear(m);
-    return layer_acts(m, l, B, T);
+    LayerActs x = layer_acts(m, l, B, T);
+    // the tensors that gpt2_act_rounded would only narrow into their stored 16 bits, for the
+    // kernels that write those bits themselves (bf16 runs on gemm_bf16, as stored16_set)
+    if (m->dtype == ZC_BF16 && !m->kern.via_sgemm)
+        for (int i = 0; i < NUM_ACTIVATIONS; i++) {
+            uint16_t *h = gpt2_activation_is_layered(i) && reads_stored16_only(i) ? kept16(m, i, l, B, T) : NULL;
+            m->kern.out16[i].f32 = h ? gpt2_layer_tensor(&x, i) : NULL;
+            m->kern.out16[i].x16 = (bf16_t *)h;
+        }
+    return x;
 }
 // 16-bit runs: the kernel's output is rounded in place, and stored when the run keeps it; only
 // stored where its readers read nothing else (reads_stored16_only, with the stored copy there).
@@ -839,6 +886,10 @@ static void gpt2_act_rounded(GPT2 *m, const LayerActs *x, int l, int i, int B, i
     float *p = gpt2_layer_tensor(x, i);
     size_t n = layer_numel(&m->cfg, i, B, T);
     stored16_set(m, x, i, l, B, T);
+    if (m->kern.out16[i].done) { // the kernel that produced it wrote its 16 bits (out16)
+        m->kern.out16[i].done = 0;
+        return;
+    }
     if (m->kern.stored16[i].f32 && reads_stored16_only(i)) zc_narrow(h, p, n, m->dtype);
     else zc_round_array(p, h, n, m->dtype);
 }

@@ -21,6 +21,9 @@ API
     int  gemm_bf16_ex(path, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc, scratch, bytes)
     int  gemm_bf16_forward / _backward_data / _backward_weight(const GemmBf16Ctx *ctx or NULL, ...)
     int  gemm_bf16_forward_bias(ctx, out, inp, w, bias, N, C, OC)   out = bias + inp · wᵀ
+    int  gemm_bf16_forward_round(ctx, out, out16, out32, inp, w, bias, N, C, OC)   the same (bias may be
+         NULL), each value rounded to bf16 as it is stored: into out16, and out holds it widened
+         (out32 1) or is scratch (out32 0): a 16-bit run's activation without a pass over it
     int  gemm_bf16_acc16(path, transA, transB, M, N, K, A, lda, B, ldb, beta, C16, ldc, scratch, bytes)
     int  gemm_bf16_backward_weight_acc16(ctx, dw16, dout, inp, N, C, OC, beta)
          C is bf16 and the product is added into it (beta 1) or stored (beta 0), rounded once
@@ -779,8 +782,14 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_inplace_f32(const void *a, size_t l
 
 // A 32 x 32 fp32 block transposed between C (rows m, mv <= 32 of them valid, row stride ldc) and
 // t (rows n, 32 apart): in (out 0), t = C^T (invalid rows of C read as 0); out (1, or 2 with
-// streaming stores for the 64-byte aligned rows), C = t^T (valid rows only).
-ZC_GB_TARGET_AVX512 static inline void zc_gb_tblock(float *t, float *C, size_t ldc, int mv, int out) {
+// streaming stores for the 64-byte aligned rows), C = t^T (valid rows only), and on the way
+// (r16, see zc_gb_run) each value x rounded to bf16 (f32_to_bf16, bit for bit) into C16 (the same
+// layout and row stride as C; NULL: none), and C given that value widened (r16 1) or not
+// written at all (r16 2).
+ZC_GB_TARGET_AVX512 static inline void zc_gb_tblock(float *t, float *C, size_t ldc, int mv, int out, bf16_t *C16, int r16) {
+    // words 0, 2, ..., 30 of a vector of 16 rounded lanes (zc_gb_round16_avx512), in its low half
+    const __m512i even = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                          30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     for (int q = 0; q < 4; q++) {
         const int r = (q >> 1) * 16, c = (q & 1) * 16;  // quadrant of C: rows m r.., columns n c..
         __m512i v[16];
@@ -794,6 +803,15 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_tblock(float *t, float *C, size_t l
             zc_gb_transpose16_epi32(v);
             for (int i = 0; i < 16 && r + i < mv; i++) {
                 float *dst = C + (size_t)(r + i) * ldc + c;
+                if (r16) {
+                    const __m512i h = zc_gb_round16_avx512(_mm512_castsi512_ps(v[i]));
+                    // (a permute and a plain store, not VPMOVDW to memory: see zc_gb_add_bf16_avx512)
+                    if (C16)
+                        _mm256_storeu_si256((__m256i *)(C16 + (size_t)(r + i) * ldc + c),
+                                            _mm512_castsi512_si256(_mm512_permutexvar_epi16(even, h)));
+                    if (r16 == 2) continue;
+                    v[i] = _mm512_slli_epi32(h, 16); // widening: the rounding left a NaN quiet already
+                }
                 if (out == 2 && !((uintptr_t)dst & 63)) _mm512_stream_si512((__m512i *)dst, v[i]);
                 else _mm512_storeu_si512((void *)dst, v[i]);
             }
@@ -964,6 +982,23 @@ static inline int zc_gb_thread_num(void) {
 #endif
 }
 
+// The rounding epilogue (r16 1 or 2, see zc_gb_run) as a pass over C (M x N, row stride ldc), on
+// nt threads: each x to f32_to_bf16(x) in R16 (same layout; NULL: none), and with r16 1, C =
+// bf16_to_f32 of that.
+static inline void zc_gb_round_rows(float *C, bf16_t *R16, int ldc, int M, int N, int r16, int nt) {
+    (void)nt;
+    ZC_GB_PRAGMA(omp parallel for schedule(static) num_threads(nt) if (nt > 1))
+    for (int m = 0; m < M; m++) {
+        float *c = C + (size_t)m * ldc;
+        bf16_t *h = R16 ? R16 + (size_t)m * ldc : NULL;
+        for (int n = 0; n < N; n++) {
+            bf16_t v = f32_to_bf16(c[n]);
+            if (h) h[n] = v;
+            if (r16 == 1) c[n] = bf16_to_f32(v);
+        }
+    }
+}
+
 // What the driver needs of an element type: its size, the k of one tile (a tile is 16 rows x tk
 // k, 1 KB), its packing and its kernels.
 typedef struct {
@@ -977,11 +1012,13 @@ typedef struct {
 // The driver of gemm_bf16_ex (C16 NULL: fp32 C with beta) and gemm_bf16_acc16 (C NULL, beta 1
 // or 0: each element's sum over all of K rounded into C16, added to it with beta 1; rows m with
 // split[m] != 0, when split is given, get their fp32 sums stored in C32 instead); with f32, of
-// gemm_f32_ex (A and B fp32, path GEMM_BF16_AUTO: the AVX-512 kernels; C16 NULL).
+// gemm_f32_ex (A and B fp32, path GEMM_BF16_AUTO: the AVX-512 kernels; C16 NULL). r16 1 or 2 (else
+// 0, R16 NULL): gemm_bf16_forward_round's epilogue, each element's final value rounded to bf16
+// into R16 (NULL: none; required with 2), and C holding that value widened (1) or scratch (2).
 static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, int M, int N, int K,
                             const void *A, int lda, const void *B, int ldb, float beta,
                             float *C, bf16_t *C16, int ldc, const uint8_t *split, float *C32, int ldc32,
-                            const float *bias, void *scratch, size_t scratch_bytes) {
+                            const float *bias, bf16_t *R16, int r16, void *scratch, size_t scratch_bytes) {
     if (M < 0 || N < 0 || K < 0 || M > INT_MAX - 64 || N > INT_MAX - 64 || K > INT_MAX - 64) return -1;
     if ((transA != 0 && transA != 1) || (transB != 0 && transB != 1)) return -1;
     if (lda < (transA ? (M > 1 ? M : 1) : (K > 1 ? K : 1))) return -1;
@@ -989,6 +1026,7 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
     if (ldc < (N > 1 ? N : 1)) return -1;
     if (C16 && beta != 0.0f && beta != 1.0f) return -1;
     if (bias && (C16 || beta != 0.0f)) return -1;
+    if (r16 < 0 || r16 > 2 || (r16 && (C16 || f32)) || (r16 == 2 && !R16) || (!r16 && R16)) return -1;
     if (f32 && (C16 || path != GEMM_BF16_AUTO || !gemm_f32_supported())) return -1;
     if (path == GEMM_BF16_AUTO) path = f32 ? GEMM_BF16_AVX512BF16 : gemm_bf16_best_path();
     else if (!gemm_bf16_path_supported(path)) return -1;
@@ -1038,7 +1076,7 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
                 else memset(C + (size_t)m * ldc, 0, (size_t)N * sizeof(float));
             }
         }
-        return 0;
+        return 0; // (no rounding to do: only gemm_bf16_forward_round asks for it, and its K >= 1)
     }
 
     // A side: rows m, E(m,k) = A(m,k), packed as A tiles. B side: "rows" n, E(n,k) = B(k,n),
@@ -1160,12 +1198,13 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
                         if (bias)
                             for (int i = 0; i < 32; i++)
                                 for (int j = 0; j < 32; j++) cblk[i * 32 + j] = bias[s0 + sb + i];
-                        else if (acc0) zc_gb_tblock(cblk, c, ldcz, mv, 0);
+                        else if (acc0) zc_gb_tblock(cblk, c, ldcz, mv, 0, NULL, 0);
                         const char *pr = rbuf + (size_t)(rb / 16) * rstrip * es;
                         const int acc = acc0 || bias;
                         el.inplace(w, (size_t)ldb, pr, rstrip, nKt, cblk, 32, 32, 32, acc, zc_gb_ahead_begin(&fw, nKt * ticks));
                         zc_gb_ahead_rest(&fw);
-                        zc_gb_tblock(cblk, c, ldcz, mv, stream ? 2 : 1);
+                        zc_gb_tblock(cblk, c, ldcz, mv, stream ? 2 : 1, R16 ? R16 + (size_t)(r0 + rb) * ldcz + s0 + sb : NULL,
+                                     r16);
                     }
                 }
                 if (wdirect) continue;
@@ -1243,13 +1282,15 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
     }
     (void)amx;
     free(mem);
+    // The rounding epilogue where the direct forward did not do it on the way out
+    if (r16 && !wdirect) zc_gb_round_rows(C, R16, ldc, M, N, r16, pl.nt);
     return 0;
 }
 
 static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M, int N, int K,
                                const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta,
                                float *C, int ldc, void *scratch, size_t scratch_bytes) {
-    return zc_gb_run(path, 0, transA, transB, M, N, K, A, lda, B, ldb, beta, C, NULL, ldc, NULL, NULL, 0, NULL, scratch, scratch_bytes);
+    return zc_gb_run(path, 0, transA, transB, M, N, K, A, lda, B, ldb, beta, C, NULL, ldc, NULL, NULL, 0, NULL, NULL, 0, scratch, scratch_bytes);
 }
 
 // C (bf16, M x N) = round(beta C + op(A) · op(B)), beta 1 or 0: each element's product summed
@@ -1262,7 +1303,7 @@ static inline int gemm_bf16_ex(GemmBf16Path path, int transA, int transB, int M,
 static inline int gemm_bf16_acc16(GemmBf16Path path, int transA, int transB, int M, int N, int K,
                                   const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta, bf16_t *C, int ldc,
                                   void *scratch, size_t scratch_bytes) {
-    return zc_gb_run(path, 0, transA, transB, M, N, K, A, lda, B, ldb, beta, NULL, C, ldc, NULL, NULL, 0, NULL, scratch, scratch_bytes);
+    return zc_gb_run(path, 0, transA, transB, M, N, K, A, lda, B, ldb, beta, NULL, C, ldc, NULL, NULL, 0, NULL, NULL, 0, scratch, scratch_bytes);
 }
 // gemm_bf16_acc16, except that the rows m of C with split[m] != 0 (split: M flags) are set to
 // beta C (left as they are, or zeroed) and their fp32 sums stored in C32 (M x N, row stride
@@ -1272,7 +1313,7 @@ static inline int gemm_bf16_acc16_split(GemmBf16Path path, int transA, int trans
                                         const bf16_t *A, int lda, const bf16_t *B, int ldb, float beta, bf16_t *C, int ldc,
                                         const uint8_t *split, float *C32, int ldc32, void *scratch, size_t scratch_bytes) {
     if (!split) return -1;
-    return zc_gb_run(path, 0, transA, transB, M, N, K, A, lda, B, ldb, beta, NULL, C, ldc, split, C32, ldc32, NULL, scratch, scratch_bytes);
+    return zc_gb_run(path, 0, transA, transB, M, N, K, A, lda, B, ldb, beta, NULL, C, ldc, split, C32, ldc32, NULL, NULL, 0, scratch, scratch_bytes);
 }
 
 static inline int gemm_bf16(int transA, int transB, int M, int N, int K, const bf16_t *A, int lda,
@@ -1296,8 +1337,22 @@ static inline int gemm_bf16_forward_bias(const GemmBf16Ctx *ctx, float *out, con
     GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
     if (!ctx) ctx = &d;
     if (!bias) return -1;
-    return zc_gb_run(ctx->path, 0, 0, 1, N, OC, C, inp, C, w, C, 0.0f, out, NULL, OC, NULL, NULL, 0, bias, ctx->scratch,
+    return zc_gb_run(ctx->path, 0, 0, 1, N, OC, C, inp, C, w, C, 0.0f, out, NULL, OC, NULL, NULL, 0, bias, NULL, 0, ctx->scratch,
                      ctx->scratch_bytes);
+}
+// The forward of a layer whose output is rounded to bf16 (a 16-bit run's activation): out (N,OC)
+// = bias + inp (N,C) · wᵀ (bias NULL: the product alone), each value x then rounded: out16 (N,OC;
+// NULL: none) = f32_to_bf16(x), and out = bf16_to_f32(f32_to_bf16(x)) (out32 1), or out only
+// scratch, its contents unspecified, where nothing reads the fp32 values (out32 0; needs out16).
+// Bit for bit gemm_bf16_forward(_bias) followed by that pass over out, which the direct forward
+// (GPT-2's shapes: see the driver) does as it stores each block, from registers, and with out32
+// 0 without storing the fp32 block at all.
+static inline int gemm_bf16_forward_round(const GemmBf16Ctx *ctx, float *out, bf16_t *out16, int out32, const bf16_t *inp,
+                                          const bf16_t *w, const float *bias, int N, int C, int OC) {
+    GemmBf16Ctx d = {GEMM_BF16_AUTO, NULL, 0};
+    if (!ctx) ctx = &d;
+    return zc_gb_run(ctx->path, 0, 0, 1, N, OC, C, inp, C, w, C, 0.0f, out, NULL, OC, NULL, NULL, 0, bias, out16, out32 ? 1 : 2,
+                     ctx->scratch, ctx->scratch_bytes);
 }
 // dinp (N,C) (+)= dout (N,OC) · w
 static inline int gemm_bf16_backward_data(const GemmBf16Ctx *ctx, float *dinp, const bf16_t *dout,
@@ -1342,14 +1397,14 @@ static inline int gemm_bf16_backward_weight_split(const GemmBf16Ctx *ctx, bf16_t
 static inline int gemm_f32_ex(int transA, int transB, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                               float beta, float *C, int ldc, void *scratch, size_t scratch_bytes) {
     return zc_gb_run(GEMM_BF16_AUTO, 1, transA, transB, M, N, K, A, lda, B, ldb, beta, C, NULL, ldc, NULL, NULL, 0, NULL,
-                     scratch, scratch_bytes);
+                     NULL, 0, scratch, scratch_bytes);
 }
 // The layer wrappers, as gemm_bf16's (ctx: its scratch, or NULL; its path must be GEMM_BF16_AUTO).
 static inline int zc_gb_f32_layer(const GemmBf16Ctx *ctx, int transA, int transB, int M, int N, int K, const float *A, int lda,
                                   const float *B, int ldb, float beta, float *C, int ldc, const float *bias) {
     if (ctx && ctx->path != GEMM_BF16_AUTO) return -1;
     return zc_gb_run(GEMM_BF16_AUTO, 1, transA, transB, M, N, K, A, lda, B, ldb, beta, C, NULL, ldc, NULL, NULL, 0, bias,
-                     ctx ? ctx->scratch : NULL, ctx ? ctx->scratch_bytes : 0);
+                     NULL, 0, ctx ? ctx->scratch : NULL, ctx ? ctx->scratch_bytes : 0);
 }
 // out (N,OC) (+)= inp (N,C) · wᵀ, w (OC,C)
 static inline int gemm_f32_forward(const GemmBf16Ctx *ctx, float *out, const float *inp, const float *w, int N, int C, int OC,

@@ -426,6 +426,54 @@ static void test_wrappers(GemmBf16Path path) {
     free(inp); free(w); free(dout); free(x); free(y); free(scratch);
 }
 
+// gemm_bf16_forward_round against gemm_bf16_forward(_bias) followed by mixed_precision.h's scalar
+// rounding of every value (f32_to_bf16, bf16_to_f32), bit for bit: where the direct forward rounds
+// each block on its way out (sizes multiples of 32) and where the driver rounds C after the
+// product (Nt = 40, OC = 144); with out32 0, out16 only (out is scratch). The first rows of inp are zero, so that their
+// values are the bias itself: NaNs (quiet, signalling, with payloads), infinities, the largest
+// floats (rounding up to infinity), subnormals and ties between two bf16 values.
+static void test_forward_round(GemmBf16Path path) {
+    static const uint32_t special[] = {0x7FC00000u, 0xFFC00001u, 0x7F800001u, 0x7FBFFFFFu, 0x7F800000u, 0xFF800000u,
+                                       0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F7F7FFFu, 0x00000001u, 0x807FFFFFu, 0x00008000u,
+                                       0x3F808000u, 0x3F818000u, 0xBF808000u, 0x3F80FFFFu, 0x80000000u, 0x00000000u};
+    const int ns = (int)(sizeof special / sizeof special[0]);
+    for (int sh = 0; sh < 2; sh++) {
+        int n = sh == 0 ? 64 : 40, oc = sh == 0 ? 96 : 144, c = sh == 0 ? 64 : 96;
+        size_t sb = gemm_bf16_scratch_bytes(n, oc, c);
+        void *scratch = malloc(sb);
+        GemmBf16Ctx ctx = {path, scratch, sb};
+        bf16_t *inp = alloc_mat(n, c, c), *w = alloc_mat(oc, c, c);
+        memset(inp, 0, (size_t)2 * c * sizeof(bf16_t)); // rows 0 and 1: the bias alone
+        float *bias = malloc((size_t)oc * 4), *y = malloc((size_t)n * oc * 4), *x = malloc((size_t)n * oc * 4);
+        bf16_t *x16 = malloc((size_t)n * oc * 2);
+        for (int o = 0; o < oc; o++) {
+            uint32_t u = special[o % ns];
+            if (o >= ns) u = (uint32_t)rng_bf16() << 16 | (uint32_t)(o * 2654435761u >> 16); // any 32 bits
+            memcpy(&bias[o], &u, 4);
+        }
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            const float *b = with_bias ? bias : NULL;
+            CHECK((b ? gemm_bf16_forward_bias(&ctx, y, inp, w, b, n, c, oc) : gemm_bf16_forward(&ctx, y, inp, w, n, c, oc, 0.0f)) == 0,
+                  "forward rc");
+            for (int out32 = 0; out32 < 2; out32++)
+                for (int want16 = !out32; want16 < 2; want16++) {
+                    for (size_t i = 0; i < (size_t)n * oc; i++) x[i] = NAN, x16[i] = 0x5555;
+                    CHECK(gemm_bf16_forward_round(&ctx, x, want16 ? x16 : NULL, out32, inp, w, b, n, c, oc) == 0, "forward_round rc");
+                    long bad = 0;
+                    for (size_t i = 0; i < (size_t)n * oc; i++) {
+                        bf16_t r = f32_to_bf16(y[i]);
+                        float v = bf16_to_f32(r);
+                        if ((out32 && memcmp(&v, &x[i], 4)) || (want16 && x16[i] != r) || (!want16 && x16[i] != 0x5555)) bad++;
+                    }
+                    CHECK(bad == 0, "%s forward_round %dx%dx%d bias %d out32 %d out16 %d: %ld values differ from the forward + "
+                          "f32_to_bf16", path_name(path), n, oc, c, with_bias, out32, want16, bad);
+                }
+            CHECK(gemm_bf16_forward_round(&ctx, x, NULL, 0, inp, w, b, n, c, oc) == -1, "forward_round with neither output");
+        }
+        free(scratch); free(inp); free(w); free(bias); free(y); free(x); free(x16);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // benchmark
 
@@ -835,6 +883,7 @@ int main(int argc, char **argv) {
         test_specials(path);
         if (path != GEMM_BF16_SCALAR) test_streaming(path); // (the direct forward: AVX512-BF16 and AMX only)
         test_wrappers(path);
+        test_forward_round(path);
         test_acc16(path);
         printf("path %s: %s (%.2fs more)\n", gemm_bf16_path_name(path),
                n_fail == f0 && path_fail[p] == 0 ? "ok" : "FAILED", now() - t1);
