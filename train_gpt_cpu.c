@@ -1068,6 +1068,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--plan")) return planner_main(argc, argv, &cpu_plan_backend); // arithmetic only: no MPI
     if (argc > 1 && !strcmp(argv[1], "--export")) return export_main(argc, argv);
+    mpi_heap_huge_pages(argv);
     openblas_pick_threading(argv);
     openblas_pick_core(argv);
     preempt_install(); // (after the re-executions above, which reset it)
@@ -1076,9 +1077,11 @@ int main(int argc, char **argv) {
     share_cores();
     static Run run; // large: keep it off the stack
     static MpiBackend mpi;
-    int rank;
+    int rank, world;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
     openblas_report(rank, omp_get_max_threads());
+    mpi_heap_report(rank, world);
     run.blas = openblas_description();
     run.backend = &mpi;
     run.plan_backend = &cpu_plan_backend;

@@ -158,6 +158,42 @@ static void mpi_keep_heap(void) {
     mallopt(M_TRIM_THRESHOLD, -1); // (mallopt(3): -1 disables trimming)
 }
 
+// Called first, before anything else of the program runs, with main's argv. Those temporaries
+// (above) then live in the heap, on 4 KB pages: where the kernel gives transparent huge pages
+// only on request (THP "madvise", this project's VM), glibc asks for them for its heap only when
+// told to at start-up (the tunable glibc.malloc.hugetlb=1), so a rank of a job of two or more
+// runs itself again with that added to GLIBC_TUNABLES (execv of /proc/self/exe, as
+// cpu/openblas.h does for OpenBLAS). Two single-threaded ranks (d12 bf16, ZeRO-2) took 640 ms a
+// step on 4 KB pages and 450 ms on huge ones: the reduce's sums and the copies between the
+// processes walk the temporaries page by page, and on this paravirtualised VM each TLB miss is a
+// two-level page walk. One rank has no such temporaries and is left as it is (the same step;
+// peak RSS 2.78 against 2.81 GB with the tunable). Nothing is done where GLIBC_TUNABLES already
+// names the tunable, the kernel's THP setting is not "madvise", or the job size is not in the
+// environment (OpenMPI's OMPI_COMM_WORLD_SIZE, else PMI_SIZE); a failed execv carries on.
+static void mpi_heap_huge_pages(char **argv) {
+    const char *size = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!size) size = getenv("PMI_SIZE");
+    const char *tun = getenv("GLIBC_TUNABLES");
+    if (!size || atoi(size) < 2 || (tun && (strstr(tun, "glibc.malloc.hugetlb") || strlen(tun) > 900))) return;
+    char mode[256] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!f) return;
+    size_t n = fread(mode, 1, sizeof mode - 1, f);
+    fclose(f);
+    mode[n] = 0;
+    if (!strstr(mode, "[madvise]")) return;
+    char val[1024];
+    snprintf(val, sizeof val, "%s%sglibc.malloc.hugetlb=1", tun ? tun : "", tun && *tun ? ":" : "");
+    setenv("GLIBC_TUNABLES", val, 1);
+    execv("/proc/self/exe", argv); // returns only on failure
+}
+// Rank 0's line on it, for a job of two or more ranks that runs with it
+static void mpi_heap_report(int rank, int world) {
+    const char *tun = getenv("GLIBC_TUNABLES");
+    if (rank == 0 && world > 1 && tun && strstr(tun, "glibc.malloc.hugetlb=1"))
+        printf("heap: transparent huge pages for MPI's temporaries (GLIBC_TUNABLES=%s)\n", tun);
+}
+
 static ZeroBackend mpi_backend(MpiBackend *b) {
     ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_set_step, mpi_progress, mpi_sum_doubles,
                       host_alloc, host_free, host_zero, host_add, host_to_host, host_from_host, host_update,

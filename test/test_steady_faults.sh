@@ -10,6 +10,8 @@
 # default threshold, so the runs lower it to 4 KB (GLIBC_TUNABLES), which puts these messages
 # where a real model's are. Without mpi_keep_heap the two-rank runs fault 23-37 times a step, every
 # step (115-185 over the five steps counted); with it, 0 (0-2 in a few steps now and then).
+# And where the kernel's transparent huge pages are "madvise", two ranks run with glibc's heap on
+# them (cpu/mpi_backend.h, mpi_heap_huge_pages), the tunables they were started with kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu
@@ -34,5 +36,14 @@ PY
   total=0; for f in $faults; do total=$((total + f)); done
   if [ $total -le 10 ]; then echo "ok   N=$n stage $s: page faults in steps 4-8: $faults (total $total <= 10)"
   else echo "FAIL N=$n stage $s: page faults in steps 4-8: $faults (total $total > 10)"; fail=1; fi
+  # Two ranks, where the kernel gives huge pages on request: the ranks ran themselves again with
+  # glibc.malloc.hugetlb=1 added to the GLIBC_TUNABLES they were given (mpi_heap_huge_pages),
+  # which they keep; one rank runs as it was started.
+  heap=$(grep '^heap: ' $d/n${n}_s$s.out || true)
+  if [ $n -eq 1 ] || ! grep -q '\[madvise\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null; then
+    if [ -n "$heap" ]; then echo "FAIL N=$n stage $s: unexpected: $heap"; fail=1; fi
+  elif [ "$heap" = "heap: transparent huge pages for MPI's temporaries (GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4096:glibc.malloc.hugetlb=1)" ]; then
+    echo "ok   N=$n stage $s: $heap"
+  else echo "FAIL N=$n stage $s: the heap line is '$heap'"; fail=1; fi
 done
 exit $fail
