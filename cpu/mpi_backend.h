@@ -162,8 +162,7 @@ static void mpi_keep_heap(void) {
 // (above) then live in the heap, on 4 KB pages: where the kernel gives transparent huge pages
 // only on request (THP "madvise", this project's VM), glibc asks for them for its heap only when
 // told to at start-up (the tunable glibc.malloc.hugetlb=1), so a rank of a job of two or more
-// runs itself again with that added to GLIBC_TUNABLES (execv of the path /proc/self/exe links
-// to: executed through the link itself, the process would be named "exe" in ps and pgrep). Two single-threaded ranks (d12 bf16, ZeRO-2) took 640 ms a
+// runs itself again with that added to GLIBC_TUNABLES (cpu_exec_self, cpu/openblas.h). Two single-threaded ranks (d12 bf16, ZeRO-2) took 640 ms a
 // step on 4 KB pages and 450 ms on huge ones: the reduce's sums and the copies between the
 // processes walk the temporaries page by page, and on this paravirtualised VM each TLB miss is a
 // two-level page walk. One rank has no such temporaries and is left as it is (the same step;
@@ -182,13 +181,10 @@ static void mpi_heap_huge_pages(char **argv) {
     fclose(f);
     mode[n] = 0;
     if (!strstr(mode, "[madvise]")) return;
-    char self[4096], val[1024];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) return;
-    self[len] = 0;
+    char val[1024];
     snprintf(val, sizeof val, "%s%sglibc.malloc.hugetlb=1", tun ? tun : "", tun && *tun ? ":" : "");
     setenv("GLIBC_TUNABLES", val, 1);
-    execv(self, argv); // returns only on failure
+    cpu_exec_self(argv); // returns only on failure
 }
 // Rank 0's line on it, for a job of two or more ranks that runs with it
 static void mpi_heap_report(int rank, int world) {

@@ -2,8 +2,8 @@
 //
 // Contract
 //   - openblas_pick_core(argv): when the user set no OPENBLAS_CORETYPE and the kernels OpenBLAS
-//     chose for this CPU leave out vector units it has, runs the program again (execv of
-//     /proc/self/exe with the same argv) with OPENBLAS_CORETYPE naming better ones: "SkylakeX"
+//     chose for this CPU leave out vector units it has, runs the program again (cpu_exec_self)
+//     with OPENBLAS_CORETYPE naming better ones: "SkylakeX"
 //     on a CPU with AVX-512 F/BW/VL/DQ whose chosen kernels have no AVX-512, "Haswell" on one
 //     with AVX2 + FMA given the SSE3 "Prescott" ones. Debian's OpenBLAS 0.3.21 predates some
 //     CPUs and gives Sapphire Rapids the Prescott kernels (5x slower matmuls). Returns only when
@@ -22,6 +22,10 @@
 //     and one when the user's OPENBLAS_CORETYPE leaves out vector units the CPU has.
 //   - openblas_description(): "OpenBLAS 0.3.21, SkylakeX kernels, OpenMP build" (the trainer's
 //     header row; a static buffer).
+//   - cpu_exec_self(argv): runs this program again with the same argv and the environment as the
+//     caller has set it (execv of the path /proc/self/exe points to: executed through the link
+//     itself, the process would be named "exe" in ps and pgrep); returns only if execv failed.
+//     The picks above use it, and so does cpu/mpi_backend.h.
 // Call both picks before anything else starts (MPI, threads): they re-execute the process.
 // CPU backend only (C11, POSIX); no state but the environment it reads and sets.
 #ifndef CPU_OPENBLAS_H
@@ -55,12 +59,20 @@ static inline const char *openblas_better_core(const char *chosen) {
     return NULL;
 }
 
+static inline void cpu_exec_self(char **argv) {
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) return;
+    self[len] = 0;
+    execv(self, argv);
+}
+
 static inline void openblas_pick_core(char **argv) {
     if (getenv("OPENBLAS_CORETYPE")) return; // the user's choice
     const char *core = openblas_better_core(openblas_get_corename());
     if (!core) return;
     setenv("OPENBLAS_CORETYPE", core, 1);
-    execv("/proc/self/exe", argv); // returns only on failure: then carry on with what OpenBLAS chose
+    cpu_exec_self(argv); // returns only on failure: then carry on with what OpenBLAS chose
 }
 
 static const char *const openblas_openmp_dirs[] = {"/usr/lib/x86_64-linux-gnu/openblas-openmp",
@@ -84,7 +96,7 @@ static inline void openblas_pick_threading(char **argv) {
         setenv("LD_LIBRARY_PATH", path, 1);
         setenv("ZEROC_OPENBLAS", "switched", 1);
         setenv("ZEROC_OPENBLAS_WAS", openblas_threading_name(), 1);
-        execv("/proc/self/exe", argv); // returns only on failure: then carry on with this one
+        cpu_exec_self(argv); // returns only on failure: then carry on with this one
         return;
     }
 }
