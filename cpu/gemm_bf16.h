@@ -72,6 +72,10 @@ Tiling, and why
   Rows/columns past M/N and k past K are packed as zeros; the results there are never stored.
   Packing is a row copy, a 16x16 32-bit transpose, or an interleave of row pairs (+ transpose),
   in AVX-512 registers with masked loads at the edges, depending on the operand's orientation.
+  An A whose k runs down its source's rows (transA = 1: a weight gradient's doutᵀ) is the
+  exception on the AVX-512 paths: its strips are packed like B strips (k-pairs interleaved, 16
+  rows per 64-byte line, no transpose) and its kernel steps 64 bytes from one k-pair to the next
+  instead of 4 (kernel_t); the sums are the same, bit for bit (test_gemm_bf16 checks it).
   One C micro-tile is 32x32 = 2x2 AMX tiles: 4 accumulator tiles + 2 A + 2 B tiles is all 8 tile
   registers (the best loads-per-TDPBF16PS ratio 8 tiles allow); per 32 k it loads 4 KB and issues
   4 TDPBF16PS (16x16x32 each). The AVX512-BF16 and scalar micro-kernels read the same packed data
@@ -590,7 +594,8 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_add_bf16_avx512(bf16_t *C16, size_t
 // but for its multiply-add, FMA(c, a, b): VDPBF16PS or VFMADD. Each C element is its block's
 // products summed in k order, then stored or (acc) added to C. The A side: rows 0-15 at pa,
 // rows 16-31 at pa + sa, row i's k-tile kt at i * arow + kt * astep bytes from there (packed
-// strips: 64 and 1024; a row-major matrix read in place: its leading dimension and 64).
+// strips: 64 and 1024; a row-major matrix read in place: its leading dimension and 64), and its
+// k-pair (fp32: k) p at p * pstep bytes from there (4; 64 in an A strip packed like a B strip).
 #define ZC_GB_PASS(G, R, FMA)                                                                                  \
     if ((G) < mv) {                                                                                            \
         __m512 c0[R], c1[R];                                                                                   \
@@ -608,7 +613,7 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_add_bf16_avx512(bf16_t *C16, size_t
                 const __m512 x0 = _mm512_loadu_ps(b0 + 64 * p), x1 = _mm512_loadu_ps(b1 + 64 * p);             \
                 _Pragma("GCC unroll 12") for (int i = 0; i < (R); i++) {                                       \
                     float w;                                                                                   \
-                    memcpy(&w, ar[i] + ko + 4 * p, 4);                                                         \
+                    memcpy(&w, ar[i] + ko + pstep * p, 4);                                                     \
                     const __m512 y = _mm512_set1_ps(w);                                                        \
                     c0[i] = FMA(c0[i], y, x0);                                                                 \
                     c1[i] = FMA(c1[i], y, x1);                                                                 \
@@ -636,20 +641,29 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_add_bf16_avx512(bf16_t *C16, size_t
 #define ZC_GB_FMA_BF16(c, a, b) _mm512_dpbf16_ps((c), (__m512bh)(a), (__m512bh)(b))
 #define ZC_GB_FMA_F32(c, a, b) _mm512_fmadd_ps((a), (b), (c))
 ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_avx512bf16_core(const char *pa, size_t sa, size_t arow, size_t astep,
-                                                                  const char *pb, size_t sb, int nkt, float *C,
-                                                                  size_t ldc, int mv, int nv, int acc, ZcGbAhead *pf) {
+                                                                  size_t pstep, const char *pb, size_t sb, int nkt,
+                                                                  float *C, size_t ldc, int mv, int nv, int acc,
+                                                                  ZcGbAhead *pf) {
     ZC_GB_KERNEL_BODY(ZC_GB_FMA_BF16)
 }
 
 ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_avx512bf16(const void *pa, size_t sa, const void *pb,
                                                              size_t sb, int nkt, float *C, size_t ldc,
                                                              int mv, int nv, int acc, ZcGbAhead *pf) {
-    zc_gb_kernel_avx512bf16_core((const char *)pa, sa * 2, 64, 1024, (const char *)pb, sb * 2, nkt, C, ldc, mv, nv, acc, pf);
+    zc_gb_kernel_avx512bf16_core((const char *)pa, sa * 2, 64, 1024, 4, (const char *)pb, sb * 2, nkt, C, ldc, mv, nv, acc, pf);
+}
+// The same with the A strips packed like B strips (k-pair p of row i at p * 64 + i * 4 bytes of a
+// tile: zc_gb_pack_avx512 with vnni 1, or zc_gb_pack2_vnni_avx512): an A whose k runs down its
+// source's rows (transA, a weight gradient's doutᵀ) is then interleaved, not also transposed.
+ZC_GB_TARGET_BF16 static inline void zc_gb_kernel_t_avx512bf16(const void *pa, size_t sa, const void *pb,
+                                                               size_t sb, int nkt, float *C, size_t ldc,
+                                                               int mv, int nv, int acc, ZcGbAhead *pf) {
+    zc_gb_kernel_avx512bf16_core((const char *)pa, sa * 2, 4, 1024, 64, (const char *)pb, sb * 2, nkt, C, ldc, mv, nv, acc, pf);
 }
 ZC_GB_TARGET_BF16 static inline void zc_gb_inplace_avx512bf16(const void *a, size_t lda, const void *pb, size_t sb,
                                                               int nkt, float *C, size_t ldc, int mv, int nv, int acc,
                                                               ZcGbAhead *pf) {
-    zc_gb_kernel_avx512bf16_core((const char *)a, 32 * lda, 2 * lda, 64, (const char *)pb, sb * 2, nkt, C, ldc, mv, nv, acc, pf);
+    zc_gb_kernel_avx512bf16_core((const char *)a, 32 * lda, 2 * lda, 64, 4, (const char *)pb, sb * 2, nkt, C, ldc, mv, nv, acc, pf);
 }
 
 // AMX. Tiles 0-3: C (0,0) (0,1) (1,0) (1,1); 4-5: A rows 0-15, 16-31; 6-7: B columns 0-15, 16-31.
@@ -767,17 +781,21 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_pack_f32_avx512(void *dstv, const v
 
 // The fp32 micro-kernel: the AVX512-BF16 one's body with VFMADD (each product rounded into its sum).
 ZC_GB_TARGET_AVX512 static inline void zc_gb_kernel_f32_core(const char *pa, size_t sa, size_t arow, size_t astep,
-                                                             const char *pb, size_t sb, int nkt, float *C, size_t ldc,
-                                                             int mv, int nv, int acc, ZcGbAhead *pf) {
+                                                             size_t pstep, const char *pb, size_t sb, int nkt, float *C,
+                                                             size_t ldc, int mv, int nv, int acc, ZcGbAhead *pf) {
     ZC_GB_KERNEL_BODY(ZC_GB_FMA_F32)
 }
 ZC_GB_TARGET_AVX512 static inline void zc_gb_kernel_f32(const void *pa, size_t sa, const void *pb, size_t sb, int nkt,
                                                         float *C, size_t ldc, int mv, int nv, int acc, ZcGbAhead *pf) {
-    zc_gb_kernel_f32_core((const char *)pa, sa * 4, 64, 1024, (const char *)pb, sb * 4, nkt, C, ldc, mv, nv, acc, pf);
+    zc_gb_kernel_f32_core((const char *)pa, sa * 4, 64, 1024, 4, (const char *)pb, sb * 4, nkt, C, ldc, mv, nv, acc, pf);
+}
+ZC_GB_TARGET_AVX512 static inline void zc_gb_kernel_t_f32(const void *pa, size_t sa, const void *pb, size_t sb, int nkt,
+                                                          float *C, size_t ldc, int mv, int nv, int acc, ZcGbAhead *pf) {
+    zc_gb_kernel_f32_core((const char *)pa, sa * 4, 4, 1024, 64, (const char *)pb, sb * 4, nkt, C, ldc, mv, nv, acc, pf);
 }
 ZC_GB_TARGET_AVX512 static inline void zc_gb_inplace_f32(const void *a, size_t lda, const void *pb, size_t sb, int nkt,
                                                          float *C, size_t ldc, int mv, int nv, int acc, ZcGbAhead *pf) {
-    zc_gb_kernel_f32_core((const char *)a, 64 * lda, 4 * lda, 64, (const char *)pb, sb * 4, nkt, C, ldc, mv, nv, acc, pf);
+    zc_gb_kernel_f32_core((const char *)a, 64 * lda, 4 * lda, 64, 4, (const char *)pb, sb * 4, nkt, C, ldc, mv, nv, acc, pf);
 }
 
 // A 32 x 32 fp32 block transposed between C (rows m, mv <= 32 of them valid, row stride ldc) and
@@ -1007,6 +1025,7 @@ typedef struct {
     ZcGbPack2Fn pack2;      // two B-side strips of a k-major operand at once, or NULL (one at a time)
     ZcGbKernelFn kernel;
     ZcGbInplaceFn inplace;  // the A side read in place, or NULL (always packed)
+    ZcGbKernelFn kernel_t;  // A strips packed like B strips (an A read across its rows), or NULL
 } ZcGbElem;
 
 // The driver of gemm_bf16_ex (C16 NULL: fp32 C with beta) and gemm_bf16_acc16 (C NULL, beta 1
@@ -1040,14 +1059,15 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
         return 0;
     }
 
-    ZcGbElem el = {2, 32, zc_gb_pack_scalar, NULL, zc_gb_kernel_scalar, NULL};
+    ZcGbElem el = {2, 32, zc_gb_pack_scalar, NULL, zc_gb_kernel_scalar, NULL, NULL};
     ZcGbAddFn add_bf16 = zc_gb_add_bf16_scalar;
 #ifdef ZC_GB_X86
-    if (f32) el = (ZcGbElem){4, 16, zc_gb_pack_f32_avx512, NULL, zc_gb_kernel_f32, zc_gb_inplace_f32};
+    if (f32) el = (ZcGbElem){4, 16, zc_gb_pack_f32_avx512, NULL, zc_gb_kernel_f32, zc_gb_inplace_f32, zc_gb_kernel_t_f32};
     else if (path == GEMM_BF16_AVX512BF16)
-        el = (ZcGbElem){2, 32, zc_gb_pack_avx512, zc_gb_pack2_vnni_avx512, zc_gb_kernel_avx512bf16, zc_gb_inplace_avx512bf16};
+        el = (ZcGbElem){2, 32, zc_gb_pack_avx512, zc_gb_pack2_vnni_avx512, zc_gb_kernel_avx512bf16, zc_gb_inplace_avx512bf16,
+                        zc_gb_kernel_t_avx512bf16};
     else if (path == GEMM_BF16_AMX)
-        el = (ZcGbElem){2, 32, zc_gb_pack_avx512, zc_gb_pack2_vnni_avx512, zc_gb_kernel_amx, zc_gb_inplace_amx};
+        el = (ZcGbElem){2, 32, zc_gb_pack_avx512, zc_gb_pack2_vnni_avx512, zc_gb_kernel_amx, zc_gb_inplace_amx, NULL};
     if (path != GEMM_BF16_SCALAR) add_bf16 = zc_gb_add_bf16_avx512;
 #endif
     const int amx = path == GEMM_BF16_AMX && !f32, es = el.esize, TK = el.tk, TE = 16 * TK; // TE: elements per tile
@@ -1112,6 +1132,12 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
     // on two threads, a copy written by one core and read by both. Needs whole tiles: K a
     // multiple of the tile's k, M of 32 (GPT-2's are).
     const int adirect = dir.adirect;
+    // An A read across its rows (transA: the weight gradient's doutᵀ, whose k, the tokens, runs
+    // down dout's rows) is packed the way the B side is, k-pairs of two source rows interleaved,
+    // with no transpose after it, where the path has a kernel that reads A strips so (kernel_t):
+    // the same products in the same order. The transposing pack took 5-7% of such a product.
+    const int a_il = el.kernel_t && transA && !wdirect;
+    const ZcGbKernelFn kern = a_il ? el.kernel_t : el.kernel;
     // A C larger than the caches that is only written, never read (the LM head's logits, 51 MB at
     // B=4, T=64, from the direct forward; the tied embedding's fresh 16-bit gradient, 77 MB, from
     // acc16 with beta 0), goes out with streaming stores: each row of a block is whole 64-byte
@@ -1158,7 +1184,7 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
                 const int t = (first + i) % nstrips;
                 int expect = 0;
                 if (__atomic_compare_exchange_n(&rstate[t], &expect, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-                    el.pack(rbuf + t * rstrip * es, rsrc, rld, rkc, wdirect || !a_res, rext, K, r0 + 16 * t, 0, nKt);
+                    el.pack(rbuf + t * rstrip * es, rsrc, rld, rkc, wdirect || !a_res || a_il, rext, K, r0 + 16 * t, 0, nKt);
                     __atomic_store_n(&rstate[t], 2, __ATOMIC_RELEASE);
                 }
             }
@@ -1212,12 +1238,12 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
                 for (int k0 = 0; k0 < K; k0 += KC) {
                     const int nkt = zc_gb_min(KC / TK, nKt - k0 / TK);
                     const size_t sstrip = (size_t)nkt * TE;
-                    if (el.pack2 && !skc && a_res)  // (sc is a multiple of 32)
+                    if (el.pack2 && !skc && (a_res || a_il))  // (sc is a multiple of 32)
                         for (int t = 0; t < sc / 16; t += 2)
                             el.pack2(sbuf + t * sstrip * es, sstrip, ssrc, sld, sext, K, s0 + 16 * t, k0, nkt);
                     else
                         for (int t = 0; t < sc / 16; t++)
-                            el.pack(sbuf + t * sstrip * es, ssrc, sld, skc, a_res, sext, K, s0 + 16 * t, k0, nkt);
+                            el.pack(sbuf + t * sstrip * es, ssrc, sld, skc, a_res || a_il, sext, K, s0 + 16 * t, k0, nkt);
                     const int acc = acc0 || k0 > 0;
                     ZcGbAhead ahead = zc_gb_ahead(ssrc, sld, es, skc, sext, K, KC, SC, s0, k0, nt, (sc / 32) * (rc / 32));
                     for (int sb = 0; sb < sc; sb += 32) {
@@ -1255,8 +1281,8 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
                                            ldk, mv, nv, acc, pf);
                             else
 #endif
-                            if (a_res) el.kernel(pr, rstrip, ps, sstrip, nkt, c, ldk, mv, nv, acc, pf);
-                            else el.kernel(ps, sstrip, pr, rstrip, nkt, c, ldk, mv, nv, acc, pf);
+                            if (a_res) kern(pr, rstrip, ps, sstrip, nkt, c, ldk, mv, nv, acc, pf);
+                            else kern(ps, sstrip, pr, rstrip, nkt, c, ldk, mv, nv, acc, pf);
                             zc_gb_ahead_rest(&ahead);
                             if (C16 && !split) add_bf16(C16 + (size_t)row0 * ldcz + col0, ldcz, cblk, mv, nv, mode16);
                             else if (C16) // (each run of rows not in split in one call: a call per row cost the LM head ~4 ms a step)

@@ -295,6 +295,47 @@ static void test_determinism(GemmBf16Path path) {
 // Streaming stores (a C over GEMM_BF16_STREAM_BYTES that the call only writes, rows 64-byte
 // aligned) write the same bits as plain stores (the same C one element off alignment): the
 // direct forward, bias included, and a fresh 16-bit weight gradient.
+// The product with A given transposed (transA 1: A read across its rows, as a weight gradient's
+// doutᵀ) equals, bit for bit, the product with the same A given row-major: each C element has one
+// summation order (the same products, the same k order) whatever the operand's layout and however
+// it is packed. A resident (M <= N) and streamed (M > N), several K blocks, ragged edges, both B
+// orientations, beta 0 and 1; and on the bf16 paths the same with the sums rounded into a 16-bit C
+// (gemm_bf16_acc16: all of K in one block), as the trainer computes its weight gradients.
+static void test_transposed_a(GemmBf16Path path) {
+    static const Shape shapes[] = {{200, 64, 800}, {64, 200, 800}, {97, 40, 300}, {33, 70, 65}, {256, 768, 64}, {768, 96, 256}};
+    const int es = path == PATH_F32 ? 4 : 2;
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
+        for (int t = 0; t < 4; t++) {
+            const int M = shapes[s].M, N = shapes[s].N, K = shapes[s].K, tB = t & 1, acc16 = t >> 1;
+            if (acc16 && path == PATH_F32) continue;
+            char *A = alloc_for(path, M, K, K), *At = alloc_for(path, K, M, M);
+            void *B = tB ? alloc_for(path, N, K, K) : alloc_for(path, K, N, N);
+            for (int m = 0; m < M; m++)
+                for (int k = 0; k < K; k++) memcpy(At + ((size_t)k * M + m) * es, A + ((size_t)m * K + k) * es, es);
+            const float beta = (float)(s & 1);
+            const size_t nc = (size_t)M * N;
+            int same = 1;
+            if (!acc16) {
+                float *x = malloc(nc * 4), *y = malloc(nc * 4);
+                for (size_t i = 0; i < nc; i++) x[i] = y[i] = (float)(i % 7) - 3.0f;
+                int r1 = gemm_call(path, 0, tB, M, N, K, A, K, B, tB ? K : N, beta, x, N, NULL, 0);
+                int r2 = gemm_call(path, 1, tB, M, N, K, At, M, B, tB ? K : N, beta, y, N, NULL, 0);
+                same = r1 == 0 && r2 == 0 && memcmp(x, y, nc * 4) == 0;
+                free(x); free(y);
+            } else {
+                bf16_t *x = malloc(nc * 2), *y = malloc(nc * 2);
+                for (size_t i = 0; i < nc; i++) x[i] = y[i] = rng_bf16();
+                int r1 = gemm_bf16_acc16(path, 0, tB, M, N, K, (bf16_t *)A, K, B, tB ? K : N, beta, x, N, NULL, 0);
+                int r2 = gemm_bf16_acc16(path, 1, tB, M, N, K, (bf16_t *)At, M, B, tB ? K : N, beta, y, N, NULL, 0);
+                same = r1 == 0 && r2 == 0 && memcmp(x, y, nc * 2) == 0;
+                free(x); free(y);
+            }
+            CHECK(same, "%s %dx%dx%d tB=%d beta %g%s: A transposed and A row-major give different bits", path_name(path), M,
+                  N, K, tB, beta, acc16 ? " (acc16)" : "");
+            free(A); free(At); free(B);
+        }
+}
+
 static void test_streaming_forward(GemmBf16Path path) {
     int M = 64, N = (int)(GEMM_BF16_STREAM_BYTES / (64 * sizeof(float))) / 32 * 32 + 32, K = 64;
     void *A = alloc_for(path, M, K, K), *B = alloc_for(path, N, K, K);
@@ -864,6 +905,7 @@ int main(int argc, char **argv) {
         test_shapes(quick);
         cases_f32 = 0;
         test_determinism(PATH_F32);
+        test_transposed_a(PATH_F32);
         test_specials(PATH_F32);
         test_streaming_forward(PATH_F32);
         test_wrappers(PATH_F32);
@@ -880,6 +922,7 @@ int main(int argc, char **argv) {
         long f0 = n_fail;
         double t1 = now();
         test_determinism(path);
+        test_transposed_a(path);
         test_specials(path);
         if (path != GEMM_BF16_SCALAR) test_streaming(path); // (the direct forward: AVX512-BF16 and AMX only)
         test_wrappers(path);
