@@ -34,20 +34,27 @@
 // Below OPT_ENGINE_OMP_MIN elements a run stays on the calling thread (forking a team costs
 // about what a core needs for that many elements).
 #define OPT_ENGINE_OMP_MIN 16384
+// Each thread reads the step's constants from its own copy (sc): through the shared *step, which
+// stores to p and the state might change for all the compiler knows, the loop re-read them and
+// redid lr / bias_correction1 (a division) and the (1 - beta) terms for every vector of elements.
 #define OPT_ENGINE_LOOP(ELEMENT, STORE)                                                                           \
     {                                                                                                              \
-        OPT_ENGINE_PRAGMA(omp parallel for simd schedule(static) if (n >= OPT_ENGINE_OMP_MIN))                     \
-        for (size_t i = 0; i < n; i++) {                                                                           \
-            ELEMENT;                                                                                               \
-            STORE;                                                                                                 \
+        OPT_ENGINE_PRAGMA(omp parallel if (n >= OPT_ENGINE_OMP_MIN))                                               \
+        {                                                                                                          \
+            const OptStep sc = *step;                                                                              \
+            OPT_ENGINE_PRAGMA(omp for simd schedule(static))                                                       \
+            for (size_t i = 0; i < n; i++) {                                                                       \
+                ELEMENT;                                                                                           \
+                STORE;                                                                                             \
+            }                                                                                                      \
         }                                                                                                          \
     }
 #define OPT_ENGINE_KINDS(LOAD, STORE)                                                                              \
     switch (step->kind) {                                                                                          \
-    case OPT_LION: OPT_ENGINE_LOOP(lion_element(step, &p[i], &s0[i], LOAD, decay), STORE) break;                 \
-    case OPT_SGD_MOMENTUM: OPT_ENGINE_LOOP(sgd_element(step, &p[i], &s0[i], LOAD, decay), STORE) break;          \
-    case OPT_SGD: OPT_ENGINE_LOOP(sgd_element(step, &p[i], NULL, LOAD, decay), STORE) break;                      \
-    default: OPT_ENGINE_LOOP(adamw_element(step, &p[i], &s0[i], &s1[i], LOAD, decay), STORE) break;              \
+    case OPT_LION: OPT_ENGINE_LOOP(lion_element(&sc, &p[i], &s0[i], LOAD, decay), STORE) break;                  \
+    case OPT_SGD_MOMENTUM: OPT_ENGINE_LOOP(sgd_element(&sc, &p[i], &s0[i], LOAD, decay), STORE) break;           \
+    case OPT_SGD: OPT_ENGINE_LOOP(sgd_element(&sc, &p[i], NULL, LOAD, decay), STORE) break;                       \
+    default: OPT_ENGINE_LOOP(adamw_element(&sc, &p[i], &s0[i], &s1[i], LOAD, decay), STORE) break;               \
     }
 // The GPU trainer's host code is compiled for any x86-64 (it runs on whatever CPU hosts the GPU),
 // so there the engine is cloned for AVX-512 and AVX2 and picks one at load time; the CPU trainer
