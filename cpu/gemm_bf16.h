@@ -805,33 +805,44 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_inplace_f32(const void *a, size_t l
 // layout and row stride as C; NULL: none), and C given that value widened (r16 1) or not
 // written at all (r16 2).
 ZC_GB_TARGET_AVX512 static inline void zc_gb_tblock(float *t, float *C, size_t ldc, int mv, int out, bf16_t *C16, int r16) {
-    // words 0, 2, ..., 30 of a vector of 16 rounded lanes (zc_gb_round16_avx512), in its low half
-    const __m512i even = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                          30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    for (int q = 0; q < 4; q++) {
-        const int r = (q >> 1) * 16, c = (q & 1) * 16;  // quadrant of C: rows m r.., columns n c..
-        __m512i v[16];
-        if (!out) {
+    if (!out) {
+        for (int q = 0; q < 4; q++) {
+            const int r = (q >> 1) * 16, c = (q & 1) * 16;  // quadrant of C: rows m r.., columns n c..
+            __m512i v[16];
             for (int i = 0; i < 16; i++)
                 v[i] = r + i < mv ? _mm512_loadu_si512((const void *)(C + (size_t)(r + i) * ldc + c)) : _mm512_setzero_si512();
             zc_gb_transpose16_epi32(v);
             for (int i = 0; i < 16; i++) _mm512_storeu_si512((void *)(t + (c + i) * 32 + r), v[i]);
-        } else {
-            for (int i = 0; i < 16; i++) v[i] = _mm512_loadu_si512((const void *)(t + (c + i) * 32 + r));
-            zc_gb_transpose16_epi32(v);
-            for (int i = 0; i < 16 && r + i < mv; i++) {
-                float *dst = C + (size_t)(r + i) * ldc + c;
-                if (r16) {
-                    const __m512i h = zc_gb_round16_avx512(_mm512_castsi512_ps(v[i]));
-                    // (a permute and a plain store, not VPMOVDW to memory: see zc_gb_add_bf16_avx512)
-                    if (C16)
-                        _mm256_storeu_si256((__m256i *)(C16 + (size_t)(r + i) * ldc + c),
-                                            _mm512_castsi512_si256(_mm512_permutexvar_epi16(even, h)));
-                    if (r16 == 2) continue;
-                    v[i] = _mm512_slli_epi32(h, 16); // widening: the rounding left a NaN quiet already
-                }
-                if (out == 2 && !((uintptr_t)dst & 63)) _mm512_stream_si512((__m512i *)dst, v[i]);
-                else _mm512_storeu_si512((void *)dst, v[i]);
+        }
+        return;
+    }
+    // words 0, 2, ..., 62 of two vectors of 16 rounded lanes (zc_gb_round16_avx512): one row's 32
+    // bf16, stored as one whole 64-byte line (two half-line stores per row were a fifth of a
+    // rounded forward's time outside the kernels)
+    const __m512i even = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32,
+                                          30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    for (int r = 0; r < 32 && r < mv; r += 16) {  // rows m r..r+15: both quadrants' columns (n 0.., 16..)
+        __m512i v[16], w[16];
+        for (int i = 0; i < 16; i++) v[i] = _mm512_loadu_si512((const void *)(t + i * 32 + r));
+        for (int i = 0; i < 16; i++) w[i] = _mm512_loadu_si512((const void *)(t + (16 + i) * 32 + r));
+        zc_gb_transpose16_epi32(v);
+        zc_gb_transpose16_epi32(w);
+        for (int i = 0; i < 16 && r + i < mv; i++) {
+            float *dst = C + (size_t)(r + i) * ldc;
+            __m512i a = v[i], b = w[i];
+            if (r16) {
+                const __m512i ha = zc_gb_round16_avx512(_mm512_castsi512_ps(a)), hb = zc_gb_round16_avx512(_mm512_castsi512_ps(b));
+                // (a permute and a plain store, not VPMOVDW to memory: see zc_gb_add_bf16_avx512)
+                if (C16) _mm512_storeu_si512((void *)(C16 + (size_t)(r + i) * ldc), _mm512_permutex2var_epi16(ha, even, hb));
+                if (r16 == 2) continue;
+                a = _mm512_slli_epi32(ha, 16), b = _mm512_slli_epi32(hb, 16); // widening: the rounding left a NaN quiet already
+            }
+            if (out == 2 && !((uintptr_t)dst & 63)) {
+                _mm512_stream_si512((__m512i *)dst, a);
+                _mm512_stream_si512((__m512i *)(dst + 16), b);
+            } else {
+                _mm512_storeu_si512((void *)dst, a);
+                _mm512_storeu_si512((void *)(dst + 16), b);
             }
         }
     }
@@ -1215,11 +1226,16 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
                         // and a store to a line that is not in the cache waits for the line to be
                         // read. (Not when C is streamed: those stores read nothing.)
                         const int nrb = rb + 32 < rc ? rb + 32 : 0, ncol = rb + 32 < rc ? s0 + sb : nxt;
+                        // Likewise its rows of the rounded copy R16 (one line each), whose stores
+                        // were a fifth of a rounded forward's time outside the kernels.
                         if (!stream && ncol < N)
                             for (int i = 0; i < zc_gb_min(32, M - r0 - nrb); i++) {
-                                const float *q = C + (size_t)(r0 + nrb + i) * ldcz + ncol;
-                                __builtin_prefetch(q, 1, 3);
-                                __builtin_prefetch(q + 16, 1, 3);
+                                const size_t o = (size_t)(r0 + nrb + i) * ldcz + ncol;
+                                if (r16 != 2) {
+                                    __builtin_prefetch(C + o, 1, 3);
+                                    __builtin_prefetch(C + o + 16, 1, 3);
+                                }
+                                if (R16) __builtin_prefetch(R16 + o, 1, 3);
                             }
                         if (bias)
                             for (int i = 0; i < 32; i++)
