@@ -37,6 +37,7 @@
 #include "cpu/gemm_bf16.h"
 #include "cpu/workspace.h"
 #include "cpu/openblas.h"
+#include "cpu/head_gemm.h"
 
 // ----------------------------------------------------------------------------------------
 // Utilities
@@ -102,6 +103,7 @@ typedef struct {
     size_t staging_elems;
     int via_sgemm;               // bf16 products through sgemm on rounded operands (no AMX/AVX512-BF16)
     int f32_gemm;                // fp32 products (fp32 and fp16 runs) on gemm_f32 (AVX-512); else OpenBLAS sgemm
+    int head_simd;               // the attention heads' products on cpu/head_gemm.h's AVX-512 kernel; else sgemm
     GemmBf16Ctx gemm;            // gemm_bf16's path and packing scratch
     GradsOpen grads[2];          // the gradients the backward is writing, by range (above)
     // bf16 runs on gemm_bf16: the layer in progress's fp32 activations whose bf16 values are
@@ -362,8 +364,12 @@ static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias,
 // out (B,T,C) the heads' outputs side by side; att (B,NH,T,T) the softmax probabilities, row t
 // in columns 0..t and zero after (the backward multiplies whole blocks of it).
 // The products per head (q.kᵀ and att.v; in the backward attᵀ.dout, dout.vᵀ, ds.k and dsᵀ.q,
-// ds the scores' gradient) are sgemm calls on strided views of qkv, in blocks of rows along the
-// diagonal so that the causal mask costs little: rows r0..r1 only reach columns 0..r1.
+// ds the scores' gradient) are head_gemm calls (cpu/head_gemm.h: OpenBLAS's sums, bit for bit)
+// on strided views of qkv, in blocks of rows along the diagonal, and within a block each call
+// skips what the causal mask makes zero or unneeded (rows r0..r1 only reach columns 0..r1, and
+// row t of a block only columns 0..t). OpenBLAS computed all of each block, the scores (q.kᵀ,
+// dout.vᵀ) through its packing kernel: 7 + 11 ms of a d12 B=4 T=64 step, on 1/4 of its
+// matrix FLOPs.
 // The heads are the parallel work: one (b, h) per item, its products and softmax on one thread
 // (OpenBLAS runs a call made inside a parallel region on that thread alone). Each of those
 // sgemm calls is small (T=64: 64 x 64 x 64), too small for two threads to share, and made one
@@ -372,13 +378,14 @@ static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias,
 static int block_end(int r0, int rows, int T) { return r0 + rows < T ? r0 + rows : T; }
 
 // One head's forward: att_bh (T,T) of head h of batch row b, out_b (T,C), qkv_b (T,3C).
-static void attention_head_forward(float *out_b, float *att_bh, const float *qkv_b, int h, int T, int C, int hs, float scale) {
+static void attention_head_forward(int simd, float *out_b, float *att_bh, const float *qkv_b, int h, int T, int C, int hs,
+                                   float scale) {
     const int C3 = 3 * C;
     const float *q = qkv_b + h * hs, *v = qkv_b + 2 * C + h * hs;
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) { // scores: att[r0..r1, 0..r1] = scale q[r0..r1] . k[0..r1]ᵀ
         int r1 = block_end(r0, ATT_BLOCK, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, q + (size_t)r0 * C3, C3,
-                    q + C, C3, 0.0f, att_bh + (size_t)r0 * T, T);
+        head_gemm(simd, 0, 1, r1 - r0, r1, hs, scale, q + (size_t)r0 * C3, C3, q + C, C3, att_bh + (size_t)r0 * T, T,
+                  HG_C_LOWER, r0);
     }
     for (int t = 0; t < T; t++) { // softmax over columns 0..t of each row; zero beyond
         float *a = att_bh + (size_t)t * T;
@@ -391,38 +398,36 @@ static void attention_head_forward(float *out_b, float *att_bh, const float *qkv
     }
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) { // out[r0..r1] = att[r0..r1, 0..r1] . v[0..r1]
         int r1 = block_end(r0, ATT_BLOCK, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, att_bh + (size_t)r0 * T, T, v, C3,
-                    0.0f, out_b + (size_t)r0 * C + h * hs, C);
+        head_gemm(simd, 0, 0, r1 - r0, hs, r1, 1.0f, att_bh + (size_t)r0 * T, T, v, C3, out_b + (size_t)r0 * C + h * hs, C,
+                  HG_A_LOWER, r0);
     }
 }
 
 static void attention_forward(CpuKernels *k, float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-    (void)k;
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
-            attention_head_forward(out + (size_t)b * T * C, att + ((size_t)b * NH + h) * T * T, qkv + (size_t)b * T * 3 * C,
+            attention_head_forward(k->head_simd, out + (size_t)b * T * C, att + ((size_t)b * NH + h) * T * T, qkv + (size_t)b * T * 3 * C,
                                    h, T, C, hs, scale);
 }
 
 // One head's backward: dqkv_b (T,3C) of batch row b gets head h's dq, dk, dv; att_bh (T,T) is
 // overwritten with the scores' gradient; datt, `rows` x T floats of scratch.
-static void attention_head_backward(float *dqkv_b, float *att_bh, const float *dout_b, const float *qkv_b, float *datt,
-                                    int rows, int h, int T, int C, int hs, float scale) {
+static void attention_head_backward(int simd, float *dqkv_b, float *att_bh, const float *dout_b, const float *qkv_b,
+                                    float *datt, int rows, int h, int T, int C, int hs, float scale) {
     const int C3 = 3 * C;
     const float *q = qkv_b + h * hs;
     for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) { // dv[c0..c1] = att[c0..T, c0..c1]ᵀ . dout[c0..T]
         int c1 = block_end(c0, ATT_BLOCK, T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f, att_bh + (size_t)c0 * T + c0, T,
-                    dout_b + (size_t)c0 * C + h * hs, C, 0.0f, dqkv_b + (size_t)c0 * C3 + 2 * C + h * hs, C3);
+        head_gemm(simd, 1, 0, c1 - c0, hs, T - c0, 1.0f, att_bh + (size_t)c0 * T + c0, T, dout_b + (size_t)c0 * C + h * hs, C,
+                  dqkv_b + (size_t)c0 * C3 + 2 * C + h * hs, C3, HG_A_UPPER, 0);
     }
     for (int r0 = 0; r0 < T; r0 += rows) { // datt[r0..r1] = dout[r0..r1] . v[0..r1]ᵀ, in the scratch
         int r1 = block_end(r0, rows, T);
         float *a = att_bh + (size_t)r0 * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f, dout_b + (size_t)r0 * C + h * hs, C,
-                    q + 2 * C, C3, 0.0f, datt, T);
+        head_gemm(simd, 0, 1, r1 - r0, r1, hs, 1.0f, dout_b + (size_t)r0 * C + h * hs, C, q + 2 * C, C3, datt, T, HG_C_LOWER, r0);
         for (int t = r0; t < r1; t++) { // att[t] := scale * att[t] * (datt - att[t] . datt), columns 0..t
             float *at = a + (size_t)(t - r0) * T;
             const float *dt = datt + (size_t)(t - r0) * T;
@@ -435,10 +440,10 @@ static void attention_head_backward(float *dqkv_b, float *att_bh, const float *d
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = block_end(r0, ATT_BLOCK, T);
         // dq[r0..r1] = ds[r0..r1, 0..r1] . k[0..r1];  dk[r0..r1] = ds[r0..T, r0..r1]ᵀ . q[r0..T]
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, att_bh + (size_t)r0 * T, T,
-                    q + C, C3, 0.0f, dq + (size_t)r0 * C3, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, hs, T - r0, 1.0f, att_bh + (size_t)r0 * T + r0, T,
-                    q + (size_t)r0 * C3, C3, 0.0f, dq + C + (size_t)r0 * C3, C3);
+        head_gemm(simd, 0, 0, r1 - r0, hs, r1, 1.0f, att_bh + (size_t)r0 * T, T, q + C, C3, dq + (size_t)r0 * C3, C3, HG_A_LOWER,
+                  r0);
+        head_gemm(simd, 1, 0, r1 - r0, hs, T - r0, 1.0f, att_bh + (size_t)r0 * T + r0, T, q + (size_t)r0 * C3, C3,
+                  dq + C + (size_t)r0 * C3, C3, HG_A_UPPER, 0);
     }
 }
 
@@ -448,7 +453,6 @@ static void attention_head_backward(float *dqkv_b, float *att_bh, const float *d
 // floats, `rows` rows of T (at most ATT_BLOCK). dv first, while att still holds the probabilities.
 static void attention_backward(CpuKernels *k, float *dqkv, float *att, const float *dout, const float *qkv, float *out,
                                int B, int T, int C, int NH) {
-    (void)k;
     int hs = C / NH, nt = omp_get_max_threads();
     if (nt > B * C) nt = B * C;
     int rows = B * C / nt < ATT_BLOCK ? B * C / nt : ATT_BLOCK;
@@ -456,7 +460,7 @@ static void attention_backward(CpuKernels *k, float *dqkv, float *att, const flo
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(nt)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
-            attention_head_backward(dqkv + (size_t)b * T * 3 * C, att + ((size_t)b * NH + h) * T * T, dout + (size_t)b * T * C,
+            attention_head_backward(k->head_simd, dqkv + (size_t)b * T * 3 * C, att + ((size_t)b * NH + h) * T * T, dout + (size_t)b * T * C,
                                     qkv + (size_t)b * T * 3 * C, out + (size_t)omp_get_thread_num() * rows * T, rows, h, T, C,
                                     hs, scale);
 }
@@ -646,6 +650,7 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
     *act += act_floats * sizeof(float);
     gpt2_activations_wire(&m->acts, m->acts_memory, cfg, B, T, slots);
     m->slot_layer[0] = m->slot_layer[1] = -1;
+    m->kern.head_simd = gemm_f32_supported();
     if (m->mixed) {
         size_t n16 = cpu_kept16_numel(cfg, recompute, B, T);
         m->acts16 = (uint16_t *)xcalloc_bytes(n16 * sizeof(uint16_t));

@@ -444,6 +444,55 @@ static void test_attention(int B, int T, int C, int NH) {
     free(qkv); free(out); free(att); free(r); free(ref); free(p); free(dqkv); free(fd); free(a);
 }
 
+// head_gemm (cpu/head_gemm.h) against its contract computed here: each wanted element of C one
+// fmaf chain over every k from +0 in order, then times alpha, bit for bit, where A holds zeros
+// (+0 and -0) where the mask says (the kernel skips most of those terms: the chain's bits must
+// not change); unwanted elements (HG_C_LOWER's) are not compared. Shapes: rows not a multiple
+// of 6, columns over one block of 64, diagonal offsets, K = 0, K over HG_MAX_K (transB: the
+// sgemm fallback, compared to a tolerance).
+static void test_head_gemm(void) {
+    static const int shapes[][3] = {{1, 1, 1}, {6, 64, 64}, {7, 5, 3}, {13, 70, 64}, {64, 64, 64}, {20, 130, 33}, {5, 17, 0}, {9, 8, 300}};
+    static const float alphas[] = {1.0f, 0.125f, 0.17677669f};
+    long checked = 0, bad = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int mask = HG_FULL; mask <= HG_A_UPPER; mask++)
+                    for (int d = -3; d <= 5; d += 4) {
+                        int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+                        float alpha = alphas[(si + ta + tb + (size_t)mask) % 3];
+                        int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+                        float *A = floats((size_t)(ta ? K : M) * lda + 1), *B = floats((size_t)(tb ? N : K) * ldb + 1);
+                        float *C = floats((size_t)M * ldc + 1);
+                        fill_uniform(A, (size_t)(ta ? K : M) * lda, -2, 2);
+                        fill_uniform(B, (size_t)(tb ? N : K) * ldb, -2, 2);
+                        int fallback = tb && K > HG_MAX_K;
+                        for (int i = 0; i < M; i++) // the terms the mask says are zero: zeros (of both signs)
+                            for (int k = 0; k < K; k++)
+                                if ((mask == HG_A_LOWER && k > i + d) || (mask == HG_A_UPPER && k < i + d))
+                                    A[ta ? (size_t)k * lda + i : (size_t)i * lda + k] = (i + k) % 3 ? 0.0f : -0.0f;
+                        fill_nan(C, (size_t)M * ldc + 1);
+                        head_gemm(1, ta, tb, M, N, K, alpha, A, lda, B, ldb, C, ldc, mask, d);
+                        for (int i = 0; i < M; i++)
+                            for (int j = 0; j < N; j++) {
+                                if (mask == HG_C_LOWER && j > i + d) continue;
+                                float acc = 0.0f; // (over every k, the zeros included: skipping them must change no bit)
+                                for (int k = 0; k < K; k++) {
+                                    acc = fmaf(A[ta ? (size_t)k * lda + i : (size_t)i * lda + k], B[tb ? (size_t)j * ldb + k : (size_t)k * ldb + j], acc);
+                                }
+                                float want = alpha * acc, got = C[(size_t)i * ldc + j];
+                                checked++;
+                                if (fallback ? !(fabsf(got - want) <= 1e-4f * (1.0f + fabsf(want))) : memcmp(&got, &want, 4) != 0) {
+                                    if (bad++ < 5)
+                                        FAIL("head_gemm transA %d transB %d %dx%dx%d mask %d d %d: C(%d,%d) = %.9g, want %.9g", ta, tb, M, N, K, mask, d,
+                                             i, j, got, want);
+                                }
+                            }
+                        free(A); free(B); free(C);
+                    }
+    printf("head_gemm: %ld elements against the fmaf chain, %ld differ\n", checked, bad);
+}
+
 // ----------------------------------------------------------------------------------------
 // gelu (tanh approximation), elementwise
 
@@ -895,11 +944,22 @@ int main(void) {
         memset(&kc, 0, sizeof(kc));
         free(scratch);
     }
-    kernel_begin("attention");
-    test_attention(2, 5, 8, 2);
-    test_attention(1, 7, 12, 3);
-    test_attention(1, ATT_BLOCK + 13, 4, 2); // two row blocks, the second ragged; datt in 4-row blocks
-    kernel_end();
+    // attention: its products on cpu/head_gemm.h's kernel (where AVX-512 is), and on sgemm
+    for (int simd = gemm_f32_supported(); simd >= 0; simd--) {
+        kc.head_simd = simd;
+        kernel_begin(simd ? "attention (head_gemm)" : "attention (sgemm)");
+        test_attention(2, 5, 8, 2);
+        test_attention(1, 7, 12, 3);
+        test_attention(1, ATT_BLOCK + 13, 4, 2); // two row blocks, the second ragged; datt in 4-row blocks
+        test_attention(1, 9, 140, 2);            // hs 70: output columns in two blocks of 64
+        kernel_end();
+    }
+    kc.head_simd = 0;
+    if (gemm_f32_supported()) {
+        kernel_begin("head_gemm");
+        test_head_gemm();
+        kernel_end();
+    }
     kernel_begin("gelu");
     test_gelu(97);
     kernel_end();
