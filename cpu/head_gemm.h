@@ -26,8 +26,9 @@ What it computes (row-major; the contract of cblas_sgemm with beta = 0)
   or NaN, which would make the sum NaN: a run in that state has lost its loss already).
   simd 0 (no AVX-512, or transB with K > HG_MAX_K) calls cblas_sgemm instead, computing all of C.
 
-Tiling: blocks of 6 rows x 64 columns of C in 24 zmm accumulators; per k, the 4 vectors of B's
-row k and one broadcast of A(i,k) per row. transB (the keys and values rows of qkv: B(k,j) runs
+Tiling: blocks of 6 rows x 64 columns of C in 24 zmm accumulators (fewer columns near the
+diagonal: 16, 32 or 48 in 6, 12 or 18); per k, the vectors of B's row k and one broadcast of
+A(i,k) per row. transB (the keys and values rows of qkv: B(k,j) runs
 down rows 9 KB apart) is first transposed, 64 columns at a time, into a stack buffer.
 Needs cpu/gemm_bf16.h (its 16 x 16 transpose) and cblas.h.
 */
@@ -41,33 +42,38 @@ enum { HG_FULL, HG_C_LOWER, HG_A_LOWER, HG_A_UPPER };
 #define HG_MAX_K 256
 
 #ifdef ZC_GB_X86
-// rows (1..6) x n (1..64) of C = alpha * sum over k in [k0, k1) of A(i,k) B(k,j): A(i,k) at
-// a[i*sai + k*sak], B(k,j) at b[k*ldb + j]
+// rows (1..6) x n (1..16 NV) of C = alpha * sum over k in [k0, k1) of A(i,k) B(k,j): A(i,k) at
+// a[i*sai + k*sak], B(k,j) at b[k*ldb + j]. NV (1..4) vectors of 16 columns, a constant in each
+// of the four instances below (a block narrower than 64 columns, near the causal diagonal, does
+// not multiply the columns it does not have).
 #define HG_ZERO(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = c##i##0, c##i##2 = c##i##0, c##i##3 = c##i##0;
 #define HG_ROW(i)                                                                                        \
     {                                                                                                    \
         const __m512 y = _mm512_set1_ps(a[(size_t)(i) * sai + (size_t)k * sak]);                         \
-        c##i##0 = _mm512_fmadd_ps(y, x0, c##i##0), c##i##1 = _mm512_fmadd_ps(y, x1, c##i##1);            \
-        c##i##2 = _mm512_fmadd_ps(y, x2, c##i##2), c##i##3 = _mm512_fmadd_ps(y, x3, c##i##3);            \
+        c##i##0 = _mm512_fmadd_ps(y, x0, c##i##0);                                                       \
+        if (NV > 1) c##i##1 = _mm512_fmadd_ps(y, x1, c##i##1);                                           \
+        if (NV > 2) c##i##2 = _mm512_fmadd_ps(y, x2, c##i##2);                                           \
+        if (NV > 3) c##i##3 = _mm512_fmadd_ps(y, x3, c##i##3);                                           \
     }
 #define HG_STORE(i)                                                                                      \
     if ((i) < rows) {                                                                                    \
         float *cr = c + (size_t)(i) * ldc;                                                               \
         _mm512_mask_storeu_ps(cr, m0, _mm512_mul_ps(al, c##i##0));                                       \
-        _mm512_mask_storeu_ps(cr + 16, m1, _mm512_mul_ps(al, c##i##1));                                  \
-        _mm512_mask_storeu_ps(cr + 32, m2, _mm512_mul_ps(al, c##i##2));                                  \
-        _mm512_mask_storeu_ps(cr + 48, m3, _mm512_mul_ps(al, c##i##3));                                  \
+        if (NV > 1) _mm512_mask_storeu_ps(cr + 16, m1, _mm512_mul_ps(al, c##i##1));                      \
+        if (NV > 2) _mm512_mask_storeu_ps(cr + 32, m2, _mm512_mul_ps(al, c##i##2));                      \
+        if (NV > 3) _mm512_mask_storeu_ps(cr + 48, m3, _mm512_mul_ps(al, c##i##3));                      \
     }
 static inline __mmask16 hg_mask(int n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u); }
-ZC_GB_TARGET_AVX512 static inline void hg_block(int rows, int n, int k0, int k1, float alpha, const float *a, size_t sai,
-                                                size_t sak, const float *b, size_t ldb, float *c, size_t ldc) {
+ZC_GB_TARGET_AVX512 static inline __attribute__((always_inline)) void hg_block(const int NV, int rows, int n, int k0, int k1,
+                                                                               float alpha, const float *a, size_t sai, size_t sak,
+                                                                               const float *b, size_t ldb, float *c, size_t ldc) {
     const __mmask16 m0 = hg_mask(n), m1 = hg_mask(n - 16), m2 = hg_mask(n - 32), m3 = hg_mask(n - 48);
     const __m512 al = _mm512_set1_ps(alpha);
     HG_ZERO(0) HG_ZERO(1) HG_ZERO(2) HG_ZERO(3) HG_ZERO(4) HG_ZERO(5)
     for (int k = k0; k < k1; k++) {
         const float *br = b + (size_t)k * ldb;
-        const __m512 x0 = _mm512_maskz_loadu_ps(m0, br), x1 = _mm512_maskz_loadu_ps(m1, br + 16),
-                     x2 = _mm512_maskz_loadu_ps(m2, br + 32), x3 = _mm512_maskz_loadu_ps(m3, br + 48);
+        const __m512 x0 = _mm512_maskz_loadu_ps(m0, br), x1 = NV > 1 ? _mm512_maskz_loadu_ps(m1, br + 16) : x0,
+                     x2 = NV > 2 ? _mm512_maskz_loadu_ps(m2, br + 32) : x0, x3 = NV > 3 ? _mm512_maskz_loadu_ps(m3, br + 48) : x0;
         if (rows == 6) { // (the common case, without a branch per row)
             HG_ROW(0) HG_ROW(1) HG_ROW(2) HG_ROW(3) HG_ROW(4) HG_ROW(5)
             continue;
@@ -83,6 +89,16 @@ ZC_GB_TARGET_AVX512 static inline void hg_block(int rows, int n, int k0, int k1,
 #undef HG_ZERO
 #undef HG_ROW
 #undef HG_STORE
+#define HG_BLOCK_NV(nv)                                                                                                      \
+    ZC_GB_TARGET_AVX512 static void hg_block##nv(int rows, int n, int k0, int k1, float alpha, const float *a, size_t sai,    \
+                                                 size_t sak, const float *b, size_t ldb, float *c, size_t ldc) {           \
+        hg_block(nv, rows, n, k0, k1, alpha, a, sai, sak, b, ldb, c, ldc);                                                    \
+    }
+HG_BLOCK_NV(1)
+HG_BLOCK_NV(2)
+HG_BLOCK_NV(3)
+HG_BLOCK_NV(4)
+#undef HG_BLOCK_NV
 
 // bt (K,64) = columns j0..j0+n-1 of op(B) = rows j0.. of B (n <= 64, K <= HG_MAX_K), 16 x 16 at a
 // time through registers (columns past n: zeros)
@@ -121,7 +137,9 @@ ZC_GB_TARGET_AVX512 static inline void hg_run(int transA, int transB, int M, int
                 if (i0 + d > k0) k0 = i0 + d;
             }
             if (k0 > k1) k0 = k1;
-            hg_block(rows, nn, k0, k1, alpha, A + (size_t)i0 * sai, sai, sak, b, ldbb, C + (size_t)i0 * ldc + j0, (size_t)ldc);
+            void (*blk)(int, int, int, int, float, const float *, size_t, size_t, const float *, size_t, float *, size_t) =
+                nn > 48 ? hg_block4 : nn > 32 ? hg_block3 : nn > 16 ? hg_block2 : hg_block1;
+            blk(rows, nn, k0, k1, alpha, A + (size_t)i0 * sai, sai, sak, b, ldbb, C + (size_t)i0 * ldc + j0, (size_t)ldc);
         }
     }
 }
