@@ -984,21 +984,23 @@ static Trace *gpt2_trace(GPT2 *m) { return m->z.trace; }
 #include "core/model.h" // gpt2_forward, gpt2_backward: the same passes as the GPU trainer's
 
 // The sum of squares of g[i0..i1) (fp32, bf16 or fp16 elements), in double. Widening a bf16 is a
-// shift: NaN stays NaN, Inf Inf.
+// shift: NaN stays NaN, Inf Inf. The square of a float (24 significant bits) is exact in double
+// (53), so fma(x, x, s) rounds once, where x * x + s did: the same sums with one instruction
+// fewer per 8 elements, in a pass bound by its arithmetic (the conversions to double).
 static double sum_squares_block(const void *g, size_t i0, size_t i1, int dtype) {
     double s = 0.0;
     if (dtype == ZC_F32) {
         const float *f = (const float *)g;
 #pragma omp simd reduction(+ : s)
-        for (size_t i = i0; i < i1; i++) s += (double)f[i] * f[i];
+        for (size_t i = i0; i < i1; i++) s = fma((double)f[i], (double)f[i], s);
     } else if (dtype == ZC_BF16) {
         const uint16_t *h = (const uint16_t *)g;
 #pragma omp simd reduction(+ : s)
-        for (size_t i = i0; i < i1; i++) { double x = zc_f32_from_bits((uint32_t)h[i] << 16); s += x * x; }
+        for (size_t i = i0; i < i1; i++) { double x = zc_f32_from_bits((uint32_t)h[i] << 16); s = fma(x, x, s); }
     } else {
         const fp16_t *h = (const fp16_t *)g;
 #pragma omp simd reduction(+ : s)
-        for (size_t i = i0; i < i1; i++) { double x = fp16_to_f32(h[i]); s += x * x; }
+        for (size_t i = i0; i < i1; i++) { double x = fp16_to_f32(h[i]); s = fma(x, x, s); }
     }
     return s;
 }
