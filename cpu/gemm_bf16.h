@@ -804,7 +804,9 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_inplace_f32(const void *a, size_t l
 // (r16, see zc_gb_run) each value x rounded to bf16 (f32_to_bf16, bit for bit) into C16 (the same
 // layout and row stride as C; NULL: none), and C given that value widened (r16 1) or not
 // written at all (r16 2).
-ZC_GB_TARGET_AVX512 static inline void zc_gb_tblock(float *t, float *C, size_t ldc, int mv, int out, bf16_t *C16, int r16) {
+// (out: bias, NULL or the block's 32 column values, added to each sum as it goes out)
+ZC_GB_TARGET_AVX512 static inline void zc_gb_tblock(float *t, float *C, size_t ldc, int mv, int out, bf16_t *C16, int r16,
+                                                    const float *bias) {
     if (!out) {
         for (int q = 0; q < 4; q++) {
             const int r = (q >> 1) * 16, c = (q & 1) * 16;  // quadrant of C: rows m r.., columns n c..
@@ -821,6 +823,7 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_tblock(float *t, float *C, size_t l
     // rounded forward's time outside the kernels)
     const __m512i even = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32,
                                           30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512 b0 = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps(), b1 = bias ? _mm512_loadu_ps(bias + 16) : b0;
     for (int r = 0; r < 32 && r < mv; r += 16) {  // rows m r..r+15: both quadrants' columns (n 0.., 16..)
         __m512i v[16], w[16];
         for (int i = 0; i < 16; i++) v[i] = _mm512_loadu_si512((const void *)(t + i * 32 + r));
@@ -830,6 +833,8 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_tblock(float *t, float *C, size_t l
         for (int i = 0; i < 16 && r + i < mv; i++) {
             float *dst = C + (size_t)(r + i) * ldc;
             __m512i a = v[i], b = w[i];
+            if (bias) a = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), b0)),
+                      b = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(b), b1));
             if (r16) {
                 const __m512i ha = zc_gb_round16_avx512(_mm512_castsi512_ps(a)), hb = zc_gb_round16_avx512(_mm512_castsi512_ps(b));
                 // (a permute and a plain store, not VPMOVDW to memory: see zc_gb_add_bf16_avx512)
@@ -1237,16 +1242,20 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
                                 }
                                 if (R16) __builtin_prefetch(R16 + o, 1, 3);
                             }
-                        if (bias)
+                        // The bias: the AVX-512 kernels form each block's sums from zero and then
+                        // add what the block held (C + sum), so adding the bias on the way out is
+                        // the same arithmetic, without a 4 KB fill and its reload per block. AMX
+                        // tiles start from what they load: the bias goes in first there.
+                        if (bias && amx)
                             for (int i = 0; i < 32; i++)
                                 for (int j = 0; j < 32; j++) cblk[i * 32 + j] = bias[s0 + sb + i];
-                        else if (acc0) zc_gb_tblock(cblk, c, ldcz, mv, 0, NULL, 0);
+                        else if (acc0) zc_gb_tblock(cblk, c, ldcz, mv, 0, NULL, 0, NULL);
                         const char *pr = rbuf + (size_t)(rb / 16) * rstrip * es;
-                        const int acc = acc0 || bias;
+                        const int acc = acc0 || (bias && amx);
                         el.inplace(w, (size_t)ldb, pr, rstrip, nKt, cblk, 32, 32, 32, acc, zc_gb_ahead_begin(&fw, nKt * ticks));
                         zc_gb_ahead_rest(&fw);
                         zc_gb_tblock(cblk, c, ldcz, mv, stream ? 2 : 1, R16 ? R16 + (size_t)(r0 + rb) * ldcz + s0 + sb : NULL,
-                                     r16);
+                                     r16, bias && !amx ? bias + s0 + sb : NULL);
                     }
                 }
                 if (wdirect) continue;
