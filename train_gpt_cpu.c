@@ -364,16 +364,17 @@ static void matmul_backward(CpuKernels *k, float *dinp, float *dw, float *dbias,
 // out (B,T,C) the heads' outputs side by side; att (B,NH,T,T) the softmax probabilities, row t
 // in columns 0..t and zero after (the backward multiplies whole blocks of it).
 // The products per head (q.kᵀ and att.v; in the backward attᵀ.dout, dout.vᵀ, ds.k and dsᵀ.q,
-// ds the scores' gradient) are head_gemm calls (cpu/head_gemm.h: OpenBLAS's sums, bit for bit)
+// ds the scores' gradient) are head_gemm calls (cpu/head_gemm.h: each element one FMA chain in k
+// order, which is how OpenBLAS sums where k fits its K block: at T=64 its results, bit for bit)
 // on strided views of qkv, in blocks of rows along the diagonal, and within a block each call
 // skips what the causal mask makes zero or unneeded (rows r0..r1 only reach columns 0..r1, and
-// row t of a block only columns 0..t). OpenBLAS computed all of each block, the scores (q.kᵀ,
-// dout.vᵀ) through its packing kernel: 7 + 11 ms of a d12 B=4 T=64 step, on 1/4 of its
-// matrix FLOPs.
+// row t of a block only columns 0..t). As sgemm calls they computed all of each block, the
+// scores (q.kᵀ, dout.vᵀ) through OpenBLAS's packing kernel: 7 + 11 ms of a d12 B=4 T=64 step,
+// on 1/4 of its matrix FLOPs.
 // The heads are the parallel work: one (b, h) per item, its products and softmax on one thread
-// (OpenBLAS runs a call made inside a parallel region on that thread alone). Each of those
-// sgemm calls is small (T=64: 64 x 64 x 64), too small for two threads to share, and made one
-// after another from outside they kept one core waiting through all of them.
+// (OpenBLAS, where it is the fallback, runs a call made inside a parallel region on that thread
+// alone). Each of those products is small (T=64: 64 x 64 x 64), too small for two threads to
+// share, and made one after another from outside they kept one core waiting through all of them.
 #define ATT_BLOCK 128
 static int block_end(int r0, int rows, int T) { return r0 + rows < T ? r0 + rows : T; }
 
@@ -392,7 +393,7 @@ static void attention_head_forward(int simd, float *out_b, float *att_bh, const 
         float maxv = -INFINITY, sum = 0.0f;
         // The maximum is exact in any order, and so are the exponentials (one at a time, in
         // vectors or not): only their sum is a chain in column order. (With the sum in the same
-        // loop, none of it was vectorised: the softmax was half of the forward's time.)
+        // loop, none of it was vectorised.)
 #pragma omp simd reduction(max : maxv)
         for (int t2 = 0; t2 <= t; t2++) maxv = a[t2] > maxv ? a[t2] : maxv;
 #pragma omp simd
@@ -415,8 +416,8 @@ static void attention_forward(CpuKernels *k, float *out, float *att, const float
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
-            attention_head_forward(k->head_simd, out + (size_t)b * T * C, att + ((size_t)b * NH + h) * T * T, qkv + (size_t)b * T * 3 * C,
-                                   h, T, C, hs, scale);
+            attention_head_forward(k->head_simd, out + (size_t)b * T * C, att + ((size_t)b * NH + h) * T * T,
+                                   qkv + (size_t)b * T * 3 * C, h, T, C, hs, scale);
 }
 
 // One head's backward: dqkv_b (T,3C) of batch row b gets head h's dq, dk, dv; att_bh (T,T) is
@@ -466,9 +467,9 @@ static void attention_backward(CpuKernels *k, float *dqkv, float *att, const flo
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(nt)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
-            attention_head_backward(k->head_simd, dqkv + (size_t)b * T * 3 * C, att + ((size_t)b * NH + h) * T * T, dout + (size_t)b * T * C,
-                                    qkv + (size_t)b * T * 3 * C, out + (size_t)omp_get_thread_num() * rows * T, rows, h, T, C,
-                                    hs, scale);
+            attention_head_backward(k->head_simd, dqkv + (size_t)b * T * 3 * C, att + ((size_t)b * NH + h) * T * T,
+                                    dout + (size_t)b * T * C, qkv + (size_t)b * T * 3 * C,
+                                    out + (size_t)omp_get_thread_num() * rows * T, rows, h, T, C, hs, scale);
 }
 
 // GELU elementwise (gpt2_gelu in gpt2.h, shared with the GPU kernels); (n) -> (n)

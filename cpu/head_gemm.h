@@ -7,10 +7,11 @@ What it computes (row-major; the contract of cblas_sgemm with beta = 0)
     transA = 0: A(i,k) at A[i*lda + k]    transA = 1: at A[k*lda + i]
     transB = 0: B(k,j) at B[k*ldb + j]    transB = 1: at B[j*ldb + k]
   Each C element is one chain of fused multiply-adds over k in increasing order, starting from
-  +0, then multiplied by alpha: the order OpenBLAS's kernels for these shapes use (its small-matrix
-  kernels and, for K <= its K block, its packed kernel), so the results equal its, bit for bit,
-  where OpenBLAS sums so (test_head_gemm checks the contract against a scalar fmaf chain; the
-  trainer's logs were checked against OpenBLAS's).
+  +0, then multiplied by alpha: the order OpenBLAS's kernels use for these shapes (its small-matrix
+  kernels, and its packed kernel while K fits its K block), so the results equal OpenBLAS's, bit
+  for bit, where it sums so: the trainer's checkpoints at T=64 are identical; at T=1024 OpenBLAS
+  splits k and the last bits differ. (test_kernels's test_head_gemm checks this contract against
+  a scalar fmaf chain.)
 
     void head_gemm(simd, transA, transB, M, N, K, alpha, A, lda, B, ldb, C, ldc, mask, d)
   mask says which terms are known zeros or which results are not wanted, relative to the
@@ -28,8 +29,8 @@ What it computes (row-major; the contract of cblas_sgemm with beta = 0)
 
 Tiling: blocks of 6 rows x 64 columns of C in 24 zmm accumulators (fewer columns near the
 diagonal: 16, 32 or 48 in 6, 12 or 18); per k, the vectors of B's row k and one broadcast of
-A(i,k) per row. transB (the keys and values rows of qkv: B(k,j) runs
-down rows 9 KB apart) is first transposed, 64 columns at a time, into a stack buffer.
+A(i,k) per row. A transB operand (keys or values rows of qkv, whose B(k,j) runs down rows 9 KB
+apart) is first transposed, 64 columns at a time, into a stack buffer.
 Needs cpu/gemm_bf16.h (its 16 x 16 transpose) and cblas.h.
 */
 #ifndef ZC_HEAD_GEMM_H
