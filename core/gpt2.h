@@ -494,7 +494,9 @@ ZC_HD static inline float gpt2_exp(float x) {
     float k = rintf(x * 1.44269504f);
     float r = x - k * 0.693145752f - k * 1.42860677e-6f; // ln2 in two parts: exact products
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-    int32_t bits = ((int32_t)k + 127) << 23;
+    // (unsigned: a NaN x, whose k converts to INT_MIN on x86, made this a shift of a negative
+    // value, undefined; the result is NaN either way, since p is)
+    uint32_t bits = (uint32_t)((int32_t)k + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof(scale));
     return p * scale;
