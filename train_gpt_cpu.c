@@ -121,6 +121,10 @@ typedef struct {
     // forward matmul of fc, 3 MB of fp32 a layer at B=4, T=64, and GELU) and sets done, and
     // gpt2_act_rounded leaves it at that.
     struct { float *f32; bf16_t *x16; int done; } out16[NUM_ACTIVATIONS];
+    // bf16 runs: GELU of every bf16 value, rounded to bf16, and GELU's derivative of every bf16
+    // value (65536 entries each, indexed by the bits; gelu_tables_fill), else NULL
+    bf16_t *gelu16;
+    float *gelu_grad32;
 } CpuKernels;
 
 // The out16 entry of a tensor a kernel is about to write (p), or -1: the kernel writes the fp32
@@ -473,9 +477,28 @@ static void attention_backward(CpuKernels *k, float *dqkv, float *att, const flo
 }
 
 // GELU elementwise (gpt2_gelu in gpt2.h, shared with the GPU kernels); (n) -> (n)
+// A bf16 run's GELU reads a bf16 input, which has only 65536 values: its GELU (rounded to bf16,
+// as the forward stores it) and its derivative are looked up, computed once per run by the same
+// functions (CPU_GELU_TABLES_BYTES, cpu/workspace.h): the same bits, without the exponential and
+// the division per element that made each pass compute-bound.
+static void gelu_tables_fill(bf16_t *gelu16, float *gelu_grad32) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        float x = bf16_to_f32((bf16_t)h);
+        gelu16[h] = f32_to_bf16(gpt2_gelu(x));
+        gelu_grad32[h] = gpt2_gelu_grad(x);
+    }
+}
 static void gelu_forward(CpuKernels *k, float *out, const float *inp, size_t n) {
     const bf16_t *inp16 = stored_bf16(k, inp); // (as in the backward, below)
     const int o16 = out16_index(k, out);
+    if (inp16 && o16 >= 0 && k->gelu16) { // only its bf16 values (out16), looked up
+        bf16_t *h16 = k->out16[o16].x16;
+        const bf16_t *g = k->gelu16;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) h16[i] = g[inp16[i]];
+        k->out16[o16].done = 1;
+        return;
+    }
     if (inp16 && o16 >= 0) { // only its bf16 values (out16), 1024 at a time through a buffer
         bf16_t *h16 = k->out16[o16].x16;
         const long nb = (long)((n + 1023) / 1024);
@@ -502,6 +525,12 @@ static void gelu_forward(CpuKernels *k, float *out, const float *inp, size_t n) 
 // holds inp's stored bf16 copy (bf16 runs), it reads that: what inp is, widened.
 static void gelu_backward(CpuKernels *k, float *dinp, const float *inp, const float *dout, size_t n) {
     const bf16_t *inp16 = stored_bf16(k, inp);
+    if (inp16 && k->gelu_grad32) {
+        const float *g = k->gelu_grad32;
+#pragma omp parallel for simd
+        for (size_t i = 0; i < n; i++) dinp[i] = g[inp16[i]] * dout[i];
+        return;
+    }
     if (inp16) {
 #pragma omp parallel for simd
         for (size_t i = 0; i < n; i++) dinp[i] = gpt2_gelu_grad(bf16_to_f32(inp16[i])) * dout[i];
@@ -686,6 +715,10 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
             k->gemm = (GemmBf16Ctx){GEMM_BF16_AUTO, m->gemm_scratch, scratch};
             m->batch_rows = (uint8_t *)xcalloc_bytes((size_t)cfg->padded_vocab_size);
             *work += (size_t)cfg->padded_vocab_size;
+            k->gelu16 = (bf16_t *)xcalloc_bytes(CPU_GELU_TABLES_BYTES);
+            k->gelu_grad32 = (float *)(k->gelu16 + 65536);
+            *work += CPU_GELU_TABLES_BYTES;
+            gelu_tables_fill(k->gelu16, k->gelu_grad32);
         }
         const char *via = getenv("ZEROC_BF16_MATMUL");
         k->via_sgemm = (via && !strcmp(via, "sgemm")) || gemm_bf16_best_path() == GEMM_BF16_SCALAR;
@@ -715,7 +748,7 @@ static void gpt2_free(GPT2 *m) {
     zero_free(&m->z);
     for (int k = 0; k < NUM_VIEWS; k++) free(m->view[k]);
     free(m->gacc_embed); free(m->gacc_final); free(m->gacc_layer); free(m->kern.staging); free(m->acts16);
-    free(m->gemm_scratch); free(m->batch_rows);
+    free(m->gemm_scratch); free(m->batch_rows); free(m->kern.gelu16);
     free(m->acts_memory); free(m->inputs); free(m->targets);
 }
 

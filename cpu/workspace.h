@@ -20,8 +20,9 @@
 //     accumulators (the embeddings, the final LayerNorm, one layer) rounded into the 16-bit
 //     storage, and in bf16 the matmuls' operands rounded into one staging area ((B,T) rows of
 //     the widest pair of a matmul's output gradient and input: the LM head's, or the MLP's),
-//     gemm_bf16.h's packing scratch (sized for the run's OpenMP threads) and one flag per
-//     vocabulary row (the batch's tokens: the tied embedding's rows that keep fp32 sums).
+//     gemm_bf16.h's packing scratch (sized for the run's OpenMP threads), one flag per
+//     vocabulary row (the batch's tokens: the tied embedding's rows that keep fp32 sums), and
+//     GELU's tables: its bf16 result and its fp32 derivative for each of the 65536 bf16 values.
 //     fp32 and fp16 runs multiply in fp32 (gemm_f32 where the CPU has AVX-512, else OpenBLAS)
 //     and keep its packing scratch, whichever runs. cpu_workspace_bytes() is the total: in fp32,
 //     that scratch alone.
@@ -32,6 +33,9 @@
 #include "core/gpt2.h"
 #include "cpu/gemm_bf16.h"
 #include "run/planner.h"
+
+// bf16 runs: GELU (bf16) and its derivative (fp32) for every bf16 input
+#define CPU_GELU_TABLES_BYTES ((size_t)65536 * (sizeof(uint16_t) + sizeof(float)))
 
 // The fp32 block's slots: per-layer tensor i holds slots[i] layers (see the contract).
 static inline void cpu_activation_slots(const GPT2Config *c, GPT2Recompute r, int mixed, int slots[NUM_ACTIVATIONS]) {
@@ -122,7 +126,7 @@ static inline size_t cpu_workspace_bytes(const ParamLayout *lay, const GPT2Confi
     size_t floats = (embed + fin + 2 * layer) + (embed + fin + layer);
     if (dtype != ZC_BF16) return floats * sizeof(float) + cpu_f32_matmul_scratch_bytes(c, B, T, threads);
     return floats * sizeof(float) + cpu_bf16_staging_elems(c, B, T) * 2 + cpu_bf16_matmul_scratch_bytes(c, B, T, threads) +
-           (size_t)c->padded_vocab_size;
+           (size_t)c->padded_vocab_size + CPU_GELU_TABLES_BYTES;
 }
 
 // --- for the planner ---

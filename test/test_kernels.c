@@ -551,6 +551,48 @@ static void test_gelu(size_t n) {
     free(inp); free(out); free(r); free(ref); free(dinp); free(fd); free(inplace);
 }
 
+// bf16 runs look GELU and its derivative up (gelu_tables_fill): over every one of the 65536 bf16
+// inputs, the looked-up forward (into a stored bf16 output) and backward against the formulas on
+// the widened input (the forward's result rounded to bf16), bit for bit, NaN against NaN.
+static int same_or_nan(float a, float b) { return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0; }
+static void test_gelu_tables(void) {
+    const size_t n = 65536;
+    bf16_t *inp16 = (bf16_t *)xmalloc(n * sizeof(bf16_t)), *out16 = (bf16_t *)xmalloc(n * sizeof(bf16_t));
+    bf16_t *table16 = (bf16_t *)xmalloc(CPU_GELU_TABLES_BYTES);
+    float *inp = floats(n), *widened = floats(n), *out = floats(n), *r = floats(n), *want = floats(n), *got = floats(n);
+    float *want_fwd = floats(n);
+    for (size_t i = 0; i < n; i++) inp16[i] = (bf16_t)i;
+    bf16_to_f32_array(widened, inp16, n);
+    fill_uniform(r, n, -1, 1);
+    gelu_backward(&kc, want, widened, r, n);      // the formulas
+    gelu_forward(&kc, want_fwd, widened, n);
+    gelu_tables_fill(table16, (float *)(table16 + n));
+    kc.gelu16 = table16;
+    kc.gelu_grad32 = (float *)(table16 + n);
+    fill_nan(inp, n);
+    kc.stored16[A_FCH].f32 = inp;
+    kc.stored16[A_FCH].x16 = inp16;
+    kc.out16[A_FCH_GELU].f32 = out;
+    kc.out16[A_FCH_GELU].x16 = out16;
+    gelu_backward(&kc, got, inp, r, n);
+    gelu_forward(&kc, out, inp, n);
+    int done = kc.out16[A_FCH_GELU].done;
+    memset(kc.stored16, 0, sizeof kc.stored16);
+    memset(kc.out16, 0, sizeof kc.out16);
+    kc.gelu16 = NULL;
+    kc.gelu_grad32 = NULL;
+    long bad_b = 0, bad_f = 0;
+    for (size_t i = 0; i < n; i++) {
+        bad_b += !same_or_nan(got[i], want[i]);
+        bad_f += !same_or_nan(bf16_to_f32(out16[i]), bf16_to_f32(f32_to_bf16(want_fwd[i])));
+    }
+    if (!done) FAIL("%s: the looked-up forward did not mark its bf16 output written", cur_kernel);
+    if (bad_b) FAIL("%s: backward: %ld of the 65536 bf16 inputs' looked-up derivatives differ from the formula", cur_kernel, bad_b);
+    if (bad_f) FAIL("%s: forward: %ld of the 65536 bf16 inputs' looked-up values differ from the formula", cur_kernel, bad_f);
+    printf("gelu tables: all 65536 bf16 inputs, forward %ld and backward %ld differ from the formulas\n", bad_f, bad_b);
+    free(inp16); free(out16); free(table16); free(inp); free(widened); free(out); free(r); free(want); free(got); free(want_fwd);
+}
+
 // ----------------------------------------------------------------------------------------
 // fused softmax + cross-entropy over the first V of Vp columns
 
@@ -962,6 +1004,9 @@ int main(void) {
     }
     kernel_begin("gelu");
     test_gelu(97);
+    kernel_end();
+    kernel_begin("gelu (bf16 tables)");
+    test_gelu_tables();
     kernel_end();
     kernel_begin("crossentropy_softmax_fused");
     test_crossentropy(10, 11, 16);
