@@ -535,12 +535,8 @@ ZC_GB_TARGET_AVX512 static inline void zc_gb_pack2_vnni_avx512(void *dstv, size_
     }
 }
 
-// zc_gb_add_bf16_scalar, 16 lanes at a time with the same integer steps as bf16_to_f32 (quiet
-// NaNs) and f32_to_bf16 (round to nearest even on the bits; NaN keeps its top payload, quiet),
-// so the results are bit-identical to it; only the fp32 add is a float instruction. A whole row
-// of the block (32 columns, one cache line of C16) is rounded in registers and written with one
-// plain 64-byte store: GCC turns the narrowing then a 32-byte store into VPMOVDW to memory,
-// which Zen 4 executes slowly enough that perf put most of this function on it.
+// bf16_to_f32 and f32_to_bf16 (round to nearest even on the bits; NaN keeps its top payload,
+// quiet), 16 lanes at a time with the same integer steps, so bit for bit the same.
 ZC_GB_TARGET_AVX512 static inline __m512i zc_gb_round16_avx512(__m512 x) {  // -> 16 bf16 in the low halves
     const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
     const __m512i quiet16 = _mm512_set1_epi32(0x0040), half = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
@@ -557,33 +553,60 @@ ZC_GB_TARGET_AVX512 static inline __m512 zc_gb_widen16_avx512(__m256i h) {  // 1
     u = _mm512_mask_or_epi32(u, _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf), u, quiet32);
     return _mm512_castsi512_ps(u);
 }
-ZC_GB_TARGET_AVX512 static inline void zc_gb_add_bf16_avx512(bf16_t *C16, size_t ldc, const float *t, int mv, int nv, int add) {
-    // words 0, 2, 4, ... of two rounded vectors (each bf16 in the low half of a 32-bit lane)
+// One row of a block: 32 fp32 (a: columns 0-15, b: 16-31) rounded to their 32 bf16, in order
+// (f32_to_bf16 bit for bit), as one vector: the words 0, 2, 4, ... of two rounded vectors.
+ZC_GB_TARGET_AVX512 static inline __m512i zc_gb_row16_avx512(__m512 a, __m512 b) {
     const __m512i even = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32,
                                           30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    for (int i = 0; i < mv; i++) {
-        bf16_t *d = C16 + (size_t)i * ldc;
-        if (nv == 32) {
-            __m512 x0 = _mm512_loadu_ps(t + i * 32), x1 = _mm512_loadu_ps(t + i * 32 + 16);
-            if (add == 1) {
-                __m512i h = _mm512_loadu_si512((const void *)d);
-                x0 = _mm512_add_ps(zc_gb_widen16_avx512(_mm512_castsi512_si256(h)), x0);
-                x1 = _mm512_add_ps(zc_gb_widen16_avx512(_mm512_extracti64x4_epi64(h, 1)), x1);
-            }
-            __m512i r = _mm512_permutex2var_epi16(zc_gb_round16_avx512(x0), even, zc_gb_round16_avx512(x1));
-            if (add == 2 && !((uintptr_t)d & 63)) _mm512_stream_si512((__m512i *)d, r);
-            else _mm512_storeu_si512((void *)d, r);
-            continue;
-        }
-        for (int j = 0; j < nv; j += 16) {
-            int n = nv - j < 16 ? nv - j : 16;
-            __mmask16 m = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
-            __m512 x = _mm512_maskz_loadu_ps(m, t + i * 32 + j);
-            if (add == 1) x = _mm512_add_ps(zc_gb_widen16_avx512(_mm256_maskz_loadu_epi16(m, d + j)), x);
-            _mm256_mask_storeu_epi16(d + j, m, _mm512_cvtepi32_epi16(zc_gb_round16_avx512(x)));
-        }
-    }
+    return _mm512_permutex2var_epi16(zc_gb_round16_avx512(a), even, zc_gb_round16_avx512(b));
 }
+// The same where the CPU has AVX512-BF16: VCVTNE2PS2BF16 rounds both vectors in one instruction,
+// to nearest even with NaNs quieted and their top payload kept, as f32_to_bf16 does, except that
+// it reads fp32 subnormal inputs as zero. A row holding one (0 < |x| < 2^-126: rare, and
+// test_gemm_bf16 makes such rows) is rounded the integer way instead. In a weight gradient's
+// acc16 epilogue this took its share of the product from 8.4% to ~4% (one thread, GPT-2's qkv).
+ZC_GB_TARGET_BF16 static inline __m512i zc_gb_row16_avx512bf16(__m512 a, __m512 b) {
+    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), top = _mm512_set1_epi32(0x007FFFFF), one = _mm512_set1_epi32(1);
+    // subnormal lanes: |x| - 1 < 0x7FFFFF, unsigned (zero wraps around to the top)
+    const __mmask16 sa = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(a), abs_mask), one), top);
+    const __mmask16 sb = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(b), abs_mask), one), top);
+    if (__builtin_expect(sa | sb, 0)) return zc_gb_row16_avx512(a, b);
+    return (__m512i)_mm512_cvtne2ps_pbh(b, a);
+}
+
+// zc_gb_add_bf16_scalar, with the same integer steps as bf16_to_f32 (quiet NaNs) and the rounding
+// above, so the results are bit-identical to it; only the fp32 add is a float instruction. A
+// whole row of the block (32 columns, one cache line of C16) is rounded in registers and written
+// with one plain 64-byte store: GCC turns the narrowing then a 32-byte store into VPMOVDW to
+// memory, which Zen 4 executes slowly enough that perf put most of this function on it. (Other
+// widths, 16 lanes at a time, the integer way.) One function per row rounding (ROW16).
+#define ZC_GB_ADD_BF16(NAME, TARGET, ROW16)                                                                  \
+    TARGET static inline void NAME(bf16_t *C16, size_t ldc, const float *t, int mv, int nv, int add) {       \
+        for (int i = 0; i < mv; i++) {                                                                       \
+            bf16_t *d = C16 + (size_t)i * ldc;                                                               \
+            if (nv == 32) {                                                                                  \
+                __m512 x0 = _mm512_loadu_ps(t + i * 32), x1 = _mm512_loadu_ps(t + i * 32 + 16);             \
+                if (add == 1) {                                                                              \
+                    __m512i h = _mm512_loadu_si512((const void *)d);                                         \
+                    x0 = _mm512_add_ps(zc_gb_widen16_avx512(_mm512_castsi512_si256(h)), x0);                 \
+                    x1 = _mm512_add_ps(zc_gb_widen16_avx512(_mm512_extracti64x4_epi64(h, 1)), x1);           \
+                }                                                                                            \
+                __m512i r = ROW16(x0, x1);                                                                   \
+                if (add == 2 && !((uintptr_t)d & 63)) _mm512_stream_si512((__m512i *)d, r);                  \
+                else _mm512_storeu_si512((void *)d, r);                                                      \
+                continue;                                                                                    \
+            }                                                                                                \
+            for (int j = 0; j < nv; j += 16) {                                                               \
+                int n = nv - j < 16 ? nv - j : 16;                                                           \
+                __mmask16 m = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);                     \
+                __m512 x = _mm512_maskz_loadu_ps(m, t + i * 32 + j);                                         \
+                if (add == 1) x = _mm512_add_ps(zc_gb_widen16_avx512(_mm256_maskz_loadu_epi16(m, d + j)), x); \
+                _mm256_mask_storeu_epi16(d + j, m, _mm512_cvtepi32_epi16(zc_gb_round16_avx512(x)));          \
+            }                                                                                                \
+        }                                                                                                    \
+    }
+ZC_GB_ADD_BF16(zc_gb_add_bf16_avx512, ZC_GB_TARGET_AVX512, zc_gb_row16_avx512)
+ZC_GB_ADD_BF16(zc_gb_add_bf16_avx512bf16, ZC_GB_TARGET_BF16, zc_gb_row16_avx512bf16)
 
 // The SIMD micro-kernels (AVX512-BF16, and fp32 for gemm_f32) share one body. The 32 x 32 block
 // goes in passes of 12, 12 and 8 rows (those that hold valid rows), each R rows x 32 columns in
@@ -1084,7 +1107,10 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
                         zc_gb_kernel_t_avx512bf16};
     else if (path == GEMM_BF16_AMX)
         el = (ZcGbElem){2, 32, zc_gb_pack_avx512, zc_gb_pack2_vnni_avx512, zc_gb_kernel_amx, zc_gb_inplace_amx, NULL};
-    if (path != GEMM_BF16_SCALAR) add_bf16 = zc_gb_add_bf16_avx512;
+    // acc16's rounding on VCVTNE2PS2BF16 where the CPU has it (zc_gb_row16_avx512bf16; AMX machines
+    // have it too, but the AMX path does not require it)
+    if (path != GEMM_BF16_SCALAR)
+        add_bf16 = zc_gb_cpu_features() & ZC_GB_F_BF16 ? zc_gb_add_bf16_avx512bf16 : zc_gb_add_bf16_avx512;
 #endif
     const int amx = path == GEMM_BF16_AMX && !f32, es = el.esize, TK = el.tk, TE = 16 * TK; // TE: elements per tile
     const int ticks = amx ? 1 : 3; // zc_gb_ahead_tick calls per k-tile of a 32 x 32 block (AVX-512: a pass of rows each)
@@ -1284,11 +1310,14 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
                             const int mv = zc_gb_min(M - row0, C16 ? 32 : M), nv = zc_gb_min(N - col0, C16 ? 32 : N);
                             // The block's 32 rows of C16 lie a row apart in memory (a weight
                             // gradient, read once): ask for them now, so that they arrive while
-                            // the kernel computes instead of one miss at a time in the add.
+                            // the kernel computes instead of one miss at a time in the add. Into
+                            // L2: the kernel's operands at K = 256 (32 KB) filled L1 and pushed
+                            // them out again (perf put a third of the add on its first load; with
+                            // PREFETCHT1, a weight gradient's product took ~1.5% less time).
                             // (Not when they are streamed: they are not read at all.)
                             if (C16 && !stream)
                                 for (int i = 0; i < zc_gb_min(mv, 32); i++)
-                                    __builtin_prefetch(C16 + (size_t)(row0 + i) * ldcz + col0, 1, 3);
+                                    __builtin_prefetch(C16 + (size_t)(row0 + i) * ldcz + col0, 0, 2);
                             // Likewise the next block's rows of C (fp32: two lines a row), which
                             // its kernel loads (beta 1, K blocks) or at least stores.
                             else if (rb + 32 < rc) {

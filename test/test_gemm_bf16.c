@@ -733,6 +733,14 @@ static void test_acc16(GemmBf16Path path) {
             if (s == 1) { A[0] = 0x7F80; B[0] = 0xFF80; }  // Inf products (and Inf - Inf = NaN)
             bf16_t *C16 = alloc_mat(M, N, ldc), *want = alloc_mat(M, N, ldc);
             C16[0] = 0x7F81; if (M * N > 2) { C16[1] = 0x8000; C16[2] = 0xFF80; }  // sNaN, -0, -Inf
+            // A row of C whose products are all zero (its row of A is), and whose C16 holds bf16
+            // subnormals: with beta 1 each sum is that subnormal, which must round to itself (an
+            // epilogue that reads fp32 subnormals as zero, as VCVTNE2PS2BF16 does, fails here)
+            if (M >= 4) {
+                const int zr = 3;
+                for (int k = 0; k < K; k++) A[tA ? (size_t)k * lda + zr : (size_t)zr * lda + k] = 0;
+                for (int n = 0; n < N; n++) C16[(size_t)zr * ldc + n] = (bf16_t)((n % 2 ? 0x8000u : 0u) | (1u + (n * 37u) % 0x7Fu));
+            }
             memcpy(want, C16, ((size_t)(M - 1) * ldc + N) * sizeof(bf16_t));
             float *P = malloc((size_t)M * N * sizeof(float));
             gemm_bf16_ex(path, tA, tB, M, N, K, A, lda, B, ldb, 0.0f, P, N, NULL, 0);
