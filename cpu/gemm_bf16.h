@@ -98,8 +98,9 @@ Tiling, and why
   with the current one (zc_gb_ahead): the hardware prefetchers do not follow that pattern.
   Two operands are not packed at all where K (and the rows) come in whole tiles: the weight of
   the forward (its rows are A tiles of the transposed product, "wdirect") and a row-major
-  resident A such as the backward-data product's dout ("adirect"); the kernels read them in place
-  (and an in-place resident A needs no buffer: gemm_bf16_scratch_bytes_t leaves it out).
+  resident A such as the backward-data product's dout ("adirect", unless its rows are a multiple
+  of 4 KB long: see zc_gb_direct); the kernels read them in place (and an in-place resident A
+  needs no buffer: gemm_bf16_scratch_bytes_t leaves it out).
   Within a chunk, C is accumulated in the tiles over a K block, loaded/stored once per K block.
   No barriers (for rext <= RC): threads claim resident strips with an atomic flag per strip and
   wait only for strips another thread is in the middle of packing, then take chunks; the join at
@@ -918,11 +919,22 @@ typedef struct {
 // Which operand a SIMD path reads in place instead of packing it (see the driver): the weight of
 // a linear layer's forward (wdirect), or a row-major resident A (adirect). inplace: the path can
 // (AVX512-BF16, AMX, fp32; not the scalar path); c16: gemm_bf16_acc16; tk: the k of one tile.
+// A pass of the AVX-512 kernels reads 12 rows of an in-place A side by side, one 64-byte line of
+// each per k-tile. Rows whose length is a multiple of 4 KB (fp32 K = 3072: GPT-2's fc
+// backward-data product) all fall in one set of a 64-set L1, whose 8 ways do not hold 12 of
+// them: such an A is packed instead (that product, two threads, 8 alternating runs: median
+// 7.97 -> ~7.5 ms). Rows spread over two sets (bf16 K = 3072) stay in place: packed, the same
+// product on two threads took 3.2-3.5 -> 3.7-4.3 ms. (Judged on K, the length of a contiguous
+// row, not on the caller's lda, so that the scratch sizes, which do not see lda, agree with the
+// call.) The forward's weight stays in place at any row length: packing it, a transpose, cost
+// more than the conflicts (fp32 fcproj, one thread).
 typedef struct { int wdirect, adirect; } ZcGbDirect;
 static inline ZcGbDirect zc_gb_direct(int inplace, int c16, int transA, int transB, int M, int N, int K, int tk) {
     ZcGbDirect d;
+    const unsigned lines = (unsigned)K / (unsigned)tk; // 64-byte lines in a row of K (a tile's row: tk k, 64 bytes)
+    const unsigned low = lines & (0u - lines), sets = lines == 0 || low >= 64 ? 1 : 64 / low; // L1 sets its rows spread over
     d.wdirect = inplace && !c16 && transB && M <= N && K % tk == 0 && N % 32 == 0 && M <= GEMM_BF16_RC;
-    d.adirect = inplace && M <= N && !transA && !d.wdirect && K % tk == 0 && M % 32 == 0;
+    d.adirect = inplace && M <= N && !transA && !d.wdirect && K % tk == 0 && M % 32 == 0 && sets >= 2;
     return d;
 }
 
