@@ -1288,21 +1288,23 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
                     for (int rb = 0; rb < rc; rb += 32) {
                         float *c = C + (size_t)(r0 + rb) * ldcz + s0 + sb;
                         const int mv = zc_gb_min(32, M - r0 - rb);
-                        // The next block's rows of C (two lines each), which it writes when its
-                        // kernel is done: C is usually a fresh activation (GPT-2's qkv: 2.4 MB),
-                        // and a store to a line that is not in the cache waits for the line to be
-                        // read. (Not when C is streamed: those stores read nothing.)
+                        // The next block's rows of C (two lines each) and of the rounded copy R16
+                        // (one), which it writes when its kernel is done: C is usually a fresh
+                        // activation (GPT-2's qkv: 2.4 MB), and a store to a line that is not in
+                        // the cache waits for the line to be read. Into L2: asked into L1
+                        // (PREFETCHW), the lines were pushed out again by the kernel's own 48 KB
+                        // of weight rows, and perf put ~30% of the epilogue on stores waiting for
+                        // them (12 layers' forwards, one thread, 6 alternating runs: medians 228
+                        // -> 216.5 ms). (Not when C is streamed: those stores read nothing.)
                         const int nrb = rb + 32 < rc ? rb + 32 : 0, ncol = rb + 32 < rc ? s0 + sb : nxt;
-                        // Likewise its rows of the rounded copy R16 (one line each), whose stores
-                        // were a fifth of a rounded forward's time outside the kernels.
                         if (!stream && ncol < N)
                             for (int i = 0; i < zc_gb_min(32, M - r0 - nrb); i++) {
                                 const size_t o = (size_t)(r0 + nrb + i) * ldcz + ncol;
                                 if (r16 != 2) {
-                                    __builtin_prefetch(C + o, 1, 3);
-                                    __builtin_prefetch(C + o + 16, 1, 3);
+                                    __builtin_prefetch(C + o, 0, 2);
+                                    __builtin_prefetch(C + o + 16, 0, 2);
                                 }
-                                if (R16) __builtin_prefetch(R16 + o, 1, 3);
+                                if (R16) __builtin_prefetch(R16 + o, 0, 2);
                             }
                         // The bias: the AVX-512 kernels form each block's sums from zero and then
                         // add what the block held (C + sum), so adding the bias on the way out is
@@ -1355,14 +1357,16 @@ static inline int zc_gb_run(GemmBf16Path path, int f32, int transA, int transB, 
                                 for (int i = 0; i < zc_gb_min(mv, 32); i++)
                                     __builtin_prefetch(C16 + (size_t)(row0 + i) * ldcz + col0, 0, 2);
                             // Likewise the next block's rows of C (fp32: two lines a row), which
-                            // its kernel loads (beta 1, K blocks) or at least stores.
+                            // its kernel loads (beta 1, K blocks) or at least stores; into L2 for
+                            // the same reason (12 layers' backward-data products, one thread,
+                            // medians 232 -> 225.5 ms; an fp32 weight gradient 12.4 -> 11.5 ms).
                             else if (rb + 32 < rc) {
                                 const int nrow = a_res ? row0 + 32 : row0, ncol = a_res ? col0 : col0 + 32;
                                 if (nrow < M && ncol < N)
                                     for (int i = 0; i < zc_gb_min(M - nrow, 32); i++) {
                                         const float *q = C + (size_t)(nrow + i) * ldcz + ncol;
-                                        __builtin_prefetch(q, 1, 3);
-                                        __builtin_prefetch(q + 16, 1, 3);
+                                        __builtin_prefetch(q, 0, 2);
+                                        __builtin_prefetch(q + 16, 0, 2);
                                     }
                             }
 #ifdef ZC_GB_X86
