@@ -122,7 +122,8 @@ typedef struct {
     // gpt2_act_rounded leaves it at that.
     struct { float *f32; bf16_t *x16; int done; } out16[NUM_ACTIVATIONS];
     // bf16 runs: GELU of every bf16 value, rounded to bf16, and GELU's derivative of every bf16
-    // value (65536 entries each, indexed by the bits; gelu_tables_fill), else NULL
+    // value (65536 entries each, indexed by the bits; gelu_tables_fill), else NULL. GELU reads
+    // them wherever stored16 holds its input (only bf16 runs have stored copies).
     bf16_t *gelu16;
     float *gelu_grad32;
 } CpuKernels;
@@ -491,25 +492,11 @@ static void gelu_tables_fill(bf16_t *gelu16, float *gelu_grad32) {
 static void gelu_forward(CpuKernels *k, float *out, const float *inp, size_t n) {
     const bf16_t *inp16 = stored_bf16(k, inp); // (as in the backward, below)
     const int o16 = out16_index(k, out);
-    if (inp16 && o16 >= 0 && k->gelu16) { // only its bf16 values (out16), looked up
+    if (inp16 && o16 >= 0) { // only its bf16 values (out16), looked up
         bf16_t *h16 = k->out16[o16].x16;
         const bf16_t *g = k->gelu16;
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < n; i++) h16[i] = g[inp16[i]];
-        k->out16[o16].done = 1;
-        return;
-    }
-    if (inp16 && o16 >= 0) { // only its bf16 values (out16), 1024 at a time through a buffer
-        bf16_t *h16 = k->out16[o16].x16;
-        const long nb = (long)((n + 1023) / 1024);
-#pragma omp parallel for schedule(static)
-        for (long bl = 0; bl < nb; bl++) {
-            size_t lo = (size_t)bl * 1024, len = n - lo < 1024 ? n - lo : 1024;
-            float y[1024];
-#pragma omp simd
-            for (size_t i = 0; i < len; i++) y[i] = gpt2_gelu(bf16_to_f32(inp16[lo + i]));
-            zc_f32_to_bf16_block(h16 + lo, y, len);
-        }
         k->out16[o16].done = 1;
         return;
     }
@@ -522,18 +509,14 @@ static void gelu_forward(CpuKernels *k, float *out, const float *inp, size_t n) 
     for (size_t i = 0; i < n; i++) out[i] = gpt2_gelu(inp[i]);
 }
 // dinp = gelu'(inp) * dout, elementwise; dinp may be the same buffer as dout. Where the context
-// holds inp's stored bf16 copy (bf16 runs), it reads that: what inp is, widened.
+// holds inp's stored bf16 copy (bf16 runs, which always have the tables), it looks the derivative
+// of what inp is, widened, up.
 static void gelu_backward(CpuKernels *k, float *dinp, const float *inp, const float *dout, size_t n) {
     const bf16_t *inp16 = stored_bf16(k, inp);
-    if (inp16 && k->gelu_grad32) {
+    if (inp16) {
         const float *g = k->gelu_grad32;
 #pragma omp parallel for simd
         for (size_t i = 0; i < n; i++) dinp[i] = g[inp16[i]] * dout[i];
-        return;
-    }
-    if (inp16) {
-#pragma omp parallel for simd
-        for (size_t i = 0; i < n; i++) dinp[i] = gpt2_gelu_grad(bf16_to_f32(inp16[i])) * dout[i];
         return;
     }
 #pragma omp parallel for simd

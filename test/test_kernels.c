@@ -529,9 +529,12 @@ static void test_gelu(size_t n) {
     gelu_backward(&kc, inplace, inp, inplace, n);
     check_overwritten("dinp (in place over dout)", inplace, dinp, n);
 
-    // bf16 runs: inp's stored bf16 copy is read instead of inp, which may then hold anything;
-    // the same bits as the fp32 kernels on the widened copy
+    // bf16 runs: inp's stored bf16 copy is read instead of inp, which may then hold anything
+    // (and the backward looks its derivative up: bf16 runs have the tables); the same bits as
+    // the fp32 kernels on the widened copy
     bf16_t *inp16 = (bf16_t *)xmalloc(n * sizeof(bf16_t));
+    bf16_t *table16 = (bf16_t *)xmalloc(CPU_GELU_TABLES_BYTES);
+    gelu_tables_fill(table16, (float *)(table16 + 65536));
     float *widened = floats(n), *want = floats(n), *got = floats(n);
     float *want_fwd = floats(n), *got_fwd = floats(n);
     f32_to_bf16_array(inp16, inp, n);
@@ -541,9 +544,14 @@ static void test_gelu(size_t n) {
     fill_nan(inp, n);
     kc.stored16[A_FCH].f32 = inp;
     kc.stored16[A_FCH].x16 = inp16;
+    kc.gelu16 = table16;
+    kc.gelu_grad32 = (float *)(table16 + 65536);
     gelu_backward(&kc, got, inp, r, n);
     gelu_forward(&kc, got_fwd, inp, n);
     memset(kc.stored16, 0, sizeof kc.stored16);
+    kc.gelu16 = NULL;
+    kc.gelu_grad32 = NULL;
+    free(table16);
     if (memcmp(got, want, n * sizeof(float)) != 0) FAIL("%s: backward: reading the stored bf16 copy differs from the widened fp32", cur_kernel);
     if (memcmp(got_fwd, want_fwd, n * sizeof(float)) != 0) FAIL("%s: forward: reading the stored bf16 copy differs from the widened fp32", cur_kernel);
     free(want_fwd); free(got_fwd);
