@@ -565,7 +565,8 @@ ZC_GB_TARGET_AVX512 static inline __m512i zc_gb_row16_avx512(__m512 a, __m512 b)
 // to nearest even with NaNs quieted and their top payload kept, as f32_to_bf16 does, except that
 // it reads fp32 subnormal inputs as zero. A row holding one (0 < |x| < 2^-126: rare, and
 // test_gemm_bf16 makes such rows) is rounded the integer way instead. In a weight gradient's
-// acc16 epilogue this took its share of the product from 8.4% to ~4% (one thread, GPT-2's qkv).
+// acc16 epilogue this took its share of the product from 8.4% to 5.0%, and with the C16 rows
+// prefetched into L2 (the driver) to ~4% (perf, one thread, GPT-2's qkv shape).
 ZC_GB_TARGET_BF16 static inline __m512i zc_gb_row16_avx512bf16(__m512 a, __m512 b) {
     const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), top = _mm512_set1_epi32(0x007FFFFF), one = _mm512_set1_epi32(1);
     // subnormal lanes: |x| - 1 < 0x7FFFFF, unsigned (zero wraps around to the top)
