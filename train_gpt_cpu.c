@@ -122,7 +122,7 @@ typedef struct {
     // gpt2_act_rounded leaves it at that.
     struct { float *f32; bf16_t *x16; int done; } out16[NUM_ACTIVATIONS];
     // bf16 runs: GELU of every bf16 value, rounded to bf16, and GELU's derivative of every bf16
-    // value (65536 entries each, indexed by the bits; gelu_tables_fill), else NULL. GELU reads
+    // value (65536 entries each, indexed by the bits; gelu_tables_alloc), else NULL. GELU reads
     // them wherever stored16 holds its input (only bf16 runs have stored copies).
     bf16_t *gelu16;
     float *gelu_grad32;
@@ -482,11 +482,14 @@ static void attention_backward(CpuKernels *k, float *dqkv, float *att, const flo
 // as the forward stores it) and its derivative are looked up, computed once per run by the same
 // functions (CPU_GELU_TABLES_BYTES, cpu/workspace.h): the same bits, without the exponential and
 // the division per element that made each pass compute-bound.
-static void gelu_tables_fill(bf16_t *gelu16, float *gelu_grad32) {
+// k's tables, allocated (CPU_GELU_TABLES_BYTES, one block: free(k->gelu16) frees both) and filled.
+static void gelu_tables_alloc(CpuKernels *k) {
+    k->gelu16 = (bf16_t *)xcalloc_bytes(CPU_GELU_TABLES_BYTES);
+    k->gelu_grad32 = (float *)(k->gelu16 + 65536);
     for (uint32_t h = 0; h < 65536; h++) {
         float x = bf16_to_f32((bf16_t)h);
-        gelu16[h] = f32_to_bf16(gpt2_gelu(x));
-        gelu_grad32[h] = gpt2_gelu_grad(x);
+        k->gelu16[h] = f32_to_bf16(gpt2_gelu(x));
+        k->gelu_grad32[h] = gpt2_gelu_grad(x);
     }
 }
 static void gelu_forward(CpuKernels *k, float *out, const float *inp, size_t n) {
@@ -698,10 +701,8 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
             k->gemm = (GemmBf16Ctx){GEMM_BF16_AUTO, m->gemm_scratch, scratch};
             m->batch_rows = (uint8_t *)xcalloc_bytes((size_t)cfg->padded_vocab_size);
             *work += (size_t)cfg->padded_vocab_size;
-            k->gelu16 = (bf16_t *)xcalloc_bytes(CPU_GELU_TABLES_BYTES);
-            k->gelu_grad32 = (float *)(k->gelu16 + 65536);
+            gelu_tables_alloc(k);
             *work += CPU_GELU_TABLES_BYTES;
-            gelu_tables_fill(k->gelu16, k->gelu_grad32);
         }
         const char *via = getenv("ZEROC_BF16_MATMUL");
         k->via_sgemm = (via && !strcmp(via, "sgemm")) || gemm_bf16_best_path() == GEMM_BF16_SCALAR;

@@ -533,8 +533,6 @@ static void test_gelu(size_t n) {
     // (and the backward looks its derivative up: bf16 runs have the tables); the same bits as
     // the fp32 kernels on the widened copy
     bf16_t *inp16 = (bf16_t *)xmalloc(n * sizeof(bf16_t));
-    bf16_t *table16 = (bf16_t *)xmalloc(CPU_GELU_TABLES_BYTES);
-    gelu_tables_fill(table16, (float *)(table16 + 65536));
     float *widened = floats(n), *want = floats(n), *got = floats(n);
     float *want_fwd = floats(n), *got_fwd = floats(n);
     f32_to_bf16_array(inp16, inp, n);
@@ -544,14 +542,13 @@ static void test_gelu(size_t n) {
     fill_nan(inp, n);
     kc.stored16[A_FCH].f32 = inp;
     kc.stored16[A_FCH].x16 = inp16;
-    kc.gelu16 = table16;
-    kc.gelu_grad32 = (float *)(table16 + 65536);
+    gelu_tables_alloc(&kc);
     gelu_backward(&kc, got, inp, r, n);
     gelu_forward(&kc, got_fwd, inp, n);
     memset(kc.stored16, 0, sizeof kc.stored16);
+    free(kc.gelu16);
     kc.gelu16 = NULL;
     kc.gelu_grad32 = NULL;
-    free(table16);
     if (memcmp(got, want, n * sizeof(float)) != 0) FAIL("%s: backward: reading the stored bf16 copy differs from the widened fp32", cur_kernel);
     if (memcmp(got_fwd, want_fwd, n * sizeof(float)) != 0) FAIL("%s: forward: reading the stored bf16 copy differs from the widened fp32", cur_kernel);
     free(want_fwd); free(got_fwd);
@@ -559,14 +556,13 @@ static void test_gelu(size_t n) {
     free(inp); free(out); free(r); free(ref); free(dinp); free(fd); free(inplace);
 }
 
-// bf16 runs look GELU and its derivative up (gelu_tables_fill): over every one of the 65536 bf16
+// bf16 runs look GELU and its derivative up (gelu_tables_alloc): over every one of the 65536 bf16
 // inputs, the looked-up forward (into a stored bf16 output) and backward against the formulas on
 // the widened input (the forward's result rounded to bf16), bit for bit, NaN against NaN.
 static int same_or_nan(float a, float b) { return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0; }
 static void test_gelu_tables(void) {
     const size_t n = 65536;
     bf16_t *inp16 = (bf16_t *)xmalloc(n * sizeof(bf16_t)), *out16 = (bf16_t *)xmalloc(n * sizeof(bf16_t));
-    bf16_t *table16 = (bf16_t *)xmalloc(CPU_GELU_TABLES_BYTES);
     float *inp = floats(n), *widened = floats(n), *out = floats(n), *r = floats(n), *want = floats(n), *got = floats(n);
     float *want_fwd = floats(n);
     for (size_t i = 0; i < n; i++) inp16[i] = (bf16_t)i;
@@ -574,9 +570,7 @@ static void test_gelu_tables(void) {
     fill_uniform(r, n, -1, 1);
     gelu_backward(&kc, want, widened, r, n);      // the formulas
     gelu_forward(&kc, want_fwd, widened, n);
-    gelu_tables_fill(table16, (float *)(table16 + n));
-    kc.gelu16 = table16;
-    kc.gelu_grad32 = (float *)(table16 + n);
+    gelu_tables_alloc(&kc);
     fill_nan(inp, n);
     kc.stored16[A_FCH].f32 = inp;
     kc.stored16[A_FCH].x16 = inp16;
@@ -587,6 +581,7 @@ static void test_gelu_tables(void) {
     int done = kc.out16[A_FCH_GELU].done;
     memset(kc.stored16, 0, sizeof kc.stored16);
     memset(kc.out16, 0, sizeof kc.out16);
+    free(kc.gelu16);
     kc.gelu16 = NULL;
     kc.gelu_grad32 = NULL;
     long bad_b = 0, bad_f = 0;
@@ -598,7 +593,7 @@ static void test_gelu_tables(void) {
     if (bad_b) FAIL("%s: backward: %ld of the 65536 bf16 inputs' looked-up derivatives differ from the formula", cur_kernel, bad_b);
     if (bad_f) FAIL("%s: forward: %ld of the 65536 bf16 inputs' looked-up values differ from the formula", cur_kernel, bad_f);
     printf("gelu tables: all 65536 bf16 inputs, forward %ld and backward %ld differ from the formulas\n", bad_f, bad_b);
-    free(inp16); free(out16); free(table16); free(inp); free(widened); free(out); free(r); free(want); free(got); free(want_fwd);
+    free(inp16); free(out16); free(inp); free(widened); free(out); free(r); free(want); free(got); free(want_fwd);
 }
 
 // ----------------------------------------------------------------------------------------
