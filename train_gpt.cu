@@ -83,17 +83,21 @@ typedef __nv_bfloat16 floatX;
 
 static_assert(sizeof(floatX) == (FLOATX_DTYPE == ZC_F32 ? 4 : 2), "floatX is not the size of zero.h's dtype");
 #include "gpu/common.cuh"
+#include "gpu/profile.cuh"
 #include "gpu/kernels.cuh"
 #include "gpu/flash_attention.cuh"
 #include "gpu/matmul.cuh"
 
 static void layernorm_forward(GpuKernels *kc, floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *w, const floatX *b,
                               int N, int C) {
+    KSpan span(kc->gpu->prof, "layernorm_forward", 0.0, (2.0 * N * C + 2.0 * C) * sizeof(floatX) + 8.0 * N);
     layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, kc->gpu->compute>>>(out, mean, rstd, inp, w, b, N, C);
     LAUNCH_CHECK();
 }
 static void layernorm_backward(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *db, const floatX *dout, const floatX *inp,
                                const floatX *w, const float *mean, const float *rstd, int N, int C) {
+    // reads dout, inp, dinp and the statistics; writes dinp, dw, db
+    KSpan span(kc->gpu->prof, "layernorm_backward", 0.0, (4.0 * N * C + 5.0 * C) * sizeof(floatX) + 8.0 * N);
     layernorm_backward_input_kernel<<<ceil_div(N, 8), 256, 0, kc->gpu->compute>>>(dinp, dout, inp, w, mean, rstd, N, C);
     LAUNCH_CHECK();
     column_grads_kernel<<<ceil_div(C, 32), dim3(32, 32), 0, kc->gpu->compute>>>(dw, db, dout, inp, mean, rstd, N, C);
@@ -121,7 +125,14 @@ static HeadLoop head_loop(int B, int T, int C, int NH) {
 // Whether this build and this head size run the flash kernels (gpt2.h decides, for the
 // activations' layout too); then att holds the log-sum-exp rows, (B,NH,T) fp32.
 static int flash_attention(int C, int NH) { return gpu_flash_attention(C, NH, sizeof(floatX)); }
+// The attention's FLOPs as FlashAttention counts them: two (T,T,hs) products per head forward,
+// five backward, half of each under the causal mask.
+static double attention_flops(int B, int T, int C, int NH, int products) {
+    return products * 2.0 * B * NH * (double)T * T * (C / NH) / 2.0;
+}
 static void attention_forward(GpuKernels *kc, floatX *out, floatX *att, const floatX *qkv, int B, int T, int C, int NH) {
+    KSpan span(kc->gpu->prof, "attention_forward", attention_flops(B, T, C, NH, 2),
+               4.0 * B * T * C * sizeof(floatX) + 4.0 * B * NH * T);
 #if !defined(GPU_PRECISION_FP32)
     if (flash_attention(C, NH)) {
         flash_forward_kernel<<<dim3(B * NH, ceil_div(T, FA_ROWS)), FA_THREADS, 0, kc->gpu->compute>>>(out, (float *)(void *)att, qkv, T, C, NH);
@@ -149,6 +160,9 @@ static void attention_forward(GpuKernels *kc, floatX *out, floatX *att, const fl
 // probabilities are replaced by the scores' gradient on the way (att is not needed again).
 static void attention_backward(GpuKernels *kc, floatX *dqkv, floatX *att, const floatX *dout, const floatX *qkv, const floatX *y,
                                int B, int T, int C, int NH) {
+    // reads qkv, dout, y and the log-sum-exp rows; writes dqkv
+    KSpan span(kc->gpu->prof, "attention_backward", attention_flops(B, T, C, NH, 5),
+               8.0 * B * T * C * sizeof(floatX) + 4.0 * B * NH * T);
 #if !defined(GPU_PRECISION_FP32)
     if (flash_attention(C, NH)) {
         dim3 grid(B * NH, ceil_div(T, FA_ROWS));
@@ -179,14 +193,17 @@ static void attention_backward(GpuKernels *kc, floatX *dqkv, floatX *att, const 
 }
 
 static void residual_forward(GpuKernels *kc, floatX *out, const floatX *a, const floatX *b, size_t n) {
+    KSpan span(kc->gpu->prof, "residual_forward", 0.0, 3.0 * n * sizeof(floatX));
     residual_forward_kernel<<<grid_for(kc->gpu, n, 256), 256, 0, kc->gpu->compute>>>(out, a, b, n);
     LAUNCH_CHECK();
 }
 static void gelu_forward(GpuKernels *kc, floatX *out, const floatX *inp, size_t n) {
+    KSpan span(kc->gpu->prof, "gelu_forward", 0.0, 2.0 * n * sizeof(floatX));
     gelu_forward_kernel<<<grid_for(kc->gpu, n, 256), 256, 0, kc->gpu->compute>>>(out, inp, n);
     LAUNCH_CHECK();
 }
 static void gelu_backward(GpuKernels *kc, floatX *dinp, const floatX *inp, const floatX *dout, size_t n) {
+    KSpan span(kc->gpu->prof, "gelu_backward", 0.0, 3.0 * n * sizeof(floatX));
     gelu_backward_kernel<<<grid_for(kc->gpu, n, 256), 256, 0, kc->gpu->compute>>>(dinp, inp, dout, n);
     LAUNCH_CHECK();
 }
@@ -197,6 +214,7 @@ static void gelu_backward(GpuKernels *kc, floatX *dinp, const floatX *inp, const
 // The model. Parameters, gradients and optimizer state live where zero.h put them (device
 // memory, through the backend); the forward and backward ask it unit by unit.
 
+#define STEP_LOSSES 64 // micro-steps' mean losses held on the device (classifier_loss); more are read early, in order
 typedef struct {
     GPT2Config cfg;
     Zero z;
@@ -211,14 +229,18 @@ typedef struct {
     size_t bytes_activations;
     size_t bytes_scratch;          // device memory outside the plan: cuBLASLt workspace, norm partials, tokens
     int B, T;
-    int *inputs, *targets;         // host (pinned), what the dataloader fills
+    int *inputs, *targets;         // host, what the dataloader fills (upload_batch stages them)
     int *d_inputs, *d_targets;     // device copies
     const int *dev_inputs, *dev_targets; // what model.h's kernels read: the device copies
-    float *h_losses, *h_row;       // pinned: losses (B*T), one logits row (Vp) widened to fp32
+    float *h_row;                  // pinned: one logits row (Vp) widened to fp32
+    double *d_step_losses, *h_step_losses; // device / pinned: micro-steps' mean losses (STEP_LOSSES + 1)
+    int losses_pending;            // on the device, not yet read (classifier_loss)
+    double loss_carry;             // read early: the step had more micro-steps than STEP_LOSSES
     floatX *h_row_x;               // pinned: that row as the device holds it
-    int *h_groups, *d_groups;      // pinned / device: the batch's positions grouped by token (3*B*T + 1)
+    int *h_upload[2], *d_groups;   // pinned, two in turn: a batch's inputs, targets and token groups (5*B*T + 1) / device: the groups
     int *token_group, *group_fill; // host: a token's group while grouping (-1 otherwise, Vp); fill cursors (B*T)
-    cudaEvent_t groups_sent;       // the last upload of h_groups has been read
+    cudaEvent_t upload_sent[2];    // the last upload from h_upload[i] has been read
+    int upload_slot;               // the h_upload the next batch goes through
     double *d_partials, *d_sumsq, *h_sumsq;
     GpuKernels kern;               // the kernels' context: device, matmul plans, backend, token groups
     MatmulPlans plans;             // cuBLASLt's descriptors and algorithms, per matmul shape
@@ -268,24 +290,27 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
     m->B = B;
     m->T = T;
     size_t bt = (size_t)B * T, Vp = (size_t)cfg->padded_vocab_size;
-    CUDA_CHECK(cudaMallocHost(&m->inputs, bt * sizeof(int)));
-    CUDA_CHECK(cudaMallocHost(&m->targets, bt * sizeof(int)));
-    CUDA_CHECK(cudaMallocHost(&m->h_losses, bt * sizeof(float)));
+    m->inputs = (int *)xmalloc(bt * sizeof(int)); // the dataloader's; upload_batch stages them
+    m->targets = (int *)xmalloc(bt * sizeof(int));
+    CUDA_CHECK(cudaMallocHost(&m->h_step_losses, (STEP_LOSSES + 1) * sizeof(double)));
+    CUDA_CHECK(cudaMalloc(&m->d_step_losses, (STEP_LOSSES + 1) * sizeof(double)));
     CUDA_CHECK(cudaMallocHost(&m->h_row, Vp * sizeof(float)));
     CUDA_CHECK(cudaMallocHost(&m->h_row_x, Vp * sizeof(floatX)));
-    CUDA_CHECK(cudaMallocHost(&m->h_groups, (3 * bt + 1) * sizeof(int)));
+    for (int i = 0; i < 2; i++) {
+        CUDA_CHECK(cudaMallocHost(&m->h_upload[i], (5 * bt + 1) * sizeof(int)));
+        CUDA_CHECK(cudaEventCreateWithFlags(&m->upload_sent[i], cudaEventDisableTiming));
+    }
     CUDA_CHECK(cudaMallocHost(&m->h_sumsq, sizeof(double)));
     m->token_group = (int *)xmalloc(Vp * sizeof(int));
     for (size_t v = 0; v < Vp; v++) m->token_group[v] = -1;
     m->group_fill = (int *)xmalloc(bt * sizeof(int));
-    CUDA_CHECK(cudaEventCreateWithFlags(&m->groups_sent, cudaEventDisableTiming));
     CUDA_CHECK(cudaMalloc(&m->d_inputs, bt * sizeof(int)));
     CUDA_CHECK(cudaMalloc(&m->d_targets, bt * sizeof(int)));
     CUDA_CHECK(cudaMalloc(&m->d_groups, (3 * bt + 1) * sizeof(int)));
     CUDA_CHECK(cudaMalloc(&m->d_partials, (size_t)m->z.lay.num_units * NORM_BLOCKS * sizeof(double)));
     CUDA_CHECK(cudaMalloc(&m->d_sumsq, sizeof(double)));
     m->bytes_scratch = m->kern.gpu->workspace_bytes + (5 * bt + 1) * sizeof(int) +
-                       ((size_t)m->z.lay.num_units * NORM_BLOCKS + 1) * sizeof(double);
+                       ((size_t)m->z.lay.num_units * NORM_BLOCKS + 1 + STEP_LOSSES + 1) * sizeof(double);
     CUDA_CHECK(cudaMemGetInfo(&free1, &total_dev));
     // The memory log entries carry zero.h's counts and the activations, which are exactly the
     // bytes asked of cudaMalloc; the device's own view (allocation granularity included) and
@@ -310,11 +335,11 @@ static void gpt2_free(GPT2 *m) {
     zero_free(&m->z);
     CUDA_CHECK(cudaFree(m->acts_memory));
     CUDA_CHECK(cudaFree(m->d_inputs)); CUDA_CHECK(cudaFree(m->d_targets)); CUDA_CHECK(cudaFree(m->d_groups));
-    CUDA_CHECK(cudaFree(m->d_partials)); CUDA_CHECK(cudaFree(m->d_sumsq));
-    CUDA_CHECK(cudaFreeHost(m->inputs)); CUDA_CHECK(cudaFreeHost(m->targets));
-    CUDA_CHECK(cudaFreeHost(m->h_losses)); CUDA_CHECK(cudaFreeHost(m->h_row)); CUDA_CHECK(cudaFreeHost(m->h_row_x));
-    CUDA_CHECK(cudaFreeHost(m->h_groups)); CUDA_CHECK(cudaFreeHost(m->h_sumsq));
-    CUDA_CHECK(cudaEventDestroy(m->groups_sent));
+    CUDA_CHECK(cudaFree(m->d_partials)); CUDA_CHECK(cudaFree(m->d_sumsq)); CUDA_CHECK(cudaFree(m->d_step_losses));
+    free(m->inputs); free(m->targets);
+    CUDA_CHECK(cudaFreeHost(m->h_step_losses)); CUDA_CHECK(cudaFreeHost(m->h_row)); CUDA_CHECK(cudaFreeHost(m->h_row_x));
+    CUDA_CHECK(cudaFreeHost(m->h_sumsq));
+    for (int i = 0; i < 2; i++) { CUDA_CHECK(cudaFreeHost(m->h_upload[i])); CUDA_CHECK(cudaEventDestroy(m->upload_sent[i])); }
     free(m->token_group); free(m->group_fill);
     if (m->h_checkpoints) {
         CUDA_CHECK(cudaFreeHost(m->h_checkpoints));
@@ -328,6 +353,7 @@ static void gpt2_free(GPT2 *m) {
 
 static void encoder_forward(GpuKernels *kc, floatX *out, const int *inp, const floatX *wte, const floatX *wpe, int B, int T, int C) {
     size_t n = (size_t)B * T * C;
+    KSpan span(kc->gpu->prof, "encoder_forward", 0.0, (2.0 * n + (double)T * C) * sizeof(floatX) + 4.0 * B * T);
     encoder_forward_kernel<<<grid_for(kc->gpu, n, 256), 256, 0, kc->gpu->compute>>>(out, inp, wte, wpe, B * T, T, C);
     LAUNCH_CHECK();
 }
@@ -335,6 +361,9 @@ static void encoder_forward(GpuKernels *kc, floatX *out, const int *inp, const f
 // backward right after the forward over the same inputs).
 static void encoder_backward(GpuKernels *kc, floatX *dwte, floatX *dwpe, const floatX *dout, const int *inp, int B, int T, int C) {
     (void)inp;
+    // reads dout; dwte's rows of the batch's tokens and dwpe's T rows read and written
+    KSpan span(kc->gpu->prof, "encoder_backward", 0.0,
+               ((double)B * T * C + 2.0 * kc->groups.count * C + 2.0 * T * C) * sizeof(floatX) + 12.0 * B * T);
     if (kc->groups.count > 0) { // channels per thread: whole warps, at most 256 threads
         int threads = C >= 256 ? 256 : (int)ceil_div((size_t)C, WARP) * WARP;
         encoder_backward_wte_kernel<<<kc->groups.count, threads, 0, kc->gpu->compute>>>(dwte, dout, kc->groups.start,
@@ -344,14 +373,17 @@ static void encoder_backward(GpuKernels *kc, floatX *dwte, floatX *dwpe, const f
     encoder_backward_wpe_kernel<<<grid_for(kc->gpu, (size_t)T * C, 256), 256, 0, kc->gpu->compute>>>(dwpe, dout, B, T, C);
     LAUNCH_CHECK();
 }
-static void zero_fill(GpuKernels *kc, floatX *p, size_t n) { CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(floatX), kc->gpu->compute)); }
+static void zero_fill(GpuKernels *kc, floatX *p, size_t n) {
+    KSpan span(kc->gpu->prof, "zero_fill", 0.0, (double)n * sizeof(floatX));
+    CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(floatX), kc->gpu->compute));
+}
 
-// The batch's positions grouped by token into h_groups: start (count+1), then pos (N), then tok
+// The batch's positions grouped by token into groups: start (count+1), then pos (N), then tok
 // (count), where group k is token tok[k] at positions pos[start[k]] .. pos[start[k+1]-1] in
 // increasing order; groups in order of first appearance. Two passes over the batch, touching
 // only the tokens present (token_group is left all -1 again). Returns the number of groups.
-static int group_tokens(GPT2 *m, const int *inputs, int N) {
-    int *start = m->h_groups, *pos = start + N + 1, *tok = pos + N, count = 0;
+static int group_tokens(GPT2 *m, int *groups, const int *inputs, int N) {
+    int *start = groups, *pos = start + N + 1, *tok = pos + N, count = 0;
     int Vp = m->cfg.padded_vocab_size;
     for (int n = 0; n < N; n++) {
         int t = inputs[n];
@@ -371,38 +403,66 @@ static int group_tokens(GPT2 *m, const int *inputs, int N) {
 }
 
 // The batch goes to the device on the compute stream, ahead of the kernels that read it, with
-// its token groups (for the embedding's backward). The pinned h_groups is rewritten only once
-// the previous upload of it has completed (in practice long since: every forward ends in a
-// host sync).
+// its token groups (for the embedding's backward), through one of two pinned buffers in turn:
+// the host fills one while the device may still be reading the other (it runs a micro-step
+// ahead, and waits only if the device has not yet started the upload two batches back).
 static void upload_batch(GPT2 *m, const int *inputs, const int *targets, int N) {
     cudaStream_t stream = m->kern.gpu->compute;
-    CUDA_CHECK(cudaMemcpyAsync(m->d_inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, stream));
-    if (targets)
-        CUDA_CHECK(cudaMemcpyAsync(m->d_targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, stream));
+    int slot = m->upload_slot;
+    m->upload_slot ^= 1;
+    wait_event_watchdog(m->kern.comm, m->upload_sent[slot], "the upload of the batch before last");
+    int *h = m->h_upload[slot], *h_in = h, *h_tg = h + N, *groups = h + 2 * (size_t)N;
+    // the whole buffer is written before the first copy from it is enqueued
+    memcpy(h_in, inputs, (size_t)N * sizeof(int));
+    if (targets) memcpy(h_tg, targets, (size_t)N * sizeof(int));
+    int count = group_tokens(m, groups, inputs, N);
+    CUDA_CHECK(cudaMemcpyAsync(m->d_inputs, h_in, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, stream));
+    if (targets) CUDA_CHECK(cudaMemcpyAsync(m->d_targets, h_tg, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, stream));
     m->dev_inputs = m->d_inputs;
     m->dev_targets = m->d_targets;
-    wait_event_watchdog(m->kern.comm, m->groups_sent, "the previous batch's upload");
-    int count = group_tokens(m, inputs, N);
     size_t ints = (size_t)2 * N + 1 + count;
-    CUDA_CHECK(cudaMemcpyAsync(m->d_groups, m->h_groups, ints * sizeof(int), cudaMemcpyHostToDevice, stream));
-    CUDA_CHECK(cudaEventRecord(m->groups_sent, stream));
+    CUDA_CHECK(cudaMemcpyAsync(m->d_groups, groups, ints * sizeof(int), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaEventRecord(m->upload_sent[slot], stream));
     TokenGroups *g = &m->kern.groups; // for encoder_backward
     g->start = m->d_groups;
     g->pos = m->d_groups + N + 1;
     g->tok = m->d_groups + 2 * (size_t)N + 1;
     g->count = count;
 }
-// The fused classifier over the logits, and the mean loss summed on the host in order, as the
-// CPU trainer does.
+// The fused classifier over the logits, and the mean loss (loss_mean_kernel: the same double sum
+// in a fixed order, rounded to float as the CPU trainer's). A training micro-step's mean stays on
+// the device, in d_step_losses, and returns 0: gpt2_pending_losses reads the step's all at once
+// after its last micro-step (no host wait per micro-step). Validation (dloss 0) reads it at once.
+static double gpt2_pending_losses(GPT2 *m) {
+    double sum = m->loss_carry;
+    if (m->losses_pending > 0) {
+        d2h(m->kern.comm, m->h_step_losses, m->d_step_losses, (size_t)m->losses_pending * sizeof(double), "the step's losses");
+        for (int i = 0; i < m->losses_pending; i++) sum += m->h_step_losses[i];
+    }
+    m->losses_pending = 0;
+    m->loss_carry = 0.0;
+    return sum;
+}
 static float classifier_loss(GPT2 *m, int N, float dloss) {
     const GPT2Config *c = &m->cfg;
-    crossentropy_softmax_kernel<<<N, CLS_THREADS, 0, m->kern.gpu->compute>>>(m->acts.logits, m->acts.losses, m->d_targets,
-                                                                    c->vocab_size, c->padded_vocab_size, dloss);
-    LAUNCH_CHECK();
-    d2h(m->kern.comm, m->h_losses, m->acts.losses, (size_t)N * sizeof(float), "the forward pass (loss)");
-    double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += m->h_losses[i];
-    return (float)(sum / N);
+    if (m->losses_pending == STEP_LOSSES) m->loss_carry = gpt2_pending_losses(m);
+    double *mean = m->d_step_losses + (dloss != 0.0f ? m->losses_pending : STEP_LOSSES);
+    {
+        // reads the logits and writes their gradient in place; the losses
+        KSpan span(m->kern.gpu->prof, "classifier (softmax, cross-entropy, loss)", 0.0,
+                   2.0 * N * c->padded_vocab_size * sizeof(floatX) + 12.0 * N);
+        crossentropy_softmax_kernel<<<N, CLS_THREADS, 0, m->kern.gpu->compute>>>(m->acts.logits, m->acts.losses, m->d_targets,
+                                                                        c->vocab_size, c->padded_vocab_size, dloss);
+        LAUNCH_CHECK();
+        loss_mean_kernel<<<1, NORM_THREADS, 0, m->kern.gpu->compute>>>(mean, m->acts.losses, N);
+        LAUNCH_CHECK();
+    }
+    if (dloss != 0.0f) {
+        m->losses_pending++;
+        return 0.0f;
+    }
+    d2h(m->kern.comm, m->h_step_losses + STEP_LOSSES, mean, sizeof(double), "the forward pass (loss)");
+    return (float)m->h_step_losses[STEP_LOSSES];
 }
 
 // The storage hooks. The kernels compute on the storage type, floatX, so they pass zero.h's
@@ -488,6 +548,9 @@ static Trace *gpt2_trace(GPT2 *m) { return m->z.trace; }
 // overflowed (fp16) gradient gives an Inf or NaN norm on every rank: trainer.h skips the step.
 static float gpt2_grad_norm(GPT2 *m) {
     Zero *z = &m->z;
+    size_t owned = 0;
+    for (int u = 0; u < z->lay.num_units; u++) owned += zero_update_count(z, u);
+    KSpan span(m->kern.gpu->prof, "gradient norm", 2.0 * owned, (double)owned * sizeof(floatX));
     for (int u = 0; u < z->lay.num_units; u++) {
         const floatX *g = (const floatX *)zero_update_grads(z, u);
         sumsq_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, m->kern.gpu->compute>>>(m->d_partials + (size_t)u * NORM_BLOCKS, g,
@@ -506,6 +569,15 @@ static float gpt2_grad_norm(GPT2 *m) {
 static void gpt2_update(GPT2 *m, const OptStep *step) {
     zero_update(&m->z, step);
     gpu_sync(m->kern.comm, "the update"); // the step ends here: its time is the device's, not the launches'
+    kprof_step(m->kern.gpu->prof);
+}
+
+// --profile-kernels' table, at the end of the run (rank 0).
+static void gpt2_report(GPT2 *m, FILE *out, FILE *log) {
+    KProf *p = m->kern.gpu->prof;
+    if (!p || !p->on) return;
+    if (out) kprof_print(p, out);
+    if (log) kprof_json(p, log);
 }
 
 // The sampler's row: copied as the device holds it, widened on the host (exact; the CPU's own
@@ -544,6 +616,14 @@ static ZeroBackend trainer_backend(Run *r) {
     r->trace.sync = gpu_trace_sync;
     r->trace.sync_ctx = b;
     r->trace.comm_timed = b->block_waits;
+    if (b->gpu->prof && !b->gpu->prof->on && r->cfg.profile_kernels) {
+        // the % columns' peaks: the options', else the datasheet's of a card known by name
+        double tf = r->cfg.peak_tflops, gb = r->cfg.peak_gbps;
+        const char *name = b->gpu->prop.name;
+        double sheet_tf = strstr(name, "H100") || strstr(name, "H200") ? 989 : strstr(name, "A100") ? 312 : 0;
+        double sheet_gb = strstr(name, "H200") ? 4800 : strstr(name, "H100") ? 3350 : strstr(name, "A100") ? 2039 : 0;
+        kprof_init(b->gpu->prof, b->gpu->compute, 1, tf > 0 ? tf : sheet_tf, gb > 0 ? gb : sheet_gb);
+    }
     if (!b->comm) {
         ncclUniqueId id;
         if (r->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
@@ -612,6 +692,7 @@ static void gpu_shutdown(NcclBackend *b) {
         cudaStreamDestroy(b->stream);
         cudaStreamDestroy(b->copy_stream);
     }
+    if (gpu->prof) kprof_free(gpu->prof);
     cublasLtDestroy(gpu->lt);
     cudaFree(gpu->workspace);
     cudaStreamDestroy(gpu->compute);
@@ -622,13 +703,13 @@ static const ConfigBuild gpu_build = {
     1u << FLOATX_DTYPE, FLOATX_DTYPE,
 #if defined(GPU_PRECISION_FP32)
     {NULL, "this binary was built for fp32 (make train_gpt PRECISION=BF16)", "this binary was built for fp32 (make train_gpt PRECISION=FP16)"},
-    "bf16, fp16: make train_gpt PRECISION=BF16 or FP16"
+    "bf16, fp16: make train_gpt PRECISION=BF16 or FP16", 1
 #elif defined(GPU_PRECISION_FP16)
     {"this binary was built for fp16 (make train_gpt PRECISION=FP32)", "this binary was built for fp16 (make train_gpt PRECISION=BF16)", NULL},
-    "bf16, fp32: make train_gpt PRECISION=BF16 or FP32"
+    "bf16, fp32: make train_gpt PRECISION=BF16 or FP32", 1
 #else
     {"this binary was built for bf16 (make train_gpt PRECISION=FP32)", NULL, "this binary was built for bf16 (make train_gpt PRECISION=FP16)"},
-    "fp16, fp32: make train_gpt PRECISION=FP16 or FP32"
+    "fp16, fp32: make train_gpt PRECISION=FP16 or FP32", 1
 #endif
 };
 
@@ -642,7 +723,9 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     static Run run;
     static Gpu gpu;
+    static KProf prof;
     static NcclBackend nccl;
+    gpu.prof = &prof;
     nccl.gpu = &gpu;
     run.backend = &nccl;
     run.build = &gpu_build;

@@ -1054,6 +1054,10 @@ static float gpt2_grad_norm(GPT2 *m) {
 }
 
 static void gpt2_update(GPT2 *m, const OptStep *step) { zero_update(&m->z, step); }
+// classifier_loss returns every micro-step's loss at once: none is pending (trainer.h)
+static double gpt2_pending_losses(GPT2 *m) { (void)m; return 0.0; }
+// nothing of its own to report at the end (trainer.h)
+static void gpt2_report(GPT2 *m, FILE *out, FILE *log) { (void)m; (void)out; (void)log; }
 
 // The logits (Vp floats) of position t of row 0, on the host: what the sampler draws from.
 static const float *gpt2_logits_row(GPT2 *m, int t) { return m->acts.logits + (size_t)t * m->cfg.padded_vocab_size; }

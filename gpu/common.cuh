@@ -32,6 +32,7 @@ typedef struct {
     cublasLtHandle_t lt;
     void *workspace;           // cuBLASLt's
     size_t workspace_bytes;
+    struct KProf *prof;        // --profile-kernels (gpu/profile.cuh); NULL or off: nothing is timed
 } Gpu;
 
 // The batch's positions grouped by token, for the embedding's backward (train_gpt.cu's

@@ -357,6 +357,21 @@ static __global__ void sum_partials_kernel(double *out, const double *partial, i
     }
     if (threadIdx.x == 0) out[0] = sh[0];
 }
+// out[0] = the mean of losses[0..n), in double in a fixed order (one block of NORM_THREADS: each
+// thread a strided sum, then a tree), rounded to float as the CPU trainer's mean is. The
+// micro-step's loss stays on the device until the step's end reads them all (classifier_loss).
+static __global__ void loss_mean_kernel(double *out, const float *losses, int n) {
+    __shared__ double sh[NORM_THREADS];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += losses[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = NORM_THREADS / 2; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = (double)(float)(sh[0] / n);
+}
 
 // The matmul of last resort (see matmul_lt): D (M,N) = alpha op(A) op(B) + beta D (+ bias),
 // row-major as matmul_lt describes, `batch` matrices at element strides. One thread per

@@ -153,9 +153,17 @@ static void matmul_lt(GpuKernels *kc, floatX *d, const floatX *a, const floatX *
 // w16: the weight's 16-bit copy (model.h's gpt2_x16), or NULL. Here the weights themselves
 // are floatX already, so the storage hooks never hand one over (UnitParams.x16 is NULL): it is
 // the CPU trainer's, whose fp32 kernels need a separate 16-bit copy for its bf16 matmuls.
+// --profile-kernels' name for one of a linear layer's matmuls: its role and its shape (C->OC).
+static const char *matmul_name(char *buf, size_t n, const Gpu *gpu, const char *what, int C, int OC) {
+    if (gpu->prof && gpu->prof->on) snprintf(buf, n, "%s %d->%d", what, C, OC);
+    return buf;
+}
 static void matmul_forward(GpuKernels *kc, floatX *out, const floatX *inp, const floatX *w, const void *w16, const floatX *bias, int N,
                            int C, int OC) {
     (void)w16;
+    char nm[64] = "";
+    KSpan span(kc->gpu->prof, matmul_name(nm, sizeof(nm), kc->gpu, "matmul_forward", C, OC), 2.0 * N * C * OC,
+               ((double)N * C + (double)C * OC + (double)N * OC + (bias ? OC : 0)) * sizeof(floatX));
     matmul_lt(kc, out, inp, w, bias, N, OC, C, 0, 1, C, C, OC, 1.0f, 0.0f);
 }
 // dinp (N,C) = dout (N,OC) . w;  dw (OC,C) += dout^T . inp;  dbias (OC) += column sums of dout
@@ -163,9 +171,20 @@ static void matmul_forward(GpuKernels *kc, floatX *out, const floatX *inp, const
 static void matmul_backward(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *dbias, const floatX *dout, const floatX *inp,
                             const floatX *w, const void *w16, int N, int C, int OC) {
     (void)w16;
-    matmul_lt(kc, dinp, dout, w, NULL, N, C, OC, 0, 0, OC, C, C, 1.0f, 0.0f);
-    matmul_lt(kc, dw, dout, inp, NULL, OC, C, N, 1, 0, OC, C, C, 1.0f, 1.0f);
+    char nm[64] = "";
+    double nc = (double)N * C, no = (double)N * OC, oc = (double)OC * C;
+    {
+        KSpan span(kc->gpu->prof, matmul_name(nm, sizeof(nm), kc->gpu, "matmul_backward dinp", C, OC), 2.0 * N * C * OC,
+                   (no + oc + nc) * sizeof(floatX));
+        matmul_lt(kc, dinp, dout, w, NULL, N, C, OC, 0, 0, OC, C, C, 1.0f, 0.0f);
+    }
+    {
+        KSpan span(kc->gpu->prof, matmul_name(nm, sizeof(nm), kc->gpu, "matmul_backward dweight", C, OC), 2.0 * N * C * OC,
+                   (no + nc + 2.0 * oc) * sizeof(floatX));
+        matmul_lt(kc, dw, dout, inp, NULL, OC, C, N, 1, 0, OC, C, C, 1.0f, 1.0f);
+    }
     if (dbias) {
+        KSpan span(kc->gpu->prof, matmul_name(nm, sizeof(nm), kc->gpu, "bias gradient", C, OC), 0.0, (no + 2.0 * OC) * sizeof(floatX));
         column_grads_kernel<<<ceil_div(OC, 32), dim3(32, 32), 0, kc->gpu->compute>>>(NULL, dbias, dout, NULL, NULL, NULL, N, OC);
         LAUNCH_CHECK();
     }

@@ -217,6 +217,8 @@ static void dev_zero(void *ctx, void *p, size_t bytes) {
 }
 static void dev_add(void *ctx, void *dst, const void *src, size_t n, int dtype) {
     NcclBackend *b = (NcclBackend *)ctx;
+    double es = zc_dtype_size(dtype);
+    KSpan span(b->gpu->prof, "gradient shard add (ZeRO)", 0.0, 3.0 * n * es);
     add_kernel<<<grid_for(b->gpu, n, 256), 256, 0, b->gpu->compute>>>(dst, src, n, dtype);
     LAUNCH_CHECK();
 }
@@ -262,6 +264,9 @@ static void dev_from_host(void *ctx, void *dst, const float *host, size_t n, int
 static void dev_update(void *ctx, const OptStep *step, float *p, float *const *state, const void *g, void *p16, size_t n,
                        int dtype, int decay) {
     NcclBackend *b = (NcclBackend *)ctx;
+    // reads and writes the fp32 master weights and both moments; reads the gradient; writes the 16-bit copy
+    double es = zc_dtype_size(dtype);
+    KSpan span(b->gpu->prof, "optimizer update", 0.0, (double)n * (6.0 * 4 + es + (p16 ? es : 0.0)));
     optimizer_kernel<<<grid_for(b->gpu, n, 256), 256, 0, b->gpu->compute>>>(*step, p, state[0], state[1], g, p16, n, dtype,
                                                                             decay);
     LAUNCH_CHECK();

@@ -64,6 +64,7 @@ enum {
     CK_CONSECUTIVE_HYSTERESIS, CK_ON_MIN_SCALE,
     CK_RECOMPUTE, CK_RECOMPUTE_EVERY, CK_CPU_CHECKPOINTING,
     CK_VAL_EVERY, CK_VAL_STEPS, CK_SAMPLE_EVERY, CK_SAMPLE_LEN, CK_SEED, CK_OUT, CK_SAVE_EVERY, CK_ON_SAVE_ERROR, CK_LOG, CK_TRACE,
+    CK_PROFILE_KERNELS, CK_PEAK_TFLOPS, CK_PEAK_GBPS,
     CK_DUMP_GRADS, CK_PRINT_EVERY, CK_RESUME,
     CK_ZERO_STAGE, CK_OFFLOAD_OPTIMIZER, CK_OFFLOAD_PARAM, CK_PIN_MEMORY, CK_NVME_PATH, CK_NVME_BUFFERS,
     CK_NVME_BUFFER_SIZE, CK_AIO_THREADS, CK_AIO_QUEUE_DEPTH, CK_AIO_BLOCK_SIZE, CK_COMM_TIMEOUT, CK_DEEPSPEED, CK_STRICT,
@@ -83,6 +84,7 @@ typedef struct {
     int default_precision;
     const char *refusal[ZC_NUM_DTYPES]; // what to say of each precision it does not run (NULL: a default)
     const char *help_note;      // --help's line on the precisions of other builds ("" for none)
+    int kernel_profiler;        // --profile-kernels times this binary's kernels (the GPU trainer's)
 } ConfigBuild;
 
 typedef struct TrainConfig {
@@ -122,6 +124,8 @@ typedef struct TrainConfig {
     uint64_t seed;
     const char *out_dir, *log_path, *dump_grads_path;
     const char *trace_path;  // --trace: every rank's timeline, one Chrome-trace file (core/trace.h)
+    int profile_kernels;     // --profile-kernels: the GPU kernels' device times, one table (gpu/profile.cuh)
+    float peak_tflops, peak_gbps; // the card's peaks for that table's % columns (0: its datasheet's, if known)
     const char *resume_path; // a sharded checkpoint (checkpoint.h) to continue from
     int save_every;
     int on_save_error_continue; // a failed save: 0 stop the run, 1 warn and go on
@@ -311,6 +315,13 @@ static inline const ConfigOption *config_options(void) {
                "a timeline of every rank (Chrome trace JSON: open it in Perfetto or\n"
                "chrome://tracing): units' forward and backward, collectives, waits,\n"
                "the optimizer, data loading, checkpoints"),
+        CO_FLAG("profile-kernels", profile_kernels, NULL,
+                "GPU trainer: time every kernel with CUDA events and print one table\n"
+                "(calls, ms and % of the step, TFLOP/s, GB/s) after the run", NULL),
+        CO_NUM("peak-tflops", OT_FLOAT, peak_tflops, 0, 0, 1e6, NULL, "X",
+               "the GPU's matmul peak for that table (0: its datasheet's, if known)", NULL, NULL),
+        CO_NUM("peak-gbps", OT_FLOAT, peak_gbps, 0, 0, 1e6, NULL, "X", "the GPU's memory bandwidth for that table, GB/s", NULL,
+               NULL),
         CO_STR("dump-grads", dump_grads_path, NULL, NULL, "FILE",
                "write the first step's gradients as a checkpoint-format file; for tests"),
         CO_NUM("print-every", OT_INT, print_every, 1, 1, 1 << 30, NULL, "N",
@@ -384,7 +395,7 @@ static inline const void *config_cfield(const TrainConfig *c, int key) { return 
 // ----------------------------------------------------------------------------------------
 // Defaults and the build
 
-static const ConfigBuild config_cpu_build = {(1u << ZC_F32) | (1u << ZC_BF16) | (1u << ZC_FP16), ZC_F32, {NULL, NULL, NULL}, ""};
+static const ConfigBuild config_cpu_build = {(1u << ZC_F32) | (1u << ZC_BF16) | (1u << ZC_FP16), ZC_F32, {NULL, NULL, NULL}, "", 0};
 
 static inline void config_defaults(TrainConfig *c) {
     memset(c, 0, sizeof(*c));
@@ -702,6 +713,11 @@ static inline int config_validate(TrainConfig *c, int world) {
     if (why) { fprintf(stderr, "error: model options: %s\n", why); return -1; }
     if (c->seq_len > c->model.max_seq_len) {
         fprintf(stderr, "error: --seq-len %d exceeds the model's max_seq_len %d\n", c->seq_len, c->model.max_seq_len);
+        return -1;
+    }
+    if (c->profile_kernels && !(c->build && c->build->kernel_profiler)) {
+        fprintf(stderr, "error: --profile-kernels times GPU kernels: it is the GPU trainer's (train_gpt); this binary "
+                        "has none (time the CPU trainer's step with --trace)\n");
         return -1;
     }
     c->world = world;

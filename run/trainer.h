@@ -10,8 +10,13 @@
 //     what the forward keeps for the backward)
 //   gpt2_forward(m, inputs, targets, B, T, dloss) -> mean loss; gpt2_backward(m, B, T)
 //     (both from model.h, over the trainer's kernels)
+//   gpt2_pending_losses(m) -> the sum of the training micro-steps' mean losses that
+//     gpt2_forward returned as 0 since the last call (a GPU keeps them on the device until
+//     the step's end instead of waiting for each; the CPU trainer returns them at once: 0)
 //   gpt2_grad_norm(m) -> global norm; gpt2_update(m, const OptStep *)
 //   gpt2_logits_row(m, t) -> host pointer to the Vp logits of row 0, position t
+//   gpt2_report(m, out, log): the trainer's own report at the end of the run (the GPU's kernel
+//     profile), to rank 0's stdout and JSON log (NULL elsewhere, or without --log)
 //   trainer_backend(Run *) -> ZeroBackend: this rank's collectives (the Run is declared here,
 //     so the including file declares `static ZeroBackend trainer_backend(struct Run *r);` first)
 // Processes come from mpirun: MPI is initialised before trainer_run() and is used here only to
@@ -608,6 +613,7 @@ static StepResult train_step(Run *r, int step) {
         gpt2_backward(m, B, T);
         trace_end(tr, s);
     }
+    loss += gpt2_pending_losses(m);
     zero_sum_scalars(&m->z, &loss, 1);
     double opt = trace_begin(tr, "optimizer", TRACE_OPTIMIZER, -1, 0.0);
     float norm = gpt2_grad_norm(m); // of the scaled gradient
@@ -827,6 +833,7 @@ static int trainer_run(Run *r, int argc, char **argv) {
         printf("average step (after the first): %.1f ms, %.0f tok/s\n", total_ms / timed,
                c->total_batch / (total_ms / timed / 1e3));
     report_peak_rss(r);
+    gpt2_report(&r->model, lead ? stdout : NULL, lead ? r->log : NULL);
     if (r->log) fclose(r->log);
     write_trace(r);
     trace_free(&r->trace);

@@ -57,6 +57,7 @@
 #include <string.h>
 #include <math.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 #include <deque>
 #include <functional>
@@ -480,7 +481,7 @@ static inline void emu_run_kernel(const char *name, dim3 grid, dim3 block, const
 // ---------------------------------------------------------------------------------------------
 // Streams and events: queues of operations that run when the host has to wait for one of them
 
-struct CUevent_st { unsigned long long recorded, completed; };
+struct CUevent_st { unsigned long long recorded, completed; unsigned flags; double when; }; // when: host seconds at completion
 typedef CUevent_st *cudaEvent_t;
 struct EmuOp {
     enum { RUN, RECORD, WAIT } kind;
@@ -513,7 +514,12 @@ static inline cudaStream_t emu_stream(cudaStream_t s) {
 static inline int emu_op_runnable(const EmuOp &op) { return op.kind != EmuOp::WAIT || op.ev->completed >= op.gen; }
 static inline void emu_op_run(EmuOp &op) {
     if (op.kind == EmuOp::RUN) op.fn();
-    else if (op.kind == EmuOp::RECORD && op.ev->completed < op.gen) op.ev->completed = op.gen;
+    else if (op.kind == EmuOp::RECORD && op.ev->completed < op.gen) {
+        op.ev->completed = op.gen;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        op.ev->when = ts.tv_sec + 1e-9 * ts.tv_nsec;
+    }
 }
 // Run queued operations, preferring streams in the schedule's order, until done() holds.
 static inline void emu_drain(const std::function<bool()> &done, const char *waiting_for) {
@@ -566,7 +572,12 @@ static inline cudaError_t cudaStreamDestroy(cudaStream_t s) { // completes its w
     return cudaSuccess;
 }
 static inline cudaError_t cudaDeviceSynchronize(void) { emu_drain_all("cudaDeviceSynchronize"); return cudaSuccess; }
-static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) { (void)flags; *e = new CUevent_st(); return cudaSuccess; }
+static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+    *e = new CUevent_st();
+    (*e)->flags = flags;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 // CUDA lets an event be destroyed while a record of it is queued; the emulator keeps it (a few bytes).
 static inline cudaError_t cudaEventDestroy(cudaEvent_t e) { (void)e; return cudaSuccess; }
 static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
@@ -592,6 +603,17 @@ static inline cudaError_t cudaEventQuery(cudaEvent_t e) {
     return cudaSuccess;
 }
 static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) { return cudaEventQuery(e); }
+// The milliseconds between two completed records (the emulator's: host time, as its streams ran
+// them). CUDA refuses events made with cudaEventDisableTiming, and events not yet recorded or
+// not yet complete: so does the emulator (the caller must have waited).
+static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    if ((a->flags | b->flags) & cudaEventDisableTiming)
+        emu_fatal("cudaEventElapsedTime on an event created with cudaEventDisableTiming");
+    if (!a->recorded || !b->recorded || a->completed < a->recorded || b->completed < b->recorded)
+        emu_fatal("cudaEventElapsedTime on an event not recorded, or not complete (wait for it first)");
+    *ms = (float)((b->when - a->when) * 1e3);
+    return cudaSuccess;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Memory and copies
