@@ -23,7 +23,7 @@ TMP      = $@.$$$$.part
 HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
-.PHONY: all test bench bench-ranks bench-optimizer bench-recompute nvme-demo setup clean data fuzz gpu_check soak docs-figures FORCE
+.PHONY: all test bench bench-ranks bench-optimizer bench-recompute nvme-demo setup clean data fuzz gpu_check gpu_pack gpu_session soak docs-figures FORCE
 all: train_gpt_cpu
 
 setup:
@@ -77,6 +77,15 @@ FORCE:
 # equivalence, benchmark (bf16).
 gpu_check: train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_cpu
 	bash test/gpu/run_gpu_checks.sh
+
+# A session on a lent GPU (scripts/gpu_session.sh): `make gpu_pack` here builds everything into
+# gpu_pack/pack.tar.gz (BASE=commit adds that commit's bf16 trainer, run beside this one); on the
+# GPU machine `make gpu_session` compiles nothing, runs the checks and the benchmarks and writes
+# docs/gpu-runs/DATE-COMMIT/. EMULATED=1 does both on the CUDA emulator (test_gpu_session).
+gpu_pack:
+	bash scripts/gpu_session.sh pack $(if $(BASE),--base $(BASE))
+gpu_session:
+	bash scripts/gpu_session.sh run
 
 # The GPU trainer on the CUDA emulator (test/cuda_emu/, for machines without a GPU): g++
 # compiles train_gpt.cu against the emulator's CUDA, cuBLASLt and NCCL headers, with each

@@ -19,6 +19,10 @@
 #      within the tolerances of 1; on NGPU GPUs, ZeRO-3, bf16, two micro-steps: the losses equal
 #      the run without recompute and the all-gather bytes per step follow the recompute's
 #      schedule (test/zero_check.py gathers).
+#   5. Offload (bf16, ZeRO-1 and ZeRO-3, one GPU): the optimizer on the host in pageable and in
+#      pinned memory, on NVMe (a directory under the results), and at ZeRO-3 the parameters on the
+#      host too: every step's loss, learning rate and gradient norm equal the run without offload,
+#      bit for bit (the host update is the device kernel's arithmetic), and plan = allocated.
 #   4. Benchmark, bf16: GPT-2 124M (d12), T=1024, 524,288 tokens per step, ZeRO-2 and ZeRO-3 (and
 #      ZeRO-2 with --recompute full, with and without --cpu-checkpointing: the step time's ratio):
 #      ms/step, tokens/s and MFU. MFU needs the GPU's peak: H100 (989 TFLOP/s dense bf16) is
@@ -30,6 +34,12 @@
 # fp32), so they differ by a few 16-bit ulps compounded through the layers: bf16 (8-bit
 # significand) 5e-3 / 5e-2, fp16 (11-bit) 2e-3 / 2e-2. The summary prints the worst errors
 # measured, which should replace these estimates.
+# Section 1 also runs bf16 at head size 64 (GPT-2's) on a checkpoint of its own (2 heads of 64).
+# Environment: CPU_BIN (default ./train_gpt_cpu) and GPU_BIN name the binaries; NO_BUILD=1 runs
+# them as they are (scripts/gpu_session.sh: built on another machine); QUICK=1 runs one case of
+# each kind (bf16, one shape; stages 0 and 3; recompute full and cpu_checkpointing; offload), for
+# the emulated session in the suite. A run on one GPU runs the binary directly (an MPI singleton),
+# not through mpirun.
 # Options: --peak-tflops X   --batch B (benchmark micro-batch per GPU, default 16)
 #          --steps N (benchmark steps, default 10)   --tol REL (fp32 gradient tolerance, default 1e-3)
 #          --skip-bench   --only-bench
@@ -57,25 +67,27 @@ done
 PY=${PYTHON:-python3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 gpu=${GPU_BIN:-./train_gpt_}
+cpu=${CPU_BIN:-./train_gpt_cpu}
+quick=${QUICK:-0}
 if [ "${EMULATED:-0}" = 1 ]; then
   ngpu=${NGPU:-2} gpu_name="the CUDA emulator (CPU)" do_bench=0
   d=${OUT:-test/out/gpu_checks_emu}
-  make -s train_gpt_cpu || { echo "FAIL: build"; exit 1; }
+  [ "${NO_BUILD:-0}" = 1 ] || make -s train_gpt_cpu || { echo "FAIL: build"; exit 1; }
 else
   command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { echo "no NVIDIA GPU here (nvidia-smi -L failed)"; exit 77; }
   ngpu=$(nvidia-smi -L | wc -l)
   gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
   d=${OUT:-test/out/gpu_checks}
-  make -s train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_cpu || { echo "FAIL: build"; exit 1; }
+  [ "${NO_BUILD:-0}" = 1 ] || make -s train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_cpu || { echo "FAIL: build"; exit 1; }
 fi
 rm -rf "$d"; mkdir -p "$d"
 summary=$d/summary.txt
-echo "GPU checks on $ngpu x $gpu_name, $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null)" | tee "$summary"
+echo "GPU checks on $ngpu x $gpu_name, $(date -u +%Y-%m-%d), commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" | tee "$summary"
 fails=0
 fail() { echo "FAIL $*" | tee -a "$summary"; fails=$((fails + 1)); }
 data="data/brown_train_*.bin"
 common=(--train-data "$data" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
-mpi() { local np=$1; shift; mpirun -np "$np" --oversubscribe --bind-to none "$@"; }
+mpi() { local np=$1; shift; if [ "$np" = 1 ]; then "$@"; else mpirun -np "$np" --oversubscribe --bind-to none "$@"; fi; }
 first_loss() { sed -n 's/.*"step":1,"loss":\([^,]*\),.*/\1/p' "$1" | head -n 1; }
 
 loss_tol() { case $1 in fp32) echo 1e-5 ;; bf16) echo 5e-3 ;; fp16) echo 2e-3 ;; esac; }
@@ -86,15 +98,20 @@ if [ $do_checks -eq 1 ]; then
   echo "== 1. GPU vs CPU in fp32, bf16, fp16: one checkpoint, one batch, loss and every gradient" | tee -a "$summary"
   # The checkpoint: the CPU trainer's model after one step from a seed (not the plain init, so
   # that nothing is symmetric by construction).
-  ./train_gpt_cpu --layers 4 --channels 128 --heads 4 --batch 2 --seq-len 64 --steps 1 "${common[@]}" \
-    --out "$d/init" >"$d/init.log" 2>&1 || { cat "$d/init.log"; fail "making the checkpoint"; }
-  for p in fp32 bf16 fp16; do
-    for shape in "2 128" "8 64"; do # B <= NH and B > NH
-      set -- $shape; B=$1; T=$2; k=${p}_B$B
+  for h in 4 2; do # 4 heads of 32, and 2 of 64 (GPT-2's head size)
+    $cpu --layers 4 --channels 128 --heads $h --batch 2 --seq-len 64 --steps 1 "${common[@]}" \
+      --out "$d/init$h" >"$d/init$h.log" 2>&1 || { cat "$d/init$h.log"; fail "making the checkpoint"; }
+  done
+  mv "$d/init4" "$d/init"
+  cases=("fp32 2 128" "fp32 8 64" "bf16 2 128" "bf16 8 64" "fp16 2 128" "fp16 8 64" "bf16 4 64 hs64")
+  [ "$quick" = 1 ] && cases=("bf16 8 64" "bf16 4 64 hs64")
+  for c in "${cases[@]}"; do
+      set -- $c; p=$1; B=$2; T=$3; k=${p}_B$B${4:+_$4}; ck=$d/init/model_00000001.bin
+      [ -n "${4:-}" ] && ck=$d/init2/model_00000001.bin
       for t in cpu gpu; do
-        bin=./train_gpt_cpu; [ $t = gpu ] && bin=$gpu$p
+        bin=$cpu; [ $t = gpu ] && bin=$gpu$p
         # shellcheck disable=SC2046
-        $bin --init "$d/init/model_00000001.bin" --batch "$B" --seq-len "$T" --steps 1 "${common[@]}" --precision $p \
+        $bin --init "$ck" --batch "$B" --seq-len "$T" --steps 1 "${common[@]}" --precision $p \
           $(prec_opts $p) --dump-grads "$d/grads_${t}_$k.bin" --log "$d/log_${t}_$k.jsonl" >"$d/run_${t}_$k.log" 2>&1 ||
           { tail -n 20 "$d/run_${t}_$k.log"; fail "$t run $p B=$B T=$T"; }
       done
@@ -103,26 +120,29 @@ if [ $do_checks -eq 1 ]; then
         echo "ok   $p B=$B T=$T loss: cpu $lc, gpu $lg (tolerance $lt)" | tee -a "$summary"
       else fail "$p B=$B T=$T loss: cpu '$lc', gpu '$lg' (tolerance $lt)"; fi
       if $PY test/gpu/compare_grads.py "$d/grads_cpu_$k.bin" "$d/grads_gpu_$k.bin" --tol "$(grad_tol $p)" >"$d/cmp_$k.txt"; then
-        echo "ok   $p B=$B T=$T gradients: $(tail -n 1 "$d/cmp_$k.txt")" | tee -a "$summary"
-      else cat "$d/cmp_$k.txt"; fail "$p B=$B T=$T gradients"; fi
-    done
+        echo "ok   $p B=$B T=$T${4:+ $4} gradients: $(tail -n 1 "$d/cmp_$k.txt")" | tee -a "$summary"
+      else cat "$d/cmp_$k.txt"; fail "$p B=$B T=$T${4:+ $4} gradients"; fi
+      [ "${KEEP_GRADS:-1}" = 1 ] || rm -f "$d/grads_cpu_$k.bin" "$d/grads_gpu_$k.bin" # 30 MB each; the comparison stays
   done
 
   echo "== 2. ZeRO stages 0-3 on $ngpu GPU(s), 2 micro-steps per step: the same losses" | tee -a "$summary"
-  for p in fp32 bf16; do
-    for s in 0 1 2 3; do
+  zprecs="fp32 bf16" zstages="0 1 2 3"
+  [ "$quick" = 1 ] && zprecs=bf16 zstages="0 3"
+  for p in $zprecs; do
+    for s in $zstages; do
       mpi "$ngpu" $gpu$p --init "$d/init/model_00000001.bin" --batch 4 --seq-len 64 --grad-accum 2 --steps "${ZERO_STEPS:-4}" \
         "${common[@]}" --zero-stage "$s" --log "$d/zero_${p}_$s.jsonl" >"$d/zero_${p}_$s.log" 2>&1 ||
         { tail -n 20 "$d/zero_${p}_$s.log"; fail "$p ZeRO-$s run"; }
     done
-    if $PY - "$d" "$p" "$(loss_tol $p)" "${ZERO_STEPS:-4}" <<'EOF' | tee -a "$summary"; then :; else fail "$p: ZeRO stages disagree"; fi
+    if $PY - "$d" "$p" "$(loss_tol $p)" "${ZERO_STEPS:-4}" $zstages <<'EOF' | tee -a "$summary"; then :; else fail "$p: ZeRO stages disagree"; fi
 import json, sys
 d, p, tol, steps = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+stages = [int(x) for x in sys.argv[5:]]
 loss = {}
-for s in range(4):
+for s in stages:
     loss[s] = [json.loads(l)["loss"] for l in open(f"{d}/zero_{p}_{s}.jsonl") if '"loss"' in l and '"step"' in l]
 ok = all(len(loss[s]) == steps for s in loss)
-worst = max((abs(a - b) / max(1.0, abs(a)) for s in (1, 2, 3) for a, b in zip(loss[0], loss[s])), default=0.0)
+worst = max((abs(a - b) / max(1.0, abs(a)) for s in stages[1:] for a, b in zip(loss[0], loss[s])), default=0.0)
 ok = ok and worst <= tol
 print(f"{'ok  ' if ok else 'FAIL'} {p} losses by stage: " + "; ".join(f"{s}: " + " ".join(f"{x:.6f}" for x in loss[s]) for s in loss)
       + f" (worst relative difference {worst:.2e}, tolerance {tol:g})")
@@ -136,9 +156,11 @@ EOF
   rargs=(--layers 6 --channels 64 --heads 4 --vocab-size 512 --max-seq-len 32 --batch 2 --seq-len 32 --grad-accum 2
          --steps 2 --train-data "$d/rc_tokens.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
   rmodes=("none 1" "full 1" "full 2" "selective 1" "full 1 --cpu-checkpointing" "full 2 --cpu-checkpointing")
+  rprecs="fp32 bf16 fp16"
+  [ "$quick" = 1 ] && rmodes=("none 1" "full 1" "full 2 --cpu-checkpointing") rprecs=bf16
   . test/lib.sh
   steps() { log_steps "$1"; }
-  for p in fp32 bf16 fp16; do
+  for p in $rprecs; do
     ok=1
     for mk in "${rmodes[@]}"; do
       set -- $mk; mode=$1 k=$2; shift 2; tag=rc_${p}_$mode$k${1:+_host}
@@ -151,17 +173,18 @@ EOF
          ! cmp -s "$d/$tag.bin" "$d/rc_${p}_none1.bin"; then fail "$tag: losses or gradient differ from no recompute"; ok=0; fi
     done
     # shellcheck disable=SC2046
-    ./train_gpt_cpu "${rargs[@]}" --precision $p $(prec_opts $p) --recompute full --dump-grads "$d/rc_cpu_$p.bin" \
+    $cpu "${rargs[@]}" --precision $p $(prec_opts $p) --recompute full --dump-grads "$d/rc_cpu_$p.bin" \
       --log "$d/rc_cpu_$p.jsonl" >"$d/rc_cpu_$p.log" 2>&1 || fail "CPU recompute run $p"
     lc=$(first_loss "$d/rc_cpu_$p.jsonl"); lg=$(first_loss "$d/rc_${p}_full1.jsonl"); lt=$(loss_tol $p)
     if $PY -c "import sys; a,b=float('$lc'),float('$lg'); sys.exit(0 if abs(a-b) <= $lt*max(1,abs(a)) else 1)" 2>/dev/null &&
        $PY test/gpu/compare_grads.py "$d/rc_cpu_$p.bin" "$d/rc_${p}_full1.bin" --tol "$(grad_tol $p)" >"$d/rc_cmp_$p.txt"; then
-      [ $ok = 1 ] && echo "ok   $p: full, full every 2, selective, cpu_checkpointing (every 1, 2) = no recompute, bit for bit;" \
+      [ $ok = 1 ] && echo "ok   $p: ${rmodes[*]:1} = no recompute, bit for bit;" \
         "full vs CPU: loss $lg vs $lc, gradients $(tail -n 1 "$d/rc_cmp_$p.txt")" | tee -a "$summary"
     else cat "$d/rc_cmp_$p.txt" 2>/dev/null; fail "$p full recompute vs the CPU trainer: loss '$lg' vs '$lc', or gradients"; fi
   done
-  ok=1
-  for mk in "none 1" "full 3" "full 2 --cpu-checkpointing" "selective 1"; do
+  ok=1 zmodes=("none 1" "full 3" "full 2 --cpu-checkpointing" "selective 1")
+  [ "$quick" = 1 ] && zmodes=("none 1" "full 3")
+  for mk in "${zmodes[@]}"; do
     set -- $mk; mode=$1 k=$2; shift 2; tag=rcz_$mode$k
     mpi "$ngpu" ${gpu}bf16 "${rargs[@]}" --zero-stage 3 --recompute "$mode" --recompute-every "$k" "$@" --log "$d/$tag.jsonl" \
       >"$d/$tag.log" 2>&1 || { tail -n 20 "$d/$tag.log"; fail "$tag ZeRO-3 run"; ok=0; continue; }
@@ -172,8 +195,28 @@ EOF
     [ -n "$(steps "$d/$tag.jsonl")" ] && [ "$(steps "$d/$tag.jsonl")" = "$(steps "$d/rcz_none1.jsonl")" ] ||
       { fail "$tag: ZeRO-3 losses differ from no recompute"; ok=0; }
   done
-  [ $ok = 1 ] && echo "ok   ZeRO-3 on $ngpu GPU(s), bf16: full every 3, every 2 with cpu_checkpointing, selective = no recompute;" \
+  [ $ok = 1 ] && echo "ok   ZeRO-3 on $ngpu GPU(s), bf16: ${zmodes[*]:1} = no recompute;" \
     "all-gather bytes as the schedule says" | tee -a "$summary"
+
+  echo "== 5. offload: the optimizer on the host (pageable, pinned), on NVMe, and the parameters too: no offload, bit for bit" | tee -a "$summary"
+  oargs=("${rargs[@]}" --steps 3)
+  for z in 1 3; do
+    omodes=("none none" "cpu none" "cpu none --pin-memory" "nvme none --nvme-path $d/nvme")
+    [ $z = 3 ] && omodes=("none none" "cpu cpu --pin-memory")
+    ok=1
+    for mk in "${omodes[@]}"; do
+      set -- $mk; oo=$1 op=$2; shift 2; tag=off_z${z}_$oo$op${1:+_${1#--}}; tag=${tag%%-*}
+      mkdir -p "$d/nvme"
+      mpi 1 ${gpu}bf16 "${oargs[@]}" --zero-stage $z --offload-optimizer $oo --offload-param $op "$@" --log "$d/$tag.jsonl" \
+        >"$d/$tag.log" 2>&1 || { tail -n 20 "$d/$tag.log"; fail "$tag run"; ok=0; continue; }
+      grep -q "plan vs allocated: every kind on every rank matches exactly" "$d/$tag.log" || { fail "$tag: plan != allocated"; ok=0; }
+      [ "$oo" = none ] && continue
+      [ -n "$(steps "$d/$tag.jsonl")" ] && [ "$(steps "$d/$tag.jsonl")" = "$(steps "$d/off_z${z}_nonenone.jsonl")" ] ||
+        { fail "$tag: losses differ from no offload"; ok=0; }
+    done
+    [ $ok = 1 ] && echo "ok   ZeRO-$z bf16 offload (optimizer, parameters: ${omodes[*]:1}) = no offload, bit for bit" | tee -a "$summary"
+  done
+  rm -rf "$d/nvme"
 fi
 
 if [ $do_bench -eq 1 ]; then
