@@ -67,11 +67,18 @@ check_precision = $(if $(filter $(1),$(GPU_PRECISIONS)),,$(error PRECISION=$(1):
 # `make train_gpt PRECISION=FP32` after a bf16 build rebuilds, and a second one does not.
 .train_gpt_precision: FORCE
 	$(call check_precision,$(PRECISION))
-	@echo $(PRECISION) | cmp -s - $@ || { echo $(PRECISION) > $(TMP) && mv -f $(TMP) $@; }
+	@echo $(PRECISION) $(ATTENTION) | cmp -s - $@ || { echo $(PRECISION) $(ATTENTION) > $(TMP) && mv -f $(TMP) $@; }
+# ATTENTION=matmul: attention through cuBLASLt's batched products and the softmax kernels (the
+# (T,T) probabilities stored per layer) instead of the flash kernels (gpu/layout.h); a change of
+# it rebuilds train_gpt like a change of PRECISION. train_gpt_bf16_mm is that bf16 build.
+ATTENTION ?= flash
+ATTENTION_FLAGS = $(if $(filter matmul,$(ATTENTION)),-DGPU_ATTENTION_MATMUL,$(if $(filter flash,$(ATTENTION)),,$(error ATTENTION=$(ATTENTION): use flash or matmul)))
 train_gpt: train_gpt.cu $(HEADERS) $(GPU_HEADERS) .train_gpt_precision
-	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(PRECISION) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
+	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(PRECISION) $(ATTENTION_FLAGS) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
 train_gpt_bf16 train_gpt_fp16 train_gpt_fp32: train_gpt_%: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
-	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
+	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) $(ATTENTION_FLAGS) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
+train_gpt_bf16_mm: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
+	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_MATMUL $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
 FORCE:
 # On a machine with GPUs: GPU vs CPU loss and gradients (each precision), ZeRO stage
 # equivalence, benchmark (bf16).
@@ -107,6 +114,11 @@ test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_f
 	@mkdir -p test/bin
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
 	$(EMU_CXX) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
+# The bf16 build with ATTENTION=matmul (the matmul attention at every head size)
+test/bin/train_gpt_emu_bf16_mm: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
+	@mkdir -p test/bin
+	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
+	$(EMU_CXX) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_MATMUL -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 # The same, bf16, under AddressSanitizer + UndefinedBehaviorSanitizer: the trainer's host code
 # (checkpoints, token grouping, the backend's bookkeeping) checked as the CPU trainer's is.
 test/bin/train_gpt_emu_bf16_asan: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)

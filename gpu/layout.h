@@ -28,9 +28,17 @@
 #include "run/planner.h"
 
 #define GPU_FLASH_MAX_HS 64
+// A build made with `make train_gpt ATTENTION=matmul` (-DGPU_ATTENTION_MATMUL) takes the matmul
+// path at every head size: cuBLASLt's batched products and the softmax kernels, the (T,T)
+// probabilities stored per layer (the planner counts them the same way).
 static inline int gpu_flash_attention(int channels, int num_heads, size_t elem) {
+#if defined(GPU_ATTENTION_MATMUL)
+    (void)channels; (void)num_heads; (void)elem;
+    return 0;
+#else
     int hs = channels / num_heads;
     return elem == 2 && hs % 16 == 0 && hs <= GPU_FLASH_MAX_HS;
+#endif
 }
 
 // Checkpoints in host memory (cpu_checkpointing): all but the last two of full's.

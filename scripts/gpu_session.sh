@@ -3,7 +3,8 @@
 # A GPU machine comes rarely, for minutes, bare: nothing is compiled there. So the work is split:
 #
 #   scripts/gpu_session.sh pack [--base COMMIT]     (make gpu_pack; on the CPU machine)
-#       builds train_gpt_{bf16,fp16,fp32} for sm_90 (GPU_ARCHS overrides), the CPU trainer for
+#       builds train_gpt_{bf16,fp16,fp32} for sm_90 (GPU_ARCHS overrides) and train_gpt_bf16_mm (the
+#       ATTENTION=matmul build, benchmarked and checked beside the default), the CPU trainer for
 #       any x86-64-v3 host (the oracle of the checks), and with --base the bf16 trainer of another
 #       commit (the same runs, before and after, on the same card); gathers the shared libraries
 #       that a bare CUDA image lacks (OpenMPI with its components and help files, cJSON, OpenBLAS);
@@ -13,7 +14,8 @@
 #         1. the card's facts and its measured ceilings (a device-to-device copy and an 8192^3
 #            bf16 matmul through PyTorch, when python3 has it);
 #         2. the first benchmark: d12, T=1024, B=16, 524,288 tokens per step, ZeRO-2, with
-#            --profile-kernels (the per-kernel table), and the --base binary the same way;
+#            --profile-kernels (the per-kernel table), the same with ATTENTION=matmul, and the
+#            --base binary the same way;
 #         3. the checks (test/gpu/run_gpu_checks.sh, sections 1-3 and 5, the CPU trainer of the
 #            pack as the oracle): GPU vs CPU loss and gradients in fp32, bf16, fp16 and at head
 #            size 64; ZeRO 0-3; recompute and cpu_checkpointing bit-identical; offload pageable,
@@ -34,7 +36,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 verb=${1:-}; shift || true
 emulated=${EMULATED:-0}
-pack_dir=gpu_pack
+pack_dir=${PACK_DIR:-gpu_pack} # PACK_DIR: another place (the suite's test uses its scratch directory)
 
 pack() {
   local base=""
@@ -47,14 +49,14 @@ pack() {
   local st=$pack_dir/stage
   rm -rf "$st"; mkdir -p "$st/bin" "$st/lib"
   if [ "$emulated" = 1 ]; then
-    make -s test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32 train_gpt_cpu ||
-      { echo "gpu_session pack: build failed"; exit 1; }
-    for p in bf16 fp16 fp32; do cp test/bin/train_gpt_emu_$p "$st/bin/train_gpt_$p"; done
+    make -s test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32 test/bin/train_gpt_emu_bf16_mm \
+      train_gpt_cpu || { echo "gpu_session pack: build failed"; exit 1; }
+    for p in bf16 fp16 fp32 bf16_mm; do cp test/bin/train_gpt_emu_$p "$st/bin/train_gpt_$p"; done
     cp train_gpt_cpu "$st/bin/train_gpt_cpu"
     [ -n "$base" ] && cp test/bin/train_gpt_emu_bf16 "$st/bin/base_bf16" # the emulated run only exercises the path
   else
     local archs=${GPU_ARCHS:-"-gencode arch=compute_90,code=sm_90"}
-    for p in bf16 fp16 fp32; do
+    for p in bf16 fp16 fp32 bf16_mm; do
       rm -f train_gpt_$p
       make -s train_gpt_$p GPU_ARCHS="$archs" || { echo "gpu_session pack: build of train_gpt_$p failed"; exit 1; }
       cp train_gpt_$p "$st/bin/"
@@ -180,6 +182,7 @@ EOF
 
   note "== 2. the first benchmark, with the kernel profile"
   bench d12_B${B}_z2_profile "$G" 2 "$B" $model "${common[@]}" --profile-kernels "${peaks[@]}"
+  bench d12_B${B}_z2_mm_profile "$P/bin/train_gpt_bf16_mm" 2 "$B" $model "${common[@]}" --profile-kernels "${peaks[@]}"
   [ -f "$P/bin/base_bf16" ] && bench base_d12_B${B}_z2 "$P/bin/base_bf16" 2 "$B" $model "${common[@]}"
 
   note "== 3. the checks"

@@ -34,7 +34,8 @@
 # fp32), so they differ by a few 16-bit ulps compounded through the layers: bf16 (8-bit
 # significand) 5e-3 / 5e-2, fp16 (11-bit) 2e-3 / 2e-2. The summary prints the worst errors
 # measured, which should replace these estimates.
-# Section 1 also runs bf16 at head size 64 (GPT-2's) on a checkpoint of its own (2 heads of 64).
+# Section 1 also runs bf16 at head size 64 (GPT-2's) on a checkpoint of its own (2 heads of 64),
+# and the ATTENTION=matmul build (GPU_BIN's bf16_mm) where there is one.
 # Environment: CPU_BIN (default ./train_gpt_cpu) and GPU_BIN name the binaries; NO_BUILD=1 runs
 # them as they are (scripts/gpu_session.sh: built on another machine); QUICK=1 runs one case of
 # each kind (bf16, one shape; stages 0 and 3; recompute full and cpu_checkpointing; offload), for
@@ -105,11 +106,12 @@ if [ $do_checks -eq 1 ]; then
   mv "$d/init4" "$d/init"
   cases=("fp32 2 128" "fp32 8 64" "bf16 2 128" "bf16 8 64" "fp16 2 128" "fp16 8 64" "bf16 4 64 hs64")
   [ "$quick" = 1 ] && cases=("bf16 8 64" "bf16 4 64 hs64")
+  [ -x "${gpu}bf16_mm" ] && cases+=("bf16 8 64 mm") # the ATTENTION=matmul build, where there is one
   for c in "${cases[@]}"; do
       set -- $c; p=$1; B=$2; T=$3; k=${p}_B$B${4:+_$4}; ck=$d/init/model_00000001.bin
       [ -n "${4:-}" ] && ck=$d/init2/model_00000001.bin
       for t in cpu gpu; do
-        bin=$cpu; [ $t = gpu ] && bin=$gpu$p
+        bin=$cpu; [ $t = gpu ] && bin=$gpu$p${4:+_$4}; [ "${4:-}" = hs64 ] && [ $t = gpu ] && bin=$gpu$p
         # shellcheck disable=SC2046
         $bin --init "$ck" --batch "$B" --seq-len "$T" --steps 1 "${common[@]}" --precision $p \
           $(prec_opts $p) --dump-grads "$d/grads_${t}_$k.bin" --log "$d/log_${t}_$k.jsonl" >"$d/run_${t}_$k.log" 2>&1 ||

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# make gpu_pack + make gpu_session (scripts/gpu_session.sh) end to end on the CUDA emulator, so
+# that a lent GPU never finds the session script broken: the pack builds and unpacks, every
+# stage runs (the profiled run beside a baseline binary, the checks' QUICK set, the grid), and
+# the summary holds what docs and the issue ask of it. Independent checks:
+#   - summary.json: commit = this checkout's, checks_failed = 0 with checks passed, one run per
+#     configuration (profiled d12-shaped run, baseline, the grid at 3 batch sizes x ZeRO 1-3, a
+#     bigger model), each with tokens_per_s = total_batch / (ms_per_step / 1000) within the
+#     rounding of the log's numbers (the trainer prints both independently);
+#   - the kernel profile: rows for every kind of wrapper the step runs (forward and backward
+#     matmuls, attention, LayerNorm, GELU, the classifier, the optimizer), calls per step as the
+#     model's shape says (2 layers x 2 micro-steps: 8 layernorm_forward per step, ...), and the
+#     spans' time no more than the step's;
+#   - a run that fails (a batch that does not divide the total) is recorded as failed, not lost.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+. test/lib.sh
+new_scratch gpu_session
+PY=${PYTHON:-python3}
+fail=0
+PACK_DIR=$d/pack EMULATED=1 bash scripts/gpu_session.sh pack --base HEAD > "$d/pack.log" 2>&1 ||
+  { tail -n 20 "$d/pack.log"; echo "FAIL pack"; exit 1; }
+PACK_DIR=$d/pack EMULATED=1 bash scripts/gpu_session.sh run --out "$d/run" --budget 900 > "$d/run.log" 2>&1
+rc=$?
+tail -n 25 "$d/run.log"
+[ $rc -eq 0 ] || { echo "FAIL the session exited $rc"; fail=1; }
+$PY - "$d/run" "$(git rev-parse --short HEAD)" <<'PYEOF' || fail=1
+import json, os, sys
+out, head = sys.argv[1], sys.argv[2]
+s = json.load(open(os.path.join(out, "summary.json")))
+bad = []
+def want(c, msg):
+    if not c: bad.append(msg)
+want(s["commit"].split("+")[0] == head, f"commit {s['commit']} is not this checkout's {head}")
+want(s["checks_failed"] == 0 and s["checks_passed"] >= 5, f"checks: {s['checks_passed']} passed, {s['checks_failed']} failed")
+tags = [r["tag"] for r in s["runs"]]
+grid = [f"d12_B{b}_z{z}" for b in (2, 4, 8) for z in (1, 2, 3) if (b, z) != (2, 2)]
+for t in ["d12_B2_z2_profile", "d12_B2_z2_mm_profile", "base_d12_B2_z2", "bigger_B1_z3"] + grid:
+    want(t in tags, f"no run {t}")
+for r in s["runs"]:
+    for k in ("model", "seq_len", "batch", "zero_stage", "tokens_per_s", "mfu"):
+        want(k in r, f"{r['tag']}: no {k}")
+    if r.get("failed"): bad.append(f"{r['tag']} failed"); continue
+    want(abs(r["tokens_per_s"] - r["total_batch"] / (r["ms_per_step"] / 1e3)) <= 1.0 + 1e-3 * r["tokens_per_s"],
+         f"{r['tag']}: tokens/s {r['tokens_per_s']} != {r['total_batch']} / {r['ms_per_step']} ms")
+p = s["kernel_profiles"].get("d12_B2_z2_profile")
+want(p is not None, "no kernel profile")
+if p:
+    rows = {r["kernel"]: r for r in p["rows"]}
+    # 2 layers, 2 micro-steps a step (total 512 = 2 x 64 x 2 x 2 ... B=2, T=64: 4 micro-steps)
+    micro = 512 // (2 * 64)
+    expect = {"layernorm_forward": (2 * 2 + 1) * micro, "layernorm_backward": (2 * 2 + 1) * micro,
+              "attention_forward": 2 * micro, "attention_backward": 2 * micro, "gelu_forward": 2 * micro,
+              "gelu_backward": 2 * micro, "residual_forward": 2 * 2 * micro, "encoder_forward": micro,
+              "encoder_backward": micro, "classifier (softmax, cross-entropy, loss)": micro,
+              "matmul_forward 64->192": 2 * micro, "matmul_backward dweight 256->64": 2 * micro, "gradient norm": 1}
+    for k, n in expect.items():
+        want(k in rows and abs(rows[k]["calls"] - n) < 1e-9, f"profile: {k} {rows.get(k, {}).get('calls')} calls per step, want {n}")
+    want("optimizer update" in rows, "profile: no optimizer update row")
+    want(sum(r["ms"] for r in p["rows"]) <= p["step_ms"] * 1.0001, "profile: the spans take longer than the step")
+    want(rows.get("matmul_forward 64->192", {}).get("flops") == (2 * 128 * 64 * 192) * 2 * micro, "profile: qkv matmul FLOPs")
+md = open(os.path.join(out, "summary.md")).read()
+want("| d12_B2_z2_profile |" in md and "Kernel profile" in md, "summary.md lacks the run table or the profile")
+for b in bad: print("FAIL", b)
+print(f"{'ok' if not bad else 'FAIL'}: {len(s['runs'])} runs, {s['checks_passed']} checks passed, profile rows "
+      f"{len(p['rows']) if p else 0}")
+sys.exit(1 if bad else 0)
+PYEOF
+exit $fail
