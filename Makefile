@@ -10,7 +10,7 @@ CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -fno-math-errno -fopenmp -Wall -Wextra
 # when a recipe runs, not when this file is parsed (`=`, and a shell test rather than $(wildcard),
 # whose directory cache would not see it appear): on a fresh machine `make setup train_gpt_cpu`
 # installs it between the two. .blas_dir records the choice, so that a binary linked before it
-# was installed is relinked by the next `make`; the trainer also switches at run time (README).
+# was installed is relinked by the next `make`; the trainer also switches at run time (docs/speed.md).
 BLAS_CANDIDATES ?= /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp
 BLASDIR  = $(firstword $(foreach d,$(BLAS_CANDIDATES),$(shell [ -e $(d)/libopenblas.so ] && echo $(d))))
 LDLIBS   = $(if $(BLASDIR),-L$(BLASDIR) -Wl$(comma)-rpath$(comma)$(BLASDIR)) -lopenblas -lcjson -lm

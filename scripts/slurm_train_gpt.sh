@@ -45,7 +45,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 # after --comm-timeout (300 s by default), and mpirun must then notice the lost node by TCP
 # keepalive (OpenMPI's default takes up to 480 s, and the watchdog's own abort would otherwise
 # leave mpirun waiting for good: run/job.h). 5 + 5 x 62 s fits --comm-timeout 300; the trainer
-# says which numbers fit another (README: several hosts).
+# says which numbers fit another (docs/robustness.md: several hosts).
 export OMPI_MCA_oob_tcp_keepalive_time=${OMPI_MCA_oob_tcp_keepalive_time:-5}
 export OMPI_MCA_oob_tcp_keepalive_intvl=${OMPI_MCA_oob_tcp_keepalive_intvl:-5}
 export OMPI_MCA_oob_tcp_keepalive_probes=${OMPI_MCA_oob_tcp_keepalive_probes:-62}
