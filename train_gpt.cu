@@ -667,9 +667,26 @@ static void gpu_init(Gpu *gpu) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     job_local(MPI_COMM_WORLD, &lrank, &nlocal);
     gpu_require_device(rank, &ndev);
-    gpu->device = lrank % ndev;
-    if (lrank >= ndev && rank == 0)
-        fprintf(stderr, "warning: more processes per node than GPUs (%d): several share a device\n", ndev);
+    // One GPU per process: NCCL refuses two ranks on one device, with an error that names
+    // neither. The lowest rank without a GPU of its own says so once, before NCCL starts, and
+    // every rank exits 1.
+    int world, over = lrank >= ndev ? rank : INT_MAX;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Allreduce(MPI_IN_PLACE, &over, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (over != INT_MAX) {
+        if (over == rank) {
+            char host[256] = "?";
+            gethostname(host, sizeof(host) - 1);
+            fprintf(stderr, "error: more processes than GPUs on %s: rank %d is process %d of %d there, which has %d GPU(s); "
+                            "train_gpt drives one GPU per process (NCCL refuses two on one device): start at most %d per "
+                            "node (mpirun -np %d, or --map-by ppr:%d:node on several)\n",
+                    host, rank, lrank + 1, nlocal, ndev, ndev, ndev, ndev);
+        }
+        fflush(stderr);
+        MPI_Finalize();
+        exit(1);
+    }
+    gpu->device = lrank;
     CUDA_CHECK(cudaSetDevice(gpu->device));
     CUDA_CHECK(cudaGetDeviceProperties(&gpu->prop, gpu->device));
     gpu->sm_count = gpu->prop.multiProcessorCount;

@@ -3,7 +3,8 @@
 # ./train_gpt` here): one line, from one rank, says what is wrong and what to run instead (the
 # CPU trainer, or the emulator build), and every rank exits 1, whether CUDA finds no driver
 # ("driver version is insufficient", what an ordinary machine says) or no device. Run on the
-# CUDA emulator's build of train_gpt.cu, told to find neither (EMU_DEVICES).
+# CUDA emulator's build of train_gpt.cu, told to find neither (EMU_DEVICES). And a node with
+# fewer GPUs than processes: one line from the first rank without a GPU, before NCCL, exit 1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . test/lib.sh
@@ -24,5 +25,17 @@ for devices in nodriver 0; do
     grep -Eq "rank [1-9][0-9]*:|MPI_ABORT" $d/err && fail "other ranks spoke, or the job was aborted"
   done
 done
+# More processes on a node than it has GPUs (NCCL refuses two ranks on one device, naming neither):
+# one line from the lowest rank without a GPU, before NCCL starts, and every rank exits 1.
+want="^error: more processes than GPUs on [^ ]+: rank 2 is process 3 of 4 there, which has 2 GPU\\(s\\); train_gpt drives one GPU per process \\(NCCL refuses two on one device\\): start at most 2 per node \\(mpirun -np 2, or --map-by ppr:2:node on several\\)$"
+EMU_DEVICES=2 OMP_NUM_THREADS=1 timeout 120 mpirun -np 4 --oversubscribe test/bin/train_gpt_emu_fp32 --steps 1 > $d/out 2> $d/err; rc=$?
+errs=$(grep '^error:' $d/err)
+echo "EMU_DEVICES=2, 4 processes: exit $rc: $errs"
+[ $rc -eq 1 ] || fail "exit code $rc"
+[ "$(echo "$errs" | grep -c .)" -eq 1 ] && echo "$errs" | grep -Eq "$want" || fail "want one line naming the rank, the node's GPUs and what to start"
+grep -q "NCCL\|MPI_ABORT" $d/err && fail "NCCL started, or the job was aborted"
+EMU_DEVICES=2 OMP_NUM_THREADS=1 timeout 300 mpirun -np 2 --oversubscribe test/bin/train_gpt_emu_fp32 --layers 1 --channels 32 --heads 2 \
+  --max-seq-len 16 --seq-len 16 --batch 2 --steps 1 --val-every 0 --sample-every 0 > $d/out2 2>&1 ||
+  { tail -n 5 $d/out2; fail "2 processes on a node with 2 GPUs did not train"; }
 echo "$fails failures"
 [ $fails -eq 0 ]

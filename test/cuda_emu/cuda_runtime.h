@@ -93,7 +93,7 @@ struct dim3 {
 };
 typedef enum cudaError {
     cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
-    cudaErrorInvalidConfiguration = 9, cudaErrorInsufficientDriver = 35, cudaErrorNoDevice = 100, cudaErrorNotReady = 600,
+    cudaErrorInvalidConfiguration = 9, cudaErrorInsufficientDriver = 35, cudaErrorInvalidDevice = 101, cudaErrorNoDevice = 100, cudaErrorNotReady = 600,
 } cudaError_t;
 enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
                       cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
@@ -113,6 +113,7 @@ static inline const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNotReady: return "device not ready";
     }
@@ -726,14 +727,18 @@ static inline cudaError_t cudaMemset(void *p, int value, size_t bytes) {
 static inline cudaError_t cudaGetDeviceCount(int *n) {
     // EMU_DEVICES=0: a machine with NVIDIA's driver but no GPU; =nodriver: without the driver (what
     // CUDA's runtime says on an ordinary machine)
+    // (default 16: each process emulates a GPU of its own, as many as the tests start on one node;
+    // EMU_DEVICES=N: N GPUs per node, so that more processes than that must be refused)
     const char *s = getenv("EMU_DEVICES");
-    *n = s ? atoi(s) : 1;
+    *n = s ? atoi(s) : 16;
     if (s && !strcmp(s, "nodriver")) return cudaErrorInsufficientDriver;
     return *n > 0 ? cudaSuccess : cudaErrorNoDevice;
 }
-static inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+static inline cudaError_t cudaSetDevice(int d) { int n; cudaGetDeviceCount(&n); return d >= 0 && d < n ? cudaSuccess : cudaErrorInvalidDevice; }
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
-    if (d != 0) return cudaErrorInvalidValue;
+    int n;
+    cudaGetDeviceCount(&n);
+    if (d < 0 || d >= n) return cudaErrorInvalidDevice;
     memset(p, 0, sizeof(*p));
     snprintf(p->name, sizeof(p->name), "zero.c CUDA emulator (CPU)");
     p->totalGlobalMem = EMU_TOTAL_MEM;
