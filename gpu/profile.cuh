@@ -174,7 +174,7 @@ static void kprof_json(KProf *p, FILE *f) {
     for (int i = 0; i < p->nrows; i++) {
         const KProfRow *r = &p->rows[i];
         if (r->calls == 0) continue;
-        fprintf(f, "%s{\"kernel\":\"%s\",\"calls\":%.2f,\"ms\":%.4f,\"flops\":%.6g,\"bytes\":%.6g}", first ? "" : ",", r->name,
+        fprintf(f, "%s{\"kernel\":\"%s\",\"calls\":%.2f,\"ms\":%.4f,\"flops\":%.17g,\"bytes\":%.17g}", first ? "" : ",", r->name,
                 r->calls / n, r->ms / n, r->flops / n, r->bytes / n);
         first = 0;
     }

@@ -119,7 +119,7 @@ run() {
   local model="--model d12" T=1024 tb=524288 B=16 steps=3
   local small_model small_T=1024
   if [ "$emulated" = 1 ]; then
-    model="--layers 2 --channels 64 --heads 2 --max-seq-len 64" T=64 tb=512 B=2 steps=3
+    model="--layers 2 --channels 64 --heads 2 --max-seq-len 64" T=64 tb=512 B=2 steps=2
   fi
   local fails=0
   note() { echo "$*" | tee -a "$L/session.txt"; }
