@@ -20,7 +20,8 @@
 #            pack as the oracle): GPU vs CPU loss and gradients in fp32, bf16, fp16 and at head
 #            size 64; ZeRO 0-3; recompute and cpu_checkpointing bit-identical; offload pageable,
 #            pinned, NVMe;
-#         4. the rest of the grid: d12 at B=16/32/64 and ZeRO-1/2/3, d24, d48 at B=4;
+#         4. with the fastest attention build of 2: d12 at ZeRO-1/2/3 (B=16), d48 at B=4 (65,536
+#            tokens per step), d12 at B=32 and 64 at ZeRO-1/2/3, d24;
 #       each run under a timeout from what is left of the budget, so that a slow card still
 #       leaves a complete summary. DIR (default docs/gpu-runs/DATE-COMMIT) receives summary.md,
 #       summary.json (commit, device, checks_passed, checks_failed, ceilings, runs: one object
@@ -158,31 +159,38 @@ EOF
   [ "$copy_gbps" != null ] && peaks=(--peak-tflops "$mm_tflops" --peak-gbps "$copy_gbps")
 
   # bench TAG BIN ZERO BATCH [model args and extra options...]: one benchmark run into runs.tsv
+  # (at most 240 s, or BENCH_LIMIT, or what is left of the budget)
   local runs=$L/runs.tsv
   : > "$runs"
   bench() {
     local tag=$1 bin=$2 z=$3 b=$4; shift 4
     local limit; limit=$(left)
     if [ "$limit" -lt 20 ]; then note "skip $tag: the budget is spent"; return; fi
-    [ "$limit" -gt 240 ] && limit=240
+    [ "$limit" -gt "${BENCH_LIMIT:-240}" ] && limit=${BENCH_LIMIT:-240}
     timeout "$limit" "$bin" "$@" --batch "$b" --zero-stage "$z" --val-every 0 --sample-every 0 --log "$L/$tag.jsonl" \
       > "$L/$tag.log" 2>&1
     local rc=$?
     local line; line=$(grep "^average step" "$L/$tag.log")
     if [ $rc -ne 0 ] || [ -z "$line" ]; then
       note "FAIL bench $tag (exit $rc): $(grep -m1 -i error "$L/$tag.log")"
-      printf '%s\t%s\t%s\t%s\tfailed\t%s\n' "$tag" "$z" "$b" "$*" "$rc" >> "$runs"; return
+      printf '%s\t%s\t%s\t%s\tfailed\t%s\t%s\n' "$tag" "$z" "$b" "$*" "$rc" "$(basename "$bin")" >> "$runs"; return
     fi
     local ms tok; ms=$(echo "$line" | sed 's/.*: \([0-9.]*\) ms.*/\1/'); tok=$(echo "$line" | sed 's/.*ms, \([0-9]*\) tok.*/\1/')
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$tag" "$z" "$b" "$*" "$ms" "$tok" >> "$runs"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tag" "$z" "$b" "$*" "$ms" "$tok" "$(basename "$bin")" >> "$runs"
     note "ok   bench $tag: $ms ms/step, $tok tokens/s"
   }
   local G=$P/bin/train_gpt_bf16
   local common=(--seq-len "$T" --total-batch "$tb" --steps "$steps" --lr 1e-4 --warmup 0)
 
-  note "== 2. the first benchmark, with the kernel profile"
-  bench d12_B${B}_z2_profile "$G" 2 "$B" $model "${common[@]}" --profile-kernels "${peaks[@]}"
-  bench d12_B${B}_z2_mm_profile "$P/bin/train_gpt_bf16_mm" 2 "$B" $model "${common[@]}" --profile-kernels "${peaks[@]}"
+  note "== 2. the first benchmark, with the kernel profile, for each attention build; the fastest runs the rest"
+  local v best=0
+  for v in "" _mm _fa2; do
+    [ -x "$P/bin/train_gpt_bf16$v" ] || continue
+    bench d12_B${B}_z2${v}_profile "$P/bin/train_gpt_bf16$v" 2 "$B" $model "${common[@]}" --profile-kernels "${peaks[@]}"
+    local tok; tok=$(awk -F'\t' -v t="d12_B${B}_z2${v}_profile" '$1 == t && $5 != "failed" {print int($6)}' "$runs")
+    if [ -n "$tok" ] && [ "$tok" -gt "$best" ]; then best=$tok; G=$P/bin/train_gpt_bf16$v; fi
+  done
+  note "the grid runs $(basename "$G")"
   [ -f "$P/bin/base_bf16" ] && bench base_d12_B${B}_z2 "$P/bin/base_bf16" 2 "$B" $model "${common[@]}"
 
   note "== 3. the checks"
@@ -203,20 +211,21 @@ EOF
   [ "$cpass" -eq 0 ] && cfail=$((cfail + 1)) # no check ran: that is a failure too
   note "checks: $cpass passed, $cfail failed (logs/checks_summary.txt)"
 
-  note "== 4. the grid"
+  note "== 4. the grid: ZeRO-1 and 3 beside the profiled ZeRO-2, the biggest model, then 2B and 4B, d24"
   local b z
-  for b in $B $((2 * B)) $((4 * B)); do
-    for z in 1 2 3; do
-      [ "$b" = "$B" ] && [ "$z" = 2 ] && continue # the profiled run above
-      bench d12_B${b}_z$z "$G" "$z" "$b" $model "${common[@]}"
-    done
-  done
+  bench d12_B${B}_z1 "$G" 1 "$B" $model "${common[@]}"
+  bench d12_B${B}_z2 "$G" 2 "$B" $model "${common[@]}"
+  bench d12_B${B}_z3 "$G" 3 "$B" $model "${common[@]}"
   if [ "$emulated" = 1 ]; then
     bench bigger_B1_z3 "$G" 3 1 --layers 3 --channels 64 --heads 2 --max-seq-len 64 --seq-len 64 --total-batch 128 --steps 2 --lr 1e-4
   else
-    bench d24_B16_z2 "$G" 2 16 --model d24 --seq-len 1024 --total-batch 131072 --steps 3 --lr 1e-4 --warmup 0
-    bench d48_B4_z1 "$G" 1 4 --model d48 --seq-len 1024 --total-batch 65536 --steps 3 --lr 1e-4 --warmup 0 --profile-kernels "${peaks[@]}"
+    BENCH_LIMIT=150 bench d48_B4_z1 "$G" 1 4 --model d48 --seq-len 1024 --total-batch 65536 --steps 3 --lr 1e-4 --warmup 0 \
+      --profile-kernels "${peaks[@]}"
   fi
+  for b in $((2 * B)) $((4 * B)); do
+    for z in 1 2 3; do bench d12_B${b}_z$z "$G" "$z" "$b" $model "${common[@]}"; done
+  done
+  [ "$emulated" = 1 ] || bench d24_B16_z2 "$G" 2 16 --model d24 --seq-len 1024 --total-batch 131072 --steps 3 --lr 1e-4 --warmup 0
 
   note "== 5. summary"
   $PY - "$out" "$commit" "$base" "$device" "$driver" "$copy_gbps" "$mm_tflops" "$cpass" "$cfail" "$emulated" <<'EOF'
@@ -228,14 +237,15 @@ copy_gbps, mm = num(copy_gbps), num(mm)
 peak = 989.0  # dense bf16, H100 / H200 SXM datasheet
 runs, profiles = [], {}
 for line in open(os.path.join(L, "runs.tsv")):
-    tag, z, b, args, ms, tok = line.rstrip("\n").split("\t")
+    tag, z, b, args, ms, tok, binary = line.rstrip("\n").split("\t")
     log = open(os.path.join(L, tag + ".log")).read()
     m = re.search(r"\| parameters\s*\|\s*(\d+)", log)
     shape = re.search(r"L=(\d+) C=(\d+)", log)
     T = int(re.search(r"--seq-len (\d+)", args).group(1))
     tb = int(re.search(r"--total-batch (\d+)", args).group(1))
     model = re.search(r"--model (\w+)", args)
-    r = {"tag": tag, "binary": base if tag.startswith("base") else commit, "model": model.group(1) if model else "tiny",
+    r = {"tag": tag, "binary": f"{base} bf16" if tag.startswith("base") else f"{commit} {binary.replace('train_gpt_', '')}",
+         "model": model.group(1) if model else "tiny",
          "seq_len": T, "batch": int(b), "total_batch": tb, "zero_stage": int(z), "options": args}
     if ms == "failed":
         r.update({"failed": True, "exit": int(tok)})
