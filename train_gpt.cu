@@ -94,10 +94,7 @@ static void layernorm_forward(GpuKernels *kc, floatX *out, float *mean, float *r
 }
 static void layernorm_backward(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *db, const floatX *dout, const floatX *inp,
                                const floatX *w, const float *mean, const float *rstd, int N, int C) {
-    layernorm_backward_input_kernel<<<ceil_div(N, 8), 256, 0, kc->gpu->compute>>>(dinp, dout, inp, w, mean, rstd, N, C);
-    LAUNCH_CHECK();
-    column_grads_kernel<<<ceil_div(C, 32), dim3(32, 32), 0, kc->gpu->compute>>>(dw, db, dout, inp, mean, rstd, N, C);
-    LAUNCH_CHECK();
+    column_grads(kc, dinp, dw, db, dout, inp, w, mean, rstd, N, C); // the input gradient in the same pass (gpu/matmul.cuh)
 }
 
 // Causal self-attention over one layer. qkv (B,T,3C): q, k, v side by side, each NH heads of
@@ -209,7 +206,7 @@ typedef struct {
     cudaStream_t ck_stream;
     cudaEvent_t ck_mark, ck_saved[2], ck_ready[2]; // ck_*[c % 2]: checkpoint c is on the host / back
     size_t bytes_activations;
-    size_t bytes_scratch;          // device memory outside the plan: cuBLASLt workspace, norm partials, tokens
+    size_t bytes_scratch;          // device memory outside the plan: cuBLASLt workspace, norm partials, tokens, kernel scratch
     int B, T;
     int *inputs, *targets;         // host (pinned), what the dataloader fills
     int *d_inputs, *d_targets;     // device copies
@@ -284,8 +281,19 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
     CUDA_CHECK(cudaMalloc(&m->d_groups, (3 * bt + 1) * sizeof(int)));
     CUDA_CHECK(cudaMalloc(&m->d_partials, (size_t)m->z.lay.num_units * NORM_BLOCKS * sizeof(double)));
     CUDA_CHECK(cudaMalloc(&m->d_sumsq, sizeof(double)));
+    // The kernels' scratch (GpuKernels.scratch): the column sums' partials, for the largest of
+    // the LayerNorms' (2C columns) and the biases' (qkv 3C, fc 4C, the projections C).
+    int sm = m->kern.gpu->sm_count, C = cfg->channels;
+    size_t kf = column_scratch_floats(sm, (int)bt, C, 1);
+    int bias_cols[3] = {C, 3 * C, 4 * C};
+    for (int i = 0; i < 3; i++) {
+        size_t f = column_scratch_floats(sm, (int)bt, bias_cols[i], 0);
+        if (f > kf) kf = f;
+    }
+    CUDA_CHECK(cudaMalloc(&m->kern.scratch, kf * sizeof(float)));
+    m->kern.scratch_floats = kf;
     m->bytes_scratch = m->kern.gpu->workspace_bytes + (5 * bt + 1) * sizeof(int) +
-                       ((size_t)m->z.lay.num_units * NORM_BLOCKS + 1) * sizeof(double);
+                       ((size_t)m->z.lay.num_units * NORM_BLOCKS + 1) * sizeof(double) + kf * sizeof(float);
     CUDA_CHECK(cudaMemGetInfo(&free1, &total_dev));
     // The memory log entries carry zero.h's counts and the activations, which are exactly the
     // bytes asked of cudaMalloc; the device's own view (allocation granularity included) and
@@ -297,7 +305,7 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
     }
     if (rank == 0)
         printf("device memory, rank 0: model states + ZeRO buffers %.1f MiB (cudaMalloc'd %.1f MiB), activations %.1f MiB, "
-               "outside the plan %.1f MiB (cuBLASLt workspace, norm partials, tokens); device reports %.1f MiB more in use, "
+               "outside the plan %.1f MiB (cuBLASLt workspace, norm partials, tokens, kernel scratch); device reports %.1f MiB more in use, "
                "%.1f MiB free; host memory for offloaded states and staging %.1f MiB (allocated %.1f MiB)\n",
                states / 1048576.0, ((NcclBackend *)be.ctx)->allocated / 1048576.0,
                m->bytes_activations / 1048576.0, m->bytes_scratch / 1048576.0, (double)(free0 - free1) / 1048576.0,
@@ -310,7 +318,7 @@ static void gpt2_free(GPT2 *m) {
     zero_free(&m->z);
     CUDA_CHECK(cudaFree(m->acts_memory));
     CUDA_CHECK(cudaFree(m->d_inputs)); CUDA_CHECK(cudaFree(m->d_targets)); CUDA_CHECK(cudaFree(m->d_groups));
-    CUDA_CHECK(cudaFree(m->d_partials)); CUDA_CHECK(cudaFree(m->d_sumsq));
+    CUDA_CHECK(cudaFree(m->d_partials)); CUDA_CHECK(cudaFree(m->d_sumsq)); CUDA_CHECK(cudaFree(m->kern.scratch));
     CUDA_CHECK(cudaFreeHost(m->inputs)); CUDA_CHECK(cudaFreeHost(m->targets));
     CUDA_CHECK(cudaFreeHost(m->h_losses)); CUDA_CHECK(cudaFreeHost(m->h_row)); CUDA_CHECK(cudaFreeHost(m->h_row_x));
     CUDA_CHECK(cudaFreeHost(m->h_groups)); CUDA_CHECK(cudaFreeHost(m->h_sumsq));

@@ -51,6 +51,18 @@ static __device__ __forceinline__ floatX to_floatX(float x) {
 #endif
 }
 
+// V consecutive floatX as one load or store: V = VEC (16 bytes: 8 bf16/fp16, 4 fp32) where the
+// address is 16-byte aligned (the host checks, vec_ok), V = 1 otherwise. An aligned plain struct:
+// nvcc copies it with one 128-bit access (ld/st.global.v4), g++ (the emulator) with a memcpy.
+#define VEC (16 / (int)sizeof(floatX))
+template <int V> struct alignas(V * sizeof(floatX)) Pack { floatX v[V]; };
+template <int V> static __device__ __forceinline__ Pack<V> load_pack(const floatX *p) {
+    return *reinterpret_cast<const Pack<V> *>(p);
+}
+template <int V> static __device__ __forceinline__ void store_pack(floatX *p, const Pack<V> &x) {
+    *reinterpret_cast<Pack<V> *>(p) = x;
+}
+
 // out (N,C) = wte[inp[n]] + wpe[n % T]. Grid-stride over N*C; consecutive threads take
 // consecutive channels, so the reads and writes are coalesced. Token ids were checked by the
 // dataloader (< vocab_size <= Vp rows).
@@ -110,58 +122,126 @@ static __global__ void layernorm_forward_kernel(floatX *out, float *mean, float 
     if (lane == 0) { mean[row] = m; rstd[row] = s; }
 }
 
-// dinp (N,C) += through the normalisation (ACCUMULATES: the input is the residual stream).
-// One warp per row, as the forward; each element of dinp is read and written by one lane.
-static __global__ void layernorm_backward_input_kernel(floatX *dinp, const floatX *dout, const floatX *inp,
-                                                       const floatX *w, const float *mean, const float *rstd, int N,
-                                                       int C) {
-    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    if (row >= N) return;
-    const floatX *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
-    float m = mean[row], s = rstd[row], dm = 0.0f, dnm = 0.0f;
-    for (int c = lane; c < C; c += WARP) {
-        float dnorm = to_float(w[c]) * to_float(d[c]);
-        dm += dnorm;
-        dnm += dnorm * (to_float(x[c]) - m) * s;
-    }
-    dm = warp_sum(dm) / C;
-    dnm = warp_sum(dnm) / C;
-    floatX *di = dinp + (size_t)row * C;
-    for (int c = lane; c < C; c += WARP) {
-        float norm = (to_float(x[c]) - m) * s;
-        di[c] = to_floatX(to_float(di[c]) + (to_float(w[c]) * to_float(d[c]) - dm - norm * dnm) * s);
-    }
-}
+// LayerNorm's backward and the column sums of parameter gradients (LayerNorm dw/db, matmul bias
+// gradients), deterministic and without atomics, in two kernels: column_partials_kernel gives each
+// block a range of rows and writes that range's column sums in fp32 to a scratch buffer (one row
+// of partial sums per block); column_finish_kernel adds the blocks' partials in block order and
+// rounds each sum into the gradient once. The pair replaces one block per 32 columns over all N
+// rows (C/32 = 24 blocks at C = 768 on a 132-SM H100) with enough row ranges to fill the GPU
+// (gpu/matmul.cuh's column_grads picks the grid), at the price of writing and reading the
+// partials (row blocks x columns x 4 bytes; at d12, B=16, T=1024 a LayerNorm's 512 x 1536 are
+// 3.1 MB each way, 6% of the 101 MB its backward moves, against 50 MB for the second reading of
+// dout and x that the separate column-sum kernel did).
+#define CS_TILE 8       // rows a block takes at a time: one per warp in the LayerNorm part
+#define CS_LN_THREADS 256
 
-// Column reductions over N rows, deterministic (fixed order, no atomics): a 32x32 block owns
-// 32 columns; thread (tx, ty) sums rows ty, ty+32, ... of column tx (coalesced: a warp reads
-// 32 consecutive elements of one row), then the 32 partial sums are added in a fixed order in
-// shared memory, all in fp32, and added to the gradient with one rounding. Grid: ceil(cols/32).
-// Threads past the last column compute zeros but stay alive through __syncthreads. Occupancy is
-// modest for small C (C/32 blocks); the rows are long, so each block streams a lot. Used for
-// LayerNorm dw/db and matmul bias gradients.
-//   dw (C) += sum_n (x - mean) * rstd * dout;  db (C) += sum_n dout     (x != NULL)
-//   db (C) += sum_n dout                                                  (x == NULL)
-static __global__ void column_grads_kernel(floatX *dw, floatX *db, const floatX *dout, const floatX *x,
-                                           const float *mean, const float *rstd, int N, int C) {
-    __shared__ float sw[32][33], sb[32][33];
-    int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
-    float aw = 0.0f, ab = 0.0f;
-    if (c < C) {
-        for (int n = ty; n < N; n += 32) {
-            float d = to_float(dout[(size_t)n * C + c]);
-            ab += d;
-            if (x) aw += (to_float(x[(size_t)n * C + c]) - mean[n]) * rstd[n] * d;
+// column_partials_kernel: rows [blockIdx.x * rows, + rows) of N; columns by slabs of
+// blockDim.x * V (grid.y = ceil(C / (blockDim.x * V)) slabs): thread i of slab y owns the V
+// columns c0 = (y * blockDim.x + i) * V .. c0 + V - 1 (V = VEC where C % VEC == 0 and every
+// pointer is 16-byte aligned, else 1).
+//   LayerNorm (x != NULL; CS_LN_THREADS threads): dinp (N,C) += through the normalisation
+//   (ACCUMULATES: the input is the residual stream), one warp per row over the whole row (the
+//   slab-0 blocks only), two passes as the CPU (the row's two sums, then the update; the second
+//   pass reads the row from L1); and partial (gridDim.x, 2C) = this block's
+//   [sum_n (x - mean) * rstd * dout | sum_n dout] over its rows.
+//   Bias (x == NULL; dinp, w, mean, rstd NULL): partial (gridDim.x, C) = sum_n dout.
+// The column sums read the tile's rows again, CS_TILE at a time with the loads unrolled (16-byte
+// loads in flight for ILP), each thread in row order into V fp32 accumulators per sum: the order
+// is fixed, so the partials are bitwise reproducible. No shared memory, no __syncthreads: the
+// warps of the LayerNorm part are independent (whole warps enter a row, so the shuffles see full
+// warps), and a thread's partials are its own columns. Threads past C skip the sums but never
+// return early. Bounds: rows clamp to N, columns to C (c0 + V <= C when c0 < C, as C % V == 0).
+template <int V>
+static __global__ void column_partials_kernel(float *partial, floatX *dinp, const floatX *dout, const floatX *x,
+                                              const floatX *w, const float *mean, const float *rstd, int N, int C,
+                                              int rows) {
+    int r0 = blockIdx.x * rows, r1 = min(r0 + rows, N);
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, nwarps = blockDim.x / WARP;
+    int c0 = (blockIdx.y * blockDim.x + threadIdx.x) * V;
+    float aw[V], ab[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) aw[k] = ab[k] = 0.0f;
+    for (int t0 = r0; t0 < r1; t0 += CS_TILE) {
+        int t1 = min(t0 + CS_TILE, r1);
+        if (x && blockIdx.y == 0) // the LayerNorm's input gradient, a warp per row (warp-uniform branch)
+            for (int row = t0 + warp; row < t1; row += nwarps) {
+                const floatX *xr = x + (size_t)row * C, *dr = dout + (size_t)row * C;
+                floatX *di = dinp + (size_t)row * C;
+                float m = mean[row], s = rstd[row], dm = 0.0f, dnm = 0.0f;
+                for (int c = lane * V; c < C; c += WARP * V) {
+                    Pack<V> wv = load_pack<V>(w + c), dv = load_pack<V>(dr + c), xv = load_pack<V>(xr + c);
+#pragma unroll
+                    for (int k = 0; k < V; k++) {
+                        float dnorm = to_float(wv.v[k]) * to_float(dv.v[k]);
+                        dm += dnorm;
+                        dnm += dnorm * (to_float(xv.v[k]) - m) * s;
+                    }
+                }
+                dm = warp_sum(dm) / C;
+                dnm = warp_sum(dnm) / C;
+                for (int c = lane * V; c < C; c += WARP * V) {
+                    Pack<V> wv = load_pack<V>(w + c), dv = load_pack<V>(dr + c), xv = load_pack<V>(xr + c),
+                            iv = load_pack<V>(di + c);
+#pragma unroll
+                    for (int k = 0; k < V; k++) {
+                        float norm = (to_float(xv.v[k]) - m) * s;
+                        iv.v[k] = to_floatX(to_float(iv.v[k]) + (to_float(wv.v[k]) * to_float(dv.v[k]) - dm - norm * dnm) * s);
+                    }
+                    store_pack<V>(di + c, iv);
+                }
+            }
+        if (c0 < C) { // this thread's columns over the tile's rows, in row order
+#pragma unroll
+            for (int i = 0; i < CS_TILE; i++) {
+                int row = t0 + i;
+                if (row < t1) {
+                    Pack<V> dv = load_pack<V>(dout + (size_t)row * C + c0);
+                    if (x) {
+                        Pack<V> xv = load_pack<V>(x + (size_t)row * C + c0);
+                        float m = mean[row], s = rstd[row];
+#pragma unroll
+                        for (int k = 0; k < V; k++) {
+                            float d = to_float(dv.v[k]);
+                            ab[k] += d;
+                            aw[k] += (to_float(xv.v[k]) - m) * s * d;
+                        }
+                    } else {
+#pragma unroll
+                        for (int k = 0; k < V; k++) ab[k] += to_float(dv.v[k]);
+                    }
+                }
+            }
         }
     }
-    sw[ty][tx] = aw;
-    sb[ty][tx] = ab;
+    if (c0 < C) {
+        float *p = partial + (size_t)blockIdx.x * (x ? 2 : 1) * C;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            if (x) p[c0 + k] = aw[k];
+            p[(x ? C : 0) + c0 + k] = ab[k];
+        }
+    }
+}
+// column_finish_kernel: the gradients (dw (C) then db (C) when dw != NULL: 2C columns; db (C)
+// alone otherwise) += the sums over `parts` rows of partial (parts, columns), fp32, one rounding.
+// A 32 x CS_FINISH_Y block per 32 columns (grid ceil(columns / 32)): thread (tx, ty) adds rows ty,
+// ty + CS_FINISH_Y, ... of column tx (a warp reads 128 contiguous bytes), then thread (tx, 0) adds
+// the CS_FINISH_Y sums in order from shared memory: the order is fixed. Threads past the last
+// column add nothing but reach the __syncthreads.
+#define CS_FINISH_Y 16
+static __global__ void column_finish_kernel(floatX *dw, floatX *db, const float *partial, int parts, int C) {
+    __shared__ float sh[CS_FINISH_Y][33];
+    int tx = threadIdx.x, ty = threadIdx.y, cols = dw ? 2 * C : C, j = blockIdx.x * 32 + tx;
+    float a = 0.0f;
+    if (j < cols)
+        for (int p = ty; p < parts; p += CS_FINISH_Y) a += partial[(size_t)p * cols + j];
+    sh[ty][tx] = a;
     __syncthreads();
-    if (ty == 0 && c < C) {
-        float tw = 0.0f, tb = 0.0f;
-        for (int k = 0; k < 32; k++) { tw += sw[k][tx]; tb += sb[k][tx]; }
-        if (x) dw[c] = to_floatX(to_float(dw[c]) + tw);
-        db[c] = to_floatX(to_float(db[c]) + tb);
+    if (ty == 0 && j < cols) {
+        float t = 0.0f;
+        for (int k = 0; k < CS_FINISH_Y; k++) t += sh[k][tx];
+        floatX *g = dw && j < C ? dw + j : db + (dw ? j - C : j);
+        *g = to_floatX(to_float(*g) + t);
     }
 }
 
