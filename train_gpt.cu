@@ -89,7 +89,10 @@ static_assert(sizeof(floatX) == (FLOATX_DTYPE == ZC_F32 ? 4 : 2), "floatX is not
 
 static void layernorm_forward(GpuKernels *kc, floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *w, const floatX *b,
                               int N, int C) {
-    layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, kc->gpu->compute>>>(out, mean, rstd, inp, w, b, N, C);
+    int vec = C % VEC == 0 && vec_ok(out) && vec_ok(inp) && vec_ok(w) && vec_ok(b);
+    void (*layernorm_forward_k)(floatX *, float *, float *, const floatX *, const floatX *, const floatX *, int, int) =
+        vec ? layernorm_forward_kernel<VEC> : layernorm_forward_kernel<1>;
+    layernorm_forward_k<<<ceil_div(N, 8), 256, 0, kc->gpu->compute>>>(out, mean, rstd, inp, w, b, N, C);
     LAUNCH_CHECK();
 }
 static void layernorm_backward(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *db, const floatX *dout, const floatX *inp,
@@ -175,16 +178,27 @@ static void attention_backward(GpuKernels *kc, floatX *dqkv, floatX *att, const 
     }
 }
 
+// The elementwise kernels take 16-byte packs where every pointer allows (gpu/kernels.cuh); the grid
+// covers the packs (at least one block, for a tail alone).
 static void residual_forward(GpuKernels *kc, floatX *out, const floatX *a, const floatX *b, size_t n) {
-    residual_forward_kernel<<<grid_for(kc->gpu, n, 256), 256, 0, kc->gpu->compute>>>(out, a, b, n);
+    int vec = vec_ok(out) && vec_ok(a) && vec_ok(b);
+    void (*residual_forward_k)(floatX *, const floatX *, const floatX *, size_t) =
+        vec ? residual_forward_kernel<VEC> : residual_forward_kernel<1>;
+    residual_forward_k<<<grid_for(kc->gpu, vec ? n / VEC : n, 256), 256, 0, kc->gpu->compute>>>(out, a, b, n);
     LAUNCH_CHECK();
 }
 static void gelu_forward(GpuKernels *kc, floatX *out, const floatX *inp, size_t n) {
-    gelu_forward_kernel<<<grid_for(kc->gpu, n, 256), 256, 0, kc->gpu->compute>>>(out, inp, n);
+    int vec = vec_ok(out) && vec_ok(inp);
+    void (*gelu_forward_k)(floatX *, const floatX *, size_t) =
+        vec ? gelu_forward_kernel<VEC> : gelu_forward_kernel<1>;
+    gelu_forward_k<<<grid_for(kc->gpu, vec ? n / VEC : n, 256), 256, 0, kc->gpu->compute>>>(out, inp, n);
     LAUNCH_CHECK();
 }
 static void gelu_backward(GpuKernels *kc, floatX *dinp, const floatX *inp, const floatX *dout, size_t n) {
-    gelu_backward_kernel<<<grid_for(kc->gpu, n, 256), 256, 0, kc->gpu->compute>>>(dinp, inp, dout, n);
+    int vec = vec_ok(dinp) && vec_ok(inp) && vec_ok(dout);
+    void (*gelu_backward_k)(floatX *, const floatX *, const floatX *, size_t) =
+        vec ? gelu_backward_kernel<VEC> : gelu_backward_kernel<1>;
+    gelu_backward_k<<<grid_for(kc->gpu, vec ? n / VEC : n, 256), 256, 0, kc->gpu->compute>>>(dinp, inp, dout, n);
     LAUNCH_CHECK();
 }
 
@@ -335,8 +349,11 @@ static void gpt2_free(GPT2 *m) {
 // --- what model.h needs beyond the kernel wrappers above -------------------------------
 
 static void encoder_forward(GpuKernels *kc, floatX *out, const int *inp, const floatX *wte, const floatX *wpe, int B, int T, int C) {
-    size_t n = (size_t)B * T * C;
-    encoder_forward_kernel<<<grid_for(kc->gpu, n, 256), 256, 0, kc->gpu->compute>>>(out, inp, wte, wpe, B * T, T, C);
+    int vec = C % VEC == 0 && vec_ok(out) && vec_ok(wte) && vec_ok(wpe);
+    size_t packs = (size_t)B * T * C / (vec ? VEC : 1);
+    void (*encoder_forward_k)(floatX *, const int *, const floatX *, const floatX *, int, int, int) =
+        vec ? encoder_forward_kernel<VEC> : encoder_forward_kernel<1>;
+    encoder_forward_k<<<grid_for(kc->gpu, packs, 256), 256, 0, kc->gpu->compute>>>(out, inp, wte, wpe, B * T, T, C);
     LAUNCH_CHECK();
 }
 // inp is read through the token groups upload_batch built from the same batch (model.h runs the

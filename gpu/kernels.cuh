@@ -63,15 +63,21 @@ template <int V> static __device__ __forceinline__ void store_pack(floatX *p, co
     *reinterpret_cast<Pack<V> *>(p) = x;
 }
 
-// out (N,C) = wte[inp[n]] + wpe[n % T]. Grid-stride over N*C; consecutive threads take
-// consecutive channels, so the reads and writes are coalesced. Token ids were checked by the
-// dataloader (< vocab_size <= Vp rows).
-static __global__ void encoder_forward_kernel(floatX *out, const int *inp, const floatX *wte, const floatX *wpe,
-                                              int N, int T, int C) {
-    size_t total = (size_t)N * C;
+// out (N,C) = wte[inp[n]] + wpe[n % T]. Grid-stride over the N*C/V packs of V channels (V = VEC
+// where C % VEC == 0 and out, wte, wpe are 16-byte aligned, so that no pack straddles a row; else
+// 1); consecutive threads take consecutive packs, so the reads and writes are coalesced. One
+// 64-bit division per pack finds its row. Token ids were checked by the dataloader (< vocab_size
+// <= Vp rows).
+template <int V>
+static __global__ void encoder_forward_kernel(floatX *out, const int *inp, const floatX *wte, const floatX *wpe, int N,
+                                              int T, int C) {
+    size_t packs = (size_t)C / V, total = (size_t)N * packs;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        size_t n = i / C, c = i % C;
-        out[i] = to_floatX(to_float(wte[(size_t)inp[n] * C + c]) + to_float(wpe[(n % T) * C + c]));
+        size_t n = i / packs, c = (i - n * packs) * V;
+        Pack<V> e = load_pack<V>(wte + (size_t)inp[n] * C + c), p = load_pack<V>(wpe + (n % T) * C + c), o;
+#pragma unroll
+        for (int k = 0; k < V; k++) o.v[k] = to_floatX(to_float(e.v[k]) + to_float(p.v[k]));
+        store_pack<V>(out + n * C + c, o);
     }
 }
 
@@ -103,22 +109,40 @@ static __global__ void encoder_backward_wpe_kernel(floatX *dwpe, const floatX *d
 }
 
 // out (N,C) = (inp - mean) * rstd * w + b. One warp per row (8 rows per 256-thread block);
-// two passes over the row like the CPU (mean, then the centred variance), in fp32; mean and
-// rstd are fp32. Bounds: a warp whose row is past N returns as a whole before any shuffle.
+// two passes over the row like the CPU (mean, then the centred variance), in fp32, then the
+// output (the second and third passes read the row from L1); mean and rstd are fp32. A lane takes
+// V consecutive channels at a time (V = VEC where C % VEC == 0 and inp, out, w, b are 16-byte
+// aligned: 16-byte loads; else 1, lanes strided by one element). Bounds: a warp whose row is
+// past N returns as a whole before any shuffle.
+template <int V>
 static __global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd, const floatX *inp,
                                                 const floatX *w, const floatX *b, int N, int C) {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= N) return;
     const floatX *x = inp + (size_t)row * C;
     float m = 0.0f;
-    for (int c = lane; c < C; c += WARP) m += to_float(x[c]);
+    for (int c = lane * V; c < C; c += WARP * V) {
+        Pack<V> xv = load_pack<V>(x + c);
+#pragma unroll
+        for (int k = 0; k < V; k++) m += to_float(xv.v[k]);
+    }
     m = warp_sum(m) / C;
     float v = 0.0f;
-    for (int c = lane; c < C; c += WARP) { float d = to_float(x[c]) - m; v += d * d; }
+    for (int c = lane * V; c < C; c += WARP * V) {
+        Pack<V> xv = load_pack<V>(x + c);
+#pragma unroll
+        for (int k = 0; k < V; k++) { float d = to_float(xv.v[k]) - m; v += d * d; }
+    }
     v = warp_sum(v) / C;
     float s = 1.0f / sqrtf(v + 1e-5f);
     floatX *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += WARP) o[c] = to_floatX((to_float(x[c]) - m) * s * to_float(w[c]) + to_float(b[c]));
+    for (int c = lane * V; c < C; c += WARP * V) {
+        Pack<V> xv = load_pack<V>(x + c), wv = load_pack<V>(w + c), bv = load_pack<V>(b + c), ov;
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            ov.v[k] = to_floatX((to_float(xv.v[k]) - m) * s * to_float(wv.v[k]) + to_float(bv.v[k]));
+        store_pack<V>(o + c, ov);
+    }
     if (lane == 0) { mean[row] = m; rstd[row] = s; }
 }
 
@@ -254,10 +278,22 @@ static __global__ void add_bias_kernel(floatX *out, const floatX *bias, int N, i
         out[i] = to_floatX(to_float(out[i]) + to_float(bias[i % OC]));
 }
 
+// The elementwise kernels below (residual, GELU) are grid-stride loops over the n / V packs of V
+// elements (V = VEC where every pointer is 16-byte aligned: 16-byte loads and stores; else 1),
+// then the n % V elements left over, one each, by the grid's first threads. Each element is read
+// and written by one thread.
 // out = a + b elementwise (the residual connections).
+template <int V>
 static __global__ void residual_forward_kernel(floatX *out, const floatX *a, const floatX *b, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        out[i] = to_floatX(to_float(a[i]) + to_float(b[i]));
+    size_t packs = n / V, first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (size_t i = first; i < packs; i += (size_t)gridDim.x * blockDim.x) {
+        Pack<V> x = load_pack<V>(a + i * V), y = load_pack<V>(b + i * V), o;
+#pragma unroll
+        for (int k = 0; k < V; k++) o.v[k] = to_floatX(to_float(x.v[k]) + to_float(y.v[k]));
+        store_pack<V>(out + i * V, o);
+    }
+    size_t t = packs * V + first;
+    if (t < n) out[t] = to_floatX(to_float(a[t]) + to_float(b[t]));
 }
 // dst (n) += src (n), both of type dtype (ZC_F32, ZC_BF16, ZC_FP16), the sum rounded to it:
 // zero.h's add (a reduce-scatter's slice into the gradient shard). zc_load / zc_store are
@@ -278,16 +314,33 @@ static __global__ void narrow_kernel(void *dst, const float *src, size_t n, int 
         zc_store(dst, i, src[i], dtype);
 }
 
-// GELU elementwise: gpt2_gelu / gpt2_gelu_grad from gpt2.h, the very functions the CPU kernels use.
+// GELU elementwise: gpt2_gelu / gpt2_gelu_grad from gpt2.h, the very functions the CPU kernels
+// use; packs as residual_forward_kernel.
+template <int V>
 static __global__ void gelu_forward_kernel(floatX *out, const floatX *inp, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        out[i] = to_floatX(gpt2_gelu(to_float(inp[i])));
+    size_t packs = n / V, first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (size_t i = first; i < packs; i += (size_t)gridDim.x * blockDim.x) {
+        Pack<V> x = load_pack<V>(inp + i * V), o;
+#pragma unroll
+        for (int k = 0; k < V; k++) o.v[k] = to_floatX(gpt2_gelu(to_float(x.v[k])));
+        store_pack<V>(out + i * V, o);
+    }
+    size_t t = packs * V + first;
+    if (t < n) out[t] = to_floatX(gpt2_gelu(to_float(inp[t])));
 }
-// dinp = gelu'(inp) * dout; dinp may be dout (each element read before it is written, by the
-// same thread).
+// dinp = gelu'(inp) * dout; dinp may be dout (each pack, and each element of the tail, is read
+// before it is written, by the same thread).
+template <int V>
 static __global__ void gelu_backward_kernel(floatX *dinp, const floatX *inp, const floatX *dout, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dinp[i] = to_floatX(gpt2_gelu_grad(to_float(inp[i])) * to_float(dout[i]));
+    size_t packs = n / V, first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (size_t i = first; i < packs; i += (size_t)gridDim.x * blockDim.x) {
+        Pack<V> x = load_pack<V>(inp + i * V), d = load_pack<V>(dout + i * V), o;
+#pragma unroll
+        for (int k = 0; k < V; k++) o.v[k] = to_floatX(gpt2_gelu_grad(to_float(x.v[k])) * to_float(d.v[k]));
+        store_pack<V>(dinp + i * V, o);
+    }
+    size_t t = packs * V + first;
+    if (t < n) dinp[t] = to_floatX(gpt2_gelu_grad(to_float(inp[t])) * to_float(dout[t]));
 }
 
 // Causal softmax of the scores, in place: att (rows = B*NH*T, each T long), row r is query

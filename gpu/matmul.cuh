@@ -191,9 +191,9 @@ static void column_grads(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *db, c
         snprintf(m, sizeof(m), "%d x %zu partial sums, scratch for %zu floats", g.parts, cols, kc->scratch_floats);
         gpu_fatal("column_grads", m, __FILE__, __LINE__); // a shape gpt2_build did not size for: a bug
     }
-    void (*partials)(float *, floatX *, const floatX *, const floatX *, const floatX *, const float *, const float *, int,
+    void (*column_partials)(float *, floatX *, const floatX *, const floatX *, const floatX *, const float *, const float *, int,
                      int, int) = vec ? column_partials_kernel<VEC> : column_partials_kernel<1>;
-    partials<<<dim3(g.parts, g.slabs), ln ? CS_LN_THREADS : CS_BIAS_THREADS, 0, kc->gpu->compute>>>(
+    column_partials<<<dim3(g.parts, g.slabs), ln ? CS_LN_THREADS : CS_BIAS_THREADS, 0, kc->gpu->compute>>>(
         kc->scratch, dinp, dout, x, w, mean, rstd, N, C, g.rows);
     LAUNCH_CHECK();
     column_finish_kernel<<<ceil_div(cols, 32), dim3(32, CS_FINISH_Y), 0, kc->gpu->compute>>>(ln ? dw : NULL, db, kc->scratch,
