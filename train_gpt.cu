@@ -151,11 +151,18 @@ static void attention_backward(GpuKernels *kc, floatX *dqkv, floatX *att, const 
                                int B, int T, int C, int NH) {
 #if !defined(GPU_PRECISION_FP32)
     if (flash_attention(C, NH)) {
+        // D = rowsum(dY * Y) per (b, h, t), once, into the kernels' scratch (B*NH*T floats: gpt2_build
+        // sized it), read by both kernels
+        size_t rows = (size_t)B * NH * T;
+        if (rows > kc->scratch_floats) gpu_fatal("attention_backward", "the scratch is smaller than B*NH*T floats", __FILE__, __LINE__);
+        float *D = kc->scratch;
+        flash_backward_preprocess_kernel<<<grid_for(kc->gpu, rows, 256), 256, 0, kc->gpu->compute>>>(D, dout, y, B, T, C, NH);
+        LAUNCH_CHECK();
         dim3 grid(B * NH, ceil_div(T, FA_ROWS));
         const float *lse = (const float *)(const void *)att;
-        flash_backward_dq_kernel<<<grid, FA_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, dout, y, qkv, T, C, NH);
+        flash_backward_dq_kernel<<<grid, FA_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);
         LAUNCH_CHECK();
-        flash_backward_dkv_kernel<<<grid, FA_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, dout, y, qkv, T, C, NH);
+        flash_backward_dkv_kernel<<<grid, FA_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);
         LAUNCH_CHECK();
         return;
     }
@@ -296,7 +303,8 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
     CUDA_CHECK(cudaMalloc(&m->d_partials, (size_t)m->z.lay.num_units * NORM_BLOCKS * sizeof(double)));
     CUDA_CHECK(cudaMalloc(&m->d_sumsq, sizeof(double)));
     // The kernels' scratch (GpuKernels.scratch): the column sums' partials, for the largest of
-    // the LayerNorms' (2C columns) and the biases' (qkv 3C, fc 4C, the projections C).
+    // the LayerNorms' (2C columns) and the biases' (qkv 3C, fc 4C, the projections C), and the
+    // flash attention backward's D (B*NH*T).
     int sm = m->kern.gpu->sm_count, C = cfg->channels;
     size_t kf = column_scratch_floats(sm, (int)bt, C, 1);
     int bias_cols[3] = {C, 3 * C, 4 * C};
@@ -304,6 +312,7 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
         size_t f = column_scratch_floats(sm, (int)bt, bias_cols[i], 0);
         if (f > kf) kf = f;
     }
+    if (flash_attention(C, cfg->num_heads) && bt * cfg->num_heads > kf) kf = bt * cfg->num_heads;
     CUDA_CHECK(cudaMalloc(&m->kern.scratch, kf * sizeof(float)));
     m->kern.scratch_floats = kf;
     m->bytes_scratch = m->kern.gpu->workspace_bytes + (5 * bt + 1) * sizeof(int) +
