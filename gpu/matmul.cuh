@@ -174,11 +174,16 @@ static ColumnGrid column_grid(int sm_count, int N, int C, int V, int ln) {
     g.parts = (int)ceil_div((size_t)N, g.rows); // <= want, <= ceil(N / CS_TILE)
     return g;
 }
-// The scratch floats a column sum over N rows and C columns needs, at most (V = 1 has more slabs,
-// so no more row ranges, than V = VEC; fewer rows, no more either): gpt2_build sizes
-// GpuKernels.scratch with it.
+// The scratch floats a column sum over at most N rows and C columns needs: column_grid's parts
+// are at most its `want` (which V = 1, with more slabs, makes no larger than V = VEC does) and at
+// most ceil(N / CS_TILE); both bounds grow with N, so fewer rows (a smaller batch) need no more.
+// gpt2_build sizes GpuKernels.scratch with it.
 static size_t column_scratch_floats(int sm_count, int N, int C, int ln) {
-    return (size_t)column_grid(sm_count, N, C, VEC, ln).parts * (ln ? 2 : 1) * C;
+    ColumnGrid g = column_grid(sm_count, N, C, VEC, ln);
+    size_t want = (size_t)sm_count * (ln ? CS_LN_BLOCKS_PER_SM : CS_BIAS_BLOCKS_PER_SM) / g.slabs;
+    size_t rows = ceil_div((size_t)N, CS_TILE);
+    if (want < 1) want = 1;
+    return (want < rows ? want : rows) * (ln ? 2 : 1) * C;
 }
 static void column_grads(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *db, const floatX *dout, const floatX *x,
                          const floatX *w, const float *mean, const float *rstd, int N, int C) {
