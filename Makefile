@@ -84,6 +84,14 @@ FORCE:
 # equivalence, benchmark (bf16).
 gpu_check: train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_cpu
 	bash test/gpu/run_gpu_checks.sh
+# Kernel timings for a GPU machine (test/gpu/bench_kernels.cu; built here for sm_90, it needs only
+# the driver there). BENCH_BEFORE=<commit> also builds in that commit's kernels, side by side.
+BENCH_ARCHS ?= -gencode arch=compute_90,code=sm_90
+test/bin/bench_gpu_kernels: test/gpu/bench_kernels.cu $(HEADERS) $(GPU_HEADERS) FORCE
+	@mkdir -p test/bin/bench_before/gpu
+	$(if $(BENCH_BEFORE),git show $(BENCH_BEFORE):gpu/kernels.cuh > test/bin/bench_before/gpu/kernels.cuh && \
+	  git show $(BENCH_BEFORE):gpu/flash_attention.cuh > test/bin/bench_before/gpu/flash_attention.cuh)
+	$(NVCC) -O3 -std=c++17 -D_GNU_SOURCE -I. -Itest/bin $(if $(BENCH_BEFORE),-DBENCH_BEFORE) $(BENCH_ARCHS) $< -o $@
 
 # A session on a lent GPU (scripts/gpu_session.sh): `make gpu_pack` here builds everything into
 # gpu_pack/pack.tar.gz (BASE=commit adds that commit's bf16 trainer, run beside this one); on the

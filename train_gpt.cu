@@ -91,17 +91,17 @@ static_assert(sizeof(floatX) == (FLOATX_DTYPE == ZC_F32 ? 4 : 2), "floatX is not
 static void layernorm_forward(GpuKernels *kc, floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *w, const floatX *b,
                               int N, int C) {
     KSpan span(kc->gpu->prof, "layernorm_forward", 0.0, (2.0 * N * C + 2.0 * C) * sizeof(floatX) + 8.0 * N);
-    layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, kc->gpu->compute>>>(out, mean, rstd, inp, w, b, N, C);
+    int vec = C % VEC == 0 && vec_ok(out) && vec_ok(inp) && vec_ok(w) && vec_ok(b);
+    void (*layernorm_forward_k)(floatX *, float *, float *, const floatX *, const floatX *, const floatX *, int, int) =
+        vec ? layernorm_forward_kernel<VEC> : layernorm_forward_kernel<1>;
+    layernorm_forward_k<<<ceil_div(N, 8), 256, 0, kc->gpu->compute>>>(out, mean, rstd, inp, w, b, N, C);
     LAUNCH_CHECK();
 }
 static void layernorm_backward(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *db, const floatX *dout, const floatX *inp,
                                const floatX *w, const float *mean, const float *rstd, int N, int C) {
     // reads dout, inp, dinp and the statistics; writes dinp, dw, db
     KSpan span(kc->gpu->prof, "layernorm_backward", 0.0, (4.0 * N * C + 5.0 * C) * sizeof(floatX) + 8.0 * N);
-    layernorm_backward_input_kernel<<<ceil_div(N, 8), 256, 0, kc->gpu->compute>>>(dinp, dout, inp, w, mean, rstd, N, C);
-    LAUNCH_CHECK();
-    column_grads_kernel<<<ceil_div(C, 32), dim3(32, 32), 0, kc->gpu->compute>>>(dw, db, dout, inp, mean, rstd, N, C);
-    LAUNCH_CHECK();
+    column_grads(kc, dinp, dw, db, dout, inp, w, mean, rstd, N, C); // the input gradient in the same pass (gpu/matmul.cuh)
 }
 
 // Causal self-attention over one layer. qkv (B,T,3C): q, k, v side by side, each NH heads of
@@ -165,11 +165,18 @@ static void attention_backward(GpuKernels *kc, floatX *dqkv, floatX *att, const 
                8.0 * B * T * C * sizeof(floatX) + 4.0 * B * NH * T);
 #if !defined(GPU_PRECISION_FP32)
     if (flash_attention(C, NH)) {
+        // D = rowsum(dY * Y) per (b, h, t), once, into the kernels' scratch (B*NH*T floats: gpt2_build
+        // sized it), read by both kernels
+        size_t rows = (size_t)B * NH * T;
+        if (rows > kc->scratch_floats) gpu_fatal("attention_backward", "the scratch is smaller than B*NH*T floats", __FILE__, __LINE__);
+        float *D = kc->scratch;
+        flash_backward_preprocess_kernel<<<grid_for(kc->gpu, rows, 256), 256, 0, kc->gpu->compute>>>(D, dout, y, B, T, C, NH);
+        LAUNCH_CHECK();
         dim3 grid(B * NH, ceil_div(T, FA_ROWS));
         const float *lse = (const float *)(const void *)att;
-        flash_backward_dq_kernel<<<grid, FA_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, dout, y, qkv, T, C, NH);
+        flash_backward_dq_kernel<<<grid, FA_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);
         LAUNCH_CHECK();
-        flash_backward_dkv_kernel<<<grid, FA_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, dout, y, qkv, T, C, NH);
+        flash_backward_dkv_kernel<<<grid, FA_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);
         LAUNCH_CHECK();
         return;
     }
@@ -192,19 +199,30 @@ static void attention_backward(GpuKernels *kc, floatX *dqkv, floatX *att, const 
     }
 }
 
+// The elementwise kernels take 16-byte packs where every pointer allows (gpu/kernels.cuh); the grid
+// covers the packs (at least one block, for a tail alone).
 static void residual_forward(GpuKernels *kc, floatX *out, const floatX *a, const floatX *b, size_t n) {
     KSpan span(kc->gpu->prof, "residual_forward", 0.0, 3.0 * n * sizeof(floatX));
-    residual_forward_kernel<<<grid_for(kc->gpu, n, 256), 256, 0, kc->gpu->compute>>>(out, a, b, n);
+    int vec = vec_ok(out) && vec_ok(a) && vec_ok(b);
+    void (*residual_forward_k)(floatX *, const floatX *, const floatX *, size_t) =
+        vec ? residual_forward_kernel<VEC> : residual_forward_kernel<1>;
+    residual_forward_k<<<grid_for(kc->gpu, vec ? n / VEC : n, 256), 256, 0, kc->gpu->compute>>>(out, a, b, n);
     LAUNCH_CHECK();
 }
 static void gelu_forward(GpuKernels *kc, floatX *out, const floatX *inp, size_t n) {
     KSpan span(kc->gpu->prof, "gelu_forward", 0.0, 2.0 * n * sizeof(floatX));
-    gelu_forward_kernel<<<grid_for(kc->gpu, n, 256), 256, 0, kc->gpu->compute>>>(out, inp, n);
+    int vec = vec_ok(out) && vec_ok(inp);
+    void (*gelu_forward_k)(floatX *, const floatX *, size_t) =
+        vec ? gelu_forward_kernel<VEC> : gelu_forward_kernel<1>;
+    gelu_forward_k<<<grid_for(kc->gpu, vec ? n / VEC : n, 256), 256, 0, kc->gpu->compute>>>(out, inp, n);
     LAUNCH_CHECK();
 }
 static void gelu_backward(GpuKernels *kc, floatX *dinp, const floatX *inp, const floatX *dout, size_t n) {
     KSpan span(kc->gpu->prof, "gelu_backward", 0.0, 3.0 * n * sizeof(floatX));
-    gelu_backward_kernel<<<grid_for(kc->gpu, n, 256), 256, 0, kc->gpu->compute>>>(dinp, inp, dout, n);
+    int vec = vec_ok(dinp) && vec_ok(inp) && vec_ok(dout);
+    void (*gelu_backward_k)(floatX *, const floatX *, const floatX *, size_t) =
+        vec ? gelu_backward_kernel<VEC> : gelu_backward_kernel<1>;
+    gelu_backward_k<<<grid_for(kc->gpu, vec ? n / VEC : n, 256), 256, 0, kc->gpu->compute>>>(dinp, inp, dout, n);
     LAUNCH_CHECK();
 }
 
@@ -227,7 +245,7 @@ typedef struct {
     cudaStream_t ck_stream;
     cudaEvent_t ck_mark, ck_saved[2], ck_ready[2]; // ck_*[c % 2]: checkpoint c is on the host / back
     size_t bytes_activations;
-    size_t bytes_scratch;          // device memory outside the plan: cuBLASLt workspace, norm partials, tokens
+    size_t bytes_scratch;          // device memory outside the plan: cuBLASLt workspace, norm partials, tokens, kernel scratch
     int B, T;
     int *inputs, *targets;         // host, what the dataloader fills (upload_batch stages them)
     int *d_inputs, *d_targets;     // device copies
@@ -309,8 +327,21 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
     CUDA_CHECK(cudaMalloc(&m->d_groups, (3 * bt + 1) * sizeof(int)));
     CUDA_CHECK(cudaMalloc(&m->d_partials, (size_t)m->z.lay.num_units * NORM_BLOCKS * sizeof(double)));
     CUDA_CHECK(cudaMalloc(&m->d_sumsq, sizeof(double)));
+    // The kernels' scratch (GpuKernels.scratch): the column sums' partials, for the largest of
+    // the LayerNorms' (2C columns) and the biases' (qkv 3C, fc 4C, the projections C), and the
+    // flash attention backward's D (B*NH*T).
+    int sm = m->kern.gpu->sm_count, C = cfg->channels;
+    size_t kf = column_scratch_floats(sm, (int)bt, C, 1);
+    int bias_cols[3] = {C, 3 * C, 4 * C};
+    for (int i = 0; i < 3; i++) {
+        size_t f = column_scratch_floats(sm, (int)bt, bias_cols[i], 0);
+        if (f > kf) kf = f;
+    }
+    if (flash_attention(C, cfg->num_heads) && bt * cfg->num_heads > kf) kf = bt * cfg->num_heads;
+    CUDA_CHECK(cudaMalloc(&m->kern.scratch, kf * sizeof(float)));
+    m->kern.scratch_floats = kf;
     m->bytes_scratch = m->kern.gpu->workspace_bytes + (5 * bt + 1) * sizeof(int) +
-                       ((size_t)m->z.lay.num_units * NORM_BLOCKS + 1 + STEP_LOSSES + 1) * sizeof(double);
+                       ((size_t)m->z.lay.num_units * NORM_BLOCKS + 1 + STEP_LOSSES + 1) * sizeof(double) + kf * sizeof(float);
     CUDA_CHECK(cudaMemGetInfo(&free1, &total_dev));
     // The memory log entries carry zero.h's counts and the activations, which are exactly the
     // bytes asked of cudaMalloc; the device's own view (allocation granularity included) and
@@ -322,7 +353,7 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
     }
     if (rank == 0)
         printf("device memory, rank 0: model states + ZeRO buffers %.1f MiB (cudaMalloc'd %.1f MiB), activations %.1f MiB, "
-               "outside the plan %.1f MiB (cuBLASLt workspace, norm partials, tokens); device reports %.1f MiB more in use, "
+               "outside the plan %.1f MiB (cuBLASLt workspace, norm partials, tokens, kernel scratch); device reports %.1f MiB more in use, "
                "%.1f MiB free; host memory for offloaded states and staging %.1f MiB (allocated %.1f MiB)\n",
                states / 1048576.0, ((NcclBackend *)be.ctx)->allocated / 1048576.0,
                m->bytes_activations / 1048576.0, m->bytes_scratch / 1048576.0, (double)(free0 - free1) / 1048576.0,
@@ -336,6 +367,7 @@ static void gpt2_free(GPT2 *m) {
     CUDA_CHECK(cudaFree(m->acts_memory));
     CUDA_CHECK(cudaFree(m->d_inputs)); CUDA_CHECK(cudaFree(m->d_targets)); CUDA_CHECK(cudaFree(m->d_groups));
     CUDA_CHECK(cudaFree(m->d_partials)); CUDA_CHECK(cudaFree(m->d_sumsq)); CUDA_CHECK(cudaFree(m->d_step_losses));
+    CUDA_CHECK(cudaFree(m->kern.scratch));
     free(m->inputs); free(m->targets);
     CUDA_CHECK(cudaFreeHost(m->h_step_losses)); CUDA_CHECK(cudaFreeHost(m->h_row)); CUDA_CHECK(cudaFreeHost(m->h_row_x));
     CUDA_CHECK(cudaFreeHost(m->h_sumsq));
@@ -354,7 +386,11 @@ static void gpt2_free(GPT2 *m) {
 static void encoder_forward(GpuKernels *kc, floatX *out, const int *inp, const floatX *wte, const floatX *wpe, int B, int T, int C) {
     size_t n = (size_t)B * T * C;
     KSpan span(kc->gpu->prof, "encoder_forward", 0.0, (2.0 * n + (double)T * C) * sizeof(floatX) + 4.0 * B * T);
-    encoder_forward_kernel<<<grid_for(kc->gpu, n, 256), 256, 0, kc->gpu->compute>>>(out, inp, wte, wpe, B * T, T, C);
+    int vec = C % VEC == 0 && vec_ok(out) && vec_ok(wte) && vec_ok(wpe);
+    size_t packs = n / (vec ? VEC : 1);
+    void (*encoder_forward_k)(floatX *, const int *, const floatX *, const floatX *, int, int, int) =
+        vec ? encoder_forward_kernel<VEC> : encoder_forward_kernel<1>;
+    encoder_forward_k<<<grid_for(kc->gpu, packs, 256), 256, 0, kc->gpu->compute>>>(out, inp, wte, wpe, B * T, T, C);
     LAUNCH_CHECK();
 }
 // inp is read through the token groups upload_batch built from the same batch (model.h runs the

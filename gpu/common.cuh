@@ -45,11 +45,16 @@ typedef struct { const int *start, *pos, *tok; int count; } TokenGroups;
 // host's waits go through, and the batch's token groups.
 struct MatmulPlans;
 struct NcclBackend;
+// scratch: device memory for kernels' intermediate results (the column sums' partials), allocated
+// once by gpt2_build for the largest use; every user runs on the compute stream, so uses follow
+// one another and share it.
 typedef struct {
     Gpu *gpu;
     struct MatmulPlans *plans;
     struct NcclBackend *comm;
     TokenGroups groups;
+    float *scratch;
+    size_t scratch_floats;
 } GpuKernels;
 
 static inline unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
@@ -59,5 +64,8 @@ static inline unsigned grid_for(const Gpu *gpu, size_t n, int block) {
     if (want > cap) want = cap;
     return want ? (unsigned)want : 1u;
 }
+
+// Whether a device pointer may be read or written 16 bytes at a time (the kernels' VEC loads).
+static inline int vec_ok(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 #endif // GPU_COMMON_CUH

@@ -13,9 +13,17 @@
 // the diagonal of a warp's queries are skipped (causal). Head size hs: a multiple of 16, at most
 // FA_HS (gpu_flash_attention), so every tile is whole; rows past T are zero-filled and
 // masked. Blocks of 4 warps; each warp owns 16 rows (queries, or keys in the dK/dV kernel); all
-// shared memory is static and under 48 KB, each array 128-byte aligned (WMMA needs every tile
-// pointer 32-byte aligned and every leading dimension a multiple of 16 bytes: the tiles below
-// start at multiples of 16 elements of rows of 32 or 64). Synchronisation: __syncthreads around every tile load
+// shared memory is static, each kernel's exactly 48 KB, each array 128-byte aligned and a multiple
+// of 128 bytes long. Rows of the shared tiles are padded by 16 bytes (FA_LD, FA_SLD, FA_OLD,
+// FA_WLD) against bank conflicts: an unpadded 16-bit row of 64 is 128 bytes, so the 8 rows a
+// fragment load reads at once all start in the same bank (8-way), and a lane pair per row
+// reading fp32 rows of 32 or 64 floats puts all 16 rows of a column in one bank (16-way); padded,
+// the fragment loads are conflict-free and the lanes' fp32 accesses 2- to 4-way. (The 16-bit
+// P / dS tiles stay unpadded: padding them too would pass 48 KB.) WMMA needs every tile pointer
+// 32-byte aligned and every leading dimension a multiple of 16 bytes: the 16-bit tiles' rows are
+// 144 bytes (a tile starts at a multiple of 16 rows, 2304 bytes, and 16 columns, 32 bytes), the
+// fp32 rows 144 or 272 bytes (a warp's 16 rows: 2304 or 4352 bytes; columns at multiples of 16,
+// 64 bytes), P / dS rows 64 bytes. Synchronisation: __syncthreads around every tile load
 // (all warps read the shared tiles); within a warp, __syncwarp between the lanes' scalar writes
 // of a tile and the fragment loads that read it, and between a fragment store and the lanes'
 // scalar reads of it. Grid: (B*NH, ceil(T/64)).
@@ -23,6 +31,11 @@
 #define FA_STEP 32  // the inner loop's tile: keys (forward, dQ) or queries (dK, dV)
 #define FA_HS GPU_FLASH_MAX_HS
 #define FA_THREADS 128
+#define FA_LD (FA_HS + 8)         // floatX tiles of head rows (Q, K, V, dY)
+#define FA_SLD (FA_STEP + 4)      // the forward's fp32 scores
+#define FA_OLD (FA_HS + 4)        // the forward's fp32 output accumulator
+#define FA_WLD (2 * FA_STEP + 4)  // the backward's fp32 work tile (S | dP, then dQ, dK, dV: FA_HS <= 2 FA_STEP)
+#define FA_CHUNKS (FA_HS / 8)     // 16-byte chunks of a head row
 #if !defined(GPU_PRECISION_FP32)
 namespace wmma = nvcuda::wmma;
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, floatX, wmma::row_major> FragA;
@@ -61,21 +74,33 @@ static __device__ void warp_mm_acc(FragC *acc, const floatX *a, int lda, const f
         }
 }
 // rows (r0 .. r0+n) of one part (0 q, 1 k, 2 v) of head h of qkv, or of a (B,T,C) tensor when
-// part < 0, into a (n, FA_HS) shared tile; rows at or past T are zeros. All threads of the block.
-static __device__ void fa_load(floatX (*dst)[FA_HS], const floatX *src, int b, int h, int part, int r0, int n, int T, int C,
+// part < 0, into a (n, FA_LD) shared tile; rows at or past T are zeros. All threads of the block:
+// FA_CHUNKS threads per row, each one 16-byte chunk (8 elements) of it, FA_THREADS / FA_CHUNKS
+// rows at a time (compile-time shifts and masks, no division); chunks at or past hs (hs < FA_HS)
+// are neither read nor written. Global chunks are 16-byte aligned: activations start at 256 bytes
+// (gpu/layout.h) and every row offset (C, 3C) and head offset (h hs) is a multiple of 8 elements,
+// as hs is of 16.
+static __device__ void fa_load(floatX (*dst)[FA_LD], const floatX *src, int b, int h, int part, int r0, int n, int T, int C,
                                int hs) {
     size_t ld = part < 0 ? (size_t)C : 3 * (size_t)C;
     const floatX *base = src + (size_t)b * T * ld + (part < 0 ? 0 : part) * C + h * hs;
-    for (int i = threadIdx.x; i < n * hs; i += blockDim.x) {
-        int r = i / hs, d = i % hs, t = r0 + r;
-        dst[r][d] = t < T ? base[(size_t)t * ld + d] : to_floatX(0.0f);
+    int c = (threadIdx.x % FA_CHUNKS) * 8;
+    if (c >= hs) return;
+    for (int r = threadIdx.x / FA_CHUNKS; r < n; r += FA_THREADS / FA_CHUNKS) {
+        int t = r0 + r;
+        Pack<8> v;
+        if (t < T) v = load_pack<8>(base + (size_t)t * ld + c);
+        else
+#pragma unroll
+            for (int k = 0; k < 8; k++) v.v[k] = to_floatX(0.0f);
+        store_pack<8>(&dst[r][c], v);
     }
 }
 
 // out (B,T,C): head h's columns = softmax(scale Q K^T, causal) V; lse (B,NH,T).
 static __global__ void flash_forward_kernel(floatX *out, float *lse, const floatX *qkv, int T, int C, int NH) {
-    __shared__ __align__(128) floatX Qs[FA_ROWS][FA_HS], Ks[FA_STEP][FA_HS], Vs[FA_STEP][FA_HS], P[4][16][FA_STEP];
-    __shared__ __align__(128) float S[4][16][FA_STEP], O[4][16][FA_HS];
+    __shared__ __align__(128) floatX Qs[FA_ROWS][FA_LD], Ks[FA_STEP][FA_LD], Vs[FA_STEP][FA_LD], P[4][16][FA_STEP];
+    __shared__ __align__(128) float S[4][16][FA_SLD], O[4][16][FA_OLD];
     int b = blockIdx.x / NH, h = blockIdx.x % NH, q0 = blockIdx.y * FA_ROWS, hs = C / NH;
     int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, r = lane / 2, half = lane % 2; // a lane pair per row
     int t = q0 + 16 * w + r, wfirst = q0 + 16 * w, last = min(q0 + FA_ROWS, T) - 1;
@@ -88,7 +113,7 @@ static __global__ void flash_forward_kernel(floatX *out, float *lse, const float
         fa_load(Vs, qkv, b, h, 2, k0, FA_STEP, T, C, hs);
         __syncthreads();
         if (k0 > wfirst + 15) continue; // the whole tile is above this warp's diagonal (warp-uniform)
-        warp_mm_bt(&S[w][0][0], FA_STEP, &Qs[16 * w][0], FA_HS, &Ks[0][0], FA_HS, hs, FA_STEP / 16);
+        warp_mm_bt(&S[w][0][0], FA_SLD, &Qs[16 * w][0], FA_LD, &Ks[0][0], FA_LD, hs, FA_STEP / 16);
         __syncwarp();
         float s[16], mx = -INFINITY, sum = 0.0f;
         for (int j = 0; j < 16; j++) {
@@ -112,11 +137,11 @@ static __global__ void flash_forward_kernel(floatX *out, float *lse, const float
         FragC acc[FA_HS / 16];
 #pragma unroll
         for (int j = 0; j < FA_HS / 16; j++)
-            if (j < hs / 16) wmma::load_matrix_sync(acc[j], &O[w][0][16 * j], FA_HS, wmma::mem_row_major);
-        warp_mm_acc(acc, &P[w][0][0], FA_STEP, &Vs[0][0], FA_HS, FA_STEP, hs / 16);
+            if (j < hs / 16) wmma::load_matrix_sync(acc[j], &O[w][0][16 * j], FA_OLD, wmma::mem_row_major);
+        warp_mm_acc(acc, &P[w][0][0], FA_STEP, &Vs[0][0], FA_LD, FA_STEP, hs / 16);
 #pragma unroll
         for (int j = 0; j < FA_HS / 16; j++)
-            if (j < hs / 16) wmma::store_matrix_sync(&O[w][0][16 * j], acc[j], FA_HS, wmma::mem_row_major);
+            if (j < hs / 16) wmma::store_matrix_sync(&O[w][0][16 * j], acc[j], FA_OLD, wmma::mem_row_major);
         __syncwarp();
     }
     if (t < T) {
@@ -126,37 +151,46 @@ static __global__ void flash_forward_kernel(floatX *out, float *lse, const float
     }
 }
 
-// D[i] = dy_t . y_t for the rows r0 .. r0+n of head h (0 past T), and their lse: what
-// P = exp(s - lse) and dS = P (dP - D) need (D = sum_t2 P dP, the flash-attention identity; y
-// is the stored, rounded forward output). All threads of the block.
-static __device__ void fa_row_stats(float *D, float *L, const floatX *dout, const floatX *y, const float *lse, int b, int h,
-                                    int r0, int n, int T, int C, int NH, int hs) {
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        int t = r0 + i;
+// The backward's preprocessing: D (B,NH,T) fp32, D[b,h,t] = dy_t . y_t over head h's hs channels,
+// what dS = P (dP - D) needs (D = sum_t2 P dP, the flash-attention identity; y is the stored,
+// rounded forward output). Computed once per row here and read by both backward kernels (the
+// dK/dV kernel used to recompute it for every key block: T/64 times per row at T = 1024, 8.5 on
+// average). Grid-stride over the B*T*NH (row, head) pairs, head fastest, so that consecutive
+// threads read consecutive hs-element stretches of dy and y (16-byte chunks: aligned as in
+// fa_load); each dot in fp32 in channel order (the order the kernels used before: the same D).
+static __global__ void flash_backward_preprocess_kernel(float *D, const floatX *dout, const floatX *y, int B, int T, int C,
+                                                        int NH) {
+    int hs = C / NH;
+    size_t total = (size_t)B * T * NH;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const floatX *dy = dout + i * hs, *yy = y + i * hs; // (b*T + t)*C + h*hs = i*hs
         float acc = 0.0f;
-        if (t < T) {
-            const floatX *dy = dout + ((size_t)b * T + t) * C + h * hs, *yy = y + ((size_t)b * T + t) * C + h * hs;
-            for (int d = 0; d < hs; d++) acc += to_float(dy[d]) * to_float(yy[d]);
+        for (int d = 0; d < hs; d += 8) {
+            Pack<8> a = load_pack<8>(dy + d), c = load_pack<8>(yy + d);
+#pragma unroll
+            for (int k = 0; k < 8; k++) acc += to_float(a.v[k]) * to_float(c.v[k]);
         }
-        D[i] = acc;
-        L[i] = t < T ? lse[((size_t)b * NH + h) * T + t] : 0.0f;
+        size_t bt = i / NH, b = bt / T;
+        int h = (int)(i - bt * NH), t = (int)(bt - b * T);
+        D[(b * NH + h) * T + t] = acc;
     }
 }
 
 // dqkv's q part (B,T,C of its 3C), OVERWRITTEN: dQ = dS K, dS = P (dP - D) scale, dP = dY V^T.
-static __global__ void flash_backward_dq_kernel(floatX *dqkv, const float *lse, const floatX *dout, const floatX *y,
+// D: flash_backward_preprocess_kernel's; the row's D and lse are the lane's own (registers).
+static __global__ void flash_backward_dq_kernel(floatX *dqkv, const float *lse, const float *D, const floatX *dout,
                                                 const floatX *qkv, int T, int C, int NH) {
-    __shared__ __align__(128) floatX Qs[FA_ROWS][FA_HS], dYs[FA_ROWS][FA_HS], Ks[FA_STEP][FA_HS], Vs[FA_STEP][FA_HS],
+    __shared__ __align__(128) floatX Qs[FA_ROWS][FA_LD], dYs[FA_ROWS][FA_LD], Ks[FA_STEP][FA_LD], Vs[FA_STEP][FA_LD],
         dS[4][16][FA_STEP];
-    __shared__ __align__(128) float W[4][16][2 * FA_STEP]; // per warp: S | dP; at the end dQ (FA_HS <= 2 FA_STEP columns)
-    __shared__ float Ds[FA_ROWS], Ls[FA_ROWS];
+    __shared__ __align__(128) float W[4][16][FA_WLD]; // per warp: S | dP; at the end dQ (FA_HS <= 2 FA_STEP columns)
     int b = blockIdx.x / NH, h = blockIdx.x % NH, q0 = blockIdx.y * FA_ROWS, hs = C / NH;
     int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, r = lane / 2, half = lane % 2;
-    int i = 16 * w + r, t = q0 + i, wfirst = q0 + 16 * w, last = min(q0 + FA_ROWS, T) - 1;
+    int t = q0 + 16 * w + r, wfirst = q0 + 16 * w, last = min(q0 + FA_ROWS, T) - 1;
     float scale = 1.0f / sqrtf((float)hs);
+    size_t row = ((size_t)b * NH + h) * T + t;
+    float Dt = t < T ? D[row] : 0.0f, Lt = t < T ? lse[row] : 0.0f;
     fa_load(Qs, qkv, b, h, 0, q0, FA_ROWS, T, C, hs);
     fa_load(dYs, dout, b, h, -1, q0, FA_ROWS, T, C, hs);
-    fa_row_stats(Ds, Ls, dout, y, lse, b, h, q0, FA_ROWS, T, C, NH, hs);
     FragC dq[FA_HS / 16];
 #pragma unroll
     for (int j = 0; j < FA_HS / 16; j++) wmma::fill_fragment(dq[j], 0.0f);
@@ -166,20 +200,20 @@ static __global__ void flash_backward_dq_kernel(floatX *dqkv, const float *lse, 
         fa_load(Vs, qkv, b, h, 2, k0, FA_STEP, T, C, hs);
         __syncthreads();
         if (k0 > wfirst + 15) continue;
-        warp_mm_bt(&W[w][0][0], 2 * FA_STEP, &Qs[16 * w][0], FA_HS, &Ks[0][0], FA_HS, hs, FA_STEP / 16);        // S
-        warp_mm_bt(&W[w][0][FA_STEP], 2 * FA_STEP, &dYs[16 * w][0], FA_HS, &Vs[0][0], FA_HS, hs, FA_STEP / 16); // dP
+        warp_mm_bt(&W[w][0][0], FA_WLD, &Qs[16 * w][0], FA_LD, &Ks[0][0], FA_LD, hs, FA_STEP / 16);        // S
+        warp_mm_bt(&W[w][0][FA_STEP], FA_WLD, &dYs[16 * w][0], FA_LD, &Vs[0][0], FA_LD, hs, FA_STEP / 16); // dP
         __syncwarp();
         for (int j = 0; j < 16; j++) {
             int c = half * 16 + j, key = k0 + c;
-            float p = key <= t && key < T && t < T ? expf(W[w][r][c] * scale - Ls[i]) : 0.0f;
-            dS[w][r][c] = to_floatX(p * (W[w][r][FA_STEP + c] - Ds[i]) * scale);
+            float p = key <= t && key < T && t < T ? expf(W[w][r][c] * scale - Lt) : 0.0f;
+            dS[w][r][c] = to_floatX(p * (W[w][r][FA_STEP + c] - Dt) * scale);
         }
         __syncwarp();
-        warp_mm_acc(dq, &dS[w][0][0], FA_STEP, &Ks[0][0], FA_HS, FA_STEP, hs / 16);
+        warp_mm_acc(dq, &dS[w][0][0], FA_STEP, &Ks[0][0], FA_LD, FA_STEP, hs / 16);
     }
 #pragma unroll
     for (int j = 0; j < FA_HS / 16; j++)
-        if (j < hs / 16) wmma::store_matrix_sync(&W[w][0][16 * j], dq[j], 2 * FA_STEP, wmma::mem_row_major);
+        if (j < hs / 16) wmma::store_matrix_sync(&W[w][0][16 * j], dq[j], FA_WLD, wmma::mem_row_major);
     __syncwarp();
     if (t < T) {
         floatX *o = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
@@ -188,17 +222,19 @@ static __global__ void flash_backward_dq_kernel(floatX *dqkv, const float *lse, 
 }
 
 // dqkv's k and v parts, OVERWRITTEN: for this block's keys, dV = P^T dY and dK = dS^T Q over the
-// queries at or after them, with S^T = K Q^T and dP^T = V dY^T computed per 32-query tile.
-static __global__ void flash_backward_dkv_kernel(floatX *dqkv, const float *lse, const floatX *dout, const floatX *y,
+// queries at or after them, with S^T = K Q^T and dP^T = V dY^T computed per 32-query tile. A
+// query column's D and lse are read from global memory where used (16 per lane per tile, the same
+// 128 bytes for every warp of the block: L1 hits), which keeps the shared memory within 48 KB.
+static __global__ void flash_backward_dkv_kernel(floatX *dqkv, const float *lse, const float *D, const floatX *dout,
                                                  const floatX *qkv, int T, int C, int NH) {
-    __shared__ __align__(128) floatX Ks[FA_ROWS][FA_HS], Vs[FA_ROWS][FA_HS], Qs[FA_STEP][FA_HS], dYs[FA_STEP][FA_HS],
+    __shared__ __align__(128) floatX Ks[FA_ROWS][FA_LD], Vs[FA_ROWS][FA_LD], Qs[FA_STEP][FA_LD], dYs[FA_STEP][FA_LD],
         Ps[4][16][FA_STEP];
-    __shared__ __align__(128) float W[4][16][2 * FA_STEP]; // per warp: P^T (from S^T) | dP^T; at the end dK, then dV
-    __shared__ float Ds[FA_STEP], Ls[FA_STEP];
+    __shared__ __align__(128) float W[4][16][FA_WLD]; // per warp: P^T (from S^T) | dP^T; at the end dK, then dV
     int b = blockIdx.x / NH, h = blockIdx.x % NH, k0 = blockIdx.y * FA_ROWS, hs = C / NH;
     int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, r = lane / 2, half = lane % 2;
     int key = k0 + 16 * w + r, wfirst = k0 + 16 * w;
     float scale = 1.0f / sqrtf((float)hs);
+    const float *Dh = D + ((size_t)b * NH + h) * T, *Lh = lse + ((size_t)b * NH + h) * T;
     fa_load(Ks, qkv, b, h, 1, k0, FA_ROWS, T, C, hs);
     fa_load(Vs, qkv, b, h, 2, k0, FA_ROWS, T, C, hs);
     FragC dk[FA_HS / 16], dv[FA_HS / 16];
@@ -208,33 +244,32 @@ static __global__ void flash_backward_dkv_kernel(floatX *dqkv, const float *lse,
         __syncthreads();
         fa_load(Qs, qkv, b, h, 0, q0, FA_STEP, T, C, hs);
         fa_load(dYs, dout, b, h, -1, q0, FA_STEP, T, C, hs);
-        fa_row_stats(Ds, Ls, dout, y, lse, b, h, q0, FA_STEP, T, C, NH, hs);
         __syncthreads();
         if (q0 + FA_STEP - 1 < wfirst || wfirst >= T) continue; // no query of the tile sees a key of this warp
-        warp_mm_bt(&W[w][0][0], 2 * FA_STEP, &Ks[16 * w][0], FA_HS, &Qs[0][0], FA_HS, hs, FA_STEP / 16);        // S^T
-        warp_mm_bt(&W[w][0][FA_STEP], 2 * FA_STEP, &Vs[16 * w][0], FA_HS, &dYs[0][0], FA_HS, hs, FA_STEP / 16); // dP^T
+        warp_mm_bt(&W[w][0][0], FA_WLD, &Ks[16 * w][0], FA_LD, &Qs[0][0], FA_LD, hs, FA_STEP / 16);        // S^T
+        warp_mm_bt(&W[w][0][FA_STEP], FA_WLD, &Vs[16 * w][0], FA_LD, &dYs[0][0], FA_LD, hs, FA_STEP / 16); // dP^T
         __syncwarp();
         for (int j = 0; j < 16; j++) {
             int c = half * 16 + j, q = q0 + c;
-            float p = q >= key && q < T && key < T ? expf(W[w][r][c] * scale - Ls[c]) : 0.0f;
+            float p = q >= key && q < T && key < T ? expf(W[w][r][c] * scale - Lh[q]) : 0.0f;
             W[w][r][c] = p;
             Ps[w][r][c] = to_floatX(p);
         }
         __syncwarp();
-        warp_mm_acc(dv, &Ps[w][0][0], FA_STEP, &dYs[0][0], FA_HS, FA_STEP, hs / 16);
+        warp_mm_acc(dv, &Ps[w][0][0], FA_STEP, &dYs[0][0], FA_LD, FA_STEP, hs / 16);
         __syncwarp(); // every lane has read P^T before it becomes dS^T
         for (int j = 0; j < 16; j++) {
-            int c = half * 16 + j;
-            Ps[w][r][c] = to_floatX(W[w][r][c] * (W[w][r][FA_STEP + c] - Ds[c]) * scale);
+            int c = half * 16 + j, q = q0 + c;
+            Ps[w][r][c] = to_floatX(W[w][r][c] * (W[w][r][FA_STEP + c] - (q < T ? Dh[q] : 0.0f)) * scale);
         }
         __syncwarp();
-        warp_mm_acc(dk, &Ps[w][0][0], FA_STEP, &Qs[0][0], FA_HS, FA_STEP, hs / 16);
+        warp_mm_acc(dk, &Ps[w][0][0], FA_STEP, &Qs[0][0], FA_LD, FA_STEP, hs / 16);
     }
     for (int part = 1; part <= 2; part++) {
         __syncwarp(); // the lanes are done reading W (the previous part, or the last tile's)
 #pragma unroll
         for (int j = 0; j < FA_HS / 16; j++)
-            if (j < hs / 16) wmma::store_matrix_sync(&W[w][0][16 * j], part == 1 ? dk[j] : dv[j], 2 * FA_STEP, wmma::mem_row_major);
+            if (j < hs / 16) wmma::store_matrix_sync(&W[w][0][16 * j], part == 1 ? dk[j] : dv[j], FA_WLD, wmma::mem_row_major);
         __syncwarp();
         if (key < T) {
             floatX *o = dqkv + ((size_t)b * T + key) * 3 * C + part * C + h * hs;

@@ -51,15 +51,33 @@ static __device__ __forceinline__ floatX to_floatX(float x) {
 #endif
 }
 
-// out (N,C) = wte[inp[n]] + wpe[n % T]. Grid-stride over N*C; consecutive threads take
-// consecutive channels, so the reads and writes are coalesced. Token ids were checked by the
-// dataloader (< vocab_size <= Vp rows).
-static __global__ void encoder_forward_kernel(floatX *out, const int *inp, const floatX *wte, const floatX *wpe,
-                                              int N, int T, int C) {
-    size_t total = (size_t)N * C;
+// V consecutive floatX as one load or store: V = VEC (16 bytes: 8 bf16/fp16, 4 fp32) where the
+// address is 16-byte aligned (the host checks, vec_ok), V = 1 otherwise. An aligned plain struct:
+// nvcc copies it with one 128-bit access (ld/st.global.v4), g++ (the emulator) with a memcpy.
+#define VEC (16 / (int)sizeof(floatX))
+template <int V> struct alignas(V * sizeof(floatX)) Pack { floatX v[V]; };
+template <int V> static __device__ __forceinline__ Pack<V> load_pack(const floatX *p) {
+    return *reinterpret_cast<const Pack<V> *>(p);
+}
+template <int V> static __device__ __forceinline__ void store_pack(floatX *p, const Pack<V> &x) {
+    *reinterpret_cast<Pack<V> *>(p) = x;
+}
+
+// out (N,C) = wte[inp[n]] + wpe[n % T]. Grid-stride over the N*C/V packs of V channels (V = VEC
+// where C % VEC == 0 and out, wte, wpe are 16-byte aligned, so that no pack straddles a row; else
+// 1); consecutive threads take consecutive packs, so the reads and writes are coalesced. One
+// 64-bit division per pack finds its row. Token ids were checked by the dataloader (< vocab_size
+// <= Vp rows).
+template <int V>
+static __global__ void encoder_forward_kernel(floatX *out, const int *inp, const floatX *wte, const floatX *wpe, int N,
+                                              int T, int C) {
+    size_t packs = (size_t)C / V, total = (size_t)N * packs;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        size_t n = i / C, c = i % C;
-        out[i] = to_floatX(to_float(wte[(size_t)inp[n] * C + c]) + to_float(wpe[(n % T) * C + c]));
+        size_t n = i / packs, c = (i - n * packs) * V;
+        Pack<V> e = load_pack<V>(wte + (size_t)inp[n] * C + c), p = load_pack<V>(wpe + (n % T) * C + c), o;
+#pragma unroll
+        for (int k = 0; k < V; k++) o.v[k] = to_floatX(to_float(e.v[k]) + to_float(p.v[k]));
+        store_pack<V>(out + n * C + c, o);
     }
 }
 
@@ -91,77 +109,163 @@ static __global__ void encoder_backward_wpe_kernel(floatX *dwpe, const floatX *d
 }
 
 // out (N,C) = (inp - mean) * rstd * w + b. One warp per row (8 rows per 256-thread block);
-// two passes over the row like the CPU (mean, then the centred variance), in fp32; mean and
-// rstd are fp32. Bounds: a warp whose row is past N returns as a whole before any shuffle.
+// two passes over the row like the CPU (mean, then the centred variance), in fp32, then the
+// output (the second and third passes read the row from L1); mean and rstd are fp32. A lane takes
+// V consecutive channels at a time (V = VEC where C % VEC == 0 and inp, out, w, b are 16-byte
+// aligned: 16-byte loads; else 1, lanes strided by one element). Bounds: a warp whose row is
+// past N returns as a whole before any shuffle.
+template <int V>
 static __global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd, const floatX *inp,
                                                 const floatX *w, const floatX *b, int N, int C) {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= N) return;
     const floatX *x = inp + (size_t)row * C;
     float m = 0.0f;
-    for (int c = lane; c < C; c += WARP) m += to_float(x[c]);
+    for (int c = lane * V; c < C; c += WARP * V) {
+        Pack<V> xv = load_pack<V>(x + c);
+#pragma unroll
+        for (int k = 0; k < V; k++) m += to_float(xv.v[k]);
+    }
     m = warp_sum(m) / C;
     float v = 0.0f;
-    for (int c = lane; c < C; c += WARP) { float d = to_float(x[c]) - m; v += d * d; }
+    for (int c = lane * V; c < C; c += WARP * V) {
+        Pack<V> xv = load_pack<V>(x + c);
+#pragma unroll
+        for (int k = 0; k < V; k++) { float d = to_float(xv.v[k]) - m; v += d * d; }
+    }
     v = warp_sum(v) / C;
     float s = 1.0f / sqrtf(v + 1e-5f);
     floatX *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += WARP) o[c] = to_floatX((to_float(x[c]) - m) * s * to_float(w[c]) + to_float(b[c]));
+    for (int c = lane * V; c < C; c += WARP * V) {
+        Pack<V> xv = load_pack<V>(x + c), wv = load_pack<V>(w + c), bv = load_pack<V>(b + c), ov;
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            ov.v[k] = to_floatX((to_float(xv.v[k]) - m) * s * to_float(wv.v[k]) + to_float(bv.v[k]));
+        store_pack<V>(o + c, ov);
+    }
     if (lane == 0) { mean[row] = m; rstd[row] = s; }
 }
 
-// dinp (N,C) += through the normalisation (ACCUMULATES: the input is the residual stream).
-// One warp per row, as the forward; each element of dinp is read and written by one lane.
-static __global__ void layernorm_backward_input_kernel(floatX *dinp, const floatX *dout, const floatX *inp,
-                                                       const floatX *w, const float *mean, const float *rstd, int N,
-                                                       int C) {
-    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    if (row >= N) return;
-    const floatX *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
-    float m = mean[row], s = rstd[row], dm = 0.0f, dnm = 0.0f;
-    for (int c = lane; c < C; c += WARP) {
-        float dnorm = to_float(w[c]) * to_float(d[c]);
-        dm += dnorm;
-        dnm += dnorm * (to_float(x[c]) - m) * s;
-    }
-    dm = warp_sum(dm) / C;
-    dnm = warp_sum(dnm) / C;
-    floatX *di = dinp + (size_t)row * C;
-    for (int c = lane; c < C; c += WARP) {
-        float norm = (to_float(x[c]) - m) * s;
-        di[c] = to_floatX(to_float(di[c]) + (to_float(w[c]) * to_float(d[c]) - dm - norm * dnm) * s);
-    }
-}
+// LayerNorm's backward and the column sums of parameter gradients (LayerNorm dw/db, matmul bias
+// gradients), deterministic and without atomics, in two kernels: column_partials_kernel gives each
+// block a range of rows and writes that range's column sums in fp32 to a scratch buffer (one row
+// of partial sums per block); column_finish_kernel adds the blocks' partials in block order and
+// rounds each sum into the gradient once. The pair replaces one block per 32 columns over all N
+// rows (C/32 = 24 blocks at C = 768 on a 132-SM H100) with enough row ranges to fill the GPU
+// (gpu/matmul.cuh's column_grads picks the grid), at the price of writing and reading the
+// partials (row blocks x columns x 4 bytes; at d12, B=16, T=1024 a LayerNorm's 512 x 1536 are
+// 3.1 MB each way, 6% of the 101 MB its backward moves, against 50 MB for the second reading of
+// dout and x that the separate column-sum kernel did).
+#define CS_TILE 8       // rows a block takes at a time: one per warp in the LayerNorm part
+#define CS_LN_THREADS 256
 
-// Column reductions over N rows, deterministic (fixed order, no atomics): a 32x32 block owns
-// 32 columns; thread (tx, ty) sums rows ty, ty+32, ... of column tx (coalesced: a warp reads
-// 32 consecutive elements of one row), then the 32 partial sums are added in a fixed order in
-// shared memory, all in fp32, and added to the gradient with one rounding. Grid: ceil(cols/32).
-// Threads past the last column compute zeros but stay alive through __syncthreads. Occupancy is
-// modest for small C (C/32 blocks); the rows are long, so each block streams a lot. Used for
-// LayerNorm dw/db and matmul bias gradients.
-//   dw (C) += sum_n (x - mean) * rstd * dout;  db (C) += sum_n dout     (x != NULL)
-//   db (C) += sum_n dout                                                  (x == NULL)
-static __global__ void column_grads_kernel(floatX *dw, floatX *db, const floatX *dout, const floatX *x,
-                                           const float *mean, const float *rstd, int N, int C) {
-    __shared__ float sw[32][33], sb[32][33];
-    int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
-    float aw = 0.0f, ab = 0.0f;
-    if (c < C) {
-        for (int n = ty; n < N; n += 32) {
-            float d = to_float(dout[(size_t)n * C + c]);
-            ab += d;
-            if (x) aw += (to_float(x[(size_t)n * C + c]) - mean[n]) * rstd[n] * d;
+// column_partials_kernel: rows [blockIdx.x * rows, + rows) of N; columns by slabs of
+// blockDim.x * V (grid.y = ceil(C / (blockDim.x * V)) slabs): thread i of slab y owns the V
+// columns c0 = (y * blockDim.x + i) * V .. c0 + V - 1 (V = VEC where C % VEC == 0 and every
+// pointer is 16-byte aligned, else 1).
+//   LayerNorm (x != NULL; CS_LN_THREADS threads): dinp (N,C) += through the normalisation
+//   (ACCUMULATES: the input is the residual stream), one warp per row over the whole row (the
+//   slab-0 blocks only), two passes as the CPU (the row's two sums, then the update; the second
+//   pass reads the row from L1); and partial (gridDim.x, 2C) = this block's
+//   [sum_n (x - mean) * rstd * dout | sum_n dout] over its rows.
+//   Bias (x == NULL; dinp, w, mean, rstd NULL): partial (gridDim.x, C) = sum_n dout.
+// The column sums read the tile's rows again, CS_TILE at a time with the loads unrolled (16-byte
+// loads in flight for ILP), each thread in row order into V fp32 accumulators per sum: the order
+// is fixed, so the partials are bitwise reproducible. No shared memory, no __syncthreads: the
+// warps of the LayerNorm part are independent (whole warps enter a row, so the shuffles see full
+// warps), and a thread's partials are its own columns. Threads past C skip the sums but never
+// return early. Bounds: rows clamp to N, columns to C (c0 + V <= C when c0 < C, as C % V == 0).
+template <int V>
+static __global__ void column_partials_kernel(float *partial, floatX *dinp, const floatX *dout, const floatX *x,
+                                              const floatX *w, const float *mean, const float *rstd, int N, int C,
+                                              int rows) {
+    int r0 = blockIdx.x * rows, r1 = min(r0 + rows, N);
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, nwarps = blockDim.x / WARP;
+    int c0 = (blockIdx.y * blockDim.x + threadIdx.x) * V;
+    float aw[V], ab[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) aw[k] = ab[k] = 0.0f;
+    for (int t0 = r0; t0 < r1; t0 += CS_TILE) {
+        int t1 = min(t0 + CS_TILE, r1);
+        if (x && blockIdx.y == 0) // the LayerNorm's input gradient, a warp per row (warp-uniform branch)
+            for (int row = t0 + warp; row < t1; row += nwarps) {
+                const floatX *xr = x + (size_t)row * C, *dr = dout + (size_t)row * C;
+                floatX *di = dinp + (size_t)row * C;
+                float m = mean[row], s = rstd[row], dm = 0.0f, dnm = 0.0f;
+                for (int c = lane * V; c < C; c += WARP * V) {
+                    Pack<V> wv = load_pack<V>(w + c), dv = load_pack<V>(dr + c), xv = load_pack<V>(xr + c);
+#pragma unroll
+                    for (int k = 0; k < V; k++) {
+                        float dnorm = to_float(wv.v[k]) * to_float(dv.v[k]);
+                        dm += dnorm;
+                        dnm += dnorm * (to_float(xv.v[k]) - m) * s;
+                    }
+                }
+                dm = warp_sum(dm) / C;
+                dnm = warp_sum(dnm) / C;
+                for (int c = lane * V; c < C; c += WARP * V) {
+                    Pack<V> wv = load_pack<V>(w + c), dv = load_pack<V>(dr + c), xv = load_pack<V>(xr + c),
+                            iv = load_pack<V>(di + c);
+#pragma unroll
+                    for (int k = 0; k < V; k++) {
+                        float norm = (to_float(xv.v[k]) - m) * s;
+                        iv.v[k] = to_floatX(to_float(iv.v[k]) + (to_float(wv.v[k]) * to_float(dv.v[k]) - dm - norm * dnm) * s);
+                    }
+                    store_pack<V>(di + c, iv);
+                }
+            }
+        if (c0 < C) { // this thread's columns over the tile's rows, in row order
+#pragma unroll
+            for (int i = 0; i < CS_TILE; i++) {
+                int row = t0 + i;
+                if (row < t1) {
+                    Pack<V> dv = load_pack<V>(dout + (size_t)row * C + c0);
+                    if (x) {
+                        Pack<V> xv = load_pack<V>(x + (size_t)row * C + c0);
+                        float m = mean[row], s = rstd[row];
+#pragma unroll
+                        for (int k = 0; k < V; k++) {
+                            float d = to_float(dv.v[k]);
+                            ab[k] += d;
+                            aw[k] += (to_float(xv.v[k]) - m) * s * d;
+                        }
+                    } else {
+#pragma unroll
+                        for (int k = 0; k < V; k++) ab[k] += to_float(dv.v[k]);
+                    }
+                }
+            }
         }
     }
-    sw[ty][tx] = aw;
-    sb[ty][tx] = ab;
+    if (c0 < C) {
+        float *p = partial + (size_t)blockIdx.x * (x ? 2 : 1) * C;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            if (x) p[c0 + k] = aw[k];
+            p[(x ? C : 0) + c0 + k] = ab[k];
+        }
+    }
+}
+// column_finish_kernel: the gradients (dw (C) then db (C) when dw != NULL: 2C columns; db (C)
+// alone otherwise) += the sums over `parts` rows of partial (parts, columns), fp32, one rounding.
+// A 32 x CS_FINISH_Y block per 32 columns (grid ceil(columns / 32)): thread (tx, ty) adds rows ty,
+// ty + CS_FINISH_Y, ... of column tx (a warp reads 128 contiguous bytes), then thread (tx, 0) adds
+// the CS_FINISH_Y sums in order from shared memory: the order is fixed. Threads past the last
+// column add nothing but reach the __syncthreads.
+#define CS_FINISH_Y 16
+static __global__ void column_finish_kernel(floatX *dw, floatX *db, const float *partial, int parts, int C) {
+    __shared__ float sh[CS_FINISH_Y][33];
+    int tx = threadIdx.x, ty = threadIdx.y, cols = dw ? 2 * C : C, j = blockIdx.x * 32 + tx;
+    float a = 0.0f;
+    if (j < cols)
+        for (int p = ty; p < parts; p += CS_FINISH_Y) a += partial[(size_t)p * cols + j];
+    sh[ty][tx] = a;
     __syncthreads();
-    if (ty == 0 && c < C) {
-        float tw = 0.0f, tb = 0.0f;
-        for (int k = 0; k < 32; k++) { tw += sw[k][tx]; tb += sb[k][tx]; }
-        if (x) dw[c] = to_floatX(to_float(dw[c]) + tw);
-        db[c] = to_floatX(to_float(db[c]) + tb);
+    if (ty == 0 && j < cols) {
+        float t = 0.0f;
+        for (int k = 0; k < CS_FINISH_Y; k++) t += sh[k][tx];
+        floatX *g = dw && j < C ? dw + j : db + (dw ? j - C : j);
+        *g = to_floatX(to_float(*g) + t);
     }
 }
 
@@ -174,10 +278,22 @@ static __global__ void add_bias_kernel(floatX *out, const floatX *bias, int N, i
         out[i] = to_floatX(to_float(out[i]) + to_float(bias[i % OC]));
 }
 
+// The elementwise kernels below (residual, GELU) are grid-stride loops over the n / V packs of V
+// elements (V = VEC where every pointer is 16-byte aligned: 16-byte loads and stores; else 1),
+// then the n % V elements left over, one each, by the grid's first threads. Each element is read
+// and written by one thread.
 // out = a + b elementwise (the residual connections).
+template <int V>
 static __global__ void residual_forward_kernel(floatX *out, const floatX *a, const floatX *b, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        out[i] = to_floatX(to_float(a[i]) + to_float(b[i]));
+    size_t packs = n / V, first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (size_t i = first; i < packs; i += (size_t)gridDim.x * blockDim.x) {
+        Pack<V> x = load_pack<V>(a + i * V), y = load_pack<V>(b + i * V), o;
+#pragma unroll
+        for (int k = 0; k < V; k++) o.v[k] = to_floatX(to_float(x.v[k]) + to_float(y.v[k]));
+        store_pack<V>(out + i * V, o);
+    }
+    size_t t = packs * V + first;
+    if (t < n) out[t] = to_floatX(to_float(a[t]) + to_float(b[t]));
 }
 // dst (n) += src (n), both of type dtype (ZC_F32, ZC_BF16, ZC_FP16), the sum rounded to it:
 // zero.h's add (a reduce-scatter's slice into the gradient shard). zc_load / zc_store are
@@ -198,16 +314,33 @@ static __global__ void narrow_kernel(void *dst, const float *src, size_t n, int 
         zc_store(dst, i, src[i], dtype);
 }
 
-// GELU elementwise: gpt2_gelu / gpt2_gelu_grad from gpt2.h, the very functions the CPU kernels use.
+// GELU elementwise: gpt2_gelu / gpt2_gelu_grad from gpt2.h, the very functions the CPU kernels
+// use; packs as residual_forward_kernel.
+template <int V>
 static __global__ void gelu_forward_kernel(floatX *out, const floatX *inp, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        out[i] = to_floatX(gpt2_gelu(to_float(inp[i])));
+    size_t packs = n / V, first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (size_t i = first; i < packs; i += (size_t)gridDim.x * blockDim.x) {
+        Pack<V> x = load_pack<V>(inp + i * V), o;
+#pragma unroll
+        for (int k = 0; k < V; k++) o.v[k] = to_floatX(gpt2_gelu(to_float(x.v[k])));
+        store_pack<V>(out + i * V, o);
+    }
+    size_t t = packs * V + first;
+    if (t < n) out[t] = to_floatX(gpt2_gelu(to_float(inp[t])));
 }
-// dinp = gelu'(inp) * dout; dinp may be dout (each element read before it is written, by the
-// same thread).
+// dinp = gelu'(inp) * dout; dinp may be dout (each pack, and each element of the tail, is read
+// before it is written, by the same thread).
+template <int V>
 static __global__ void gelu_backward_kernel(floatX *dinp, const floatX *inp, const floatX *dout, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dinp[i] = to_floatX(gpt2_gelu_grad(to_float(inp[i])) * to_float(dout[i]));
+    size_t packs = n / V, first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (size_t i = first; i < packs; i += (size_t)gridDim.x * blockDim.x) {
+        Pack<V> x = load_pack<V>(inp + i * V), d = load_pack<V>(dout + i * V), o;
+#pragma unroll
+        for (int k = 0; k < V; k++) o.v[k] = to_floatX(gpt2_gelu_grad(to_float(x.v[k])) * to_float(d.v[k]));
+        store_pack<V>(dinp + i * V, o);
+    }
+    size_t t = packs * V + first;
+    if (t < n) dinp[t] = to_floatX(gpt2_gelu_grad(to_float(inp[t])) * to_float(dout[t]));
 }
 
 // Causal softmax of the scores, in place: att (rows = B*NH*T, each T long), row r is query

@@ -149,6 +149,63 @@ static void matmul_lt(GpuKernels *kc, floatX *d, const floatX *a, const floatX *
     }
 }
 
+// ----------------------------------------------------------------------------------------
+// Column sums of parameter gradients through column_partials_kernel + column_finish_kernel
+// (gpu/kernels.cuh): the LayerNorm backward (dinp, dw, db; x, w, mean, rstd given) and matmul
+// bias gradients (db only; dinp, dw, x, w, mean, rstd NULL).
+// Grid: blocks of `threads` over slabs of threads * V columns, and row ranges (a multiple of
+// CS_TILE rows) enough for blocks_per_sm blocks per SM in all: LayerNorm 256-thread blocks (a warp
+// per row; at C = 768, 96 threads own a vector of 8 columns each), 4 per SM; biases one-warp
+// blocks (32 x 8 columns per slab), 8 per SM, each thread with CS_TILE 16-byte loads in flight.
+// More row ranges fill the GPU faster but write more partials (parts x columns fp32): at d12,
+// B=16, T=1024, 512 x 1536 (3.1 MB) for a LayerNorm, at most 342 x 768 .. 171 x 3072 (1.0-2.1 MB) for
+// a bias.
+#define CS_LN_BLOCKS_PER_SM 4
+#define CS_BIAS_THREADS 32
+#define CS_BIAS_BLOCKS_PER_SM 8
+typedef struct { int slabs, rows, parts; } ColumnGrid;
+static ColumnGrid column_grid(int sm_count, int N, int C, int V, int ln) {
+    int threads = ln ? CS_LN_THREADS : CS_BIAS_THREADS, per_sm = ln ? CS_LN_BLOCKS_PER_SM : CS_BIAS_BLOCKS_PER_SM;
+    ColumnGrid g;
+    g.slabs = (int)ceil_div(ceil_div((size_t)C, V), threads);
+    size_t want = (size_t)sm_count * per_sm / g.slabs;
+    if (want < 1) want = 1;
+    g.rows = (int)(ceil_div(ceil_div((size_t)N, want), CS_TILE) * CS_TILE);
+    g.parts = (int)ceil_div((size_t)N, g.rows); // <= want, <= ceil(N / CS_TILE)
+    return g;
+}
+// The scratch floats a column sum over at most N rows and C columns needs: column_grid's parts
+// are at most its `want` (which V = 1, with more slabs, makes no larger than V = VEC does) and at
+// most ceil(N / CS_TILE); both bounds grow with N, so fewer rows (a smaller batch) need no more.
+// gpt2_build sizes GpuKernels.scratch with it.
+static size_t column_scratch_floats(int sm_count, int N, int C, int ln) {
+    ColumnGrid g = column_grid(sm_count, N, C, VEC, ln);
+    size_t want = (size_t)sm_count * (ln ? CS_LN_BLOCKS_PER_SM : CS_BIAS_BLOCKS_PER_SM) / g.slabs;
+    size_t rows = ceil_div((size_t)N, CS_TILE);
+    if (want < 1) want = 1;
+    return (want < rows ? want : rows) * (ln ? 2 : 1) * C;
+}
+static void column_grads(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *db, const floatX *dout, const floatX *x,
+                         const floatX *w, const float *mean, const float *rstd, int N, int C) {
+    int ln = x != NULL;
+    int vec = C % VEC == 0 && vec_ok(dout) && (!ln || (vec_ok(dinp) && vec_ok(x) && vec_ok(w)));
+    ColumnGrid g = column_grid(kc->gpu->sm_count, N, C, vec ? VEC : 1, ln);
+    size_t cols = (size_t)(ln ? 2 : 1) * C;
+    if ((size_t)g.parts * cols > kc->scratch_floats) {
+        char m[128];
+        snprintf(m, sizeof(m), "%d x %zu partial sums, scratch for %zu floats", g.parts, cols, kc->scratch_floats);
+        gpu_fatal("column_grads", m, __FILE__, __LINE__); // a shape gpt2_build did not size for: a bug
+    }
+    void (*column_partials)(float *, floatX *, const floatX *, const floatX *, const floatX *, const float *, const float *, int,
+                     int, int) = vec ? column_partials_kernel<VEC> : column_partials_kernel<1>;
+    column_partials<<<dim3(g.parts, g.slabs), ln ? CS_LN_THREADS : CS_BIAS_THREADS, 0, kc->gpu->compute>>>(
+        kc->scratch, dinp, dout, x, w, mean, rstd, N, C, g.rows);
+    LAUNCH_CHECK();
+    column_finish_kernel<<<ceil_div(cols, 32), dim3(32, CS_FINISH_Y), 0, kc->gpu->compute>>>(ln ? dw : NULL, db, kc->scratch,
+                                                                                            g.parts, C);
+    LAUNCH_CHECK();
+}
+
 // out (N,OC) = inp (N,C) . w^T + bias; w (OC,C) as PyTorch's Linear; bias (OC) or NULL.
 // w16: the weight's 16-bit copy (model.h's gpt2_x16), or NULL. Here the weights themselves
 // are floatX already, so the storage hooks never hand one over (UnitParams.x16 is NULL): it is
@@ -185,8 +242,7 @@ static void matmul_backward(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *db
     }
     if (dbias) {
         KSpan span(kc->gpu->prof, matmul_name(nm, sizeof(nm), kc->gpu, "bias gradient", C, OC), 0.0, (no + 2.0 * OC) * sizeof(floatX));
-        column_grads_kernel<<<ceil_div(OC, 32), dim3(32, 32), 0, kc->gpu->compute>>>(NULL, dbias, dout, NULL, NULL, NULL, N, OC);
-        LAUNCH_CHECK();
+        column_grads(kc, NULL, NULL, dbias, dout, NULL, NULL, NULL, NULL, N, OC);
     }
 }
 
