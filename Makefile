@@ -126,7 +126,7 @@ test/bin/train_gpt_emu_bf16_asan: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_G
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
 	$(filter-out -O2,$(EMU_CXX)) $(SANFLAGS) -DGPU_PRECISION_BF16 -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 # The emulator's own checks (test_gpu_emu runs each case)
-test/bin/cuda_emu_selftest: test/cuda_emu_selftest.cu $(EMU_HEADERS)
+test/bin/cuda_emu_selftest: test/cuda_emu_selftest.cu $(EMU_HEADERS) gpu/mma16.cuh
 	@mkdir -p test/bin
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
 	$(EMU_CXX) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
