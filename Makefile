@@ -71,14 +71,18 @@ check_precision = $(if $(filter $(1),$(GPU_PRECISIONS)),,$(error PRECISION=$(1):
 # ATTENTION=matmul: attention through cuBLASLt's batched products and the softmax kernels (the
 # (T,T) probabilities stored per layer) instead of the flash kernels (gpu/layout.h); a change of
 # it rebuilds train_gpt like a change of PRECISION. train_gpt_bf16_mm is that bf16 build.
+# ATTENTION=flash2: gpu/flash2.cuh's FlashAttention-2-style kernels (mma.sync through inline PTX)
+# at head size 64, the flash kernels at the others; train_gpt_bf16_fa2 is that bf16 build.
 ATTENTION ?= flash
-ATTENTION_FLAGS = $(if $(filter matmul,$(ATTENTION)),-DGPU_ATTENTION_MATMUL,$(if $(filter flash,$(ATTENTION)),,$(error ATTENTION=$(ATTENTION): use flash or matmul)))
+ATTENTION_FLAGS = $(if $(filter matmul,$(ATTENTION)),-DGPU_ATTENTION_MATMUL,$(if $(filter flash2,$(ATTENTION)),-DGPU_ATTENTION_FLASH2,$(if $(filter flash,$(ATTENTION)),,$(error ATTENTION=$(ATTENTION): use flash, flash2 or matmul))))
 train_gpt: train_gpt.cu $(HEADERS) $(GPU_HEADERS) .train_gpt_precision
 	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(PRECISION) $(ATTENTION_FLAGS) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
 train_gpt_bf16 train_gpt_fp16 train_gpt_fp32: train_gpt_%: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
 	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) $(ATTENTION_FLAGS) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
 train_gpt_bf16_mm: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
 	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_MATMUL $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
+train_gpt_bf16_fa2: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
+	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_FLASH2 $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
 FORCE:
 # On a machine with GPUs: GPU vs CPU loss and gradients (each precision), ZeRO stage
 # equivalence, benchmark (bf16).
@@ -119,6 +123,12 @@ test/bin/train_gpt_emu_bf16_mm: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU
 	@mkdir -p test/bin
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
 	$(EMU_CXX) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_MATMUL -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
+# The bf16 build with ATTENTION=flash2 (gpu/flash2.cuh at head size 64; its mma.sync through
+# the portable fragment code of gpu/mma16.cuh)
+test/bin/train_gpt_emu_bf16_fa2: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
+	@mkdir -p test/bin
+	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
+	$(EMU_CXX) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_FLASH2 -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 # The same, bf16, under AddressSanitizer + UndefinedBehaviorSanitizer: the trainer's host code
 # (checkpoints, token grouping, the backend's bookkeeping) checked as the CPU trainer's is.
 test/bin/train_gpt_emu_bf16_asan: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
@@ -216,5 +226,5 @@ fuzz: test/bin/fuzz_dataloader_libfuzzer test/bin/fuzz_ds_config_libfuzzer
 		$(wildcard ../shared/examples)
 
 clean:
-	rm -rf train_gpt_cpu train_gpt_cpu_asan train_gpt train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 .train_gpt_precision .blas_dir \
+	rm -rf train_gpt_cpu train_gpt_cpu_asan train_gpt train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_bf16_mm train_gpt_bf16_fa2 .train_gpt_precision .blas_dir \
 		test/bin test/out

@@ -86,6 +86,9 @@ static_assert(sizeof(floatX) == (FLOATX_DTYPE == ZC_F32 ? 4 : 2), "floatX is not
 #include "gpu/profile.cuh"
 #include "gpu/kernels.cuh"
 #include "gpu/flash_attention.cuh"
+#if defined(GPU_ATTENTION_FLASH2)
+#include "gpu/flash2.cuh"
+#endif
 #include "gpu/matmul.cuh"
 
 static void layernorm_forward(GpuKernels *kc, floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *w, const floatX *b,
@@ -125,6 +128,16 @@ static HeadLoop head_loop(int B, int T, int C, int NH) {
 // Whether this build and this head size run the flash kernels (gpt2.h decides, for the
 // activations' layout too); then att holds the log-sum-exp rows, (B,NH,T) fp32.
 static int flash_attention(int C, int NH) { return gpu_flash_attention(C, NH, sizeof(floatX)); }
+// ATTENTION=flash2 builds: whether gpu/flash2.cuh's kernels take this head size (64; the flash
+// kernels above keep the others, with the same log-sum-exp rows in att).
+static int flash2_attention(int C, int NH) {
+#if defined(GPU_ATTENTION_FLASH2) && !defined(GPU_PRECISION_FP32)
+    return flash_attention(C, NH) && C / NH == F2_HS;
+#else
+    (void)C; (void)NH;
+    return 0;
+#endif
+}
 // The attention's FLOPs as FlashAttention counts them: two (T,T,hs) products per head forward,
 // five backward, half of each under the causal mask.
 static double attention_flops(int B, int T, int C, int NH, int products) {
@@ -134,6 +147,13 @@ static void attention_forward(GpuKernels *kc, floatX *out, floatX *att, const fl
     KSpan span(kc->gpu->prof, "attention_forward", attention_flops(B, T, C, NH, 2),
                4.0 * B * T * C * sizeof(floatX) + 4.0 * B * NH * T);
 #if !defined(GPU_PRECISION_FP32)
+#if defined(GPU_ATTENTION_FLASH2)
+    if (flash2_attention(C, NH)) {
+        flash2_forward_kernel<<<dim3(B * NH, ceil_div(T, F2_ROWS)), F2_THREADS, 0, kc->gpu->compute>>>(out, (float *)(void *)att, qkv, T, C, NH);
+        LAUNCH_CHECK();
+        return;
+    }
+#endif
     if (flash_attention(C, NH)) {
         flash_forward_kernel<<<dim3(B * NH, ceil_div(T, FA_ROWS)), FA_THREADS, 0, kc->gpu->compute>>>(out, (float *)(void *)att, qkv, T, C, NH);
         LAUNCH_CHECK();
@@ -164,6 +184,19 @@ static void attention_backward(GpuKernels *kc, floatX *dqkv, floatX *att, const 
     KSpan span(kc->gpu->prof, "attention_backward", attention_flops(B, T, C, NH, 5),
                8.0 * B * T * C * sizeof(floatX) + 4.0 * B * NH * T);
 #if !defined(GPU_PRECISION_FP32)
+#if defined(GPU_ATTENTION_FLASH2)
+    if (flash2_attention(C, NH)) {
+        dim3 grid(B * NH, ceil_div(T, F2_ROWS));
+        const float *lse = (const float *)(const void *)att;
+        flash2_rowdot_kernel<<<ceil_div((size_t)B * T * NH, 256), 256, 0, kc->gpu->compute>>>(kc->attn_rowdot, dout, y, B, T, C, NH);
+        LAUNCH_CHECK();
+        flash2_backward_dkv_kernel<<<grid, F2_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, kc->attn_rowdot, dout, qkv, T, C, NH);
+        LAUNCH_CHECK();
+        flash2_backward_dq_kernel<<<grid, F2_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, kc->attn_rowdot, dout, qkv, T, C, NH);
+        LAUNCH_CHECK();
+        return;
+    }
+#endif
     if (flash_attention(C, NH)) {
         dim3 grid(B * NH, ceil_div(T, FA_ROWS));
         const float *lse = (const float *)(const void *)att;
@@ -309,8 +342,10 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
     CUDA_CHECK(cudaMalloc(&m->d_groups, (3 * bt + 1) * sizeof(int)));
     CUDA_CHECK(cudaMalloc(&m->d_partials, (size_t)m->z.lay.num_units * NORM_BLOCKS * sizeof(double)));
     CUDA_CHECK(cudaMalloc(&m->d_sumsq, sizeof(double)));
+    size_t rowdot = flash2_attention(cfg->channels, cfg->num_heads) ? bt * cfg->num_heads * sizeof(float) : 0;
+    if (rowdot) CUDA_CHECK(cudaMalloc(&m->kern.attn_rowdot, rowdot)); // flash2's backward: D per (b, h, t)
     m->bytes_scratch = m->kern.gpu->workspace_bytes + (5 * bt + 1) * sizeof(int) +
-                       ((size_t)m->z.lay.num_units * NORM_BLOCKS + 1 + STEP_LOSSES + 1) * sizeof(double);
+                       ((size_t)m->z.lay.num_units * NORM_BLOCKS + 1 + STEP_LOSSES + 1) * sizeof(double) + rowdot;
     CUDA_CHECK(cudaMemGetInfo(&free1, &total_dev));
     // The memory log entries carry zero.h's counts and the activations, which are exactly the
     // bytes asked of cudaMalloc; the device's own view (allocation granularity included) and
@@ -335,6 +370,7 @@ static void gpt2_free(GPT2 *m) {
     zero_free(&m->z);
     CUDA_CHECK(cudaFree(m->acts_memory));
     CUDA_CHECK(cudaFree(m->d_inputs)); CUDA_CHECK(cudaFree(m->d_targets)); CUDA_CHECK(cudaFree(m->d_groups));
+    if (m->kern.attn_rowdot) CUDA_CHECK(cudaFree(m->kern.attn_rowdot));
     CUDA_CHECK(cudaFree(m->d_partials)); CUDA_CHECK(cudaFree(m->d_sumsq)); CUDA_CHECK(cudaFree(m->d_step_losses));
     free(m->inputs); free(m->targets);
     CUDA_CHECK(cudaFreeHost(m->h_step_losses)); CUDA_CHECK(cudaFreeHost(m->h_row)); CUDA_CHECK(cudaFreeHost(m->h_row_x));

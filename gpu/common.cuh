@@ -50,6 +50,7 @@ typedef struct {
     struct MatmulPlans *plans;
     struct NcclBackend *comm;
     TokenGroups groups;
+    float *attn_rowdot;        // ATTENTION=flash2: (B,NH,T) fp32 scratch, D = rowsum(dY*Y) (gpu/flash2.cuh); else NULL
 } GpuKernels;
 
 static inline unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
