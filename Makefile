@@ -83,6 +83,11 @@ train_gpt_bf16_mm: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
 	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_MATMUL $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
 train_gpt_bf16_fa2: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
 	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_FLASH2 $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
+# gpu/flash2.cuh beside the flash kernels on a GPU: errors against an fp32 reference, time per
+# call at d12's shape; standalone (only the CUDA runtime), for a bare lent GPU
+test/bin/bench_flash2: test/gpu/bench_flash2.cu $(HEADERS) $(GPU_HEADERS)
+	@mkdir -p test/bin
+	$(NVCC) -O3 -std=c++17 -Werror all-warnings -Xcompiler -Wall$(comma)-Wextra$(comma)-Werror -I. $(GPU_ARCHS) $< -o $(TMP) && mv -f $(TMP) $@
 FORCE:
 # On a machine with GPUs: GPU vs CPU loss and gradients (each precision), ZeRO stage
 # equivalence, benchmark (bf16).
