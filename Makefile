@@ -71,14 +71,23 @@ check_precision = $(if $(filter $(1),$(GPU_PRECISIONS)),,$(error PRECISION=$(1):
 # ATTENTION=matmul: attention through cuBLASLt's batched products and the softmax kernels (the
 # (T,T) probabilities stored per layer) instead of the flash kernels (gpu/layout.h); a change of
 # it rebuilds train_gpt like a change of PRECISION. train_gpt_bf16_mm is that bf16 build.
+# ATTENTION=flash2: gpu/flash2.cuh's FlashAttention-2-style kernels (mma.sync through inline PTX)
+# at head size 64, the flash kernels at the others; train_gpt_bf16_fa2 is that bf16 build.
 ATTENTION ?= flash
-ATTENTION_FLAGS = $(if $(filter matmul,$(ATTENTION)),-DGPU_ATTENTION_MATMUL,$(if $(filter flash,$(ATTENTION)),,$(error ATTENTION=$(ATTENTION): use flash or matmul)))
+ATTENTION_FLAGS = $(if $(filter matmul,$(ATTENTION)),-DGPU_ATTENTION_MATMUL,$(if $(filter flash2,$(ATTENTION)),-DGPU_ATTENTION_FLASH2,$(if $(filter flash,$(ATTENTION)),,$(error ATTENTION=$(ATTENTION): use flash, flash2 or matmul))))
 train_gpt: train_gpt.cu $(HEADERS) $(GPU_HEADERS) .train_gpt_precision
 	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(PRECISION) $(ATTENTION_FLAGS) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
 train_gpt_bf16 train_gpt_fp16 train_gpt_fp32: train_gpt_%: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
 	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) $(ATTENTION_FLAGS) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
 train_gpt_bf16_mm: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
 	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_MATMUL $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
+train_gpt_bf16_fa2: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
+	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_FLASH2 $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
+# gpu/flash2.cuh beside the flash kernels on a GPU: errors against an fp32 reference, time per
+# call at d12's shape; standalone (only the CUDA runtime), for a bare lent GPU
+test/bin/bench_flash2: test/gpu/bench_flash2.cu $(HEADERS) $(GPU_HEADERS)
+	@mkdir -p test/bin
+	$(NVCC) -O3 -std=c++17 -Werror all-warnings -Xcompiler -Wall$(comma)-Wextra$(comma)-Werror -I. $(GPU_ARCHS) $< -o $(TMP) && mv -f $(TMP) $@
 FORCE:
 # On a machine with GPUs: GPU vs CPU loss and gradients (each precision), ZeRO stage
 # equivalence, benchmark (bf16).
@@ -127,6 +136,12 @@ test/bin/train_gpt_emu_bf16_mm: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU
 	@mkdir -p test/bin
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
 	$(EMU_CXX) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_MATMUL -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
+# The bf16 build with ATTENTION=flash2 (gpu/flash2.cuh at head size 64; its mma.sync through
+# the portable fragment code of gpu/mma16.cuh)
+test/bin/train_gpt_emu_bf16_fa2: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
+	@mkdir -p test/bin
+	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
+	$(EMU_CXX) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_FLASH2 -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 # The same, bf16, under AddressSanitizer + UndefinedBehaviorSanitizer: the trainer's host code
 # (checkpoints, token grouping, the backend's bookkeeping) checked as the CPU trainer's is.
 test/bin/train_gpt_emu_bf16_asan: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
@@ -134,7 +149,7 @@ test/bin/train_gpt_emu_bf16_asan: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_G
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
 	$(filter-out -O2,$(EMU_CXX)) $(SANFLAGS) -DGPU_PRECISION_BF16 -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 # The emulator's own checks (test_gpu_emu runs each case)
-test/bin/cuda_emu_selftest: test/cuda_emu_selftest.cu $(EMU_HEADERS)
+test/bin/cuda_emu_selftest: test/cuda_emu_selftest.cu $(EMU_HEADERS) gpu/mma16.cuh
 	@mkdir -p test/bin
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
 	$(EMU_CXX) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
@@ -224,5 +239,5 @@ fuzz: test/bin/fuzz_dataloader_libfuzzer test/bin/fuzz_ds_config_libfuzzer
 		$(wildcard ../shared/examples)
 
 clean:
-	rm -rf train_gpt_cpu train_gpt_cpu_asan train_gpt train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 .train_gpt_precision .blas_dir \
+	rm -rf train_gpt_cpu train_gpt_cpu_asan train_gpt train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_bf16_mm train_gpt_bf16_fa2 .train_gpt_precision .blas_dir \
 		test/bin test/out

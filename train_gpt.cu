@@ -86,6 +86,9 @@ static_assert(sizeof(floatX) == (FLOATX_DTYPE == ZC_F32 ? 4 : 2), "floatX is not
 #include "gpu/profile.cuh"
 #include "gpu/kernels.cuh"
 #include "gpu/flash_attention.cuh"
+#if defined(GPU_ATTENTION_FLASH2)
+#include "gpu/flash2.cuh"
+#endif
 #include "gpu/matmul.cuh"
 
 static void layernorm_forward(GpuKernels *kc, floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *w, const floatX *b,
@@ -125,6 +128,16 @@ static HeadLoop head_loop(int B, int T, int C, int NH) {
 // Whether this build and this head size run the flash kernels (gpt2.h decides, for the
 // activations' layout too); then att holds the log-sum-exp rows, (B,NH,T) fp32.
 static int flash_attention(int C, int NH) { return gpu_flash_attention(C, NH, sizeof(floatX)); }
+// ATTENTION=flash2 builds: whether gpu/flash2.cuh's kernels take this head size (64; the flash
+// kernels above keep the others, with the same log-sum-exp rows in att).
+static int flash2_attention(int C, int NH) {
+#if defined(GPU_ATTENTION_FLASH2) && !defined(GPU_PRECISION_FP32)
+    return flash_attention(C, NH) && C / NH == F2_HS;
+#else
+    (void)C; (void)NH;
+    return 0;
+#endif
+}
 // The attention's FLOPs as FlashAttention counts them: two (T,T,hs) products per head forward,
 // five backward, half of each under the causal mask.
 static double attention_flops(int B, int T, int C, int NH, int products) {
@@ -134,6 +147,13 @@ static void attention_forward(GpuKernels *kc, floatX *out, floatX *att, const fl
     KSpan span(kc->gpu->prof, "attention_forward", attention_flops(B, T, C, NH, 2),
                4.0 * B * T * C * sizeof(floatX) + 4.0 * B * NH * T);
 #if !defined(GPU_PRECISION_FP32)
+#if defined(GPU_ATTENTION_FLASH2)
+    if (flash2_attention(C, NH)) {
+        flash2_forward_kernel<<<dim3(B * NH, ceil_div(T, F2_ROWS)), F2_THREADS, 0, kc->gpu->compute>>>(out, (float *)(void *)att, qkv, T, C, NH);
+        LAUNCH_CHECK();
+        return;
+    }
+#endif
     if (flash_attention(C, NH)) {
         flash_forward_kernel<<<dim3(B * NH, ceil_div(T, FA_ROWS)), FA_THREADS, 0, kc->gpu->compute>>>(out, (float *)(void *)att, qkv, T, C, NH);
         LAUNCH_CHECK();
@@ -164,6 +184,22 @@ static void attention_backward(GpuKernels *kc, floatX *dqkv, floatX *att, const 
     KSpan span(kc->gpu->prof, "attention_backward", attention_flops(B, T, C, NH, 5),
                8.0 * B * T * C * sizeof(floatX) + 4.0 * B * NH * T);
 #if !defined(GPU_PRECISION_FP32)
+#if defined(GPU_ATTENTION_FLASH2)
+    if (flash2_attention(C, NH)) {
+        dim3 grid(B * NH, ceil_div(T, F2_ROWS));
+        const float *lse = (const float *)(const void *)att;
+        // D = rowsum(dY * Y) per (b, h, t), once, into the kernels' scratch (gpt2_build sized it)
+        if ((size_t)B * NH * T > kc->scratch_floats) gpu_fatal("attention_backward", "the scratch is smaller than B*NH*T floats", __FILE__, __LINE__);
+        float *D = kc->scratch;
+        flash2_rowdot_kernel<<<ceil_div((size_t)B * T * NH, 256), 256, 0, kc->gpu->compute>>>(D, dout, y, B, T, C, NH);
+        LAUNCH_CHECK();
+        flash2_backward_dkv_kernel<<<grid, F2_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);
+        LAUNCH_CHECK();
+        flash2_backward_dq_kernel<<<grid, F2_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);
+        LAUNCH_CHECK();
+        return;
+    }
+#endif
     if (flash_attention(C, NH)) {
         // D = rowsum(dY * Y) per (b, h, t), once, into the kernels' scratch (B*NH*T floats: gpt2_build
         // sized it), read by both kernels
@@ -337,7 +373,7 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
         size_t f = column_scratch_floats(sm, (int)bt, bias_cols[i], 0);
         if (f > kf) kf = f;
     }
-    if (flash_attention(C, cfg->num_heads) && bt * cfg->num_heads > kf) kf = bt * cfg->num_heads;
+    if (flash_attention(C, cfg->num_heads) && bt * cfg->num_heads > kf) kf = bt * cfg->num_heads; // flash and flash2 alike
     CUDA_CHECK(cudaMalloc(&m->kern.scratch, kf * sizeof(float)));
     m->kern.scratch_floats = kf;
     m->bytes_scratch = m->kern.gpu->workspace_bytes + (5 * bt + 1) * sizeof(int) +

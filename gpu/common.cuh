@@ -53,7 +53,7 @@ typedef struct {
     struct MatmulPlans *plans;
     struct NcclBackend *comm;
     TokenGroups groups;
-    float *scratch;
+    float *scratch;            // the kernels' scratch: column sums' partials, attention's D = rowsum(dY*Y) (B,NH,T)
     size_t scratch_floats;
 } GpuKernels;
 

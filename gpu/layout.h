@@ -28,6 +28,10 @@
 #include "run/planner.h"
 
 #define GPU_FLASH_MAX_HS 64
+// A build made with `make train_gpt ATTENTION=flash2` (-DGPU_ATTENTION_FLASH2) runs head size 64
+// through gpu/flash2.cuh's kernels and the others through the flash kernels: the same log-sum-exp
+// rows in A_ATT either way, so this layout does not change (its backward's (B,NH,T) fp32 row
+// scratch lies outside the plan, in train_gpt.cu's bytes_scratch).
 // A build made with `make train_gpt ATTENTION=matmul` (-DGPU_ATTENTION_MATMUL) takes the matmul
 // path at every head size: cuBLASLt's batched products and the softmax kernels, the (T,T)
 // probabilities stored per layer (the planner counts them the same way).

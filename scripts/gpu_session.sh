@@ -3,8 +3,9 @@
 # A GPU machine comes rarely, for minutes, bare: nothing is compiled there. So the work is split:
 #
 #   scripts/gpu_session.sh pack [--base COMMIT]     (make gpu_pack; on the CPU machine)
-#       builds train_gpt_{bf16,fp16,fp32} for sm_90 (GPU_ARCHS overrides) and train_gpt_bf16_mm (the
-#       ATTENTION=matmul build, benchmarked and checked beside the default), the CPU trainer for
+#       builds train_gpt_{bf16,fp16,fp32} for sm_90 (GPU_ARCHS overrides), train_gpt_bf16_mm and
+#       train_gpt_bf16_fa2 (the ATTENTION=matmul and flash2 builds, benchmarked and checked beside
+#       the default), the CPU trainer for
 #       any x86-64-v3 host (the oracle of the checks), and with --base the bf16 trainer of another
 #       commit (the same runs, before and after, on the same card); gathers the shared libraries
 #       that a bare CUDA image lacks (OpenMPI with its components and help files, cJSON, OpenBLAS);
@@ -51,13 +52,13 @@ pack() {
   rm -rf "$st"; mkdir -p "$st/bin" "$st/lib"
   if [ "$emulated" = 1 ]; then
     make -s test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32 test/bin/train_gpt_emu_bf16_mm \
-      train_gpt_cpu || { echo "gpu_session pack: build failed"; exit 1; }
-    for p in bf16 fp16 fp32 bf16_mm; do cp test/bin/train_gpt_emu_$p "$st/bin/train_gpt_$p"; done
+      test/bin/train_gpt_emu_bf16_fa2 train_gpt_cpu || { echo "gpu_session pack: build failed"; exit 1; }
+    for p in bf16 fp16 fp32 bf16_mm bf16_fa2; do cp test/bin/train_gpt_emu_$p "$st/bin/train_gpt_$p"; done
     cp train_gpt_cpu "$st/bin/train_gpt_cpu"
     [ -n "$base" ] && cp test/bin/train_gpt_emu_bf16 "$st/bin/base_bf16" # the emulated run only exercises the path
   else
     local archs=${GPU_ARCHS:-"-gencode arch=compute_90,code=sm_90"}
-    for p in bf16 fp16 fp32 bf16_mm; do
+    for p in bf16 fp16 fp32 bf16_mm bf16_fa2; do
       rm -f train_gpt_$p
       make -s train_gpt_$p GPU_ARCHS="$archs" || { echo "gpu_session pack: build of train_gpt_$p failed"; exit 1; }
       cp train_gpt_$p "$st/bin/"

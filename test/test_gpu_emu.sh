@@ -8,7 +8,8 @@
 #      of device memory, a host pointer given to a kernel, an over-promised alignment, an
 #      overlapping all-gather, a WMMA load racing the lanes' shared-memory writes or from a
 #      tile that is not 32-byte aligned are each
-#      caught; a missing event wait shows under one schedule; a WMMA tile product is right.
+#      caught; a missing event wait shows under one schedule; a WMMA tile product is right; so is
+#      gpu/mma16.cuh's portable m16n8k16 product (the PTX fragment layouts, bf16 and fp16).
 #   2. run_gpu_checks.sh, emulated: loss and every gradient against the CPU trainer in fp32,
 #      bf16 and fp16 (two shapes), ZeRO stages 0-3 on 2 ranks agreeing (fp32, bf16); activation
 #      recompute (full, every 2, selective, cpu_checkpointing) equal to no recompute bit for bit
@@ -23,7 +24,9 @@
 #   5. under AddressSanitizer + UBSan, ZeRO-3 on 2 ranks: a run saved at step 2 and resumed
 #      gives the uninterrupted run's losses bit for bit (checkpoints through the device copies).
 #   7. attention at other head sizes and an odd T (B=3, T=77), bf16 against the CPU trainer:
-#      hs 64 and 16 run the flash kernels (tiles partly past T), hs 24 the matmul path.
+#      hs 64 and 16 run the flash kernels (tiles partly past T), hs 24 the matmul path; hs 64
+#      again with the ATTENTION=flash2 build (gpu/flash2.cuh's mma.sync kernels, emulated through
+#      gpu/mma16.cuh's portable fragment code).
 #   6. a run with validation and sampling on the embedded data, fp32: the emulated GPU trainer
 #      prints the CPU trainer's losses, validation losses and sample text (its own sampler path:
 #      a logits row copied from the device).
@@ -37,7 +40,7 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw
   export OPENBLAS_CORETYPE=SkylakeX
 fi
 make -s test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32 test/bin/cuda_emu_selftest \
-  test/bin/train_gpt_emu_bf16_asan \
+  test/bin/train_gpt_emu_bf16_asan test/bin/train_gpt_emu_bf16_fa2 \
   train_gpt_cpu || { echo "FAIL: build"; exit 1; }
 . test/lib.sh; new_scratch gpu_emu
 fails=0
@@ -53,6 +56,7 @@ selftest() { # case, expected exit status, expected text in the output
 }
 selftest sum 0 "sum 500500 500500 500500"
 selftest wmma 0 "wmma: 0 of 256 elements wrong"
+selftest mma16816 0 "mma16816: bf16 0, fp16 0 of 256 elements wrong"
 selftest wmma_race 134 "holds other operands than lane 0"
 selftest wmma_misaligned 134 "is not 32-byte aligned"
 selftest sync_after_return 134 "48 of the block's 64 threads have exited before it"
@@ -131,11 +135,11 @@ if [ "$(pick "$d/full_cpu.log")" = "$(pick "$d/full_gpu.log")" ] && [ "$(pick "$
 else diff <(pick "$d/full_cpu.log") <(pick "$d/full_gpu.log"); fail "validation/sampling differ from the CPU trainer's"; fi
 
 echo "== 7. attention at head sizes 64, 24, 16 and T=77, bf16"
-for ch_nh in "128 2" "96 4" "64 4"; do
-  set -- $ch_nh; k=hs$(($1 / $2))
+for ch_nh in "128 2" "96 4" "64 4" "128 2 fa2"; do
+  set -- $ch_nh; k=hs$(($1 / $2))${3:+_$3}
   shape7=(--layers 2 --channels "$1" --heads "$2" --batch 3 --seq-len 77 --steps 1 "${common[@]}" --precision bf16)
   ./train_gpt_cpu "${shape7[@]}" --dump-grads "$d/g7_cpu_$k.bin" --log "$d/l7_cpu_$k.jsonl" >"$d/r7_cpu_$k.log" 2>&1 || fail "CPU $k"
-  test/bin/train_gpt_emu_bf16 "${shape7[@]}" --dump-grads "$d/g7_gpu_$k.bin" --log "$d/l7_gpu_$k.jsonl" >"$d/r7_gpu_$k.log" 2>&1 ||
+  test/bin/train_gpt_emu_bf16${3:+_$3} "${shape7[@]}" --dump-grads "$d/g7_gpu_$k.bin" --log "$d/l7_gpu_$k.jsonl" >"$d/r7_gpu_$k.log" 2>&1 ||
     { tail -n 5 "$d/r7_gpu_$k.log"; fail "emulated GPU $k"; continue; }
   lc=$(sed -n 's/.*"step":1,"loss":\([^,]*\),.*/\1/p' "$d/l7_cpu_$k.jsonl"); lg=$(sed -n 's/.*"step":1,"loss":\([^,]*\),.*/\1/p' "$d/l7_gpu_$k.jsonl")
   if $PY -c "import sys; a,b=float('$lc'),float('$lg'); sys.exit(0 if abs(a-b) <= 5e-3*max(1,abs(a)) else 1)" &&

@@ -47,6 +47,7 @@
 #define __device__
 #define __global__
 #define __forceinline__ inline
+#define __launch_bounds__(...)   // occupancy hints mean nothing to fibers
 #define __shared__ static     // one block runs at a time, its fibers share the statics
 #define __restrict__ __restrict
 #define __align__(n) __attribute__((aligned(n)))

@@ -1,0 +1,424 @@
+// gpu/flash2.cuh: FlashAttention-2-style causal self-attention for 16-bit builds at head size 64
+// (GPT-2's), selected by `make train_gpt ATTENTION=flash2` (-DGPU_ATTENTION_FLASH2); other head
+// sizes keep gpu/flash_attention.cuh's kernels. The data contract is theirs: qkv (B,T,3C) in,
+// out (B,T,C), the log-sum-exp rows (B,NH,T) fp32 in the att slot (units of the scaled scores,
+// natural log), dqkv (B,T,3C) overwritten by the backward.
+//
+// Design (the chip's, not WMMA's): every product is mma.sync m16n8k16 (gpu/mma16.cuh) on
+// registers. A warp owns 16 rows: queries (forward, dQ) or keys (dK/dV); a block is 4 warps, 64
+// rows; the inner loop walks 64-row tiles of the other operand, held in shared memory with rows
+// padded to F2_LD = 72 elements (36 words: the 8 row groups of a fragment load fall on distinct
+// banks), filled with 16-byte loads, the next tile's loaded into registers while the current one
+// computes. The warp's own rows (Q, or K and V, and dO) stay in registers as A fragments for the
+// whole kernel; S, P and the accumulators never leave registers: the C fragments of two adjacent
+// 16x8 score tiles are P's A fragment for P V (mma16_pack_a, FlashAttention-2's trick). Online
+// softmax in base 2 (scores scaled by scale*log2 e), each row's max and sum reduced over its quad
+// by two shuffles (the sum only at the end). The B operands that run along a tile's rows (V for
+// P V, K for dS K, Q and dO for dS^T Q and P^T dO) are stored transposed in shared memory as the
+// tile is filled, so that every fragment load is one 32-bit load of two adjacent 16-bit values.
+// Causal: tiles above the block's diagonal are not visited; on the diagonal tile, each warp skips
+// the 8-column score tiles (and 16- or 32-row sub-tiles) entirely above its own diagonal.
+// Backward as FlashAttention-2's: D = rowsum(dO * O) once per row into a (B,NH,T) fp32 scratch
+// (flash2_rowdot_kernel), then dK/dV per key block (iterating query tiles, P = exp2(S c - lse c)
+// recomputed) and dQ per query block (iterating key tiles): deterministic, no atomics. dS is
+// rounded to the 16-bit type unscaled; dQ and dK are scaled once at the end (scale = 1/8 at head
+// size 64: exact). All shared memory is static, under 48 KB.
+#ifndef GPU_FLASH2_CUH
+#define GPU_FLASH2_CUH
+#include "gpu/kernels.cuh"
+#include "gpu/mma16.cuh"
+#if !defined(GPU_PRECISION_FP32)
+#define F2_HS 64      // the head size these kernels take (flash2_attention)
+#define F2_ROWS 64    // rows a block owns: 4 warps x 16
+#define F2_LD 72      // shared tiles' row length, elements (64 + 8 padding)
+#define F2_THREADS 128
+#define F2_LOG2E 1.4426950408889634f
+#define F2_LN2 0.6931471805599453f
+
+// 16 bytes (8 elements) of a row, and 4 bytes (2 elements), through registers.
+#if defined(CUDA_EMULATOR)
+struct F2Chunk { uint32_t w[4]; };
+static __device__ __forceinline__ F2Chunk f2_ld128(const floatX *p) { F2Chunk c; memcpy(&c, p, 16); return c; }
+static __device__ __forceinline__ void f2_st128(floatX *p, F2Chunk c) { memcpy(p, &c, 16); }
+static __device__ __forceinline__ uint32_t f2_ld32(const floatX *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static __device__ __forceinline__ void f2_st32(floatX *p, uint32_t v) { memcpy(p, &v, 4); }
+static __device__ __forceinline__ F2Chunk f2_zero128() { F2Chunk c = {{0, 0, 0, 0}}; return c; }
+#else
+typedef uint4 F2Chunk;
+static __device__ __forceinline__ F2Chunk f2_ld128(const floatX *p) { return *(const uint4 *)p; }
+static __device__ __forceinline__ void f2_st128(floatX *p, F2Chunk c) { *(uint4 *)p = c; }
+static __device__ __forceinline__ uint32_t f2_ld32(const floatX *p) { return *(const uint32_t *)p; }
+static __device__ __forceinline__ void f2_st32(floatX *p, uint32_t v) { *(uint32_t *)p = v; }
+static __device__ __forceinline__ F2Chunk f2_zero128() { return make_uint4(0, 0, 0, 0); }
+#endif
+
+// A 64-row tile of one head (64 columns) in 4 chunks per thread: chunk p of thread i is row
+// i % 16 + 16 p, columns 8 (i / 16) .. +7 (a warp covers 16 rows x 32 bytes). Rows at or past T
+// are zeros. base: row 0 of the head, ld: the row stride (3C for qkv's parts, C for dout).
+static __device__ __forceinline__ void f2_fetch(F2Chunk r[4], const floatX *base, size_t ld, int row0, int T) {
+    int c = threadIdx.x / 16;
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        int row = row0 + threadIdx.x % 16 + 16 * p;
+        r[p] = row < T ? f2_ld128(base + (size_t)row * ld + 8 * c) : f2_zero128();
+    }
+}
+static __device__ __forceinline__ void f2_store_rows(floatX (*s)[F2_LD], const F2Chunk r[4]) {
+    int c = threadIdx.x / 16;
+#pragma unroll
+    for (int p = 0; p < 4; p++) f2_st128(&s[threadIdx.x % 16 + 16 * p][8 * c], r[p]);
+}
+static __device__ __forceinline__ void f2_store_cols(floatX (*s)[F2_LD], const F2Chunk r[4]) { // transposed
+    int c = threadIdx.x / 16;
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        floatX x[8];
+        memcpy(x, &r[p], 16);
+#pragma unroll
+        for (int j = 0; j < 8; j++) s[8 * c + j][threadIdx.x % 16 + 16 * p] = x[j];
+    }
+}
+// This lane's A fragments (4 k-steps of 16 columns) of rows r and r + 8 of a head (zeros past T).
+static __device__ __forceinline__ void f2_load_a(uint32_t a[4][4], const floatX *base, size_t ld, int r, int T) {
+    int t = threadIdx.x % 4;
+    const floatX *p0 = base + (size_t)r * ld + 2 * t, *p1 = p0 + 8 * ld;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        a[kk][0] = r < T ? f2_ld32(p0 + 16 * kk) : 0u;
+        a[kk][1] = r + 8 < T ? f2_ld32(p1 + 16 * kk) : 0u;
+        a[kk][2] = r < T ? f2_ld32(p0 + 16 * kk + 8) : 0u;
+        a[kk][3] = r + 8 < T ? f2_ld32(p1 + 16 * kk + 8) : 0u;
+    }
+}
+// The B fragment (k = columns k0 .. k0+15 of a shared row-major tile, n = its rows n0 .. n0+7).
+static __device__ __forceinline__ void f2_frag_b(uint32_t b[2], const floatX (*s)[F2_LD], int n0, int k0) {
+    int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    b[0] = f2_ld32(&s[n0 + g][k0 + 2 * t]);
+    b[1] = f2_ld32(&s[n0 + g][k0 + 2 * t + 8]);
+}
+#define F2_MMA mma16816<floatX>
+
+// out (B,T,C): head h's columns = softmax(scale Q K^T, causal) V; lse (B,NH,T).
+// Grid (B*NH, ceil(T/64)), the heaviest query blocks (last) first.
+static __global__ void __launch_bounds__(F2_THREADS) flash2_forward_kernel(floatX *out, float *lse, const floatX *qkv, int T,
+                                                                          int C, int NH) {
+    __shared__ __align__(16) floatX Ks[F2_ROWS][F2_LD], Vt[F2_HS][F2_LD]; // K (key, dim), V transposed (dim, key)
+    int b = blockIdx.x / NH, h = blockIdx.x % NH, qt = gridDim.y - 1 - blockIdx.y, q0 = qt * F2_ROWS;
+    int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
+    int r0 = q0 + 16 * w + g, r1 = r0 + 8; // this lane's two rows
+    size_t ld = 3 * (size_t)C;
+    const floatX *qb = qkv + (size_t)b * T * ld + h * F2_HS, *kb = qb + C, *vb = qb + 2 * C;
+    const float c = F2_LOG2E / sqrtf((float)F2_HS);
+    uint32_t qa[4][4];
+    f2_load_a(qa, qb, ld, r0, T);
+    float o[8][4], m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; // rows' running max (base 2) and partial sums
+#pragma unroll
+    for (int n = 0; n < 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    F2Chunk kr[4], vr[4];
+    f2_fetch(kr, kb, ld, 0, T);
+    f2_fetch(vr, vb, ld, 0, T);
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * F2_ROWS, diag = kt == qt;
+        __syncthreads(); // every warp is done with the previous tile
+        f2_store_rows(Ks, kr);
+        f2_store_cols(Vt, vr);
+        __syncthreads();
+        if (!diag) {
+            f2_fetch(kr, kb, ld, k0 + F2_ROWS, T);
+            f2_fetch(vr, vb, ld, k0 + F2_ROWS, T);
+        }
+        int nlim = diag ? 2 * w + 2 : 8; // 8-key column tiles at or below this warp's diagonal
+        float s[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            if (n < nlim) {
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    uint32_t bb[2];
+                    f2_frag_b(bb, Ks, 8 * n, 16 * kk);
+                    F2_MMA(s[n], qa[kk], bb);
+                }
+            }
+        }
+        float mx0 = m0, mx1 = m1;
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int key = k0 + 8 * n + 2 * t + (i & 1), row = i < 2 ? r0 : r1;
+                float v = s[n][i] * c;
+                if (diag && (n >= nlim || key > row || key >= T)) v = -INFINITY;
+                s[n][i] = v;
+                if (i < 2) mx0 = fmaxf(mx0, v);
+                else mx1 = fmaxf(mx1, v);
+            }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        // every row has a key in every tile it visits (key k0 <= row, k0 < T): the max is finite
+        float a0 = exp2f(m0 - mx0), a1 = exp2f(m1 - mx1), sum0 = 0.0f, sum1 = 0.0f;
+        m0 = mx0;
+        m1 = mx1;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            s[n][0] = exp2f(s[n][0] - m0);
+            s[n][1] = exp2f(s[n][1] - m0);
+            s[n][2] = exp2f(s[n][2] - m1);
+            s[n][3] = exp2f(s[n][3] - m1);
+            sum0 += s[n][0] + s[n][1];
+            sum1 += s[n][2] + s[n][3];
+            o[n][0] *= a0;
+            o[n][1] *= a0;
+            o[n][2] *= a1;
+            o[n][3] *= a1;
+        }
+        l0 = l0 * a0 + sum0;
+        l1 = l1 * a1 + sum1;
+        int klim = diag ? w + 1 : 4; // 16-key steps of P V at or below the diagonal
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            if (kk < klim) {
+                uint32_t pa[4];
+                mma16_pack_a<floatX>(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+                for (int n = 0; n < 8; n++) {
+                    uint32_t bb[2];
+                    f2_frag_b(bb, Vt, 8 * n, 16 * kk);
+                    F2_MMA(o[n], pa, bb);
+                }
+            }
+        }
+    }
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    floatX *ob = out + (size_t)b * T * C + h * F2_HS + 2 * t;
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        if (r0 < T) f2_st32(ob + (size_t)r0 * C + 8 * n, mma16_pack<floatX>(o[n][0] / l0, o[n][1] / l0));
+        if (r1 < T) f2_st32(ob + (size_t)r1 * C + 8 * n, mma16_pack<floatX>(o[n][2] / l1, o[n][3] / l1));
+    }
+    if (t == 0) {
+        float *lb = lse + ((size_t)b * NH + h) * T;
+        if (r0 < T) lb[r0] = m0 * F2_LN2 + logf(l0);
+        if (r1 < T) lb[r1] = m1 * F2_LN2 + logf(l1);
+    }
+}
+
+// D (B,NH,T) = rowsum(dY * Y) per head: FlashAttention-2's backward preprocessing (Y: the stored,
+// rounded forward output). One thread per (b, t, h).
+static __global__ void flash2_rowdot_kernel(float *D, const floatX *dout, const floatX *y, int B, int T, int C, int NH) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * T * NH) return;
+    int h = (int)(i % NH);
+    size_t bt = i / NH;
+    const floatX *dy = dout + bt * C + h * F2_HS, *yy = y + bt * C + h * F2_HS;
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < F2_HS / 8; k++) {
+        F2Chunk u = f2_ld128(dy + 8 * k), v = f2_ld128(yy + 8 * k);
+        floatX x[8], z[8];
+        memcpy(x, &u, 16);
+        memcpy(z, &v, 16);
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc += to_float(x[j]) * to_float(z[j]);
+    }
+    D[((size_t)(bt / T) * NH + h) * T + bt % T] = acc;
+}
+
+// dqkv's q part, OVERWRITTEN: dQ = scale dS K, dS = P (dP - D), dP = dY V^T, per 64-query block,
+// iterating key tiles up to the diagonal (two 32-key halves each). Grid as the forward's.
+static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dq_kernel(floatX *dqkv, const float *lse, const float *D,
+                                                                              const floatX *dout, const floatX *qkv, int T,
+                                                                              int C, int NH) {
+    __shared__ __align__(16) floatX Ks[F2_ROWS][F2_LD], Kt[F2_HS][F2_LD], Vs[F2_ROWS][F2_LD];
+    int b = blockIdx.x / NH, h = blockIdx.x % NH, qt = gridDim.y - 1 - blockIdx.y, q0 = qt * F2_ROWS;
+    int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
+    int r0 = q0 + 16 * w + g, r1 = r0 + 8;
+    size_t ld = 3 * (size_t)C;
+    const floatX *qb = qkv + (size_t)b * T * ld + h * F2_HS, *kb = qb + C, *vb = qb + 2 * C;
+    const float c = F2_LOG2E / sqrtf((float)F2_HS);
+    uint32_t qa[4][4], da[4][4];
+    f2_load_a(qa, qb, ld, r0, T);
+    f2_load_a(da, dout + (size_t)b * T * C + h * F2_HS, C, r0, T);
+    const float *lb = lse + ((size_t)b * NH + h) * T, *db = D + ((size_t)b * NH + h) * T;
+    float L0 = r0 < T ? lb[r0] * F2_LOG2E : 0.0f, L1 = r1 < T ? lb[r1] * F2_LOG2E : 0.0f;
+    float D0 = r0 < T ? db[r0] : 0.0f, D1 = r1 < T ? db[r1] : 0.0f;
+    float dq[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    F2Chunk kr[4], vr[4];
+    f2_fetch(kr, kb, ld, 0, T);
+    f2_fetch(vr, vb, ld, 0, T);
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * F2_ROWS, diag = kt == qt;
+        __syncthreads();
+        f2_store_rows(Ks, kr);
+        f2_store_cols(Kt, kr);
+        f2_store_rows(Vs, vr);
+        __syncthreads();
+        if (!diag) {
+            f2_fetch(kr, kb, ld, k0 + F2_ROWS, T);
+            f2_fetch(vr, vb, ld, k0 + F2_ROWS, T);
+        }
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            if (diag && 32 * hh > 16 * w + 15) continue; // the half's keys all follow this warp's queries
+            float s[4][4], dp[4][4];
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+                dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    uint32_t bb[2];
+                    f2_frag_b(bb, Ks, 32 * hh + 8 * n, 16 * kk);
+                    F2_MMA(s[n], qa[kk], bb);
+                    f2_frag_b(bb, Vs, 32 * hh + 8 * n, 16 * kk);
+                    F2_MMA(dp[n], da[kk], bb);
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int key = k0 + 32 * hh + 8 * n + 2 * t + (i & 1), row = i < 2 ? r0 : r1;
+                    float p = exp2f(s[n][i] * c - (i < 2 ? L0 : L1));
+                    if (diag && (key > row || key >= T)) p = 0.0f;
+                    s[n][i] = p * (dp[n][i] - (i < 2 ? D0 : D1)); // dS / scale
+                }
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++) {
+                uint32_t sa[4];
+                mma16_pack_a<floatX>(sa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+                for (int n = 0; n < 8; n++) {
+                    uint32_t bb[2];
+                    f2_frag_b(bb, Kt, 8 * n, 32 * hh + 16 * kk);
+                    F2_MMA(dq[n], sa, bb);
+                }
+            }
+        }
+    }
+    const float scale = 1.0f / sqrtf((float)F2_HS);
+    floatX *ob = dqkv + (size_t)b * T * ld + h * F2_HS + 2 * t;
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        if (r0 < T) f2_st32(ob + (size_t)r0 * ld + 8 * n, mma16_pack<floatX>(dq[n][0] * scale, dq[n][1] * scale));
+        if (r1 < T) f2_st32(ob + (size_t)r1 * ld + 8 * n, mma16_pack<floatX>(dq[n][2] * scale, dq[n][3] * scale));
+    }
+}
+
+// dqkv's k and v parts, OVERWRITTEN: per 64-key block, over the query tiles from its diagonal on
+// (two 32-query halves each): S^T = K Q^T, P^T = exp2(S^T c - lse c), dV += P^T dY,
+// dP^T = V dY^T, dS^T = P^T (dP^T - D), dK += scale dS^T Q. Grid (B*NH, ceil(T/64)), key
+// block = blockIdx.y (the heaviest, first, first).
+static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dkv_kernel(floatX *dqkv, const float *lse, const float *D,
+                                                                               const floatX *dout, const floatX *qkv, int T,
+                                                                               int C, int NH) {
+    __shared__ __align__(16) floatX Qs[F2_ROWS][F2_LD], Qt[F2_HS][F2_LD], dYs[F2_ROWS][F2_LD], dYt[F2_HS][F2_LD];
+    __shared__ float Ls[F2_ROWS], Ds[F2_ROWS];
+    int b = blockIdx.x / NH, h = blockIdx.x % NH, kt = blockIdx.y, k0 = kt * F2_ROWS, nq = gridDim.y;
+    int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
+    int r0 = k0 + 16 * w + g, r1 = r0 + 8; // this lane's two keys
+    size_t ld = 3 * (size_t)C;
+    const floatX *qb = qkv + (size_t)b * T * ld + h * F2_HS, *kb = qb + C, *vb = qb + 2 * C;
+    const floatX *yb = dout + (size_t)b * T * C + h * F2_HS;
+    const float *lb = lse + ((size_t)b * NH + h) * T, *db = D + ((size_t)b * NH + h) * T;
+    const float c = F2_LOG2E / sqrtf((float)F2_HS);
+    uint32_t ka[4][4], va[4][4];
+    f2_load_a(ka, kb, ld, r0, T);
+    f2_load_a(va, vb, ld, r0, T);
+    float dk[8][4], dv[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.0f;
+        dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
+    }
+    F2Chunk qr[4], yr[4];
+    f2_fetch(qr, qb, ld, k0, T);
+    f2_fetch(yr, yb, C, k0, T);
+    int tq = k0 + (int)threadIdx.x; // threads 0..63: one row's lse and D for the tile
+    float lq = threadIdx.x < F2_ROWS && tq < T ? lb[tq] * F2_LOG2E : 0.0f, dq = threadIdx.x < F2_ROWS && tq < T ? db[tq] : 0.0f;
+    for (int qt = kt; qt < nq; qt++) {
+        int q0 = qt * F2_ROWS, diag = qt == kt;
+        __syncthreads();
+        f2_store_rows(Qs, qr);
+        f2_store_cols(Qt, qr);
+        f2_store_rows(dYs, yr);
+        f2_store_cols(dYt, yr);
+        if (threadIdx.x < F2_ROWS) {
+            Ls[threadIdx.x] = lq;
+            Ds[threadIdx.x] = dq;
+        }
+        __syncthreads();
+        if (qt + 1 < nq) {
+            f2_fetch(qr, qb, ld, q0 + F2_ROWS, T);
+            f2_fetch(yr, yb, C, q0 + F2_ROWS, T);
+            tq = q0 + F2_ROWS + (int)threadIdx.x;
+            lq = threadIdx.x < F2_ROWS && tq < T ? lb[tq] * F2_LOG2E : 0.0f;
+            dq = threadIdx.x < F2_ROWS && tq < T ? db[tq] : 0.0f;
+        }
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            if (diag && 32 * hh + 31 < 16 * w) continue; // the half's queries all precede this warp's keys
+            float s[4][4], dp[4][4];
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+                dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    uint32_t bb[2];
+                    f2_frag_b(bb, Qs, 32 * hh + 8 * n, 16 * kk);
+                    F2_MMA(s[n], ka[kk], bb);
+                    f2_frag_b(bb, dYs, 32 * hh + 8 * n, 16 * kk);
+                    F2_MMA(dp[n], va[kk], bb);
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int j = 32 * hh + 8 * n + 2 * t + (i & 1), q = q0 + j, key = i < 2 ? r0 : r1;
+                    float p = exp2f(s[n][i] * c - Ls[j]);
+                    if (q >= T || (diag && q < key)) p = 0.0f;
+                    s[n][i] = p;                                // P^T
+                    dp[n][i] = p * (dp[n][i] - Ds[j]);          // dS^T / scale
+                }
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++) {
+                uint32_t pa[4], sa[4];
+                mma16_pack_a<floatX>(pa, s[2 * kk], s[2 * kk + 1]);
+                mma16_pack_a<floatX>(sa, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+                for (int n = 0; n < 8; n++) {
+                    uint32_t bb[2];
+                    f2_frag_b(bb, dYt, 8 * n, 32 * hh + 16 * kk);
+                    F2_MMA(dv[n], pa, bb);
+                    f2_frag_b(bb, Qt, 8 * n, 32 * hh + 16 * kk);
+                    F2_MMA(dk[n], sa, bb);
+                }
+            }
+        }
+    }
+    const float scale = 1.0f / sqrtf((float)F2_HS);
+    floatX *ok = dqkv + (size_t)b * T * ld + C + h * F2_HS + 2 * t, *ov = ok + C;
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        if (r0 < T) {
+            f2_st32(ok + (size_t)r0 * ld + 8 * n, mma16_pack<floatX>(dk[n][0] * scale, dk[n][1] * scale));
+            f2_st32(ov + (size_t)r0 * ld + 8 * n, mma16_pack<floatX>(dv[n][0], dv[n][1]));
+        }
+        if (r1 < T) {
+            f2_st32(ok + (size_t)r1 * ld + 8 * n, mma16_pack<floatX>(dk[n][2] * scale, dk[n][3] * scale));
+            f2_st32(ov + (size_t)r1 * ld + 8 * n, mma16_pack<floatX>(dv[n][2], dv[n][3]));
+        }
+    }
+}
+#endif
+
+#endif // GPU_FLASH2_CUH
