@@ -373,7 +373,8 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
         size_t f = column_scratch_floats(sm, (int)bt, bias_cols[i], 0);
         if (f > kf) kf = f;
     }
-    if (flash_attention(C, cfg->num_heads) && bt * cfg->num_heads > kf) kf = bt * cfg->num_heads; // flash and flash2 alike
+    if ((flash_attention(C, cfg->num_heads) || flash2_attention(C, cfg->num_heads)) && bt * cfg->num_heads > kf)
+        kf = bt * cfg->num_heads; // D for the flash or flash2 backward
     CUDA_CHECK(cudaMalloc(&m->kern.scratch, kf * sizeof(float)));
     m->kern.scratch_floats = kf;
     m->bytes_scratch = m->kern.gpu->workspace_bytes + (5 * bt + 1) * sizeof(int) +
