@@ -68,12 +68,14 @@ check_precision = $(if $(filter $(1),$(GPU_PRECISIONS)),,$(error PRECISION=$(1):
 .train_gpt_precision: FORCE
 	$(call check_precision,$(PRECISION))
 	@echo $(PRECISION) $(ATTENTION) | cmp -s - $@ || { echo $(PRECISION) $(ATTENTION) > $(TMP) && mv -f $(TMP) $@; }
-# ATTENTION=matmul: attention through cuBLASLt's batched products and the softmax kernels (the
-# (T,T) probabilities stored per layer) instead of the flash kernels (gpu/layout.h); a change of
-# it rebuilds train_gpt like a change of PRECISION. train_gpt_bf16_mm is that bf16 build.
-# ATTENTION=flash2: gpu/flash2.cuh's FlashAttention-2-style kernels (mma.sync through inline PTX)
-# at head size 64, the flash kernels at the others; train_gpt_bf16_fa2 is that bf16 build.
-ATTENTION ?= flash
+# Attention, fixed at build time like the precision (a change of either rebuilds train_gpt):
+# ATTENTION=flash2 (the default): gpu/flash2.cuh's FlashAttention-2-style kernels (mma.sync
+# through inline PTX) at head size 64, GPT-2's, and gpu/flash_attention.cuh's WMMA kernels at
+# the other multiples of 16 up to 64; the fastest on an H200 (docs/gpu-runs/2026-11-27-4d85839:
+# d12 409k tokens/s against 264k and 45k). ATTENTION=flash: the WMMA kernels at every such head
+# size (train_gpt_bf16_flash). ATTENTION=matmul: cuBLASLt's batched products and the softmax
+# kernels, the (T,T) probabilities stored per layer (train_gpt_bf16_mm). Emulator builds follow.
+ATTENTION ?= flash2
 ATTENTION_FLAGS = $(if $(filter matmul,$(ATTENTION)),-DGPU_ATTENTION_MATMUL,$(if $(filter flash2,$(ATTENTION)),-DGPU_ATTENTION_FLASH2,$(if $(filter flash,$(ATTENTION)),,$(error ATTENTION=$(ATTENTION): use flash, flash2 or matmul))))
 train_gpt: train_gpt.cu $(HEADERS) $(GPU_HEADERS) .train_gpt_precision
 	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(PRECISION) $(ATTENTION_FLAGS) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
@@ -81,8 +83,8 @@ train_gpt_bf16 train_gpt_fp16 train_gpt_fp32: train_gpt_%: train_gpt.cu $(HEADER
 	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) $(ATTENTION_FLAGS) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
 train_gpt_bf16_mm: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
 	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_MATMUL $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
-train_gpt_bf16_fa2: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
-	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_FLASH2 $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
+train_gpt_bf16_flash: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
+	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_BF16 $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
 # gpu/flash2.cuh beside the flash kernels on a GPU: errors against an fp32 reference, time per
 # call at d12's shape; standalone (only the CUDA runtime), for a bare lent GPU
 test/bin/bench_flash2: test/gpu/bench_flash2.cu $(HEADERS) $(GPU_HEADERS)
@@ -130,24 +132,24 @@ test/bin/emu/gpu/%.cuh: gpu/%.cuh
 test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32: test/bin/train_gpt_emu_%: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
 	@mkdir -p test/bin
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
-	$(EMU_CXX) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
+	$(EMU_CXX) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) $(ATTENTION_FLAGS) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 # The bf16 build with ATTENTION=matmul (the matmul attention at every head size)
 test/bin/train_gpt_emu_bf16_mm: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
 	@mkdir -p test/bin
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
 	$(EMU_CXX) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_MATMUL -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
-# The bf16 build with ATTENTION=flash2 (gpu/flash2.cuh at head size 64; its mma.sync through
-# the portable fragment code of gpu/mma16.cuh)
-test/bin/train_gpt_emu_bf16_fa2: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
+# The bf16 build with ATTENTION=flash (the WMMA flash kernels at head size 64 too; the default
+# builds run gpu/flash2.cuh there, its mma.sync through gpu/mma16.cuh's portable fragment code)
+test/bin/train_gpt_emu_bf16_flash: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
 	@mkdir -p test/bin
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
-	$(EMU_CXX) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_FLASH2 -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
+	$(EMU_CXX) -DGPU_PRECISION_BF16 -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 # The same, bf16, under AddressSanitizer + UndefinedBehaviorSanitizer: the trainer's host code
 # (checkpoints, token grouping, the backend's bookkeeping) checked as the CPU trainer's is.
 test/bin/train_gpt_emu_bf16_asan: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
 	@mkdir -p test/bin
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
-	$(filter-out -O2,$(EMU_CXX)) $(SANFLAGS) -DGPU_PRECISION_BF16 -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
+	$(filter-out -O2,$(EMU_CXX)) $(SANFLAGS) -DGPU_PRECISION_BF16 $(ATTENTION_FLAGS) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 # The emulator's own checks (test_gpu_emu runs each case)
 test/bin/cuda_emu_selftest: test/cuda_emu_selftest.cu $(EMU_HEADERS) gpu/mma16.cuh
 	@mkdir -p test/bin
@@ -239,5 +241,5 @@ fuzz: test/bin/fuzz_dataloader_libfuzzer test/bin/fuzz_ds_config_libfuzzer
 		$(wildcard ../shared/examples)
 
 clean:
-	rm -rf train_gpt_cpu train_gpt_cpu_asan train_gpt train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_bf16_mm train_gpt_bf16_fa2 .train_gpt_precision .blas_dir \
+	rm -rf train_gpt_cpu train_gpt_cpu_asan train_gpt train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_bf16_mm train_gpt_bf16_flash .train_gpt_precision .blas_dir \
 		test/bin test/out

@@ -3,9 +3,9 @@
 # A GPU machine comes rarely, for minutes, bare: nothing is compiled there. So the work is split:
 #
 #   scripts/gpu_session.sh pack [--base COMMIT]     (make gpu_pack; on the CPU machine)
-#       builds train_gpt_{bf16,fp16,fp32} for sm_90 (GPU_ARCHS overrides), train_gpt_bf16_mm and
-#       train_gpt_bf16_fa2 (the ATTENTION=matmul and flash2 builds, benchmarked and checked beside
-#       the default), the CPU trainer for
+#       builds train_gpt_{bf16,fp16,fp32} for sm_90 (GPU_ARCHS overrides), train_gpt_bf16_flash and
+#       train_gpt_bf16_mm (the ATTENTION=flash and matmul builds, benchmarked and checked beside
+#       the default, flash2), the CPU trainer for
 #       any x86-64-v3 host (the oracle of the checks), and with --base the bf16 trainer of another
 #       commit (the same runs, before and after, on the same card); gathers the shared libraries
 #       that a bare CUDA image lacks (OpenMPI with its components and help files, cJSON, OpenBLAS);
@@ -52,13 +52,13 @@ pack() {
   rm -rf "$st"; mkdir -p "$st/bin" "$st/lib"
   if [ "$emulated" = 1 ]; then
     make -s test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32 test/bin/train_gpt_emu_bf16_mm \
-      test/bin/train_gpt_emu_bf16_fa2 train_gpt_cpu || { echo "gpu_session pack: build failed"; exit 1; }
-    for p in bf16 fp16 fp32 bf16_mm bf16_fa2; do cp test/bin/train_gpt_emu_$p "$st/bin/train_gpt_$p"; done
+      test/bin/train_gpt_emu_bf16_flash train_gpt_cpu || { echo "gpu_session pack: build failed"; exit 1; }
+    for p in bf16 fp16 fp32 bf16_mm bf16_flash; do cp test/bin/train_gpt_emu_$p "$st/bin/train_gpt_$p"; done
     cp train_gpt_cpu "$st/bin/train_gpt_cpu"
     [ -n "$base" ] && cp test/bin/train_gpt_emu_bf16 "$st/bin/base_bf16" # the emulated run only exercises the path
   else
     local archs=${GPU_ARCHS:-"-gencode arch=compute_90,code=sm_90"}
-    for p in bf16 fp16 fp32 bf16_mm bf16_fa2; do
+    for p in bf16 fp16 fp32 bf16_mm bf16_flash; do
       rm -f train_gpt_$p
       make -s train_gpt_$p GPU_ARCHS="$archs" || { echo "gpu_session pack: build of train_gpt_$p failed"; exit 1; }
       cp train_gpt_$p "$st/bin/"
@@ -185,7 +185,7 @@ EOF
 
   note "== 2. the first benchmark, with the kernel profile, for each attention build; the fastest runs the rest"
   local v best=0
-  for v in "" _mm _fa2; do
+  for v in "" _flash _mm; do
     [ -x "$P/bin/train_gpt_bf16$v" ] || continue
     bench d12_B${B}_z2${v}_profile "$P/bin/train_gpt_bf16$v" 2 "$B" $model "${common[@]}" --profile-kernels "${peaks[@]}"
     local tok; tok=$(awk -F'\t' -v t="d12_B${B}_z2${v}_profile" '$1 == t && $5 != "failed" {print int($6)}' "$runs")

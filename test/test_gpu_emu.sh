@@ -40,7 +40,7 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw
   export OPENBLAS_CORETYPE=SkylakeX
 fi
 make -s test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32 test/bin/cuda_emu_selftest \
-  test/bin/train_gpt_emu_bf16_asan test/bin/train_gpt_emu_bf16_fa2 \
+  test/bin/train_gpt_emu_bf16_asan test/bin/train_gpt_emu_bf16_flash \
   train_gpt_cpu || { echo "FAIL: build"; exit 1; }
 . test/lib.sh; new_scratch gpu_emu
 fails=0
@@ -135,7 +135,7 @@ if [ "$(pick "$d/full_cpu.log")" = "$(pick "$d/full_gpu.log")" ] && [ "$(pick "$
 else diff <(pick "$d/full_cpu.log") <(pick "$d/full_gpu.log"); fail "validation/sampling differ from the CPU trainer's"; fi
 
 echo "== 7. attention at head sizes 64, 24, 16 and T=77, bf16"
-for ch_nh in "128 2" "96 4" "64 4" "128 2 fa2"; do
+for ch_nh in "128 2" "96 4" "64 4" "128 2 flash"; do
   set -- $ch_nh; k=hs$(($1 / $2))${3:+_$3}
   shape7=(--layers 2 --channels "$1" --heads "$2" --batch 3 --seq-len 77 --steps 1 "${common[@]}" --precision bf16)
   ./train_gpt_cpu "${shape7[@]}" --dump-grads "$d/g7_cpu_$k.bin" --log "$d/l7_cpu_$k.jsonl" >"$d/r7_cpu_$k.log" 2>&1 || fail "CPU $k"

@@ -35,7 +35,8 @@
 # significand) 5e-3 / 5e-2, fp16 (11-bit) 2e-3 / 2e-2. The summary prints the worst errors
 # measured, which should replace these estimates.
 # Section 1 also runs bf16 at head size 64 (GPT-2's) on a checkpoint of its own (2 heads of 64),
-# and the ATTENTION=matmul and ATTENTION=flash2 builds (GPU_BIN's bf16_mm, bf16_fa2) where there are.
+# and the ATTENTION=matmul and ATTENTION=flash builds (GPU_BIN's bf16_mm, bf16_flash) where there are
+# (the default build, ATTENTION=flash2, runs gpu/flash2.cuh at head size 64 and the WMMA kernels below).
 # Environment: CPU_BIN (default ./train_gpt_cpu) and GPU_BIN name the binaries; NO_BUILD=1 runs
 # them as they are (scripts/gpu_session.sh: built on another machine); QUICK=1 runs one case of
 # each kind (bf16, one shape; stages 0 and 3; recompute full and cpu_checkpointing; offload), for
@@ -107,11 +108,10 @@ if [ $do_checks -eq 1 ]; then
   cases=("fp32 2 128" "fp32 8 64" "bf16 2 128" "bf16 8 64" "fp16 2 128" "fp16 8 64" "bf16 4 64 hs64")
   [ "$quick" = 1 ] && cases=("bf16 8 64" "bf16 4 64 hs64")
   [ -x "${gpu}bf16_mm" ] && cases+=("bf16 8 64 mm") # the ATTENTION=matmul build, where there is one
-  [ -x "${gpu}bf16_fa2" ] && cases+=("bf16 4 64 fa2") # the ATTENTION=flash2 build: head size 64
-  [ -x "${gpu}bf16_fa2" ] && cases+=("bf16 8 64 fa2") # the ATTENTION=flash2 build (head size 64), where there is one
+  [ -x "${gpu}bf16_flash" ] && cases+=("bf16 4 64 flash") # the ATTENTION=flash build: the WMMA kernels at head size 64
   for c in "${cases[@]}"; do
       set -- $c; p=$1; B=$2; T=$3; k=${p}_B$B${4:+_$4}; ck=$d/init/model_00000001.bin
-      [ "${4:-}" = hs64 ] || [ "${4:-}" = fa2 ] && ck=$d/init2/model_00000001.bin
+      [ "${4:-}" = hs64 ] || [ "${4:-}" = flash ] && ck=$d/init2/model_00000001.bin
       for t in cpu gpu; do
         bin=$cpu; [ $t = gpu ] && bin=$gpu$p${4:+_$4}; [ "${4:-}" = hs64 ] && [ $t = gpu ] && bin=$gpu$p
         # shellcheck disable=SC2046
