@@ -27,8 +27,9 @@
 //     option that disagrees with a value in the file is an error naming both.
 //   - train_batch_size counts sequences: train_batch_size * --seq-len = --total-batch (tokens);
 //     train_micro_batch_size_per_gpu = --batch; gradient_accumulation_steps = --grad-accum.
-//     train_batch_size = micro * accumulation * world is checked; any two determine the third;
-//     fewer than two given: the micro batch is --batch (or its default) and accumulation 1.
+//     train_batch_size = micro * accumulation * world, resolved by DeepSpeed's rules (ds_batch):
+//     any two determine the third, train_batch_size alone means accumulation 1, the micro batch
+//     alone accumulation 1; the command line's defaults never outrank the file.
 //   - Unknown keys: a warning naming each (error with strict). Wrong types or values: an error
 //     naming the key path. Values this trainer cannot honour that change the result (another
 //     optimizer or scheduler, amsgrad, ...) are errors; those that change only speed or memory
@@ -793,7 +794,17 @@ static inline int ds_activation_checkpointing(const DsCtx *x, const cJSON *root)
     return 0;
 }
 
-// train_batch_size (sequences) = micro batch x accumulation x world; any two determine the third.
+// train_batch_size (sequences) = micro batch x accumulation x world, resolved as DeepSpeed's
+// DeepSpeedConfig._set_batch_related_parameters and _batch_assertion do (deepspeed/runtime/config.py):
+//   all three known: checked;  two known: the third derived with floor division (train / micro /
+//   world, train / world / accumulation, or micro x accumulation x world);  train_batch_size alone:
+//   accumulation 1, micro = train / world;  micro alone: accumulation 1;  then every one must be
+//   >= 1 and train == micro x accumulation x world, else an error (DeepSpeed's assertion).
+// What is "known": a number in the file; else a value the user typed on the command line (--batch,
+// --grad-accum, --total-batch in tokens); else, for the micro batch only, --batch's default where
+// the file says "auto" (the program's value, as Hugging Face fills "auto" in). The command line's
+// defaults never outrank the file. Neither train_batch_size nor the micro batch known (DeepSpeed
+// refuses that): the micro batch is --batch's default, left to config_validate.
 static inline int ds_batch(const DsCtx *x, const cJSON *root) {
     TrainConfig *c = x->c;
     double tb = 0, mb = 0, ga = 0;
@@ -808,7 +819,7 @@ static inline int ds_batch(const DsCtx *x, const cJSON *root) {
     if (st_ga == DS_AUTO) ds_auto(x, CK_GRAD_ACCUM, "gradient_accumulation_steps");
     long long T = c->seq_len, W = x->world;
     char s[64];
-    // each value from the file against the command line's, if it gave one
+    // each value from the file against the command line's, if the user typed one
     if (st_mb == DS_VALUE) {
         snprintf(s, sizeof(s), "%.0f", mb);
         if (ds_settle(x, CK_BATCH, "train_micro_batch_size_per_gpu", s, c->batch == (int)mb)) return -1;
@@ -821,10 +832,10 @@ static inline int ds_batch(const DsCtx *x, const cJSON *root) {
         snprintf(s, sizeof(s), "%.0f sequences (x --seq-len %lld = %.0f tokens)", tb, T, tb * (double)T);
         if (ds_settle(x, CK_TOTAL_BATCH, "train_batch_size", s, (double)c->total_batch == tb * (double)T)) return -1;
     }
-    if (st_tb != DS_VALUE && st_mb != DS_VALUE && st_ga != DS_VALUE) return 0; // the command line's: config_validate
-    int kb = st_mb == DS_VALUE || config_given(c, CK_BATCH);
+    int kb = st_mb == DS_VALUE || config_given(c, CK_BATCH) || st_mb == DS_AUTO;
     int kg = st_ga == DS_VALUE || config_given(c, CK_GRAD_ACCUM);
     int kt = st_tb == DS_VALUE || config_given(c, CK_TOTAL_BATCH);
+    if (!kt && !kb && st_ga != DS_VALUE) return 0; // DeepSpeed would refuse: --batch's default, config_validate
     long long m = st_mb == DS_VALUE ? (long long)mb : c->batch;
     long long g = st_ga == DS_VALUE ? (long long)ga : c->grad_accum;
     long long tt = st_tb == DS_VALUE ? (long long)tb * T : c->total_batch; // tokens
@@ -837,13 +848,13 @@ static inline int ds_batch(const DsCtx *x, const cJSON *root) {
         return -1;
     }
     long long tbs = tt / T; // sequences
-    if (kb && kg && kt) {
+    if (kt && kb && kg) {
         if (tbs != m * g * W) {
             ds_error(x, NULL, "%s %lld != %s %lld x %s %lld x world size %lld = %lld", nt, tbs, nm, m,
                      ng, g, W, m * g * W);
             return -1;
         }
-    } else if (kt && (kb || !kg)) { // the micro batch (given, or --batch's default) determines accumulation
+    } else if (kt && kb) { // accumulation = train / micro / world
         if (tbs % (m * W) != 0) {
             ds_error(x, NULL, "%s %lld is not a multiple of %s %lld x world size %lld = %lld, so "
                      "gradient_accumulation_steps cannot be whole", nt, tbs, nm, m, W, m * W);
@@ -855,16 +866,19 @@ static inline int ds_batch(const DsCtx *x, const cJSON *root) {
             return -1;
         }
         c->source[CK_GRAD_ACCUM] = CFG_SRC_DERIVED;
-    } else if (kt && kg) { // accumulation and the total determine the micro batch
+    } else if (kt) { // micro = train / world / accumulation (accumulation 1 unless known)
+        if (!kg) { g = 1; c->source[CK_GRAD_ACCUM] = CFG_SRC_DERIVED; }
         if (tbs % (g * W) != 0 || tbs / (g * W) > (1 << 20)) {
-            ds_error(x, NULL, "%s %lld is not a multiple of %s %lld x world size %lld = %lld with a "
-                     "quotient in [1, 1048576], so train_micro_batch_size_per_gpu cannot be derived", nt, tbs, ng,
-                     g, W, g * W);
+            if (kg) ds_error(x, NULL, "%s %lld is not a multiple of %s %lld x world size %lld = %lld with a "
+                             "quotient in [1, 1048576], so train_micro_batch_size_per_gpu cannot be derived", nt, tbs,
+                             ng, g, W, g * W);
+            else ds_error(x, NULL, "%s %lld alone (accumulation 1) is not a multiple of world size %lld with a quotient "
+                          "in [1, 1048576], so train_micro_batch_size_per_gpu cannot be derived", nt, tbs, W);
             return -1;
         }
         m = tbs / (g * W);
         c->source[CK_BATCH] = CFG_SRC_DERIVED;
-    } else { // the total follows from the micro batch and accumulation (1 unless given)
+    } else { // the total follows from the micro batch and accumulation (1 unless known)
         if (!kg) { g = 1; c->source[CK_GRAD_ACCUM] = CFG_SRC_DERIVED; }
         tbs = m * g * W;
         if (tbs * T > (1LL << 40)) {

@@ -161,6 +161,8 @@ mb_ga|{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 3}|2|
 tb_only|{"train_batch_size": 32, "train_micro_batch_size_per_gpu": "auto"}|8|2|512|
 tb_cli_batch|{"train_batch_size": 32}|2|8|512|--batch 2
 mb_only|{"train_micro_batch_size_per_gpu": 3}|3|1|96|
+tb_alone|{"train_batch_size": 4}|2|1|64|
+ga_alone|{"gradient_accumulation_steps": 3}|8|3|768|
 ga_cli_tokens|{"gradient_accumulation_steps": 2}|4|2|256|--total-batch 256
 EOF
 
