@@ -59,7 +59,7 @@ enum {
     CK_TRAIN_DATA, CK_VAL_DATA, CK_TOKENIZER, CK_SHUFFLE,
     CK_BATCH, CK_SEQ_LEN, CK_TOTAL_BATCH, CK_GRAD_ACCUM, CK_STEPS,
     CK_OPTIMIZER, CK_LR, CK_LR_SCHEDULE, CK_WARMUP, CK_MIN_LR_FRAC, CK_WARMUP_MIN_LR, CK_WARMUP_TYPE, CK_LR_TOTAL_STEPS,
-    CK_WARMUP_MIN_RATIO, CK_WEIGHT_DECAY, CK_BETA1, CK_BETA2, CK_EPS, CK_MOMENTUM, CK_GRAD_CLIP,
+    CK_WARMUP_MIN_RATIO, CK_WEIGHT_DECAY, CK_BETA1, CK_BETA2, CK_EPS, CK_BIAS_CORRECTION, CK_MOMENTUM, CK_GRAD_CLIP,
     CK_PRECISION, CK_LOSS_SCALE, CK_INITIAL_SCALE_POWER, CK_LOSS_SCALE_WINDOW, CK_HYSTERESIS, CK_MIN_LOSS_SCALE,
     CK_CONSECUTIVE_HYSTERESIS, CK_ON_MIN_SCALE,
     CK_RECOMPUTE, CK_RECOMPUTE_EVERY, CK_CPU_CHECKPOINTING,
@@ -105,6 +105,7 @@ typedef struct TrainConfig {
     // optimizer (optimizer.h) and its lr schedule
     int optimizer;
     float lr, min_lr_frac, weight_decay, beta1, beta2, eps, momentum, grad_clip;
+    int bias_correction;  // AdamW: 1 (torch's) divides the moments by 1 - beta^t, 0 does not (DeepSpeed's false)
     int lr_schedule, warmup;
     // DeepSpeed's schedules: warmup from warmup_min_lr (WarmupLR, WarmupDecayLR) or from
     // warmup_min_ratio * lr (WarmupCosineLR), log or linear; they end at lr_total_steps (0 until
@@ -201,6 +202,7 @@ static inline int config_hook_precision(TrainConfig *c, const char *a) {
 }
 
 static const char *const config_on_min_scale_names[2] = {"abort", "skip"};
+static const char *const config_off_on_names[2] = {"off", "on"};
 static const char *const config_offload_names[3] = {"none", "cpu", "nvme"}; // zero.h's LOC_DEVICE, LOC_HOST, LOC_NVME
 static const char *const config_on_save_error_names[2] = {"stop", "continue"};
 
@@ -262,6 +264,9 @@ static inline const ConfigOption *config_options(void) {
         CO_NUM("beta1", OT_FLOAT, beta1, 0.9f, 0, 0.999999, NULL, "X", "AdamW, Lion", NULL, NULL),
         CO_NUM("beta2", OT_FLOAT, beta2, 0.95f, 0, 0.999999999, NULL, "X", "AdamW, Lion", NULL, NULL),
         CO_NUM("eps", OT_FLOAT, eps, 1e-8f, 1e-30, 1, NULL, "X", "AdamW", "optimizer.params.eps", NULL),
+        CO_CHOICE("bias-correction", bias_correction, 1, config_off_on_names, 2, NULL, "on|off",
+                  "AdamW: divide the moments by 1 - beta^t (on, torch's) or not (off:\n"
+                  "DeepSpeed's optimizer.params.bias_correction false, BERT's configs)", NULL, NULL),
         CO_NUM("momentum", OT_FLOAT, momentum, 0.9f, 0, 0.999999, NULL, "X", "sgd-momentum", "optimizer.params.momentum", NULL),
         CO_NUM("grad-clip", OT_FLOAT, grad_clip, 1.0f, 0, 1e30, NULL, "X", "clip the global gradient norm to X; 0 = off",
                "gradient_clipping", NULL),
@@ -820,7 +825,7 @@ static inline LrSchedule config_lr_schedule(const TrainConfig *c) {
 static inline OptimizerHyper config_optimizer(const TrainConfig *c) {
     OptimizerHyper h;
     h.kind = c->optimizer; h.beta1 = c->beta1; h.beta2 = c->beta2; h.eps = c->eps; h.weight_decay = c->weight_decay;
-    h.momentum = c->momentum; h.grad_clip = c->grad_clip;
+    h.momentum = c->momentum; h.grad_clip = c->grad_clip; h.bias_correction = c->bias_correction;
     return h;
 }
 

@@ -565,12 +565,7 @@ static inline int ds_optimizer(const DsCtx *x, const cJSON *root) {
     if (kind != OPT_ADAMW) return 0;
     int flag = 0;
     if ((st = ds_boolean(x, params, "optimizer.params.torch_adam", &flag)) == DS_ERROR) return -1;
-    if ((st = ds_boolean(x, params, "optimizer.params.bias_correction", &flag)) == DS_ERROR) return -1;
-    if (st == DS_VALUE && !flag) {
-        ds_error(x, "optimizer.params.bias_correction", "false is not implemented in this trainer (Adam's bias "
-                                                        "correction is always applied)");
-        return -1;
-    }
+    if (ds_bool_key(x, params, "optimizer.params.bias_correction", CK_BIAS_CORRECTION, &c->bias_correction)) return -1;
     if ((st = ds_boolean(x, params, "optimizer.params.amsgrad", &flag)) == DS_ERROR) return -1;
     if (st == DS_VALUE && flag) {
         ds_error(x, "optimizer.params.amsgrad", "true is not implemented in this trainer");
