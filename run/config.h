@@ -50,7 +50,8 @@ enum {
     DSX_MAX_LIVE_PARAMETERS, DSX_MAX_REUSE_DISTANCE, DSX_GATHER_16BIT_WEIGHTS_ON_MODEL_SAVE, DSX_SUB_GROUP_SIZE,
     DSX_WALL_CLOCK_BREAKDOWN, DSX_PARAM_BUFFER_COUNT, DSX_MAX_IN_CPU, DSX_AIO_SINGLE_SUBMIT, DSX_AIO_OVERLAP_EVENTS,
     DSX_PARTITION_ACTIVATIONS, DSX_CONTIGUOUS_MEMORY_OPTIMIZATION, DSX_NUMBER_CHECKPOINTS,
-    DSX_SYNCHRONIZE_CHECKPOINT_BOUNDARY, DSX_PROFILE, DSX_NUM
+    DSX_SYNCHRONIZE_CHECKPOINT_BOUNDARY, DSX_PROFILE, DSX_PRESCALE_GRADIENTS, DSX_GRADIENT_PREDIVIDE_FACTOR,
+    DSX_ZERO_ALLOW_UNTESTED_OPTIMIZER, DSX_FP16_AUTO_CAST, DSX_AIO_USE_GDS, DSX_AIO_INTRA_OP_PARALLELISM, DSX_NUM
 };
 
 // Keys of every setting: the options' rows in --help's order, then the DeepSpeed-only settings.
@@ -390,7 +391,9 @@ static inline const char *config_key_name(int key) {
         "wall_clock_breakdown", "zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.max_in_cpu",
         "aio.single_submit", "aio.overlap_events", "activation_checkpointing.partition_activations",
         "activation_checkpointing.contiguous_memory_optimization", "activation_checkpointing.number_checkpoints",
-        "activation_checkpointing.synchronize_checkpoint_boundary", "activation_checkpointing.profile"};
+        "activation_checkpointing.synchronize_checkpoint_boundary", "activation_checkpointing.profile",
+        "prescale_gradients", "gradient_predivide_factor", "zero_allow_untested_optimizer", "fp16.auto_cast",
+        "aio.use_gds", "aio.intra_op_parallelism"};
     return key < CK_OPTIONS ? config_options()[key].name : dsx[key - CK_DSX];
 }
 
@@ -466,7 +469,8 @@ static inline int config_value(const TrainConfig *c, int key, double *num, const
                       k == DSX_ALLGATHER_PARTITIONS || k == DSX_GATHER_16BIT_WEIGHTS_ON_MODEL_SAVE ||
                       k == DSX_WALL_CLOCK_BREAKDOWN || k == DSX_AIO_SINGLE_SUBMIT || k == DSX_AIO_OVERLAP_EVENTS ||
                       k == DSX_PARTITION_ACTIVATIONS || k == DSX_CONTIGUOUS_MEMORY_OPTIMIZATION ||
-                      k == DSX_SYNCHRONIZE_CHECKPOINT_BOUNDARY || k == DSX_PROFILE;
+                      k == DSX_SYNCHRONIZE_CHECKPOINT_BOUNDARY || k == DSX_PROFILE || k == DSX_PRESCALE_GRADIENTS ||
+                      k == DSX_ZERO_ALLOW_UNTESTED_OPTIMIZER || k == DSX_FP16_AUTO_CAST || k == DSX_AIO_USE_GDS;
         return is_bool ? CV_BOOL : CV_NUM;
     }
     return CV_NONE;
