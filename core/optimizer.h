@@ -16,7 +16,8 @@
 //   - optimizer_element(): the update of one parameter, written once for host and device
 //     (ZC_HD), dispatching on the kind; adamw_element, lion_element, sgd_element are the same
 //     updates for loops that dispatch once outside (the CPU's, which then vectorise).
-//       AdamW: torch.optim.AdamW's arithmetic (decoupled decay first, then bias-corrected moments).
+//       AdamW: torch.optim.AdamW's arithmetic (decoupled decay first, then bias-corrected moments);
+//         without bias correction (DeepSpeed's bias_correction: false) p -= lr m / (sqrt(v) + eps).
 //       Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"):
 //         c = b1 m + (1 - b1) g;  p = p (1 - lr wd) - lr sign(c);  m = b2 m + (1 - b2) g.
 //       SGD (torch.optim.SGD, dampening 0, not Nesterov): g += wd p;  with momentum mu:
@@ -74,13 +75,16 @@ typedef struct {
     float beta1, beta2, eps, weight_decay;
     float momentum;                   // sgd-momentum's mu
     float grad_clip;                  // clip the global gradient norm to this; 0: off
+    int bias_correction;              // AdamW: 1 divides the moments by 1 - beta^t (torch's); 0 does not
+                                      // (DeepSpeed's Adam with bias_correction false)
 } OptimizerHyper;
 
 // The per-step scalars every element of one update shares.
 typedef struct {
     int kind;
     float lr, beta1, beta2, eps, weight_decay, momentum;
-    float bias_correction1, bias_correction2_sqrt; // AdamW: 1 - beta1^t, sqrt(1 - beta2^t)
+    float bias_correction1, bias_correction2_sqrt; // AdamW: 1 - beta1^t, sqrt(1 - beta2^t); both 1 without
+                                                   // bias correction (dividing by 1 is exact: the same element update)
     float grad_scale; // multiplies every gradient: global-norm clipping (and loss-scale removal)
 } OptStep;
 
@@ -91,8 +95,8 @@ static inline OptStep optimizer_step_begin(const OptimizerHyper *h, float lr, in
     s.kind = h->kind;
     s.lr = lr; s.beta1 = h->beta1; s.beta2 = h->beta2; s.eps = h->eps; s.weight_decay = h->weight_decay;
     s.momentum = h->momentum;
-    s.bias_correction1 = (float)(1.0 - pow(h->beta1, t));
-    s.bias_correction2_sqrt = (float)sqrt(1.0 - pow(h->beta2, t));
+    s.bias_correction1 = h->bias_correction ? (float)(1.0 - pow(h->beta1, t)) : 1.0f;
+    s.bias_correction2_sqrt = h->bias_correction ? (float)sqrt(1.0 - pow(h->beta2, t)) : 1.0f;
     s.grad_scale = 1.0f;
     if (h->grad_clip > 0.0f && grad_norm > h->grad_clip) s.grad_scale = h->grad_clip / grad_norm;
     return s;

@@ -50,7 +50,8 @@ enum {
     DSX_MAX_LIVE_PARAMETERS, DSX_MAX_REUSE_DISTANCE, DSX_GATHER_16BIT_WEIGHTS_ON_MODEL_SAVE, DSX_SUB_GROUP_SIZE,
     DSX_WALL_CLOCK_BREAKDOWN, DSX_PARAM_BUFFER_COUNT, DSX_MAX_IN_CPU, DSX_AIO_SINGLE_SUBMIT, DSX_AIO_OVERLAP_EVENTS,
     DSX_PARTITION_ACTIVATIONS, DSX_CONTIGUOUS_MEMORY_OPTIMIZATION, DSX_NUMBER_CHECKPOINTS,
-    DSX_SYNCHRONIZE_CHECKPOINT_BOUNDARY, DSX_PROFILE, DSX_NUM
+    DSX_SYNCHRONIZE_CHECKPOINT_BOUNDARY, DSX_PROFILE, DSX_PRESCALE_GRADIENTS, DSX_GRADIENT_PREDIVIDE_FACTOR,
+    DSX_ZERO_ALLOW_UNTESTED_OPTIMIZER, DSX_FP16_AUTO_CAST, DSX_AIO_USE_GDS, DSX_AIO_INTRA_OP_PARALLELISM, DSX_NUM
 };
 
 // Keys of every setting: the options' rows in --help's order, then the DeepSpeed-only settings.
@@ -59,7 +60,7 @@ enum {
     CK_TRAIN_DATA, CK_VAL_DATA, CK_TOKENIZER, CK_SHUFFLE,
     CK_BATCH, CK_SEQ_LEN, CK_TOTAL_BATCH, CK_GRAD_ACCUM, CK_STEPS,
     CK_OPTIMIZER, CK_LR, CK_LR_SCHEDULE, CK_WARMUP, CK_MIN_LR_FRAC, CK_WARMUP_MIN_LR, CK_WARMUP_TYPE, CK_LR_TOTAL_STEPS,
-    CK_WARMUP_MIN_RATIO, CK_WEIGHT_DECAY, CK_BETA1, CK_BETA2, CK_EPS, CK_MOMENTUM, CK_GRAD_CLIP,
+    CK_WARMUP_MIN_RATIO, CK_WEIGHT_DECAY, CK_BETA1, CK_BETA2, CK_EPS, CK_BIAS_CORRECTION, CK_MOMENTUM, CK_GRAD_CLIP,
     CK_PRECISION, CK_LOSS_SCALE, CK_INITIAL_SCALE_POWER, CK_LOSS_SCALE_WINDOW, CK_HYSTERESIS, CK_MIN_LOSS_SCALE,
     CK_CONSECUTIVE_HYSTERESIS, CK_ON_MIN_SCALE,
     CK_RECOMPUTE, CK_RECOMPUTE_EVERY, CK_CPU_CHECKPOINTING,
@@ -105,6 +106,7 @@ typedef struct TrainConfig {
     // optimizer (optimizer.h) and its lr schedule
     int optimizer;
     float lr, min_lr_frac, weight_decay, beta1, beta2, eps, momentum, grad_clip;
+    int bias_correction;  // AdamW: 1 (torch's) divides the moments by 1 - beta^t, 0 does not (DeepSpeed's false)
     int lr_schedule, warmup;
     // DeepSpeed's schedules: warmup from warmup_min_lr (WarmupLR, WarmupDecayLR) or from
     // warmup_min_ratio * lr (WarmupCosineLR), log or linear; they end at lr_total_steps (0 until
@@ -201,6 +203,7 @@ static inline int config_hook_precision(TrainConfig *c, const char *a) {
 }
 
 static const char *const config_on_min_scale_names[2] = {"abort", "skip"};
+static const char *const config_off_on_names[2] = {"off", "on"};
 static const char *const config_offload_names[3] = {"none", "cpu", "nvme"}; // zero.h's LOC_DEVICE, LOC_HOST, LOC_NVME
 static const char *const config_on_save_error_names[2] = {"stop", "continue"};
 
@@ -262,6 +265,9 @@ static inline const ConfigOption *config_options(void) {
         CO_NUM("beta1", OT_FLOAT, beta1, 0.9f, 0, 0.999999, NULL, "X", "AdamW, Lion", NULL, NULL),
         CO_NUM("beta2", OT_FLOAT, beta2, 0.95f, 0, 0.999999999, NULL, "X", "AdamW, Lion", NULL, NULL),
         CO_NUM("eps", OT_FLOAT, eps, 1e-8f, 1e-30, 1, NULL, "X", "AdamW", "optimizer.params.eps", NULL),
+        CO_CHOICE("bias-correction", bias_correction, 1, config_off_on_names, 2, NULL, "on|off",
+                  "AdamW: divide the moments by 1 - beta^t (on, torch's) or not (off:\n"
+                  "DeepSpeed's optimizer.params.bias_correction false, BERT's configs)", NULL, NULL),
         CO_NUM("momentum", OT_FLOAT, momentum, 0.9f, 0, 0.999999, NULL, "X", "sgd-momentum", "optimizer.params.momentum", NULL),
         CO_NUM("grad-clip", OT_FLOAT, grad_clip, 1.0f, 0, 1e30, NULL, "X", "clip the global gradient norm to X; 0 = off",
                "gradient_clipping", NULL),
@@ -385,7 +391,9 @@ static inline const char *config_key_name(int key) {
         "wall_clock_breakdown", "zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.max_in_cpu",
         "aio.single_submit", "aio.overlap_events", "activation_checkpointing.partition_activations",
         "activation_checkpointing.contiguous_memory_optimization", "activation_checkpointing.number_checkpoints",
-        "activation_checkpointing.synchronize_checkpoint_boundary", "activation_checkpointing.profile"};
+        "activation_checkpointing.synchronize_checkpoint_boundary", "activation_checkpointing.profile",
+        "prescale_gradients", "gradient_predivide_factor", "zero_allow_untested_optimizer", "fp16.auto_cast",
+        "aio.use_gds", "aio.intra_op_parallelism"};
     return key < CK_OPTIONS ? config_options()[key].name : dsx[key - CK_DSX];
 }
 
@@ -461,7 +469,8 @@ static inline int config_value(const TrainConfig *c, int key, double *num, const
                       k == DSX_ALLGATHER_PARTITIONS || k == DSX_GATHER_16BIT_WEIGHTS_ON_MODEL_SAVE ||
                       k == DSX_WALL_CLOCK_BREAKDOWN || k == DSX_AIO_SINGLE_SUBMIT || k == DSX_AIO_OVERLAP_EVENTS ||
                       k == DSX_PARTITION_ACTIVATIONS || k == DSX_CONTIGUOUS_MEMORY_OPTIMIZATION ||
-                      k == DSX_SYNCHRONIZE_CHECKPOINT_BOUNDARY || k == DSX_PROFILE;
+                      k == DSX_SYNCHRONIZE_CHECKPOINT_BOUNDARY || k == DSX_PROFILE || k == DSX_PRESCALE_GRADIENTS ||
+                      k == DSX_ZERO_ALLOW_UNTESTED_OPTIMIZER || k == DSX_FP16_AUTO_CAST || k == DSX_AIO_USE_GDS;
         return is_bool ? CV_BOOL : CV_NUM;
     }
     return CV_NONE;
@@ -820,7 +829,7 @@ static inline LrSchedule config_lr_schedule(const TrainConfig *c) {
 static inline OptimizerHyper config_optimizer(const TrainConfig *c) {
     OptimizerHyper h;
     h.kind = c->optimizer; h.beta1 = c->beta1; h.beta2 = c->beta2; h.eps = c->eps; h.weight_decay = c->weight_decay;
-    h.momentum = c->momentum; h.grad_clip = c->grad_clip;
+    h.momentum = c->momentum; h.grad_clip = c->grad_clip; h.bias_correction = c->bias_correction;
     return h;
 }
 

@@ -27,8 +27,9 @@
 //     option that disagrees with a value in the file is an error naming both.
 //   - train_batch_size counts sequences: train_batch_size * --seq-len = --total-batch (tokens);
 //     train_micro_batch_size_per_gpu = --batch; gradient_accumulation_steps = --grad-accum.
-//     train_batch_size = micro * accumulation * world is checked; any two determine the third;
-//     fewer than two given: the micro batch is --batch (or its default) and accumulation 1.
+//     train_batch_size = micro * accumulation * world, resolved by DeepSpeed's rules (ds_batch):
+//     any two determine the third, train_batch_size alone means accumulation 1, the micro batch
+//     alone accumulation 1; the command line's defaults never outrank the file.
 //   - Unknown keys: a warning naming each (error with strict). Wrong types or values: an error
 //     naming the key path. Values this trainer cannot honour that change the result (another
 //     optimizer or scheduler, amsgrad, ...) are errors; those that change only speed or memory
@@ -387,7 +388,7 @@ static inline int ds_option(const DsCtx *x, const cJSON *obj, int key) {
 // ---------------------------------------------------------------------------------------------
 // The DeepSpeed-only settings: what DeepSpeed does by default, and what this trainer does.
 
-enum { DSX_T_BOOL, DSX_T_SIZE };
+enum { DSX_T_BOOL, DSX_T_SIZE, DSX_T_REAL }; // REAL: a number > 0
 typedef struct {
     const char *path;     // key path (a literal: c->file_key keeps it)
     int type;
@@ -442,6 +443,20 @@ static inline const DsExtra *ds_extras(void) {
          "not needed: checkpoint copies are ordered by events (GPU) or synchronous (CPU); true changes nothing"},
         {"activation_checkpointing.profile", DSX_T_BOOL, 0,
          "not implemented: true is ignored (the step line and the log have each step's time)"},
+        {"prescale_gradients", DSX_T_BOOL, 0,
+         "honoured: true divides each gradient by the world size before the sum over ranks; false by "
+         "gradient_predivide_factor before it and by world size / factor after (as DeepSpeed's engine)"},
+        {"gradient_predivide_factor", DSX_T_REAL, 1,
+         "honoured (prescale_gradients false): 1 and the world size divide before the sum (folded into the loss's "
+         "gradient), others split the division around it; every choice is the mean over ranks up to rounding"},
+        {"zero_allow_untested_optimizer", DSX_T_BOOL, 0,
+         "nothing to allow: ZeRO runs every optimizer this trainer has (optimizer.h)"},
+        {"fp16.auto_cast", DSX_T_BOOL, 0,
+         "nothing to cast: DeepSpeed casts floating-point inputs only, and this model's inputs are token ids"},
+        {"aio.use_gds", DSX_T_BOOL, 0,
+         "not used: NVMe files are read and written with direct I/O through host buffers (true is ignored)"},
+        {"aio.intra_op_parallelism", DSX_T_SIZE, 1,
+         "not used: --aio-threads x --aio-queue-depth requests run at once"},
     };
     return t;
 }
@@ -454,6 +469,7 @@ static inline int ds_extra_key(const DsCtx *x, const cJSON *obj, int k, const ch
     int key = CK_DSX + k, st, b = 0;
     double v = 0.0;
     if (e->type == DSX_T_BOOL) { st = ds_boolean(x, obj, path, &b); v = b; }
+    else if (e->type == DSX_T_REAL) st = ds_number(x, obj, path, 1e-30, 1e30, 0, "a number > 0 or \"auto\"", &v);
     else st = ds_number(x, obj, path, 0, 9007199254740992.0, 1, NULL, &v);
     if (st == DS_ERROR) return -1;
     if (st == DS_AUTO) ds_auto(x, key, path);
@@ -464,6 +480,61 @@ static inline int ds_extra_key(const DsCtx *x, const cJSON *obj, int k, const ch
     c->file_key[key] = path;
     if ((k == DSX_WALL_CLOCK_BREAKDOWN || k == DSX_PROFILE) && b)
         return ds_unhonoured(x, path, "true: not implemented in this trainer; ignored");
+    return 0;
+}
+
+// A "enabled": true anywhere inside v (DeepSpeed's feature sections switch their parts so).
+static inline int ds_enabled_inside(const cJSON *v) {
+    for (const cJSON *it = v ? v->child : NULL; it; it = it->next) {
+        if (it->string && !strcmp(it->string, "enabled") && cJSON_IsTrue(it)) return 1;
+        if ((cJSON_IsObject(it) || cJSON_IsArray(it)) && ds_enabled_inside(it)) return 1;
+    }
+    return 0;
+}
+// A DeepSpeed feature this trainer does not implement, at obj's key path's last component.
+// error 1: it changes the result: an error when it is on (an object with "enabled": true inside,
+// or any other value but false/null); switched off it asks for what happens anyway: silent.
+// error 0: it changes only speed or memory, or is the launcher's: a warning when on.
+static inline int ds_feature(const DsCtx *x, const cJSON *obj, const char *path, const char *what, int error) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, ds_leaf(path));
+    if (!v || cJSON_IsFalse(v) || cJSON_IsNull(v) || (cJSON_IsNumber(v) && v->valuedouble == 1.0)) return 0; // 1: one rank, off
+    if (cJSON_IsObject(v) && !ds_enabled_inside(v) && cJSON_GetObjectItemCaseSensitive(v, "enabled")) return 0;
+    if (cJSON_IsObject(v) && !ds_enabled_inside(v) && !strcmp(path, "compression_training")) return 0;
+    if (error) {
+        ds_error(x, path, "%s: not implemented in this trainer", what);
+        return -1;
+    }
+    return ds_unhonoured(x, path, "%s: not implemented in this trainer; ignored", what);
+}
+
+// Top-level settings of the engine: gradient averaging over ranks, DeepSpeed's checks, the
+// collectives' element type, and DeepSpeed's features this trainer does not have.
+static inline int ds_engine(const DsCtx *x, const cJSON *root) {
+    TrainConfig *c = x->c;
+    if (ds_extra_key(x, root, DSX_PRESCALE_GRADIENTS, NULL) || ds_extra_key(x, root, DSX_GRADIENT_PREDIVIDE_FACTOR, NULL) ||
+        ds_extra_key(x, root, DSX_ZERO_ALLOW_UNTESTED_OPTIMIZER, NULL)) return -1;
+    // the collectives run in the training precision: a matching request is silent
+    static const char *const dtypes[] = {"fp32", "bf16", "fp16"};
+    int dt = 0, st = ds_choice(x, root, "communication_data_type", dtypes, 3, 1, "\"fp32\", \"bf16\" or \"fp16\"", &dt);
+    if (st == DS_ERROR) return -1;
+    int ours = c->precision == ZC_BF16 ? 1 : c->precision == ZC_FP16 ? 2 : 0;
+    if (st == DS_VALUE && dt != ours &&
+        ds_unhonoured(x, "communication_data_type", "\"%s\": not implemented; the collectives run in the training "
+                      "precision, %s", dtypes[dt], dtypes[ours])) return -1;
+    static const struct { const char *key, *what; int error; } features[] = {
+        {"compression_training", "DeepSpeed Compression (quantization, pruning, layer reduction)", 1},
+        {"data_efficiency", "data efficiency (curriculum learning, random-LTD)", 1},
+        {"curriculum_learning", "curriculum learning", 1},
+        {"progressive_layer_drop", "progressive layer drop", 1},
+        {"sparse_attention", "sparse attention", 1},
+        {"torch_autocast", "torch.autocast mixed precision (use fp16 or bf16)", 1},
+        {"autotuning", "autotuning (DeepSpeed's launcher runs experiments; this trains the configuration as written)", 0},
+        {"tensor_parallel", "tensor parallelism (data parallelism only)", 0},
+        {"sequence_parallel_size", "sequence parallelism (data parallelism only)", 0},
+        {"compile", "torch.compile / DeepCompile", 0},
+    };
+    for (size_t i = 0; i < sizeof(features) / sizeof(features[0]); i++)
+        if (ds_feature(x, root, features[i].key, features[i].what, features[i].error)) return -1;
     return 0;
 }
 
@@ -564,12 +635,7 @@ static inline int ds_optimizer(const DsCtx *x, const cJSON *root) {
     if (kind != OPT_ADAMW) return 0;
     int flag = 0;
     if ((st = ds_boolean(x, params, "optimizer.params.torch_adam", &flag)) == DS_ERROR) return -1;
-    if ((st = ds_boolean(x, params, "optimizer.params.bias_correction", &flag)) == DS_ERROR) return -1;
-    if (st == DS_VALUE && !flag) {
-        ds_error(x, "optimizer.params.bias_correction", "false is not implemented in this trainer (Adam's bias "
-                                                        "correction is always applied)");
-        return -1;
-    }
+    if (ds_bool_key(x, params, "optimizer.params.bias_correction", CK_BIAS_CORRECTION, &c->bias_correction)) return -1;
     if ((st = ds_boolean(x, params, "optimizer.params.amsgrad", &flag)) == DS_ERROR) return -1;
     if (st == DS_VALUE && flag) {
         ds_error(x, "optimizer.params.amsgrad", "true is not implemented in this trainer");
@@ -655,9 +721,20 @@ static inline int ds_precision(const DsCtx *x, const cJSON *root) {
     const cJSON *fp16, *bf16;
     if (ds_object(x, root, "fp16", &fp16) == DS_ERROR || ds_object(x, root, "bf16", &bf16) == DS_ERROR) return -1;
     static const char *const fkeys[] = {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window",
-                                        "hysteresis", "consecutive_hysteresis", "min_loss_scale"};
-    static const char *const bkeys[] = {"enabled"};
-    if (ds_known_keys(x, fp16, "fp16", fkeys, 7) || ds_known_keys(x, bf16, "bf16", bkeys, 1)) return -1;
+                                        "hysteresis", "consecutive_hysteresis", "min_loss_scale", "auto_cast"};
+    static const char *const bkeys[] = {"enabled", "bf16_master_weights_and_grads", "bf16_optimizer_states"};
+    if (ds_known_keys(x, fp16, "fp16", fkeys, 8) || ds_known_keys(x, bf16, "bf16", bkeys, 3)) return -1;
+    if (fp16 && ds_extra_key(x, fp16, DSX_FP16_AUTO_CAST, NULL)) return -1;
+    // 16-bit master weights or optimizer state: another result; false is what happens here
+    static const char *const b16[] = {"bf16.bf16_master_weights_and_grads", "bf16.bf16_optimizer_states"};
+    for (int i = 0; bf16 && i < 2; i++) {
+        int on = 0, st = ds_boolean(x, bf16, b16[i], &on);
+        if (st == DS_ERROR) return -1;
+        if (st == DS_VALUE && on) {
+            ds_error(x, b16[i], "true is not implemented in this trainer (master weights and optimizer state are fp32)");
+            return -1;
+        }
+    }
     int fe = 0, be = 0, fs = DS_ABSENT, bs = DS_ABSENT;
     if (fp16 && (fs = ds_boolean(x, fp16, "fp16.enabled", &fe)) == DS_ERROR) return -1;
     if (bf16 && (bs = ds_boolean(x, bf16, "bf16.enabled", &be)) == DS_ERROR) return -1;
@@ -696,8 +773,12 @@ static inline int ds_zero(const DsCtx *x, const cJSON *root) {
                                        "stage3_max_live_parameters", "stage3_max_reuse_distance",
                                        "stage3_gather_16bit_weights_on_model_save",
                                        "stage3_gather_fp16_weights_on_model_save", // DeepSpeed's older name
-                                       "sub_group_size", "offload_optimizer", "offload_param"};
-    if (ds_known_keys(x, z, "zero_optimization", keys, 16)) return -1;
+                                       "sub_group_size", "offload_optimizer", "offload_param",
+                                       "gather_16bit_weights_on_model_save", // (and DeepSpeed's newest name)
+                                       "zenflow"};
+    if (ds_known_keys(x, z, "zero_optimization", keys, 18)) return -1;
+    if (ds_feature(x, z, "zero_optimization.zenflow", "ZenFlow's stale, top-k updates (they change the result)", 1))
+        return -1;
     if (ds_option(x, z, CK_ZERO_STAGE)) return -1;
     for (int k = DSX_OVERLAP_COMM; k <= DSX_SUB_GROUP_SIZE; k++) {
         const char *alias = NULL;
@@ -705,6 +786,10 @@ static inline int ds_zero(const DsCtx *x, const cJSON *root) {
             !cJSON_GetObjectItemCaseSensitive(z, "stage3_gather_16bit_weights_on_model_save") &&
             cJSON_GetObjectItemCaseSensitive(z, "stage3_gather_fp16_weights_on_model_save"))
             alias = "zero_optimization.stage3_gather_fp16_weights_on_model_save";
+        if (k == DSX_GATHER_16BIT_WEIGHTS_ON_MODEL_SAVE && !alias &&
+            !cJSON_GetObjectItemCaseSensitive(z, "stage3_gather_16bit_weights_on_model_save") &&
+            cJSON_GetObjectItemCaseSensitive(z, "gather_16bit_weights_on_model_save"))
+            alias = "zero_optimization.gather_16bit_weights_on_model_save";
         if (ds_extra_key(x, z, k, alias)) return -1;
     }
     // the offload sections (fast_init, pipeline*, ratio: accepted, not used; docs/deepspeed_config.md)
@@ -757,10 +842,12 @@ static inline int ds_aio(const DsCtx *x, const cJSON *root) {
     const cJSON *a;
     if (ds_object(x, root, "aio", &a) == DS_ERROR) return -1;
     if (!a) return 0;
-    static const char *const keys[] = {"block_size", "queue_depth", "thread_count", "single_submit", "overlap_events"};
-    if (ds_known_keys(x, a, "aio", keys, 5)) return -1;
+    static const char *const keys[] = {"block_size", "queue_depth", "thread_count", "single_submit", "overlap_events",
+                                       "use_gds", "intra_op_parallelism"};
+    if (ds_known_keys(x, a, "aio", keys, 7)) return -1;
     return ds_option(x, a, CK_AIO_BLOCK_SIZE) || ds_option(x, a, CK_AIO_QUEUE_DEPTH) || ds_option(x, a, CK_AIO_THREADS) ||
-           ds_extra_key(x, a, DSX_AIO_SINGLE_SUBMIT, NULL) || ds_extra_key(x, a, DSX_AIO_OVERLAP_EVENTS, NULL);
+           ds_extra_key(x, a, DSX_AIO_SINGLE_SUBMIT, NULL) || ds_extra_key(x, a, DSX_AIO_OVERLAP_EVENTS, NULL) ||
+           ds_extra_key(x, a, DSX_AIO_USE_GDS, NULL) || ds_extra_key(x, a, DSX_AIO_INTRA_OP_PARALLELISM, NULL);
 }
 
 // activation_checkpointing. In DeepSpeed the model's code decides what to checkpoint (it calls
@@ -793,7 +880,17 @@ static inline int ds_activation_checkpointing(const DsCtx *x, const cJSON *root)
     return 0;
 }
 
-// train_batch_size (sequences) = micro batch x accumulation x world; any two determine the third.
+// train_batch_size (sequences) = micro batch x accumulation x world, resolved as DeepSpeed's
+// DeepSpeedConfig._set_batch_related_parameters and _batch_assertion do (deepspeed/runtime/config.py):
+//   all three known: checked;  two known: the third derived with floor division (train / micro /
+//   world, train / world / accumulation, or micro x accumulation x world);  train_batch_size alone:
+//   accumulation 1, micro = train / world;  micro alone: accumulation 1;  then every one must be
+//   >= 1 and train == micro x accumulation x world, else an error (DeepSpeed's assertion).
+// What is "known": a number in the file; else a value the user typed on the command line (--batch,
+// --grad-accum, --total-batch in tokens); else, for the micro batch only, --batch's default where
+// the file says "auto" (the program's value, as Hugging Face fills "auto" in). The command line's
+// defaults never outrank the file. Neither train_batch_size nor the micro batch known (DeepSpeed
+// refuses that): the micro batch is --batch's default, left to config_validate.
 static inline int ds_batch(const DsCtx *x, const cJSON *root) {
     TrainConfig *c = x->c;
     double tb = 0, mb = 0, ga = 0;
@@ -808,7 +905,7 @@ static inline int ds_batch(const DsCtx *x, const cJSON *root) {
     if (st_ga == DS_AUTO) ds_auto(x, CK_GRAD_ACCUM, "gradient_accumulation_steps");
     long long T = c->seq_len, W = x->world;
     char s[64];
-    // each value from the file against the command line's, if it gave one
+    // each value from the file against the command line's, if the user typed one
     if (st_mb == DS_VALUE) {
         snprintf(s, sizeof(s), "%.0f", mb);
         if (ds_settle(x, CK_BATCH, "train_micro_batch_size_per_gpu", s, c->batch == (int)mb)) return -1;
@@ -821,10 +918,10 @@ static inline int ds_batch(const DsCtx *x, const cJSON *root) {
         snprintf(s, sizeof(s), "%.0f sequences (x --seq-len %lld = %.0f tokens)", tb, T, tb * (double)T);
         if (ds_settle(x, CK_TOTAL_BATCH, "train_batch_size", s, (double)c->total_batch == tb * (double)T)) return -1;
     }
-    if (st_tb != DS_VALUE && st_mb != DS_VALUE && st_ga != DS_VALUE) return 0; // the command line's: config_validate
-    int kb = st_mb == DS_VALUE || config_given(c, CK_BATCH);
+    int kb = st_mb == DS_VALUE || config_given(c, CK_BATCH) || st_mb == DS_AUTO;
     int kg = st_ga == DS_VALUE || config_given(c, CK_GRAD_ACCUM);
     int kt = st_tb == DS_VALUE || config_given(c, CK_TOTAL_BATCH);
+    if (!kt && !kb && st_ga != DS_VALUE) return 0; // DeepSpeed would refuse: --batch's default, config_validate
     long long m = st_mb == DS_VALUE ? (long long)mb : c->batch;
     long long g = st_ga == DS_VALUE ? (long long)ga : c->grad_accum;
     long long tt = st_tb == DS_VALUE ? (long long)tb * T : c->total_batch; // tokens
@@ -837,13 +934,13 @@ static inline int ds_batch(const DsCtx *x, const cJSON *root) {
         return -1;
     }
     long long tbs = tt / T; // sequences
-    if (kb && kg && kt) {
+    if (kt && kb && kg) {
         if (tbs != m * g * W) {
             ds_error(x, NULL, "%s %lld != %s %lld x %s %lld x world size %lld = %lld", nt, tbs, nm, m,
                      ng, g, W, m * g * W);
             return -1;
         }
-    } else if (kt && (kb || !kg)) { // the micro batch (given, or --batch's default) determines accumulation
+    } else if (kt && kb) { // accumulation = train / micro / world
         if (tbs % (m * W) != 0) {
             ds_error(x, NULL, "%s %lld is not a multiple of %s %lld x world size %lld = %lld, so "
                      "gradient_accumulation_steps cannot be whole", nt, tbs, nm, m, W, m * W);
@@ -855,16 +952,19 @@ static inline int ds_batch(const DsCtx *x, const cJSON *root) {
             return -1;
         }
         c->source[CK_GRAD_ACCUM] = CFG_SRC_DERIVED;
-    } else if (kt && kg) { // accumulation and the total determine the micro batch
+    } else if (kt) { // micro = train / world / accumulation (accumulation 1 unless known)
+        if (!kg) { g = 1; c->source[CK_GRAD_ACCUM] = CFG_SRC_DERIVED; }
         if (tbs % (g * W) != 0 || tbs / (g * W) > (1 << 20)) {
-            ds_error(x, NULL, "%s %lld is not a multiple of %s %lld x world size %lld = %lld with a "
-                     "quotient in [1, 1048576], so train_micro_batch_size_per_gpu cannot be derived", nt, tbs, ng,
-                     g, W, g * W);
+            if (kg) ds_error(x, NULL, "%s %lld is not a multiple of %s %lld x world size %lld = %lld with a "
+                             "quotient in [1, 1048576], so train_micro_batch_size_per_gpu cannot be derived", nt, tbs,
+                             ng, g, W, g * W);
+            else ds_error(x, NULL, "%s %lld alone (accumulation 1) is not a multiple of world size %lld with a quotient "
+                          "in [1, 1048576], so train_micro_batch_size_per_gpu cannot be derived", nt, tbs, W);
             return -1;
         }
         m = tbs / (g * W);
         c->source[CK_BATCH] = CFG_SRC_DERIVED;
-    } else { // the total follows from the micro batch and accumulation (1 unless given)
+    } else { // the total follows from the micro batch and accumulation (1 unless known)
         if (!kg) { g = 1; c->source[CK_GRAD_ACCUM] = CFG_SRC_DERIVED; }
         tbs = m * g * W;
         if (tbs * T > (1LL << 40)) {
@@ -934,13 +1034,18 @@ static inline int ds_config_apply_text(TrainConfig *c, const char *name, const c
         static const char *const keys[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
                                            "gradient_accumulation_steps", "gradient_clipping", "steps_per_print",
                                            "wall_clock_breakdown", "fp16", "bf16", "optimizer", "scheduler",
-                                           "zero_optimization", "aio", "activation_checkpointing"};
-        if (ds_known_keys(&x, root, "", keys, 13)) goto done;
+                                           "zero_optimization", "aio", "activation_checkpointing",
+                                           "prescale_gradients", "gradient_predivide_factor",
+                                           "zero_allow_untested_optimizer", "communication_data_type",
+                                           "compression_training", "data_efficiency", "curriculum_learning",
+                                           "progressive_layer_drop", "sparse_attention", "torch_autocast", "autotuning",
+                                           "tensor_parallel", "sequence_parallel_size", "compile"};
+        if (ds_known_keys(&x, root, "", keys, 27)) goto done;
     }
     if (ds_option(&x, root, CK_GRAD_CLIP) || ds_option(&x, root, CK_PRINT_EVERY)) goto done;
     if (ds_extra_key(&x, root, DSX_WALL_CLOCK_BREAKDOWN, NULL)) goto done;
     if (ds_optimizer(&x, root) || ds_scheduler(&x, root) || ds_precision(&x, root) || ds_zero(&x, root) ||
-        ds_aio(&x, root) || ds_activation_checkpointing(&x, root) || ds_batch(&x, root)) goto done;
+        ds_aio(&x, root) || ds_activation_checkpointing(&x, root) || ds_batch(&x, root) || ds_engine(&x, root)) goto done;
     rc = 0;
 done:
     cJSON_Delete(root);

@@ -595,9 +595,20 @@ static StepResult train_step(Run *r, int step) {
     int B = c->batch, T = c->seq_len;
     zero_begin_step(&m->z, step);
     // Each position's loss enters the objective with weight 1/(all positions of all ranks),
-    // so summing the ranks' gradients gives the gradient of the global mean loss.
-    float scale = r->scaler.scale;
-    float dloss = scale / ((float)B * T * r->accum * r->world);
+    // so summing the ranks' gradients gives the gradient of the global mean loss. Where the
+    // division by the world size happens is DeepSpeed's prescale_gradients and
+    // gradient_predivide_factor f (its engine's allreduce_bucket): prescaled, all of it before the
+    // sum (folded into the loss's gradient, as always here); else 1/f before and f/world after
+    // (post: it joins the loss scale's removal in the update and the norm). f = 1, DeepSpeed's
+    // default, divides after the sum there and before it here: the same mean, bit for bit when
+    // the world size is a power of two (scaling by a power of two commutes with rounding).
+    float scale = r->scaler.scale, pre = (float)r->world, post = 1.0f;
+    double f = ds_extra_value(c, DSX_GRADIENT_PREDIVIDE_FACTOR);
+    if (ds_extra_value(c, DSX_PRESCALE_GRADIENTS) == 0.0 && f != 1.0 && f != (double)r->world) {
+        pre = (float)f;
+        post = (float)(f / r->world);
+    }
+    float dloss = scale / ((float)B * T * r->accum * pre);
     double loss = 0.0;
     Trace *tr = &r->trace;
     for (int micro = 0; micro < r->accum; micro++) {
@@ -619,7 +630,8 @@ static StepResult train_step(Run *r, int step) {
     float norm = gpt2_grad_norm(m); // of the scaled gradient
     if (step == 1 && c->dump_grads_path && r->rank == 0 && dump_grads(c->dump_grads_path, m)) die();
     LrSchedule sched = config_lr_schedule(c);
-    StepResult res = {(float)(loss / ((double)r->accum * r->world)), norm / scale, lr_at_step(&sched, (int)r->applied), scale, 0};
+    StepResult res = {(float)(loss / ((double)r->accum * r->world)), norm / scale * post, lr_at_step(&sched, (int)r->applied),
+                      scale, 0};
     int action = c->precision == ZC_FP16 ? loss_scaler_update(&r->scaler, !isfinite(norm)) : ZC_STEP_APPLY;
     if (action == ZC_STEP_ABORT) {
         if (r->rank == 0) fprintf(stderr, "error: step %d: gradients overflowed at loss scale %g. %s\n", step, scale,
@@ -636,6 +648,7 @@ static StepResult train_step(Run *r, int step) {
     OptimizerHyper hyper = config_optimizer(c);
     OptStep upd = optimizer_step_begin(&hyper, res.lr, (int)r->applied, res.norm);
     upd.grad_scale /= scale;
+    upd.grad_scale *= post;
     gpt2_update(m, &upd);
     trace_end(tr, opt);
     return res;

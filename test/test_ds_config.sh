@@ -161,7 +161,70 @@ mb_ga|{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 3}|2|
 tb_only|{"train_batch_size": 32, "train_micro_batch_size_per_gpu": "auto"}|8|2|512|
 tb_cli_batch|{"train_batch_size": 32}|2|8|512|--batch 2
 mb_only|{"train_micro_batch_size_per_gpu": 3}|3|1|96|
+tb_alone|{"train_batch_size": 4}|2|1|64|
+ga_alone|{"gradient_accumulation_steps": 3}|8|3|768|
 ga_cli_tokens|{"gradient_accumulation_steps": 2}|4|2|256|--total-batch 256
+EOF
+
+echo "== prescale_gradients / gradient_predivide_factor: where the mean over ranks divides"
+# DeepSpeed's engine (allreduce_bucket): prescale_gradients true multiplies each rank's gradient
+# by 1/world before the sum; false multiplies by 1/f before and by f/world after. Every choice is
+# the plain mean: 2 ranks x 2 sequences against one process with all 4 (no averaging over ranks
+# at all), losses and gradient norms within rounding; and those whose arithmetic is today's
+# (no key, prescale either way with f = 1, f = world) bit for bit the run without the keys.
+pm=(--layers 2 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16 --seq-len 16 --val-every 0 --sample-every 0
+    --train-data $d/train.bin --steps 4 --seed 3 --lr 1e-2)
+traj() { grep '"loss"' "$1" | grep -o '"loss":[^,]*\|"grad_norm":[^,]*' | cut -d: -f2 | tr '\n' ' '; }
+expect_run pm_one "${np1[@]}" "${pm[@]}" --batch 4 --log $d/pm_one.jsonl
+expect_run pm_none "${np2[@]}" "${pm[@]}" --batch 2 --log $d/pm_none.jsonl
+one=$(traj $d/pm_one.jsonl); none=$(traj $d/pm_none.jsonl)
+while IFS='|' read -r name text stage same; do
+  json $name "$text"
+  expect_run $name "${np2[@]}" "${pm[@]}" --batch 2 --zero-stage $stage --deepspeed $d/$name.json --log $d/$name.jsonl < /dev/null || continue
+  [ -s $d/$name.err ] && fail "$name: stderr: $(cat $d/$name.err)"
+  got=$(traj $d/$name.jsonl)
+  if [ "$same" = same ]; then
+    [ "$got" = "$none" ] && echo "ok   $name: bit for bit the run without the keys" || fail "$name: $got != $none"
+  fi
+  $PYTHON - "$one" "$got" <<'PY' && echo "ok   $name: the mean over ranks (one process: $one)" || fail "$name: not the plain mean: $got vs $one"
+import sys
+a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
+assert len(a) == len(b) == 8 and all(abs(x - y) <= 2e-5 * abs(x) for x, y in zip(a, b)), (a, b)
+PY
+done <<'EOF'
+pm_false|{"prescale_gradients": false}|0|same
+pm_false_f1|{"prescale_gradients": false, "gradient_predivide_factor": 1.0}|0|same
+pm_true|{"prescale_gradients": true}|0|same
+pm_f_world|{"gradient_predivide_factor": 2}|0|same
+pm_f3|{"gradient_predivide_factor": 3}|0|
+pm_f8_stage2|{"gradient_predivide_factor": 8.0, "prescale_gradients": false}|2|
+pm_true_f3_stage3|{"prescale_gradients": true, "gradient_predivide_factor": 3}|3|same
+EOF
+expect_setting $d/pm_f3.jsonl gradient_predivide_factor 3 file
+expect_setting $d/pm_true.jsonl prescale_gradients true file
+
+echo "== keys that ask for what happens anyway: silent; those asking for something else: one line"
+json quiet '{"prescale_gradients": false, "gradient_predivide_factor": 1.0, "zero_allow_untested_optimizer": true,
+  "fp16": {"enabled": false, "auto_cast": false}, "bf16": {"enabled": false, "bf16_master_weights_and_grads": false},
+  "communication_data_type": "fp32", "aio": {"use_gds": false, "intra_op_parallelism": 1},
+  "compression_training": {"weight_quantization": {"shared_parameters": {"enabled": false}}},
+  "data_efficiency": {"enabled": false}, "torch_autocast": {"enabled": false}, "sequence_parallel_size": 1,
+  "zero_optimization": {"stage": 1, "gather_16bit_weights_on_model_save": true}}'
+expect_run quiet "${np1[@]}" "${tiny[@]}" --steps 1 --deepspeed $d/quiet.json --strict \
+  && { [ -s $d/quiet.err ] && fail "quiet: $(cat $d/quiet.err)" || echo "ok   quiet: nothing on stderr under --strict"; }
+json comm16 '{"communication_data_type": "bf16"}'
+expect_run comm16 "${np1[@]}" "${tiny[@]}" --steps 1 --deepspeed $d/comm16.json \
+  && grep -q 'communication_data_type: "bf16": not implemented; the collectives run in the training precision, fp32' $d/comm16.err \
+  && echo "ok   communication_data_type bf16 in an fp32 run warns" || fail "comm16: $(cat $d/comm16.err)"
+expect_run comm16_bf16 "${np1[@]}" "${tiny[@]}" --steps 1 --deepspeed $d/comm16.json --precision bf16 --strict
+while IFS='|' read -r name text pattern; do
+  json $name "$text"
+  expect_error $name "$d/$name.json: $pattern" "${np1[@]}" "${tiny[@]}" --deepspeed $d/$name.json
+done <<'EOF'
+compress|{"compression_training": {"weight_quantization": {"shared_parameters": {"enabled": true}}}}|compression_training: DeepSpeed Compression .*not implemented
+ltd|{"data_efficiency": {"enabled": true}}|data_efficiency: data efficiency .*not implemented
+b16master|{"bf16": {"enabled": true, "bf16_master_weights_and_grads": true}}|bf16.bf16_master_weights_and_grads: true is not implemented
+predivide0|{"gradient_predivide_factor": 0}|gradient_predivide_factor: expected a number > 0
 EOF
 
 echo "== unknown keys: a warning naming each; an error with --strict"

@@ -12,6 +12,7 @@
 #     ranks ZeRO-2) onto the same trajectory; resuming it under --optimizer adamw is refused
 #     with one line;
 #   - a DeepSpeed file with "type": "Lion" trains with Lion, the log naming the file as the source.
+#   - DeepSpeed's Adam with "bias_correction": false (and true) makes the update numpy's formula.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu || exit 1
@@ -105,6 +106,44 @@ run 1 --train-data $d/train.bin --seq-len 16 --batch 2 --val-every 0 --sample-ev
   --deepspeed $d/lion_eps.json --strict > /dev/null 2> $d/eps.err
 grep -q "optimizer.params.eps: unknown key" $d/eps.err && echo "ok   Lion takes no eps: $(head -1 $d/eps.err)" \
   || fail "Lion's eps not refused under --strict: $(cat $d/eps.err)"
+
+echo "== DeepSpeed Adam with \"bias_correction\": false (BERT's configs) against the formula"
+# One update from the same weights and gradients, with and without bias correction, against
+# Adam written out in numpy (DeepSpeed's FusedAdam / CPUAdam with bias_correction false use
+# bias_correction1 = bias_correction2 = 1: p -= lr m / (sqrt(v) + eps)); weight decay 0 and no
+# clipping, so every element follows the same formula.
+tiny="--train-data $d/train.bin --seq-len 16 --batch 2 --val-every 0 --sample-every 0 --seed 5"
+run 1 $tiny $model --steps 1 --lr 0 --out $d/bc0 > $d/bc0.out 2>&1 || { tail -5 $d/bc0.out; fail "initial weights"; }
+for bc in false true; do
+  printf '{"optimizer": {"type": "Adam", "params": {"lr": 0.001, "betas": [0.9, 0.999], "eps": 1e-6, "weight_decay": 0, "bias_correction": %s}},
+ "gradient_clipping": 0, "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.001, "warmup_num_steps": 0}}}\n' $bc > $d/bc_$bc.json
+  run 1 $tiny --init $d/bc0/model_00000001.bin --steps 1 --deepspeed $d/bc_$bc.json --dump-grads $d/bc_$bc.grads \
+    --out $d/bc_$bc --log $d/bc_$bc.jsonl > $d/bc_$bc.out 2> $d/bc_$bc.err || { cat $d/bc_$bc.err; fail "bias_correction $bc run"; continue; }
+  [ -s $d/bc_$bc.err ] && fail "bias_correction $bc: warnings: $(cat $d/bc_$bc.err)"
+  $PYTHON - $d/bc0/model_00000001.bin $d/bc_$bc.grads $d/bc_$bc/model_00000001.bin $bc $d/bc_$bc.jsonl <<'PY' || fail "bias_correction $bc: the update"
+import json, sys
+import numpy as np
+init, grads, final, bc, log = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "true", sys.argv[5]
+load = lambda f: np.fromfile(f, dtype=np.float32, offset=256 * 4).astype(np.float64)
+p0, g, p1 = load(init), load(grads), load(final)
+lr, b1, b2, eps, t = 1e-3, 0.9, 0.999, 1e-6, 1
+lrs = [json.loads(l)["lr"] for l in open(log) if '"loss"' in l]
+assert abs(lrs[0] - lr) < 1e-9, f"lr {lrs}"
+m = (1 - b1) * g
+v = (1 - b2) * g * g
+def adam(correct):
+    c1, c2 = (1 - b1 ** t, 1 - b2 ** t) if correct else (1.0, 1.0)
+    return p0 - lr * (m / c1) / (np.sqrt(v / c2) + eps)
+want, other = adam(bc), adam(not bc)
+err = np.abs(p1 - want).max() / lr
+far = np.abs(p1 - other).max() / lr
+cfg = [json.loads(l) for l in open(log) if '"event":"config"' in l][0]["settings"]["bias-correction"]
+assert cfg["value"] == ("on" if bc else "off") and cfg["source"] == "file", cfg
+print(f"bias_correction {str(bc).lower()}: {p0.size} parameters, worst |p - formula| = {err:.2e} lr, "
+      f"{far:.2f} lr from the other formula")
+assert err < 1e-3 and far > 0.5, (err, far)
+PY
+done
 
 echo "$fails failures"
 [ $fails -eq 0 ]
