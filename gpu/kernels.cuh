@@ -488,48 +488,45 @@ static __global__ void optimizer_kernel(OptStep step, float *p, float *s0, float
 // memory; every thread reaches every __syncthreads.
 #define NORM_BLOCKS 128
 #define NORM_THREADS 256
-static __global__ void sumsq_kernel(double *partial, const floatX *g, size_t n) {
+// The sum over the block of each thread's s, in a fixed tree (NORM_THREADS threads, shared
+// memory), so the order, and the result, are the same every run; every thread of the block
+// calls it and gets the sum (each reaches every __syncthreads).
+static __device__ double block_sum_fixed(double s) {
     __shared__ double sh[NORM_THREADS];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = NORM_THREADS / 2; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
+        __syncthreads();
+    }
+    double total = sh[0];
+    __syncthreads(); // sh is free again once every thread has read the total
+    return total;
+}
+static __global__ void sumsq_kernel(double *partial, const floatX *g, size_t n) {
     double s = 0.0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         double x = to_float(g[i]);
         s += x * x;
     }
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int k = NORM_THREADS / 2; k > 0; k >>= 1) {
-        if ((int)threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+    s = block_sum_fixed(s);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 // out[0] = sum of partial[0..n) in a fixed order (one block).
 static __global__ void sum_partials_kernel(double *out, const double *partial, int n) {
-    __shared__ double sh[NORM_THREADS];
     double s = 0.0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int k = NORM_THREADS / 2; k > 0; k >>= 1) {
-        if ((int)threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out[0] = sh[0];
+    s = block_sum_fixed(s);
+    if (threadIdx.x == 0) out[0] = s;
 }
 // out[0] = the mean of losses[0..n), in double in a fixed order (one block of NORM_THREADS: each
-// thread a strided sum, then a tree), rounded to float as the CPU trainer's mean is. The
+// thread a strided sum, then the tree), rounded to float as the CPU trainer's mean is. The
 // micro-step's loss stays on the device until the step's end reads them all (classifier_loss).
 static __global__ void loss_mean_kernel(double *out, const float *losses, int n) {
-    __shared__ double sh[NORM_THREADS];
     double s = 0.0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) s += losses[i];
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int k = NORM_THREADS / 2; k > 0; k >>= 1) {
-        if ((int)threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out[0] = (double)(float)(sh[0] / n);
+    s = block_sum_fixed(s);
+    if (threadIdx.x == 0) out[0] = (double)(float)(s / n);
 }
 
 // The matmul of last resort (see matmul_lt): D (M,N) = alpha op(A) op(B) + beta D (+ bias),
