@@ -164,7 +164,7 @@ EOF
          --steps 2 --train-data "$d/rc_tokens.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
   rmodes=("none 1" "full 1" "full 2" "selective 1" "full 1 --cpu-checkpointing" "full 2 --cpu-checkpointing")
   rprecs="fp32 bf16 fp16"
-  [ "$quick" = 1 ] && rmodes=("none 1" "full 2 --cpu-checkpointing") rprecs=bf16
+  [ "$quick" = 1 ] && rmodes=("none 1" "full 1" "full 2 --cpu-checkpointing") rprecs=bf16 # full 1: compared with the CPU below
   . test/lib.sh
   steps() { log_steps "$1"; }
   for p in $rprecs; do
