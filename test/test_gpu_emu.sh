@@ -24,9 +24,9 @@
 #   5. under AddressSanitizer + UBSan, ZeRO-3 on 2 ranks: a run saved at step 2 and resumed
 #      gives the uninterrupted run's losses bit for bit (checkpoints through the device copies).
 #   7. attention at other head sizes and an odd T (B=3, T=77), bf16 against the CPU trainer:
-#      hs 64 and 16 run the flash kernels (tiles partly past T), hs 24 the matmul path; hs 64
-#      again with the ATTENTION=flash2 build (gpu/flash2.cuh's mma.sync kernels, emulated through
-#      gpu/mma16.cuh's portable fragment code).
+#      hs 64 runs gpu/flash2.cuh's mma.sync kernels (the default ATTENTION=flash2 build, emulated
+#      through gpu/mma16.cuh's portable fragment code), hs 16 the WMMA flash kernels (tiles partly
+#      past T), hs 24 the matmul path; hs 64 again with the ATTENTION=flash build (the WMMA kernels).
 #   6. a run with validation and sampling on the embedded data, fp32: the emulated GPU trainer
 #      prints the CPU trainer's losses, validation losses and sample text (its own sampler path:
 #      a logits row copied from the device).
