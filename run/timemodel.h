@@ -814,8 +814,11 @@ static inline int timemodel_calibrate(const char *log_path, Hardware *hw, TimeIn
     double memory = r.memory - r.memory_out; // inside the passes and the optimizer, as measured
     if (!why && compute - memory / mem_eff <= 0) why = "its compute time is all memory-bound in the model";
     if (!why) matmul_eff = r.matmul / (compute - memory / mem_eff);
-    if (!why && (mem_eff > 1.5 || matmul_eff > 1.5))
-        why = "the fitted efficiencies exceed the description's peaks by half: are they this machine's?";
+    // A sanity bound, not a physical one: the passes' memory term is the model's, so the matmul
+    // efficiency fitted from what is left can pass 1 on the machine the description was measured
+    // on (1.55 on this project's idle 2-core VM, 2026-11-27, for the default model at ZeRO-3).
+    if (!why && (mem_eff > 2.0 || matmul_eff > 2.0))
+        why = "the fitted efficiencies are more than twice the description's peaks: are they this machine's?";
     if (why) { fprintf(stderr, "error: --calibrate %s: %s\n", log_path, why); return -1; }
     // Above 1: the run beat the description's peak or bandwidth, whose figure was low (this
     // machine's measured bandwidth swings from 46 to 93 GB/s between runs): the figure becomes
