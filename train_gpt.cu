@@ -184,32 +184,26 @@ static void attention_backward(GpuKernels *kc, floatX *dqkv, floatX *att, const 
     KSpan span(kc->gpu->prof, "attention_backward", attention_flops(B, T, C, NH, 5),
                8.0 * B * T * C * sizeof(floatX) + 4.0 * B * NH * T);
 #if !defined(GPU_PRECISION_FP32)
-#if defined(GPU_ATTENTION_FLASH2)
-    if (flash2_attention(C, NH)) {
-        dim3 grid(B * NH, ceil_div(T, F2_ROWS));
-        const float *lse = (const float *)(const void *)att;
-        // D = rowsum(dY * Y) per (b, h, t), once, into the kernels' scratch (gpt2_build sized it)
-        if ((size_t)B * NH * T > kc->scratch_floats) gpu_fatal("attention_backward", "the scratch is smaller than B*NH*T floats", __FILE__, __LINE__);
-        float *D = kc->scratch;
-        flash2_rowdot_kernel<<<ceil_div((size_t)B * T * NH, 256), 256, 0, kc->gpu->compute>>>(D, dout, y, B, T, C, NH);
-        LAUNCH_CHECK();
-        flash2_backward_dkv_kernel<<<grid, F2_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);
-        LAUNCH_CHECK();
-        flash2_backward_dq_kernel<<<grid, F2_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);
-        LAUNCH_CHECK();
-        return;
-    }
-#endif
     if (flash_attention(C, NH)) {
         // D = rowsum(dY * Y) per (b, h, t), once, into the kernels' scratch (B*NH*T floats: gpt2_build
-        // sized it), read by both kernels
+        // sized it), read by both backward kernels, flash2's or the WMMA flash kernels'
         size_t rows = (size_t)B * NH * T;
         if (rows > kc->scratch_floats) gpu_fatal("attention_backward", "the scratch is smaller than B*NH*T floats", __FILE__, __LINE__);
         float *D = kc->scratch;
         flash_backward_preprocess_kernel<<<grid_for(kc->gpu, rows, 256), 256, 0, kc->gpu->compute>>>(D, dout, y, B, T, C, NH);
         LAUNCH_CHECK();
-        dim3 grid(B * NH, ceil_div(T, FA_ROWS));
         const float *lse = (const float *)(const void *)att;
+#if defined(GPU_ATTENTION_FLASH2)
+        if (flash2_attention(C, NH)) {
+            dim3 grid(B * NH, ceil_div(T, F2_ROWS));
+            flash2_backward_dkv_kernel<<<grid, F2_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);
+            LAUNCH_CHECK();
+            flash2_backward_dq_kernel<<<grid, F2_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);
+            LAUNCH_CHECK();
+            return;
+        }
+#endif
+        dim3 grid(B * NH, ceil_div(T, FA_ROWS));
         flash_backward_dq_kernel<<<grid, FA_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);
         LAUNCH_CHECK();
         flash_backward_dkv_kernel<<<grid, FA_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);

@@ -19,7 +19,7 @@
 // Causal: tiles above the block's diagonal are not visited; on the diagonal tile, each warp skips
 // the 8-column score tiles (and 16- or 32-row sub-tiles) entirely above its own diagonal.
 // Backward as FlashAttention-2's: D = rowsum(dO * O) once per row into a (B,NH,T) fp32 scratch
-// (flash2_rowdot_kernel), then dK/dV per key block (iterating query tiles, P = exp2(S c - lse c)
+// (flash_attention.cuh's flash_backward_preprocess_kernel), then dK/dV per key block (iterating query tiles, P = exp2(S c - lse c)
 // recomputed) and dQ per query block (iterating key tiles): deterministic, no atomics. dS is
 // rounded to the 16-bit type unscaled; dQ and dK are scaled once at the end (scale = 1/8 at head
 // size 64: exact). All shared memory is static, under 48 KB.
@@ -208,26 +208,6 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_forward_kernel(float
     }
 }
 
-// D (B,NH,T) = rowsum(dY * Y) per head: FlashAttention-2's backward preprocessing (Y: the stored,
-// rounded forward output). One thread per (b, t, h).
-static __global__ void flash2_rowdot_kernel(float *D, const floatX *dout, const floatX *y, int B, int T, int C, int NH) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)B * T * NH) return;
-    int h = (int)(i % NH);
-    size_t bt = i / NH;
-    const floatX *dy = dout + bt * C + h * F2_HS, *yy = y + bt * C + h * F2_HS;
-    float acc = 0.0f;
-#pragma unroll
-    for (int k = 0; k < F2_HS / 8; k++) {
-        F2Chunk u = f2_ld128(dy + 8 * k), v = f2_ld128(yy + 8 * k);
-        floatX x[8], z[8];
-        memcpy(x, &u, 16);
-        memcpy(z, &v, 16);
-#pragma unroll
-        for (int j = 0; j < 8; j++) acc += to_float(x[j]) * to_float(z[j]);
-    }
-    D[((size_t)(bt / T) * NH + h) * T + bt % T] = acc;
-}
 
 // dqkv's q part, OVERWRITTEN: dQ = scale dS K, dS = P (dP - D), dP = dY V^T, per 64-query block,
 // iterating key tiles up to the diagonal (two 32-key halves each). Grid as the forward's.
