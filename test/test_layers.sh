@@ -4,8 +4,8 @@
 #   1 precision and the model description: mixed_precision.h, core/gpt2.h, core/model.h (the
 #     passes, over the trainer's kernels and hooks), dataloader.h, data/tokenizer.h; and the
 #     timeline every layer above records into, core/trace.h
-#   2 the optimizer: core/optimizer.h, core/optimizer_engine.h (its CPU engine); and the direct
-#     I/O that zero.h keeps NVMe files with: core/nvme.h
+#   2 the optimizer: core/optimizer.h, core/optimizer_engine.h (its CPU engine); the direct
+#     I/O that zero.h keeps NVMe files with: core/nvme.h; ZeRO++'s quantized format: core/quant.h
 #   3 ZeRO: zero.h
 #   4 the run: run/*.h
 #   5 the backends: cpu/*, gpu/*
@@ -18,7 +18,7 @@ $PYTHON - <<'PY'
 import glob, os, re, sys
 def layer(path):
     if path in ("mixed_precision.h", "core/gpt2.h", "core/model.h", "dataloader.h", "data/tokenizer.h", "core/trace.h"): return 1
-    if path in ("core/optimizer.h", "core/optimizer_engine.h", "core/nvme.h"): return 2
+    if path in ("core/optimizer.h", "core/optimizer_engine.h", "core/nvme.h", "core/quant.h"): return 2
     if path == "zero.h": return 3
     if path.startswith("run/"): return 4
     if path.startswith(("cpu/", "gpu/")): return 5
