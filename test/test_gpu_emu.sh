@@ -39,7 +39,7 @@ PY=${PYTHON:-python3}
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo; then
   export OPENBLAS_CORETYPE=SkylakeX
 fi
-make -s test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32 test/bin/cuda_emu_selftest \
+make -s -j2 test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32 test/bin/cuda_emu_selftest \
   test/bin/train_gpt_emu_bf16_asan test/bin/train_gpt_emu_bf16_flash \
   train_gpt_cpu || { echo "FAIL: build"; exit 1; }
 . test/lib.sh; new_scratch gpu_emu
