@@ -31,6 +31,10 @@
 //     argument "--plan" is accepted and ignored, so a trainer can hand over its argv unchanged.
 //     With --time it also predicts the step time (run/timemodel.h) on --hardware, and --json
 //     gains step_ms and its breakdown; --calibrate LOG prints a description fitted to a run.
+//   - planner_print_partitions() (--partitions, GPT-2 shapes) prints zero.h's partition map for
+//     --world: each unit's elements, padding and slice, where every rank's slice starts in the
+//     flat buffer (zero_slice_begin), what a rank keeps whole or as slices at stages 0-3 and the
+//     bytes of each unit on a rank, whose totals are planner_plan()'s model states per stage.
 //
 // Bytes per parameter (P parameters, N ranks; "K" = optimizer state bytes per parameter: the
 // master weights and 4 bytes per state array of optimizer.h's table):
