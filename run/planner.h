@@ -31,6 +31,10 @@
 //     argument "--plan" is accepted and ignored, so a trainer can hand over its argv unchanged.
 //     With --time it also predicts the step time (run/timemodel.h) on --hardware, and --json
 //     gains step_ms and its breakdown; --calibrate LOG prints a description fitted to a run.
+//   - planner_print_partitions() (--partitions, GPT-2 shapes) prints zero.h's partition map for
+//     --world: each unit's elements, padding and slice, where every rank's slice starts in the
+//     flat buffer (zero_slice_begin), what a rank keeps whole or as slices at stages 0-3 and the
+//     bytes of each unit on a rank, whose totals are planner_plan()'s model states per stage.
 //
 // Bytes per parameter (P parameters, N ranks; "K" = optimizer state bytes per parameter: the
 // master weights and 4 bytes per state array of optimizer.h's table):
@@ -686,6 +690,112 @@ static inline int planner_fit(const PlanInput *base, double bytes, int json) {
 }
 
 // ----------------------------------------------------------------------------------------
+// --partitions: zero.h's partition map of the planned model and world, for every stage: each
+// unit's elements, its padding and every rank's slice (where it starts in the flat buffer), then
+// which kinds a rank keeps whole and which only as its slices at each stage, and the bytes of
+// each unit a rank holds (every rank the same amount: the slices are equal). The ZeRO paper's
+// Figure 1, exact; scripts/plot.py --partitions draws it.
+
+// "embeddings (wte, wpe)", "layer 3", "final layernorm".
+static inline const char *planner_unit_name(char *buf, size_t n, const ParamLayout *lay, int u) {
+    if (u == UNIT_EMBED) snprintf(buf, n, "embeddings (wte, wpe)");
+    else if (u == gpt2_final_unit(lay)) snprintf(buf, n, "final layernorm");
+    else snprintf(buf, n, "layer %d", u - 1);
+    return buf;
+}
+
+static inline int planner_print_partitions(FILE *f, const PlanInput *base) {
+    if (base->params_count > 0 || base->offload_optimizer != LOC_DEVICE || base->offload_param != LOC_DEVICE) {
+        fprintf(stderr, "error: --partitions: needs a GPT-2 shape (--model, or --layers/--channels/--heads) and no "
+                        "--offload-* (the slices are the same wherever they live)\n");
+        return 1;
+    }
+    Zero z;
+    memset(&z, 0, sizeof(z));
+    z.world = base->world;
+    gpt2_layout_init(&z.lay, &base->cfg, (size_t)base->world * ZERO_ALIGN);
+    const ParamLayout *lay = &z.lay;
+    int N = base->world, U = lay->num_units, show = N < 8 ? N : 4; // ranks with a column: all, or the first 3 and the last
+    char b[6][40], name[64];
+    fprintf(f, "partition map (zero.h): %d units, N = %d ranks; each unit padded to a multiple of N x ZERO_ALIGN = %zu elements.\n"
+               "Rank r's slice of a unit: its elements [r x S, (r+1) x S), S = padded / N; every rank has a slice of every unit.\n"
+               "\"rank r from\": where rank r's slice starts in the flat parameter buffer (elements); the padding ends the unit.\n",
+            U, N, lay->align);
+    fprintf(f, "  %-26s %13s %13s %11s %9s", "unit", "elements", "padded", "slice S", "padding");
+    for (int i = 0; i < show; i++) {
+        char h[32];
+        snprintf(h, sizeof(h), "rank %d from", i < 3 || show == N ? i : N - 1);
+        fprintf(f, " %14s", h);
+    }
+    fprintf(f, "\n");
+    size_t tot_n = 0, tot_pad = 0;
+    for (int u = 0; u < U; u++) {
+        size_t padded = gpt2_unit_padded(lay, u), S = padded / (size_t)N;
+        tot_n += lay->unit_numel[u]; tot_pad += padded;
+        fprintf(f, "  %3d %-22s %13s %13s %11s %9s", u, planner_unit_name(name, sizeof(name), lay, u),
+                planner_commas(b[0], sizeof(b[0]), (double)lay->unit_numel[u]), planner_commas(b[1], sizeof(b[1]), (double)padded),
+                planner_commas(b[2], sizeof(b[2]), (double)S),
+                planner_commas(b[3], sizeof(b[3]), (double)(padded - lay->unit_numel[u])));
+        for (int i = 0; i < show; i++) {
+            z.rank = i < 3 || show == N ? i : N - 1;
+            fprintf(f, " %14s", planner_commas(b[4], sizeof(b[4]), (double)zero_slice_begin(&z, u)));
+        }
+        fprintf(f, "\n");
+    }
+    fprintf(f, "  %3s %-22s %13s %13s %11s %9s\n", "=", "all units", planner_commas(b[0], sizeof(b[0]), (double)tot_n),
+            planner_commas(b[1], sizeof(b[1]), (double)tot_pad), planner_commas(b[2], sizeof(b[2]), (double)(tot_pad / (size_t)N)),
+            planner_commas(b[3], sizeof(b[3]), (double)(tot_pad - tot_n)));
+    if (show < N) fprintf(f, "  (ranks 3 to %d: every slice starts S after the rank before's)\n", N - 2);
+
+    // What each stage keeps whole and what as slices, with the planner's bytes per element.
+    MemoryPlan p[4];
+    for (int s = 0; s < 4; s++) {
+        PlanInput in = *base;
+        in.zero_stage = s;
+        if (planner_plan(&in, &p[s])) return 1;
+    }
+    const OptimizerInfo *oi = optimizer_info(base->optimizer);
+    double K = p[0].bytes_master + planner_state_bytes(&p[0]);
+    char kdesc[160] = "";
+    size_t o = 0;
+    if (p[0].bytes_master > 0) o += (size_t)snprintf(kdesc + o, sizeof(kdesc) - o, "master %g", p[0].bytes_master);
+    for (int k = 0; k < oi->slices && o < sizeof(kdesc); k++)
+        o += (size_t)snprintf(kdesc + o, sizeof(kdesc) - o, "%s%s %g", o ? " + " : "", oi->slice_names[k], p[0].bytes_state[k]);
+    fprintf(f, "\nwhat every rank keeps (%s, %s; bytes per element: parameters %g, gradients %g, optimizer state %g%s%s):\n",
+            planner_mode_name(base->precision), oi->name, p[0].bytes_param, p[0].bytes_grad, K, o ? " = " : "", kdesc);
+    fprintf(f, "  %-7s %-16s %-16s %s\n", "stage", "parameters", "gradients", "optimizer state");
+    for (int s = 0; s < 4; s++)
+        fprintf(f, "  %-7d %-16s %-16s %s\n", s, s >= 3 ? "its slices" : "whole units", s >= 2 ? "its slices" : "whole units",
+                s >= 1 ? "its slices" : "whole units");
+
+    fprintf(f, "\nmodel-state bytes of each unit on one rank (every rank holds the same amount, of its own slices)\n");
+    fprintf(f, "  %-26s %15s %15s %15s %15s\n", "unit", "stage 0", "stage 1", "stage 2", "stage 3");
+    double sum[4] = {0, 0, 0, 0}, kind[3][4] = {{0}};
+    for (int u = 0; u <= U; u++) {
+        if (u < U) fprintf(f, "  %3d %-22s", u, planner_unit_name(name, sizeof(name), lay, u));
+        else fprintf(f, "  %3s %-22s", "=", "MODEL STATES");
+        for (int s = 0; s < 4; s++) {
+            if (u == U) { fprintf(f, " %15s", planner_commas(b[0], sizeof(b[0]), sum[s])); continue; }
+            double full = (double)gpt2_unit_padded(lay, u), S = full / N;
+            double Ks = p[s].bytes_master + planner_state_bytes(&p[s]);
+            double k3[3] = {p[s].bytes_param * (s >= 3 ? S : full), p[s].bytes_grad * (s >= 2 ? S : full), Ks * (s >= 1 ? S : full)};
+            double v = k3[0] + k3[1] + k3[2];
+            for (int k = 0; k < 3; k++) kind[k][s] += k3[k];
+            sum[s] += v;
+            fprintf(f, " %15s", planner_commas(b[0], sizeof(b[0]), v));
+        }
+        fprintf(f, "\n");
+    }
+    const char *kn[3] = {"parameters", "gradients", "optimizer state"};
+    for (int k = 0; k < 3; k++) {
+        fprintf(f, "      %-22s", kn[k]);
+        for (int s = 0; s < 4; s++) fprintf(f, " %15s", planner_commas(b[0], sizeof(b[0]), kind[k][s]));
+        fprintf(f, "\n");
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------------------
 // The command line
 
 static inline void planner_help(FILE *f, const char *prog, const PlanBackend *backend) {
@@ -729,6 +839,8 @@ static inline void planner_help(FILE *f, const char *prog, const PlanBackend *ba
             "  --json                one JSON object, bytes per rank (by kind, and by where they live)\n"
             "  --fit BYTES           the largest of a ladder of GPT-2-shaped models (GPT-2's, then GPT-3's sizes)\n"
             "                        whose device bytes per rank fit in BYTES (80e9, 80G), with these settings\n"
+            "  --partitions          zero.h's partition map for --world: each unit's slices by rank, and what a\n"
+            "                        rank keeps of each unit at stages 0-3, in bytes (a GPT-2 shape)\n"
             "  --help                this text\n"
             "sizes are bytes per rank; the table's human units are decimal (1 GB = 1e9 bytes)\n",
             prog, d.cfg.num_layers, d.cfg.channels, d.cfg.num_heads, zc_dtype_names[d.precision], d.zero_stage,
@@ -861,8 +973,9 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
         {"recompute-every", 1, 0, 0}, {"cpu-checkpointing", 0, 0, 0}, {"nvme-buffers", 1, 0, 0}, {"nvme-buffer-size", 1, 0, 0}, {"json", 0, 0, 0},
         {"threads", 1, 0, 0}, {"fit", 1, 0, 0}, {"help", 0, 0, 0}, {"plan", 0, 0, 0},
         {"time", 0, 0, 0}, {"hardware", 1, 0, 0}, {"gpus-per-node", 1, 0, 0}, {"network", 1, 0, 0}, {"grad-accum", 1, 0, 0},
-        {"trace", 1, 0, 0}, {"calibrate", 1, 0, 0}, {0, 0, 0, 0}};
+        {"trace", 1, 0, 0}, {"calibrate", 1, 0, 0}, {"partitions", 0, 0, 0}, {0, 0, 0, 0}};
     double fit = 0.0;
+    int partitions = 0;
     PlanInput in;
     planner_input_defaults(&in, backend);
     int json = 0, shape_given = 0, idx, r = 0, max_seq_given = 0, lch = 0; // lch: bits for --layers/--channels/--heads
@@ -881,6 +994,7 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
         if (!strcmp(o, "help")) { planner_help(stdout, argv[0], backend); return 0; }
         else if (!strcmp(o, "plan")) continue;
         else if (!strcmp(o, "json")) json = 1;
+        else if (!strcmp(o, "partitions")) partitions = 1;
         else if (!strcmp(o, "recompute")) r = planner_pick(o, a, gpt2_recompute_names, NUM_RECOMPUTE, &in.recompute.mode);
         else if (!strcmp(o, "recompute-every")) r = config_int(o, a, 1, GPT2_MAX_LAYERS, &in.recompute.every);
         else if (!strcmp(o, "cpu-checkpointing")) in.recompute.host = 1;
@@ -964,6 +1078,10 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
         return 1;
     }
     if (to.calibrate) return planner_calibrate(&to);
+    if (partitions) {
+        if (to.time || fit > 0 || json) { fprintf(stderr, "error: --partitions: not with --time, --fit or --json\n"); return 1; }
+        return planner_print_partitions(stdout, &in);
+    }
     if (fit > 0) {
         if (to.time) { fprintf(stderr, "error: --time: not with --fit (one model at a time)\n"); return 1; }
         if (planner_time_given(&to)) return 1;

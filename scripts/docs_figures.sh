@@ -6,6 +6,8 @@
 #   loss.png      fp32 and bf16 on one rank, bf16 ZeRO-3 on two: 50 steps each
 #   memory.png, comm.png, time.png    ZeRO stages 0-3 on 4 ranks, bf16, 4 steps each
 #   timeline.png  the last of 3 steps of ZeRO-3 on 2 ranks, bf16, from --trace
+#   partitions.png  `--plan --partitions` of GPT-2 124M in bf16 on 4 ranks: what each rank keeps at
+#                 stages 0-3 (the walkthrough's section 4 shows the same command)
 #   predicted_ib.png, predicted_eth.png   the step-time model's timeline (`--plan --time --trace`) of
 #                 GPT-2 1.5B, ZeRO-3 on 64 H100s: 400 Gb/s InfiniBand per GPU, 100 Gb/s Ethernet per node
 set -euo pipefail
@@ -38,4 +40,7 @@ for net in ib eth; do
   $PY scripts/plot.py --out "$runs/p$net" --trace "$runs/predicted_$net.json"
   cp "$runs/p$net/timeline.png" "docs/figures/predicted_$net.png"
 done
+./train_gpt_cpu --plan --partitions --model d12 --precision bf16 --world 4 > "$runs/partitions.txt"
+$PY scripts/plot.py --out "$runs/parts" --partitions "$runs/partitions.txt"
+cp "$runs/parts/partitions.png" docs/figures/
 ls -l docs/figures/

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Figures from the trainer's own logs (--log) and traces (--trace), as small PNGs.
 
-  scripts/plot.py --out DIR [--labels A,B,...] [--trace TRACE.json [--step N]] LOG.jsonl...
+  scripts/plot.py --out DIR [--labels A,B,...] [--trace TRACE.json [--step N]] [--partitions TEXT] LOG.jsonl...
 
 Writes into DIR, from the logs:
   loss.png      the loss of every run against the step, validation loss dashed with markers
@@ -13,7 +13,12 @@ Writes into DIR, from the logs:
   time.png      where a step's time goes (fwd_ms, bwd_ms, optim_ms, exposed_comm_ms, the rest),
                 with the overlap 1 - exposed/comm; logs written before these fields are skipped
 and from a trace, timeline.png: one step (the last, or --step) of every rank: its compute lane
-(each unit's forward and backward, the optimizer, waits in red) above its collectives in flight.
+(each unit's forward and backward, the optimizer, waits in red) above its collectives in flight,
+on the trace's comm lanes (comm 1, 2, 3: a collective goes on the first lane free when it is issued,
+so comm 2 and 3 hold those issued while others were still in flight); and from the output of
+`train_gpt_cpu --plan --partitions` (a file, or - for stdin), partitions.png: for each ZeRO stage,
+which part of the flat parameter buffer each rank keeps of its parameters, gradients and optimizer
+state (whole units, or its slice of every unit), with the bytes per rank (the ZeRO paper's Figure 1).
 A run's label is --labels' entry, else "N=<world> stage <S> <precision>" from its log.
 Needs matplotlib (Debian: python3-matplotlib; scripts/setup.sh installs it).
 """
@@ -25,7 +30,8 @@ import matplotlib.pyplot as plt
 
 COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "state": "#8fbf7f", "buffers": "#8172b3",
           "activations": "#937860", "workspace": "#bbbbbb", "staging": "#e5ae38", "host_activations": "#a6761d",
-          "all_reduce": "#da8bc3", "reduce_scatter": "#c44e52", "all_gather": "#8172b3",
+          # collectives: three hues far from each other and from the compute lane's (waits are red)
+          "all_reduce": "#e377c2", "reduce_scatter": "#17807e", "all_gather": "#8172b3",
           "forward": "#4c72b0", "backward": "#dd8452", "optimizer": "#55a868", "wait": "#d62728", "data": "#999999",
           "recompute": "#64b5cd", "offload": "#ccb974", "nvme": "#8c613c", "checkpoint": "#333333", "other": "#dddddd"}
 KNOWN_KINDS = ["params", "grads", "master", "buffers", "staging", "activations", "workspace", "host_activations"]
@@ -211,7 +217,7 @@ def plot_timeline(trace_path, step, out):
         rows.append((f"rank {r} compute", bars))
         lanes = sorted({e["tid"] for e in mine if e["cat"] == "comm"})
         for k, lane in enumerate(lanes):
-            rows.append((f"rank {r} comm" if k == 0 else f"comm, overlapping ({k + 1})", [(e["ts"], e["dur"], COLORS[e["name"]]) for e in mine
+            rows.append((f"rank {r} comm {k + 1}" if k == 0 else f"comm {k + 1}", [(e["ts"], e["dur"], COLORS[e["name"]]) for e in mine
                                                              if e["tid"] == lane and e["cat"] == "comm"]))
     fig, ax = plt.subplots(figsize=(7.2, 0.35 * len(rows) + 1.2))
     for i, (_, bars) in enumerate(rows):
@@ -226,10 +232,75 @@ def plot_timeline(trace_path, step, out):
                  f"{meta.get('precision', '')}", fontsize=9)
     from matplotlib.patches import Patch
     keys = ["forward", "backward", "optimizer", "wait", "all_gather", "reduce_scatter", "all_reduce"]
-    ax.legend(handles=[Patch(color=COLORS[k], label=k) for k in keys], fontsize=6, ncol=4, loc="upper center",
+    names = {"wait": "wait (compute blocked)"}
+    ax.legend(handles=[Patch(color=COLORS[k], label=names.get(k, k)) for k in keys], fontsize=6, ncol=4, loc="upper center",
               bbox_to_anchor=(0.5, -0.28 if len(rows) < 6 else -0.12))
     ax.set_xlim(0, (t1 - t0) / 1e3)
     save(fig, os.path.join(out, "timeline.png"))
+
+
+def read_partitions(path):
+    """The output of `train_gpt_cpu --plan --partitions`: units (offset, padded, slice), N, what each
+    stage keeps whole, the bytes per rank by kind and stage."""
+    import re
+    lines = (sys.stdin if path == "-" else open(path)).read().splitlines()
+    m = re.match(r"partition map \(zero.h\): (\d+) units, N = (\d+) ranks", lines[0]) if lines else None
+    if not m: sys.exit(f"error: {path}: not the output of --plan --partitions")
+    U, N = int(m[1]), int(m[2])
+    num = lambda x: int(x.replace(",", ""))
+    hdr = next(i for i, l in enumerate(lines) if l.strip().startswith("unit") and "elements" in l)
+    units = []
+    for l in lines[hdr + 1:hdr + 1 + U]:
+        f, n = l.split(), 4 + len(re.findall(r"rank \d+ from", lines[hdr]))  # elements, padded, slice, padding, starts
+        name, vals = " ".join(f[1:-n]), [num(x) for x in f[-n:]]
+        units.append({"name": name, "numel": vals[0], "padded": vals[1], "slice": vals[2], "offset": vals[4]})
+    k = next(i for i, l in enumerate(lines) if l.startswith("what every rank keeps"))
+    whole = [[w == "whole" for w in re.findall(r"\b(whole|its)\b", lines[k + 2 + s])] for s in range(4)]
+    b = next(i for i, l in enumerate(lines) if l.startswith("model-state bytes of each unit"))
+    kinds = {}
+    for l in lines[b + 2 + U:b + 6 + U]:
+        f = l.replace("=", "").split()
+        kinds[" ".join(f[:-4])] = [num(x) for x in f[-4:]]
+    return {"N": N, "units": units, "whole": whole, "bytes": kinds, "title": lines[k]}
+
+
+def plot_partitions(path, out):
+    from matplotlib.patches import Patch
+    P = read_partitions(path)
+    N, units = P["N"], P["units"]
+    ranks = list(range(N)) if N <= 8 else [0, 1, 2, N - 1]
+    kinds = [("parameters", COLORS["params"]), ("gradients", COLORS["grads"]), ("optimizer state", COLORS["master"])]
+    flat = units[-1]["offset"] + units[-1]["padded"]
+    fig, axes = plt.subplots(4, 1, figsize=(7.2, 1.15 + 0.42 * 4 * len(ranks) + 0.1), sharex=True)
+    for s, ax in enumerate(axes):
+        rows, labels = [], []
+        for r in ranks:
+            for j, (kind, col) in enumerate(kinds):
+                y = -(ranks.index(r) * 3.6 + j)
+                ax.broken_barh([(0, flat / 1e6)], (y - 0.42, 0.84), facecolors="#eeeeee", edgecolor="none")
+                if P["whole"][s][j]: bars = [(u["offset"], u["padded"]) for u in units]
+                else: bars = [(u["offset"] + r * u["slice"], u["slice"]) for u in units]
+                ax.broken_barh([(a / 1e6, max(w / 1e6, flat * 2e-4 / 1e6)) for a, w in bars], (y - 0.42, 0.84),
+                               facecolors=col, edgecolor="none")
+            rows.append(-(ranks.index(r) * 3.6 + 1)); labels.append(f"rank {r}")
+        for u in units[1:]:
+            ax.axvline(u["offset"] / 1e6, color="white", lw=0.6)
+        ax.set_yticks(rows); ax.set_yticklabels(labels, fontsize=7)
+        ax.tick_params(axis="y", length=0)
+        per_rank = sum(P["bytes"][k][s] for k, _ in kinds)
+        mb = lambda k: f"{P['bytes'][k][s] / 1e6:,.2f} MB"
+        ax.set_title(f"stage {s}: {per_rank / 1e6:,.2f} MB of model states per rank: parameters {mb('parameters')}, "
+                     f"gradients {mb('gradients')}, optimizer state {mb('optimizer state')}", fontsize=7.5, loc="left")
+        for sp in ("top", "right", "left"): ax.spines[sp].set_visible(False)
+        ax.set_xlim(0, flat / 1e6)
+    if N > len(ranks): axes[0].text(flat / 1e6, 0.8, f"(ranks 3 to {N - 2} alike)", ha="right", fontsize=6)
+    axes[-1].set_xlabel("the flat parameter buffer, millions of elements: the embeddings, then one unit per layer "
+                        "(white lines), then the final LayerNorm", fontsize=7)
+    fig.legend(handles=[Patch(color=c, label=k) for k, c in kinds] + [Patch(color="#eeeeee", label="not kept on this rank")],
+               fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, 0.995))
+    fig.suptitle(f"what each of N = {N} ranks keeps, by ZeRO stage (from --plan --partitions)", fontsize=9, y=1.02)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    save(fig, os.path.join(out, "partitions.png"))
 
 
 def main():
@@ -238,9 +309,10 @@ def main():
     ap.add_argument("--labels", help="comma-separated labels, one per log")
     ap.add_argument("--trace", help="a --trace file: timeline.png")
     ap.add_argument("--step", type=int, help="the trace's step to draw (default: the last)")
+    ap.add_argument("--partitions", help="the output of train_gpt_cpu --plan --partitions (- for stdin): partitions.png")
     ap.add_argument("logs", nargs="*", help="--log files")
     a = ap.parse_args()
-    if not a.logs and not a.trace: ap.error("give at least one LOG.jsonl or --trace")
+    if not a.logs and not a.trace and not a.partitions: ap.error("give at least one LOG.jsonl, --trace or --partitions")
     os.makedirs(a.out, exist_ok=True)
     runs = []
     for p in a.logs:
@@ -255,6 +327,7 @@ def main():
         plot_comm(runs, labels, a.out)
         plot_time(runs, labels, a.out)
     if a.trace: plot_timeline(a.trace, a.step, a.out)
+    if a.partitions: plot_partitions(a.partitions, a.out)
 
 
 if __name__ == "__main__":

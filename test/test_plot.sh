@@ -2,7 +2,8 @@
 # scripts/plot.py on real logs and a real trace: two runs (2 ranks, ZeRO-1 and ZeRO-3 with
 # validation) give loss, memory, comm, time and timeline PNGs, each a PNG of 2-150 kB; one log
 # alone gives at least three. The textbook levels the memory and comm figures draw are the
-# planner's (`--plan --json`: model_states_textbook) and 2P(N-1)/N x element size. A file that is
+# planner's (`--plan --json`: model_states_textbook) and 2P(N-1)/N x element size; `--plan
+# --partitions` gives partitions.png, its numbers read back as printed. A file that is
 # not a log, or labels that do not match the logs, is one line and a non-zero exit.
 # Skipped without matplotlib (scripts/setup.sh installs python3-matplotlib).
 set -uo pipefail
@@ -50,9 +51,29 @@ print(f"ok: 5 PNGs from two logs and a trace ({', '.join(f'{os.path.getsize(p) /
       f"{len(one)} from one log; textbook level = planner's" if not bad else "")
 sys.exit(1 if bad else 0)
 PY
+# the partition picture from `--plan --partitions`: a PNG, and what it draws read back as printed
+./train_gpt_cpu --plan --partitions --layers 2 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16 --seq-len 16 \
+  --precision bf16 --world 3 > $d/parts.txt || fails=$((fails+1))
+$PYTHON scripts/plot.py --out $d/parts --partitions $d/parts.txt > $d/parts.out 2>&1 || { cat $d/parts.out; fails=$((fails+1)); }
+$PYTHON - "$d" <<'PY' || fails=$((fails+1))
+import sys
+sys.path.insert(0, "scripts")
+import plot
+d = sys.argv[1]
+b = open(f"{d}/parts/partitions.png", "rb").read()
+P = plot.read_partitions(f"{d}/parts.txt")
+bad = [] if b[:8] == b"\x89PNG\r\n\x1a\n" and 2000 <= len(b) <= 150000 else ["partitions.png missing or not a 2-150 kB PNG"]
+if P["N"] != 3 or len(P["units"]) != 4: bad.append(f"read N = {P['N']}, {len(P['units'])} units")
+if P["whole"] != [[True] * 3, [True, True, False], [True, False, False], [False] * 3]: bad.append(f"stage rules read {P['whole']}")
+if [u["offset"] for u in P["units"]][1:] != [sum(u["padded"] for u in P["units"][:i]) for i in range(1, 4)]: bad.append("unit offsets")
+if sum(P["bytes"][k][3] for k in ("parameters", "gradients", "optimizer state")) != P["bytes"]["MODEL STATES"][3]: bad.append("bytes")
+for m in bad: print("FAIL", m)
+if not bad: print(f"ok: partitions.png ({len(b) // 1000} kB) from --plan --partitions, read back as printed")
+sys.exit(1 if bad else 0)
+PY
 # bad input: one line, non-zero
 echo '{"not": "a log"}' > $d/junk.jsonl
-for a in "$d/junk.jsonl" "--labels a,b,c $d/z1.jsonl" "--trace $d/junk.jsonl"; do
+for a in "$d/junk.jsonl" "--labels a,b,c $d/z1.jsonl" "--trace $d/junk.jsonl" "--partitions $d/junk.jsonl"; do
   $PYTHON scripts/plot.py --out $d/bad $a > $d/bad.out 2> $d/bad.err; rc=$?
   if [ $rc -ne 0 ] && [ "$(grep -c . $d/bad.err)" -eq 1 ] && grep -q "^error: " $d/bad.err; then echo "ok   $a: $(cat $d/bad.err)"
   else echo "FAIL $a: rc $rc"; cat $d/bad.err; fails=$((fails+1)); fi
