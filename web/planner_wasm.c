@@ -11,8 +11,114 @@
 // `planner.wasm --ds-config FILE WORLD` is the one addition: it reads a DeepSpeed config with
 // the trainer's parser (run/ds_config.h) and prints the plan options it resolves to, one
 // "--name value" per line (see ds_options below), or the trainer's error line.
-#include "cpu/workspace.h"
+//
+// 64-bit sizes. wasm32's size_t is 32 bits, and the planner counts parameters, elements and
+// bytes in size_t: a 7B model, or a d48's activations at B=8, T=1024, would wrap. So the system
+// headers come first, with the real size_t, and the project's headers after them see size_t as
+// 64 bits (their arithmetic is then the x86-64 trainer's); what they hand to the C library is
+// converted back, and the build traps (-fsanitize=implicit-integer-truncation, ...) where a value
+// would not fit, which the page reports instead of a wrong number.
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <glob.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+typedef unsigned long long zc_wasm_size_t;
+
+// The C library's functions that take a size_t by address, and the printf family, whose %zu
+// would read 32 bits of a 64-bit argument: these wrappers turn %zu (%zd, %zx) into %llu (...).
+// (a copy with each z length modifier made ll, or NULL when there is none: use fmt itself)
+static char *zc_wasm_format(const char *f) {
+    if (!strchr(f, 'z')) return NULL;
+    char *buf = malloc(strlen(f) * 2 + 1), *o = buf;
+    if (!buf) return NULL;
+    for (const char *p = f; *p;) {
+        if (*p != '%') { *o++ = *p++; continue; }
+        *o++ = *p++;
+        while (*p && strchr("-+ #0123456789.*", *p)) *o++ = *p++;
+        if (*p == 'z') { *o++ = 'l', *o++ = 'l'; p++; }
+        if (*p) *o++ = *p++;
+    }
+    *o = 0;
+    return buf;
+}
+static int zc_wasm_vfprintf(FILE *f, const char *fmt, va_list ap) {
+    char *ll = zc_wasm_format(fmt);
+    int r = vfprintf(f, ll ? ll : fmt, ap);
+    free(ll);
+    return r;
+}
+static int zc_wasm_vsnprintf(char *s, zc_wasm_size_t n, const char *fmt, va_list ap) {
+    char *ll = zc_wasm_format(fmt);
+    int r = vsnprintf(s, (size_t)n, ll ? ll : fmt, ap);
+    free(ll);
+    return r;
+}
+static int zc_wasm_fprintf(FILE *f, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int r = zc_wasm_vfprintf(f, fmt, ap);
+    va_end(ap);
+    return r;
+}
+static int zc_wasm_printf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int r = zc_wasm_vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    return r;
+}
+static int zc_wasm_snprintf(char *s, zc_wasm_size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int r = zc_wasm_vsnprintf(s, n, fmt, ap);
+    va_end(ap);
+    return r;
+}
+static ssize_t zc_wasm_getline(char **line, zc_wasm_size_t *cap, FILE *f) {
+    size_t c = (size_t)*cap;
+    ssize_t r = getline(line, &c, f);
+    *cap = c;
+    return r;
+}
+// (the planner reads the text, not the length: *len stays 0)
+static FILE *zc_wasm_open_memstream(char **buf, zc_wasm_size_t *len) {
+    static size_t ignored;
+    *len = 0;
+    return open_memstream(buf, &ignored);
+}
+#define vfprintf(...) zc_wasm_vfprintf(__VA_ARGS__)
+#define vsnprintf(...) zc_wasm_vsnprintf(__VA_ARGS__)
+#define fprintf(...) zc_wasm_fprintf(__VA_ARGS__)
+#define printf(...) zc_wasm_printf(__VA_ARGS__)
+#define snprintf(...) zc_wasm_snprintf(__VA_ARGS__)
+#define getline(...) zc_wasm_getline(__VA_ARGS__)
+#define open_memstream(...) zc_wasm_open_memstream(__VA_ARGS__)
+#define size_t zc_wasm_size_t
+// (functions declared with format(printf) still check %zu against the real size_t: the wrappers
+// above print it right)
+#pragma clang diagnostic ignored "-Wformat"
+#include "run/planner.h"
 #include "run/ds_config.h"
+#include "cpu/gemm_bf16.h"
+// cpu/workspace.h keeps element offsets in long, 32 bits here too: 64 bits for it alone (the
+// headers above, which it includes, are in already; zero.h's unsigned long counters stay as they are)
+#define long long long
+#include "cpu/workspace.h"
+#undef long
 
 static void ds_out(const char *name, const char *value) { printf("--%s\n%s\n", name, value); }
 
@@ -32,6 +138,8 @@ static int ds_options(const char *path, const char *world_s) {
     ds_out("offload-param", config_offload_names[c.offload_param]);
     GPT2Recompute r = config_recompute(&c);
     ds_out("recompute", gpt2_recompute_names[r.mode]);
+    snprintf(buf, sizeof(buf), "%d", gpt2_recompute_every(r)), ds_out("recompute-every", buf);
+    ds_out("cpu-checkpointing", r.host ? "on" : "off");
     return 0;
 }
 

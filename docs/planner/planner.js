@@ -51,7 +51,8 @@ function options() {
   else if (choice === 'params') {
     opts.push(['params', val('params')]);
     for (const k of ['layers', 'channels', 'heads']) if (val(k) !== '') opts.push([k, val(k)]);
-  } else for (const k of SHAPE) if (val(k) !== '' && val(k) !== defaults[k]) opts.push([k, val(k)]);
+  } else for (const k of SHAPE) // (layers, channels and heads always: they say it is a shape)
+    if (val(k) !== '' && (val(k) !== defaults[k] || SHAPE.indexOf(k) < 3)) opts.push([k, val(k)]);
   for (const k of TRAINING) {
     const v = val(k);
     if (v === null || v === '' && k !== 'cpu-checkpointing') continue;
@@ -81,7 +82,7 @@ function commandLine(opts) {
 
 function setField(name, value) {
   const e = field(name);
-  if (e.type === 'checkbox') e.checked = value !== null && value !== undefined && value !== false;
+  if (e.type === 'checkbox') e.checked = value !== null && value !== undefined && value !== false && value !== 'off';
   else e.value = value === undefined || value === null ? '' : value;
 }
 
@@ -236,10 +237,25 @@ function drawTimeline(traceText) {
   g.fillText(`${(end / 1e3).toPrecision(4)} ms`, c.width - 70, c.height - 4);
 }
 
-let lastWhat = null;
+// "The largest model that fits in N GB": the planner's --fit ladder with these settings.
+function updateFit(opts) {
+  const gb = $('fit-gb').value.trim();
+  if (!gb) { $('fit-largest').textContent = ''; return; }
+  const skip = new Set(['model', 'params', ...SHAPE, ...TIME]);
+  const args = ['--fit', gb + 'G', '--json'];
+  for (const [k, v] of opts) if (!skip.has(k)) { args.push('--' + k); if (v !== null) args.push(v); }
+  if (!opts.some(([k]) => k === 'threads')) args.push('--threads', THREADS_DEFAULT);
+  const r = runPlanner(args, {});
+  if (r.rc !== 0) { $('fit-largest').textContent = r.stderr.trim().split('\n').filter(l => l.startsWith('error')).join(' ') || 'error'; return; }
+  const f = JSON.parse(r.stdout), best = f.models.filter(m => m.fits).pop();
+  $('fit-largest').textContent = best ? best.model : 'none';
+  $('fit-detail').textContent = best ? ` (${best.num_params.toLocaleString('en')} parameters, ${GB(best.device)} on the device per rank)` : '';
+}
+
 function update(what) {
   const opts = options();
   toURL(opts);
+  updateFit(opts);
   const { args, files } = commandLine(opts);
   const timed = args.includes('--time');
   if (timed) args.splice(args.indexOf('--time') + 1, 0, '--trace', '/trace.json');
@@ -250,8 +266,8 @@ function update(what) {
   document.body.dataset.planMs = r.ms.toFixed(2);
   if (r.rc !== 0) {
     const text = r.trap
-      ? 'error: this configuration counts past 2^32 (parameters, or activation elements or bytes) in one of the planner\'s ' +
-        'size_t sums, beyond this 32-bit WebAssembly build: run the command below with ./train_gpt_cpu for its numbers'
+      ? 'error: a count in this configuration does not fit the 32 bits of a C library call or a long in this WebAssembly ' +
+        'build (planner.wasm stopped rather than print a wrapped number): run the command below with ./train_gpt_cpu'
       : r.stderr.trim().split('\n').filter(l => l.startsWith('error')).join('\n') || r.stderr.trim();
     showError(text);
     for (const id of ['device-bytes', 'host-bytes', 'nvme-bytes', 'step-ms']) $(id).textContent = '-';
@@ -296,7 +312,7 @@ function applyDeepSpeed() {
   const world = field('world').value || '1';
   const r = runPlanner(['--ds-config', '/ds_config.json', world], { 'ds_config.json': $('ds-config').value });
   const lines = r.stderr.trim();
-  if (r.rc !== 0) { $('ds-error').textContent = lines; document.body.dataset.ds = 'error'; return; }
+  if (r.rc !== 0) { $('ds-error').textContent = lines.split('\n').filter(l => l.startsWith('error')).join('\n') || lines; document.body.dataset.ds = 'error'; return; }
   const out = r.stdout.split('\n');
   for (let i = 0; i + 1 < out.length; i += 2) setField(out[i].replace(/^--/, ''), out[i + 1]);
   $('ds-error').textContent = lines ? lines : 'filled in from the config';
@@ -330,6 +346,7 @@ async function main() {
   showFields();
   form.addEventListener('change', onChange);
   $('ds-apply').addEventListener('click', applyDeepSpeed);
+  $('fit-gb').addEventListener('change', () => updateFit(options()));
   update(null);
   remember();
   document.body.dataset.ready = '1';

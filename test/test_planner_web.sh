@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The planner page (make planner-web, docs/planner/): built from the trainers' headers, served by a
+# plain static file server, opened in headless Chromium (Debian's, driven by puppeteer-core from
+# web/package-lock.json), and checked against the trainer itself: at least 20 configurations set
+# through the page's own inputs (every stage, offload to cpu and nvme, recompute, fp32/bf16/fp16,
+# Lion, 1 to 1024 ranks, both GPU descriptions) show exactly what `train_gpt_cpu --plan --json`
+# prints (bytes to the byte, times to its digits), the link reproduces each, a configuration the
+# trainer refuses shows its error line, a pasted DeepSpeed config fills the inputs as the trainer's
+# parser reads it, nothing is fetched from outside the folder, a plan takes under 50 ms, and the
+# page weighs under 1 MB. SCREENSHOT=FILE keeps a picture of the page (docs/figures/planner.png).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+chromium=$(command -v chromium || command -v chromium-browser || true)
+if [ -z "$chromium" ]; then echo "skip: no chromium (make setup installs Debian's)"; exit 77; fi
+if [ ! -d web/node_modules/puppeteer-core ]; then echo "FAIL: web/node_modules/puppeteer-core is missing: run make setup"; exit 1; fi
+make -s train_gpt_cpu planner-web
+. test/lib.sh; new_scratch planner_web
+
+bytes=$(cat docs/planner/* | wc -c)
+echo "== the page weighs $bytes bytes (index.html, planner.js, wasi.js, planner.wasm, chart.umd.min.js)"
+[ "$bytes" -lt 1000000 ] || { echo "FAIL: over 1 MB"; exit 1; }
+# the committed page is what this build makes (the README links it)
+git diff --quiet -- docs/planner || echo "(note: docs/planner differs from the committed copy: commit the rebuilt page)"
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+python3 -m http.server "$port" --bind 127.0.0.1 --directory docs/planner >"$d/http.log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null; scratch_cleanup' EXIT
+for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$port/" 2>/dev/null && break; python3 -c 'import time; time.sleep(0.1)'; done
+
+export HOME="$d" # chromium's profile and crash files stay in the scratch directory
+node test/planner_web_check.cjs "http://127.0.0.1:$port/index.html" ./train_gpt_cpu "$chromium" "$d" "${SCREENSHOT:-}"
