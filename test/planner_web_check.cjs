@@ -96,6 +96,7 @@ function expect(ok, what) {
 }
 
 async function setInputs(page, c) {
+  await page.bringToFront(); // (a tab in the background is not drawn: clicks would wait)
   await page.goto(url, { waitUntil: 'load' });
   await page.waitForSelector('body[data-ready="1"]', { timeout: 30000 });
   const order = ['model', 'layers', 'channels', 'heads', 'vocab-size', 'max-seq-len', 'params'];
@@ -135,6 +136,7 @@ const shown = page => page.evaluate(ids => {
   page.on('request', r => { if (!r.url().startsWith(origin) && !r.url().startsWith('data:')) foreign.push(r.url()); });
   page.on('pageerror', e => { failures++; console.log('FAIL: page error: ' + e.message); });
   const planMs = [];
+  const p2 = await browser.newPage(); // opens each configuration's link
 
   for (const c of CONFIGS) {
     const args = trainerArgs(c), what = './train_gpt_cpu ' + args.join(' ');
@@ -160,11 +162,10 @@ const shown = page => page.evaluate(ids => {
     });
     else expect(s['step-ms'] === '-', `${what}: a bare count shows a step time`);
     // the URL is the configuration: a fresh page on it shows the same
-    const p2 = await browser.newPage();
+    await p2.bringToFront();
     await p2.goto(url.replace(/\?.*$/, '') + s.search, { waitUntil: 'load' });
     await p2.waitForSelector('body[data-ready="1"]', { timeout: 30000 });
     const s2 = await shown(p2);
-    await p2.close();
     expect(s2['device-bytes'] === s['device-bytes'] && s2['step-ms'] === s['step-ms'] && s2['host-bytes'] === s['host-bytes'],
            `${what}: the link ${s.search} shows ${s2['device-bytes']} / ${s2['step-ms']}`);
     console.log(`ok ${s.search}  device ${s['device-bytes']}  step ${s['step-ms']} ms  (${s.planMs.toFixed(1)} ms in the page)`);
