@@ -6,7 +6,7 @@
 # Lion, 1 to 1024 ranks, both GPU descriptions) show exactly what `train_gpt_cpu --plan --json`
 # prints (bytes to the byte, times to its digits), the link reproduces each, a configuration the
 # trainer refuses shows its error line, a pasted DeepSpeed config fills the inputs as the trainer's
-# parser reads it, nothing is fetched from outside the folder, a plan takes under 50 ms, and the
+# parser reads it, a 2-rank run's --log draws (its ranks allocated what the page predicts), nothing is fetched from outside the folder, a plan takes under 50 ms, and the
 # page weighs under 1 MB. SCREENSHOT=FILE keeps a picture of the page (docs/figures/planner.png).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +27,13 @@ python3 -m http.server "$port" --bind 127.0.0.1 --directory docs/planner >"$d/ht
 server=$!
 trap 'kill $server 2>/dev/null; scratch_cleanup' EXIT
 for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$port/" 2>/dev/null && break; python3 -c 'import time; time.sleep(0.1)'; done
+
+# a real run to load: 2 ranks, ZeRO-2, a tiny model, one OpenMP thread each (the page's --threads)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS ./train_gpt_cpu --layers 2 --channels 64 --heads 2 \
+  --seq-len 32 --batch 2 --steps 4 --zero-stage 2 --val-every 0 --sample-every 0 --log "$d/run.jsonl" > "$d/run.out" 2>&1 ||
+  { echo "FAIL: the 2-rank run"; tail -5 "$d/run.out"; exit 1; }
+export RUN_LOG="$d/run.jsonl"
 
 export HOME="$d" # chromium's profile and crash files stay in the scratch directory
 node test/planner_web_check.cjs "http://127.0.0.1:$port/index.html" ./train_gpt_cpu "$chromium" "$d" "${SCREENSHOT:-}"

@@ -208,9 +208,10 @@ function describeChange(prev, cur, what) {
   return `${what}: ${parts.length ? parts.join(', ') : 'no change'}`;
 }
 
-// The predicted timeline: the Chrome trace the planner's --trace wrote, one row per stream.
-function drawTimeline(traceText) {
-  const c = $('timeline'), g = c.getContext('2d');
+// The predicted timeline: the Chrome trace the planner's --trace wrote, one row per stream
+// (or a real run's --trace, on another canvas).
+function drawTimeline(traceText, canvas) {
+  const c = canvas || $('timeline'), g = c.getContext('2d');
   let trace;
   try { trace = JSON.parse(traceText); } catch (e) { return; }
   const events = (trace.traceEvents || trace).filter(e => e.ph === 'X' && e.name !== 'step');
@@ -322,6 +323,56 @@ function applyDeepSpeed() {
   remember();
 }
 
+// A real run: its --log (JSON lines: step lines with the loss and times, "memory" events with
+// each rank's allocation by kind) or its --trace (drawn as the prediction is).
+let runChart = null;
+function loadRun(text, name) {
+  $('run-timeline').classList.add('hidden');
+  if (/^\s*\{\s*"traceEvents"/.test(text)) {
+    $('run-timeline').classList.remove('hidden');
+    drawTimeline(text, $('run-timeline'));
+    $('run-summary').textContent = `${name}: the run's timeline (rank 0)`;
+    document.body.dataset.run = 'trace';
+    return;
+  }
+  const steps = [], memory = [];
+  let bad = 0;
+  for (const line of text.split('\n')) {
+    if (!line.trim()) continue;
+    let e;
+    try { e = JSON.parse(line); } catch (err) { bad++; continue; }
+    if (e.step !== undefined && e.loss !== undefined && e.event === undefined) steps.push(e);
+    else if (e.event === 'memory') memory.push(e);
+  }
+  if (!steps.length && !memory.length) {
+    $('run-summary').textContent = `error: ${name}: no step lines and no memory events: not a --log or --trace file`;
+    document.body.dataset.run = 'error';
+    return;
+  }
+  const later = steps.slice(1), mean = later.length ? later.reduce((s, e) => s + e.ms, 0) / later.length : NaN;
+  $('run-summary').textContent = `${name}: ${steps.length} steps` +
+    (steps.length ? `, loss ${steps[0].loss} → ${steps[steps.length - 1].loss}` : '') +
+    (later.length ? `, ${mean.toFixed(1)} ms per step after the first (predicted above: ${$('step-ms').textContent} ms for the inputs' configuration)` : '') +
+    (bad ? ` (${bad} lines not JSON)` : '');
+  $('run-box').classList.toggle('hidden', !steps.length);
+  const data = { labels: steps.map(e => e.step), datasets: [{ label: 'loss', data: steps.map(e => e.loss), borderColor: COLORS[0], pointRadius: 0 }] };
+  if (typeof Chart !== 'undefined') {
+    if (runChart) runChart.destroy();
+    runChart = new Chart($('run-loss'), { type: 'line', data, options: { animation: false, maintainAspectRatio: false, scales: { x: { title: { display: true, text: 'step' } } } } });
+    window.runChart = runChart;
+  }
+  const body = $('run-memory').tBodies[0];
+  body.textContent = '';
+  $('run-memory').classList.toggle('hidden', !memory.length);
+  for (const m of memory) {
+    const tr = body.insertRow();
+    tr.id = 'run-rank-' + m.rank;
+    const total = m.total !== undefined ? m.total : m.device;
+    for (const t of [String(m.rank), String(total), GB(total)]) tr.insertCell().textContent = t;
+  }
+  document.body.dataset.run = 'log';
+}
+
 async function main() {
   const bytes = await (await fetch('planner.wasm')).arrayBuffer();
   module = await WebAssembly.compile(bytes);
@@ -347,6 +398,10 @@ async function main() {
   form.addEventListener('change', onChange);
   $('ds-apply').addEventListener('click', applyDeepSpeed);
   $('fit-gb').addEventListener('change', () => updateFit(options()));
+  $('run-file').addEventListener('change', async ev => {
+    const f = ev.target.files[0];
+    if (f) loadRun(await f.text(), f.name);
+  });
   update(null);
   remember();
   document.body.dataset.ready = '1';
