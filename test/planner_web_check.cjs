@@ -210,6 +210,29 @@ const shown = page => page.evaluate(ids => {
     console.log('ok DeepSpeed config: ' + JSON.stringify(v) + '; refused: ' + pageErr);
   }
 
+  // typed-in hardware: the page writes the description to a file the planner reads; the trainer
+  // reads the same text from a file here. And a description it refuses shows its error line.
+  {
+    await setInputs(page, { model: 'd36', precision: 'bf16', 'zero-stage': '3', world: '16', hardware: 'custom' });
+    const edit = await page.$eval('#hardware-json', e => e.value);
+    const hw = JSON.parse(edit);
+    hw.peak_flops_bf16 = 500e12; hw.devices_per_node = 4; hw.name = 'typed';
+    await page.$eval('#hardware-json', (e, v) => { e.value = v; e.dispatchEvent(new Event('change', { bubbles: true })); }, JSON.stringify(hw));
+    const file = path.join(scratch, 'hw.json');
+    fs.writeFileSync(file, JSON.stringify(hw));
+    const t = runTrainer(['--plan', '--model', 'd36', '--precision', 'bf16', '--zero-stage', '3', '--world', '16', '--hardware', file, '--threads', THREADS, '--time', '--json']);
+    const s = await shown(page);
+    expect(t.rc === 0 && s['step-ms'] === rawNumber(t.out, 'step_ms') && s['device-bytes'] === String(JSON.parse(t.out).device),
+           `typed-in hardware: step-ms ${s['step-ms']}, the trainer ${t.rc === 0 ? rawNumber(t.out, 'step_ms') : t.err}`);
+    delete hw.memory_bandwidth;
+    await page.$eval('#hardware-json', (e, v) => { e.value = v; e.dispatchEvent(new Event('change', { bubbles: true })); }, JSON.stringify(hw));
+    fs.writeFileSync(file, JSON.stringify(hw));
+    const bad = runTrainer(['--plan', '--model', 'd36', '--hardware', file, '--threads', THREADS, '--time', '--json']);
+    const s2 = await shown(page);
+    expect(bad.rc !== 0 && s2.error === bad.err.replace(file, '/hardware.json'), `typed-in hardware without memory_bandwidth: the page says '${s2.error}', the trainer '${bad.err}'`);
+    console.log(`ok typed-in hardware: ${s['step-ms']} ms; refused: ${s2.error}`);
+  }
+
   // --fit: the largest model of the ladder that fits in N GB with the page's settings
   {
     await setInputs(page, { model: 'd12', precision: 'bf16', 'zero-stage': '3', world: '64', 'offload-optimizer': 'cpu', hardware: 'h100-80gb-sxm' });
