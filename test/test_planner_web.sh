@@ -25,8 +25,14 @@ git diff --quiet -- docs/planner || echo "(note: docs/planner differs from the c
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 python3 -m http.server "$port" --bind 127.0.0.1 --directory docs/planner >"$d/http.log" 2>&1 &
 server=$!
-trap 'kill $server 2>/dev/null; scratch_cleanup' EXIT
-for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$port/" 2>/dev/null && break; python3 -c 'import time; time.sleep(0.1)'; done
+trap 'rc=$?; kill $server 2>/dev/null; (exit $rc); scratch_cleanup' EXIT
+python3 - "$port" <<'PY' || { echo "FAIL: the static server did not start"; cat "$d/http.log"; exit 1; }
+import sys, time, urllib.request
+for _ in range(100):
+    try: urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/index.html", timeout=1); sys.exit(0)
+    except OSError: time.sleep(0.1)
+sys.exit(1)
+PY
 
 # a real run to load: 2 ranks, ZeRO-2, a tiny model, one OpenMP thread each (the page's --threads)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
