@@ -40,7 +40,7 @@ PLANNER_WEB := docs/planner
 CHART_JS   := web/node_modules/chart.js/dist/chart.umd.min.js
 planner-web: $(PLANNER_WEB)/planner.wasm $(PLANNER_WEB)/index.html $(PLANNER_WEB)/planner.js $(PLANNER_WEB)/wasi.js \
              $(PLANNER_WEB)/chart.umd.min.js
-$(PLANNER_WEB)/planner.wasm: web/planner_wasm.c web/cjson_subset.c web/wasi/pthread.h web/wasm_ignorelist.txt $(HEADERS)
+$(PLANNER_WEB)/planner.wasm: web/planner_wasm.c web/cjson_subset.c web/wasi/pthread.h web/wasm_ignorelist.txt $(HEADERS) gpu/layout.h
 	@mkdir -p $(PLANNER_WEB)
 	$(WASM_CC) $(WASM_FLAGS) web/planner_wasm.c web/cjson_subset.c -o $(TMP) && mv -f $(TMP) $@
 $(PLANNER_WEB)/index.html $(PLANNER_WEB)/planner.js $(PLANNER_WEB)/wasi.js: $(PLANNER_WEB)/%: web/%

@@ -13,6 +13,9 @@ const path = require('path');
 const puppeteer = require(path.join(__dirname, '..', 'web', 'node_modules', 'puppeteer-core'));
 
 const [url, trainer, chromium, scratch, screenshot] = process.argv.slice(2);
+// The GPU trainer's plan (train_gpt --plan, bf16 build): its CUDA emulator build, which runs the
+// same main (test/bin/train_gpt_emu_bf16; test_gpu_emu builds it too).
+const gpuTrainer = process.env.GPU_TRAINER;
 const THREADS = '1'; // the page's default --threads (a browser cannot know the trainer's cores)
 const GPT3 = { 'gpt3-350m': [24, 1024, 16], 'gpt3-1.3b': [24, 2048, 16], 'gpt3-2.7b': [32, 2560, 32], 'gpt3-13b': [40, 5120, 40], 'gpt3-175b': [96, 12288, 96] };
 
@@ -46,6 +49,15 @@ const CONFIGS = [
   { model: 'gpt3-175b', 'zero-stage': '3', world: '1024', precision: 'bf16', hardware: 'a100-80gb-sxm', network: 'ib-400', batch: '1', 'seq-len': '2048', recompute: 'full', 'offload-optimizer': 'cpu' },
   { model: 'gpt3-350m', 'zero-stage': '2', world: '8', precision: 'bf16', hardware: 'h100-80gb-sxm', 'grad-accum': '8', recompute: 'full' },
 ];
+// The GPU trainer's layout (gpu/layout.h: activations at their element size, host memory for
+// offload and cpu_checkpointing), its default precision bf16.
+const GPU_CONFIGS = [
+  { trainer: 'train_gpt', model: 'd12' },
+  { trainer: 'train_gpt', model: 'd48', 'zero-stage': '3', world: '64', 'offload-optimizer': 'cpu', 'offload-param': 'cpu', hardware: 'h100-80gb-sxm', batch: '8', 'seq-len': '1024' },
+  { trainer: 'train_gpt', model: 'd36', 'zero-stage': '2', world: '8', recompute: 'full', 'cpu-checkpointing': true, hardware: 'a100-80gb-sxm', precision: 'fp16' },
+  { trainer: 'train_gpt', model: 'gpt3-175b', 'zero-stage': '3', world: '1024', 'offload-optimizer': 'nvme', optimizer: 'lion', recompute: 'selective', hardware: 'h100-80gb-sxm', network: 'eth-100', batch: '1', 'seq-len': '2048' },
+].filter(() => gpuTrainer);
+
 // What the trainer refuses (its one line must be the page's error), and what the 32-bit build cannot count.
 const BAD = [
   { model: 'd12', 'zero-stage': '0', 'offload-optimizer': 'cpu' },
@@ -62,6 +74,7 @@ const TIME_IDS = ['step-ms', 'fwd-ms', 'bwd-ms', 'optim-ms', 'exposed-comm-ms', 
 function trainerArgs(c) {
   const a = ['--plan'];
   for (const [k, v] of Object.entries(c)) {
+    if (k === 'trainer') continue;
     if (k === 'model') {
       if (GPT3[v]) a.push('--layers', String(GPT3[v][0]), '--channels', String(GPT3[v][1]), '--heads', String(GPT3[v][2]), '--max-seq-len', '2048');
       else if (v !== 'shape' && v !== 'params') a.push('--model', v);
@@ -70,14 +83,14 @@ function trainerArgs(c) {
     a.push('--' + k);
     if (v !== true) a.push(v);
   }
-  if (!c.threads) a.push('--threads', THREADS);
+  if (!c.threads && c.trainer !== 'train_gpt') a.push('--threads', THREADS);
   if (c.model !== 'params') a.push('--time');
   a.push('--json');
   return a;
 }
-function runTrainer(args) {
+function runTrainer(args, gpu) {
   try {
-    return { rc: 0, out: execFileSync(trainer, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }), err: '' };
+    return { rc: 0, out: execFileSync(gpu ? gpuTrainer : trainer, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }), err: '' };
   } catch (e) {
     return { rc: e.status, out: e.stdout, err: e.stderr.split('\n').filter(l => l.startsWith('error')).join('\n') };
   }
@@ -99,12 +112,13 @@ async function setInputs(page, c) {
   await page.bringToFront(); // (a tab in the background is not drawn: clicks would wait)
   await page.goto(url, { waitUntil: 'load' });
   await page.waitForSelector('body[data-ready="1"]', { timeout: 30000 });
-  const order = ['model', 'layers', 'channels', 'heads', 'vocab-size', 'max-seq-len', 'params'];
+  const order = ['trainer', 'model', 'layers', 'channels', 'heads', 'vocab-size', 'max-seq-len', 'params'];
   const keys = Object.keys(c);
   keys.sort((x, y) => { const i = order.indexOf(x), j = order.indexOf(y); return (i < 0 ? 99 : i) - (j < 0 ? 99 : j); });
   for (const k of keys) {
     const v = c[k];
     if (k === 'model') { await page.select('#model-choice', v); continue; }
+    if (k === 'trainer') { await page.select('#trainer', v); continue; }
     const sel = `[name="${k}"]`;
     const tag = await page.$eval(sel, e => e.tagName + ':' + e.type);
     if (tag.startsWith('SELECT')) await page.select(sel, v);
@@ -138,9 +152,12 @@ const shown = page => page.evaluate(ids => {
   const planMs = [];
   const p2 = await browser.newPage(); // opens each configuration's link
 
-  for (const c of CONFIGS) {
-    const args = trainerArgs(c), what = './train_gpt_cpu ' + args.join(' ');
-    const t = runTrainer(args);
+  let n = 0;
+  for (const c of [...CONFIGS, ...GPU_CONFIGS]) {
+    const linkCheck = n++ % 3 === 0; // (every third: a page load each)
+    const gpu = c.trainer === 'train_gpt';
+    const args = trainerArgs(c), what = (gpu ? './train_gpt ' : './train_gpt_cpu ') + args.join(' ');
+    const t = runTrainer(args, gpu);
     expect(t.rc === 0, `${what}: the trainer refused it: ${t.err}`);
     if (t.rc !== 0) continue;
     const j = JSON.parse(t.out);
@@ -162,12 +179,14 @@ const shown = page => page.evaluate(ids => {
     });
     else expect(s['step-ms'] === '-', `${what}: a bare count shows a step time`);
     // the URL is the configuration: a fresh page on it shows the same
+    if (linkCheck) {
     await p2.bringToFront();
     await p2.goto(url.replace(/\?.*$/, '') + s.search, { waitUntil: 'load' });
     await p2.waitForSelector('body[data-ready="1"]', { timeout: 30000 });
     const s2 = await shown(p2);
     expect(s2['device-bytes'] === s['device-bytes'] && s2['step-ms'] === s['step-ms'] && s2['host-bytes'] === s['host-bytes'],
            `${what}: the link ${s.search} shows ${s2['device-bytes']} / ${s2['step-ms']}`);
+    }
     console.log(`ok ${s.search}  device ${s['device-bytes']}  step ${s['step-ms']} ms  (${s.planMs.toFixed(1)} ms in the page)`);
   }
 

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # The planner page (make planner-web, docs/planner/): built from the trainers' headers, served by a
 # plain static file server, opened in headless Chromium (Debian's, driven by puppeteer-core from
-# web/package-lock.json), and checked against the trainer itself: at least 20 configurations set
+# web/package-lock.json), and checked against the trainers themselves: 30 configurations set
 # through the page's own inputs (every stage, offload to cpu and nvme, recompute, fp32/bf16/fp16,
-# Lion, 1 to 1024 ranks, both GPU descriptions) show exactly what `train_gpt_cpu --plan --json`
-# prints (bytes to the byte, times to its digits), the link reproduces each, a configuration the
-# trainer refuses shows its error line, a pasted DeepSpeed config fills the inputs as the trainer's
-# parser reads it, a 2-rank run's --log draws (its ranks allocated what the page predicts), nothing is fetched from outside the folder, a plan takes under 50 ms, and the
-# page weighs under 1 MB. SCREENSHOT=FILE keeps a picture of the page (docs/figures/planner.png).
+# Lion, 1 to 1024 ranks, both GPU descriptions and a typed-in one; the CPU trainer's layout and
+# the GPU trainer's) show exactly what `train_gpt_cpu --plan --json` (or `train_gpt --plan`, through
+# its CUDA emulator build) prints: bytes to the byte, times to its digits. Also: each link
+# (every third) reproduces its page, a configuration the trainer refuses shows its error line, a pasted
+# DeepSpeed config fills the inputs as the trainer's parser reads it, --fit, a 2-rank run's --log
+# draws (its ranks allocated what the page predicts), nothing is fetched from outside the
+# folder, a plan takes under 50 ms, the page weighs under 1 MB. SCREENSHOT=FILE keeps a picture
+# of the page (docs/figures/planner.png).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 chromium=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$chromium" ]; then echo "skip: no chromium (make setup installs Debian's)"; exit 77; fi
 if [ ! -d web/node_modules/puppeteer-core ]; then echo "FAIL: web/node_modules/puppeteer-core is missing: run make setup"; exit 1; fi
-make -s train_gpt_cpu planner-web
+make -s train_gpt_cpu planner-web test/bin/train_gpt_emu_bf16
+export GPU_TRAINER=test/bin/train_gpt_emu_bf16 # the GPU trainer's --plan (its CUDA emulator build runs the same main)
 . test/lib.sh; new_scratch planner_web
 
 bytes=$(cat docs/planner/* | wc -c)

@@ -28,12 +28,15 @@ const $ = id => document.getElementById(id);
 const form = $('inputs');
 const field = name => form.elements.namedItem(name);
 let module = null, defaults = {}, chart = null, previous = null;
+const defaultsBy = {}; // the planner's defaults for each trainer (the GPU trainer's precision is its build's)
+const trainer = () => $('trainer').value;
+const cpu = () => trainer() === 'train_gpt_cpu';
 
 function runPlanner(args, files) {
   const enc = new TextEncoder(), fs = {};
   for (const [k, v] of Object.entries(files || {})) fs[k] = enc.encode(v);
   const t0 = performance.now();
-  const r = wasiRun(module, args[0] === '--ds-config' ? ['planner', ...args] : ['train_gpt_cpu', '--plan', ...args], fs);
+  const r = wasiRun(module, args[0] === '--ds-config' ? ['planner', ...args] : [trainer(), '--plan', ...args], fs);
   r.ms = performance.now() - t0;
   return r;
 }
@@ -57,7 +60,7 @@ function options() {
     const v = val(k);
     if (v === null || v === '' && k !== 'cpu-checkpointing') continue;
     if (k === 'cpu-checkpointing') { opts.push([k, null]); continue; }
-    if (k === 'threads' ? v !== THREADS_DEFAULT : v !== defaults[k]) opts.push([k, v]);
+    if (k === 'threads' ? cpu() && v !== THREADS_DEFAULT : v !== defaults[k]) opts.push([k, v]);
   }
   if (choice !== 'params') for (const k of TIME) {
     const v = k === 'hardware' && field(k).value === 'custom' ? 'custom' : val(k);
@@ -74,7 +77,7 @@ function commandLine(opts) {
     args.push('--' + k);
     if (v !== null) args.push(v);
   }
-  if (!opts.some(([k]) => k === 'threads')) args.push('--threads', THREADS_DEFAULT);
+  if (cpu() && !opts.some(([k]) => k === 'threads')) args.push('--threads', THREADS_DEFAULT);
   if (modelChoice() !== 'params') args.push('--time');
   args.push('--json');
   return { args, files };
@@ -89,6 +92,7 @@ function setField(name, value) {
 // The URL's state: option names without dashes as keys.
 function toURL(opts) {
   const q = new URLSearchParams();
+  if (!cpu()) q.append('trainer', trainer());
   for (const [k, v] of opts) q.append(k, v === null ? '' : v);
   if (opts.some(([k, v]) => k === 'hardware' && v === 'custom')) q.set('hardware-json', $('hardware-json').value);
   const s = q.toString();
@@ -97,6 +101,7 @@ function toURL(opts) {
 
 function fromURL() {
   const q = new URLSearchParams(location.search);
+  if (q.get('trainer') === 'train_gpt') { $('trainer').value = 'train_gpt'; setDefaults(); }
   for (const k of [...TRAINING, ...TIME]) if (q.has(k)) setField(k, k === 'cpu-checkpointing' ? true : q.get(k));
   if (q.has('hardware-json')) $('hardware-json').value = q.get('hardware-json');
   if (q.has('model')) $('model-choice').value = q.get('model');
@@ -131,6 +136,7 @@ function showFields() {
   $('time-fields').classList.toggle('hidden', choice === 'params');
   $('time-out').classList.toggle('hidden', choice === 'params');
   $('hardware-json').classList.toggle('hidden', field('hardware').value !== 'custom');
+  field('threads').closest('label').classList.toggle('hidden', !cpu());
   if (field('hardware').value === 'custom' && !$('hardware-json').value)
     $('hardware-json').value = JSON.stringify(HARDWARE_TEMPLATE, null, 1);
 }
@@ -245,7 +251,7 @@ function updateFit(opts) {
   const skip = new Set(['model', 'params', ...SHAPE, ...TIME]);
   const args = ['--fit', gb + 'G', '--json'];
   for (const [k, v] of opts) if (!skip.has(k)) { args.push('--' + k); if (v !== null) args.push(v); }
-  if (!opts.some(([k]) => k === 'threads')) args.push('--threads', THREADS_DEFAULT);
+  if (cpu() && !opts.some(([k]) => k === 'threads')) args.push('--threads', THREADS_DEFAULT);
   const r = runPlanner(args, {});
   if (r.rc !== 0) { $('fit-largest').textContent = r.stderr.trim().split('\n').filter(l => l.startsWith('error')).join(' ') || 'error'; return; }
   const f = JSON.parse(r.stdout), best = f.models.filter(m => m.fits).pop();
@@ -262,7 +268,7 @@ function update(what) {
   if (timed) args.splice(args.indexOf('--time') + 1, 0, '--trace', '/trace.json');
   const r = runPlanner(args, files);
   const shown = args.filter((a, i) => a !== '--trace' && args[i - 1] !== '--trace');
-  $('cmdline').textContent = './train_gpt_cpu --plan ' + shown.map(a => (/^[\w.\/=:+-]+$/.test(a) ? a : `'${a}'`)).join(' ');
+  $('cmdline').textContent = `./${trainer()} --plan ` + shown.map(a => (/^[\w.\/=:+-]+$/.test(a) ? a : `'${a}'`)).join(' ');
   $('timing').textContent = `planned in ${r.ms.toFixed(1)} ms`;
   document.body.dataset.planMs = r.ms.toFixed(2);
   if (r.rc !== 0) {
@@ -284,12 +290,14 @@ function update(what) {
 
 function fieldLabel(e) {
   if (e.id === 'model-choice') return 'model';
+  if (e.id === 'trainer') return 'trainer';
   return e.name || e.id;
 }
 function onChange(ev) {
   const e = ev.target;
   if (e.id === 'ds-config') return;
   if (e.id === 'model-choice') modelChanged();
+  if (e.id === 'trainer') switchTrainer();
   showFields();
   const before = previous ? describeInput(e) : null;
   update(before);
@@ -303,7 +311,7 @@ function describeInput(e) {
 }
 function remember() {
   lastValues = {};
-  for (const e of form.elements) if (e.name || e.id === 'model-choice')
+  for (const e of form.elements) if (e.name || e.id === 'model-choice' || e.id === 'trainer')
     lastValues[fieldLabel(e)] = e.type === 'checkbox' ? (e.checked ? 'on' : 'off') : e.value;
 }
 
@@ -373,26 +381,47 @@ function loadRun(text, name) {
   document.body.dataset.run = 'log';
 }
 
+// The current trainer's defaults into the inputs (a new trainer starts from its own defaults,
+// as a new command line would).
+function setDefaults() {
+  defaults = defaultsBy[trainer()];
+  for (const [k, v] of Object.entries(defaults)) if (!SHAPE.includes(k)) setField(k, v);
+  for (const k of SHAPE) field(k).placeholder = defaults[k];
+}
+
+// Another trainer: the inputs left at the old one's defaults take the new one's (precision:
+// the GPU trainer's is its build's, bf16); what the user set stays.
+function switchTrainer() {
+  const old = defaults;
+  defaults = defaultsBy[trainer()];
+  for (const [k, v] of Object.entries(defaults)) {
+    if (SHAPE.includes(k)) { field(k).placeholder = v; continue; }
+    const e = field(k);
+    if (e.value === old[k]) setField(k, v);
+  }
+}
+
 async function main() {
   const bytes = await (await fetch('planner.wasm')).arrayBuffer();
   module = await WebAssembly.compile(bytes);
-  // the trainer's defaults, from the planner itself
-  const d = runPlanner(['--threads', THREADS_DEFAULT, '--time', '--json'], {});
-  const p = JSON.parse(d.stdout);
-  const i = p.input;
-  defaults = {
-    precision: i.precision, optimizer: i.optimizer, 'zero-stage': String(i.zero_stage), world: String(i.world),
-    batch: String(i.batch), 'seq-len': String(i.seq_len), recompute: i.recompute, 'recompute-every': String(i.recompute_every),
-    'offload-optimizer': i.offload_optimizer === 'device' ? 'none' : i.offload_optimizer,
-    'offload-param': i.offload_param === 'device' ? 'none' : i.offload_param,
-    layers: String(i.num_layers), channels: String(i.channels), heads: String(i.num_heads),
-    'vocab-size': String(i.vocab_size), 'max-seq-len': String(i.max_seq_len),
-    hardware: p.hardware, 'grad-accum': String(p.grad_accum), network: '', 'gpus-per-node': '',
-  };
-  for (const [k, v] of Object.entries(defaults)) if (!SHAPE.includes(k)) setField(k, v);
-  for (const k of SHAPE) field(k).placeholder = defaults[k];
+  for (const t of ['train_gpt_cpu', 'train_gpt']) {
+    $('trainer').value = t;
+    const d = runPlanner(['--time', '--json'], {});
+    const p = JSON.parse(d.stdout), i = p.input;
+    defaultsBy[t] = {
+      precision: i.precision, optimizer: i.optimizer, 'zero-stage': String(i.zero_stage), world: String(i.world),
+      batch: String(i.batch), 'seq-len': String(i.seq_len), recompute: i.recompute, 'recompute-every': String(i.recompute_every),
+      'offload-optimizer': i.offload_optimizer === 'device' ? 'none' : i.offload_optimizer,
+      'offload-param': i.offload_param === 'device' ? 'none' : i.offload_param,
+      layers: String(i.num_layers), channels: String(i.channels), heads: String(i.num_heads),
+      'vocab-size': String(i.vocab_size), 'max-seq-len': String(i.max_seq_len),
+      hardware: p.hardware, 'grad-accum': String(p.grad_accum), network: '', 'gpus-per-node': '',
+    };
+  }
+  $('trainer').value = 'train_gpt_cpu';
+  setDefaults();
   setField('threads', THREADS_DEFAULT);
-  $('model-choice').value = i.model && PRESETS.includes(i.model) ? i.model : 'd12';
+  $('model-choice').value = 'd12';
   fromURL();
   showFields();
   form.addEventListener('change', onChange);

@@ -8,6 +8,10 @@
 // train_gpt_cpu.c hands it over. Nothing here parses options, so the page follows whatever the
 // planner's command line becomes.
 //
+// argv[0] names the trainer whose plan it is, as the two binaries differ: "train_gpt" plans with
+// the GPU trainer's PlanBackend (gpu/layout.h, its default bf16 build's), anything else with the
+// CPU trainer's.
+//
 // `planner.wasm --ds-config FILE WORLD` is the one addition: it reads a DeepSpeed config with
 // the trainer's parser (run/ds_config.h) and prints the plan options it resolves to, one
 // "--name value" per line (see ds_options below), or the trainer's error line.
@@ -118,6 +122,7 @@ static FILE *zc_wasm_open_memstream(char **buf, zc_wasm_size_t *len) {
 // headers above, which it includes, are in already; zero.h's unsigned long counters stay as they are)
 #define long long long
 #include "cpu/workspace.h"
+#include "gpu/layout.h"
 #undef long
 
 static void ds_out(const char *name, const char *value) { printf("--%s\n%s\n", name, value); }
@@ -146,7 +151,10 @@ static int ds_options(const char *path, const char *world_s) {
 int main(int argc, char **argv) {
     int rc;
     if (argc == 4 && !strcmp(argv[1], "--ds-config")) rc = ds_options(argv[2], argv[3]);
-    else rc = planner_main(argc, argv, &cpu_plan_backend);
+    else if (!strcmp(argv[0], "train_gpt")) { // the GPU trainer's plan, as its default (bf16) build hands it over
+        PlanBackend gpu = gpu_plan_backend(ZC_BF16);
+        rc = planner_main(argc, argv, &gpu);
+    } else rc = planner_main(argc, argv, &cpu_plan_backend);
     fflush(NULL);
     return rc;
 }
