@@ -23,8 +23,33 @@ TMP      = $@.$$$$.part
 HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
-.PHONY: all test bench bench-ranks bench-optimizer bench-recompute nvme-demo setup clean data fuzz gpu_check gpu_pack gpu_session soak docs-figures FORCE
+.PHONY: planner-web all test bench bench-ranks bench-optimizer bench-recompute nvme-demo setup clean data fuzz gpu_check gpu_pack gpu_session soak docs-figures FORCE
 all: train_gpt_cpu
+
+# The planner as a web page (docs/planner/, issue 43): `train_gpt_cpu --plan` compiled to
+# WebAssembly from the same headers with clang's wasm32-wasi target, wasi-libc and wasm-ld
+# (Debian's clang, wasi-libc, lld, libclang-rt-14-dev-wasm32: `make setup`), the page's
+# script and a Chart.js pinned in web/package-lock.json (`make setup` runs npm ci in web/),
+# copied beside it: the page fetches nothing else, so any static server (scripts/serve_planner.sh)
+# serves it offline. web/planner_wasm.c says how; web/wasm_ignorelist.txt why it traps on overflow.
+WASM_CC    ?= clang
+WASM_FLAGS := --target=wasm32-wasi -Os -std=c11 -D_GNU_SOURCE -DO_DIRECT=0 -Wall -Wextra -Werror -I. -Iweb/wasi \
+              -fsanitize=unsigned-integer-overflow,signed-integer-overflow,float-cast-overflow,implicit-integer-truncation \
+              -fsanitize-trap=all -fsanitize-ignorelist=web/wasm_ignorelist.txt -Wl,--strip-all
+PLANNER_WEB := docs/planner
+CHART_JS   := web/node_modules/chart.js/dist/chart.umd.min.js
+planner-web: $(PLANNER_WEB)/planner.wasm $(PLANNER_WEB)/index.html $(PLANNER_WEB)/planner.js $(PLANNER_WEB)/wasi.js \
+             $(PLANNER_WEB)/chart.umd.min.js
+$(PLANNER_WEB)/planner.wasm: web/planner_wasm.c web/cjson_subset.c web/wasi/pthread.h web/wasm_ignorelist.txt $(HEADERS) gpu/layout.h
+	@mkdir -p $(PLANNER_WEB)
+	$(WASM_CC) $(WASM_FLAGS) web/planner_wasm.c web/cjson_subset.c -o $(TMP) && mv -f $(TMP) $@
+$(PLANNER_WEB)/index.html $(PLANNER_WEB)/planner.js $(PLANNER_WEB)/wasi.js: $(PLANNER_WEB)/%: web/%
+	@mkdir -p $(PLANNER_WEB)
+	cp $< $(TMP) && mv -f $(TMP) $@
+$(PLANNER_WEB)/chart.umd.min.js: web/package-lock.json
+	@[ -f $(CHART_JS) ] || { echo "error: $(CHART_JS) is missing: run make setup (npm ci in web/)"; exit 1; }
+	@mkdir -p $(PLANNER_WEB)
+	cp $(CHART_JS) $(TMP) && mv -f $(TMP) $@
 
 setup:
 	bash scripts/setup.sh

@@ -3,7 +3,10 @@
 # Idempotent: packages already present are skipped, so it is cheap to run again.
 set -euo pipefail
 pkgs=(build-essential openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-pthread libopenblas-openmp-dev
-      libcjson-dev python3-torch python3-numpy python3-matplotlib clang libclang-rt-14-dev bc iproute2 util-linux procps)
+      libcjson-dev python3-torch python3-numpy python3-matplotlib clang libclang-rt-14-dev bc iproute2 util-linux procps
+      wasi-libc lld libclang-rt-14-dev-wasm32 chromium)
+# (wasi-libc, lld and clang's wasm32 runtime build the planner page, make planner-web; Debian's
+# chromium is the browser test_planner_web drives)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -26,4 +29,13 @@ if command -v npm >/dev/null && [ -f "$root/data/package-lock.json" ] && [ ! -d 
   echo "setup: npm ci in data/"
   npm ci --prefix "$root/data" --no-audit --no-fund >/dev/null ||
     echo "setup: npm ci failed (no registry access?); data tests that need node will skip"
+fi
+
+# The planner page's chart library (vendored into docs/planner/ by make planner-web) and the
+# browser driver of test_planner_web (puppeteer-core, which drives Debian's chromium and
+# downloads no browser of its own), pinned by web/package-lock.json.
+if command -v npm >/dev/null && [ -f "$root/web/package-lock.json" ] && [ ! -d "$root/web/node_modules" ]; then
+  echo "setup: npm ci in web/"
+  npm ci --prefix "$root/web" --no-audit --no-fund >/dev/null ||
+    echo "setup: npm ci in web/ failed (no registry access?); test_planner_web will fail"
 fi

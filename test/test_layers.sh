@@ -9,7 +9,7 @@
 #   3 ZeRO: zero.h
 #   4 the run: run/*.h
 #   5 the backends: cpu/*, gpu/*
-#   6 the trainers: train_gpt_cpu.c, train_gpt.cu
+#   6 the trainers: train_gpt_cpu.c, train_gpt.cu; and the planner page's program, web/planner_wasm.c
 # Also: the root holds exactly the project's card (no stray header), and the model description
 # and the optimizer name no backend and no option.
 set -uo pipefail
@@ -22,9 +22,9 @@ def layer(path):
     if path == "zero.h": return 3
     if path.startswith("run/"): return 4
     if path.startswith(("cpu/", "gpu/")): return 5
-    if path in ("train_gpt_cpu.c", "train_gpt.cu"): return 6
+    if path in ("train_gpt_cpu.c", "train_gpt.cu", "web/planner_wasm.c"): return 6
     return None
-files = ["mixed_precision.h", "zero.h", "dataloader.h", "train_gpt_cpu.c", "train_gpt.cu"] + \
+files = ["mixed_precision.h", "zero.h", "dataloader.h", "train_gpt_cpu.c", "train_gpt.cu", "web/planner_wasm.c"] + \
         sorted(glob.glob("core/*.h") + glob.glob("run/*.h") + glob.glob("cpu/*.h") + glob.glob("gpu/*.h") +
                glob.glob("gpu/*.cuh") + glob.glob("data/*.h"))
 fails = 0
@@ -45,7 +45,7 @@ for f in files:
             print(f"FAIL {f}:{n} (layer {lf}) includes {inc} (layer {li}): an include that points up or across"); fails += 1
 # the root: exactly the card
 card = {"Makefile", "README.md", "train_gpt.cu", "train_gpt_cpu.c", "zero.h", "mixed_precision.h", "dataloader.h",
-        "data", "scripts", "test", "docs", "core", "run", "cpu", "gpu"}
+        "data", "scripts", "test", "docs", "core", "run", "cpu", "gpu", "web"}
 tracked = {p.split("/")[0] for p in os.popen("git ls-files").read().split() if not p.startswith(".")}
 for extra in sorted(tracked - card):
     print(f"FAIL the root holds {extra}, which is not on the project's card"); fails += 1
