@@ -793,10 +793,14 @@ static inline int config_parse_as(TrainConfig *c, int argc, char **argv, int pro
     }
     int shape_given = 0, bare = c->plan.params > 0; // a bare count's shape describes only its activations
     for (int k = CK_LAYERS; k <= CK_VOCAB_SIZE; k++) shape_given |= config_given(c, k);
-    int sources = (c->init_path != NULL) + (c->model_name != NULL) + (shape_given && !bare) + (c->resume_path != NULL) + bare;
+    int sources = (c->init_path != NULL) + (c->model_name != NULL) + (shape_given && !bare) + (c->resume_path != NULL);
     if (sources > 1) {
-        fprintf(stderr, "error: --resume, --init, --model%s and --layers/--channels/--heads/--max-seq-len/--vocab-size "
-                        "each define the model; give only one of them\n", program == CU_TRAIN ? "" : ", --params");
+        fprintf(stderr, "error: --resume, --init, --model and --layers/--channels/--heads/--max-seq-len/--vocab-size "
+                        "each define the model; give only one of them\n");
+        return -1;
+    }
+    if (bare && sources) {
+        fprintf(stderr, "error: --params and --resume/--init/--model each define the model; give only one of them\n");
         return -1;
     }
     return 0;
