@@ -704,11 +704,11 @@ static inline int planner_fit(const PlanInput *base, double bytes, int json) {
 // --plan --help: the rows --plan takes (config_help), the trainer's in its words.
 static inline void planner_help(const TrainConfig *defaults, const char *prog) {
     printf("usage: %s --plan [options]    print each rank's memory for a training run; allocates nothing\n"
-           "(the trainer's options that change the memory or the step time, with their meaning and checks,\n"
-           "and the plan's own; a GPT-2 shape is exact, the trainer's layout; a bare --params count gets\n"
-           "the textbook's formulas, and with --offload a GPU's placement)\n", prog);
+           "(the trainer's options that change the memory or the step time, with the trainer's meaning and\n"
+           "checks, and the plan's own, last; a GPT-2 shape is exact, as the trainer lays it out, a bare\n"
+           "--params count gets the textbook's formulas)\n", prog);
     config_help(defaults, CU_PLAN);
-    printf("sizes are bytes per rank; the table's human units are decimal (1 GB = 1e9 bytes)\n");
+    printf("\nsizes are bytes per rank; the table's human units are decimal (1 GB = 1e9 bytes)\n");
 }
 
 // --plan's settings after its command line: the model (a checkpoint's, or a bare count's), the
