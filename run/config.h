@@ -91,18 +91,20 @@ enum { DSX_T_BOOL, DSX_T_SIZE, DSX_T_REAL }; // REAL: a number > 0
     DS_ROW(PARAM_BUFFER_COUNT, "zero_optimization.offload_param.buffer_count", DSX_T_SIZE, 5, \
            "not used: one pool of --nvme-buffers sets (offload_optimizer.buffer_count) serves both streams") \
     DS_ROW(MAX_IN_CPU, "zero_optimization.offload_param.max_in_cpu", DSX_T_SIZE, 1e9, \
-           "not used: a shard on NVMe is read unit by unit into one host slice per gather buffer, nothing cached beyond") \
+           "not used: a shard on NVMe is read unit by unit into one host slice per gather buffer, " \
+           "nothing cached beyond") \
     DS_ROW(AIO_SINGLE_SUBMIT, "aio.single_submit", DSX_T_BOOL, 0, \
            "not used: each I/O thread submits its requests one at a time (pread/pwrite)") \
     DS_ROW(AIO_OVERLAP_EVENTS, "aio.overlap_events", DSX_T_BOOL, 1, \
            "honoured as true: reads ahead and writes behind overlap the update (false is ignored)") \
     DS_ROW(PARTITION_ACTIVATIONS, "activation_checkpointing.partition_activations", DSX_T_BOOL, 0, \
-           "nothing to partition: DeepSpeed splits activations that model-parallel ranks hold in duplicate; with data " \
-           "parallelism alone each rank's activations are its own micro-batch's, held once") \
+           "nothing to partition: DeepSpeed splits activations that model-parallel ranks hold in duplicate; " \
+           "with data parallelism alone each rank's activations are its own micro-batch's, held once") \
     DS_ROW(CONTIGUOUS_MEMORY_OPTIMIZATION, "activation_checkpointing.contiguous_memory_optimization", DSX_T_BOOL, 0, \
            "honoured as true: the kept inputs live in one preallocated block (false is ignored)") \
     DS_ROW(NUMBER_CHECKPOINTS, "activation_checkpointing.number_checkpoints", DSX_T_SIZE, 0, \
-           "full recompute keeps N layer inputs: --recompute-every ceil(L/N) (0 here: DeepSpeed's null, every layer's)") \
+           "full recompute keeps N layer inputs: --recompute-every ceil(L/N) (0 here: DeepSpeed's null, " \
+           "every layer's)") \
     DS_ROW(SYNCHRONIZE_CHECKPOINT_BOUNDARY, "activation_checkpointing.synchronize_checkpoint_boundary", DSX_T_BOOL, 0, \
            "not needed: checkpoint copies are ordered by events (GPU) or synchronous (CPU); true changes nothing") \
     DS_ROW(PROFILE, "activation_checkpointing.profile", DSX_T_BOOL, 0, \
@@ -148,23 +150,23 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
            "GPT-2 from scratch: d12 (124M), d24 (350M), d36 (774M), d48 (1558M)", NULL) \
     CO_NUM("layers", LAYERS, CU_TRAIN | CU_MEM | CU_TIME, OT_INT, model.num_layers, 4, 1, GPT2_MAX_LAYERS, NULL, "N", \
            "explicit shape from scratch", NULL, NULL) \
-    CO_NUM("channels", CHANNELS, CU_TRAIN | CU_MEM | CU_TIME, OT_INT, model.channels, 256, 1, 1 << 16, NULL, "N", "width", \
-           NULL, NULL) \
-    CO_NUM("heads", HEADS, CU_TRAIN | CU_MEM | CU_TIME, OT_INT, model.num_heads, 4, 1, 1 << 12, NULL, "N", "attention heads", \
-           NULL, NULL) \
-    CO_NUM("max-seq-len", MAX_SEQ_LEN, CU_TRAIN | CU_MEM | CU_TIME, OT_INT, model.max_seq_len, 256, 1, 1 << 20, NULL, "N", \
-           "positions (wpe's rows)", NULL, NULL) \
-    CO_NUM("vocab-size", VOCAB_SIZE, CU_TRAIN | CU_MEM | CU_TIME, OT_INT, model.vocab_size, 50257, 1, 65536, NULL, "N", \
-           "padded to a multiple of 128", NULL, NULL) \
+    CO_NUM("channels", CHANNELS, CU_TRAIN | CU_MEM | CU_TIME, OT_INT, model.channels, 256, 1, 1 << 16, NULL, \
+           "N", "width", NULL, NULL) \
+    CO_NUM("heads", HEADS, CU_TRAIN | CU_MEM | CU_TIME, OT_INT, model.num_heads, 4, 1, 1 << 12, NULL, \
+           "N", "attention heads", NULL, NULL) \
+    CO_NUM("max-seq-len", MAX_SEQ_LEN, CU_TRAIN | CU_MEM | CU_TIME, OT_INT, model.max_seq_len, 256, 1, 1 << 20, \
+           NULL, "N", "positions (wpe's rows)", NULL, NULL) \
+    CO_NUM("vocab-size", VOCAB_SIZE, CU_TRAIN | CU_MEM | CU_TIME, OT_INT, model.vocab_size, 50257, 1, 65536, \
+           NULL, "N", "padded to a multiple of 128", NULL, NULL) \
     CO_STR("train-data", TRAIN_DATA, CU_TRAIN, train_data, "data/brown_train_*.bin", "data", "GLOB", \
            "token shards to train on (the data and tokenizer defaults: from the\n" \
            "working directory, else next to the program)", NULL) \
-    CO_STR("val-data", VAL_DATA, CU_TRAIN, val_data, "data/brown_val_*.bin", NULL, "GLOB", "token shards to validate on", \
-           NULL) \
+    CO_STR("val-data", VAL_DATA, CU_TRAIN, val_data, "data/brown_val_*.bin", NULL, "GLOB", \
+           "token shards to validate on", NULL) \
     CO_STR("tokenizer", TOKENIZER, CU_TRAIN, tokenizer_path, "data/gpt2_tokenizer.bin", NULL, "FILE", \
            "for printing samples as text", NULL) \
-    CO_FLAG("no-shuffle", SHUFFLE, CU_TRAIN, no_shuffle, NULL, "read sequences in file order (default: shuffled per epoch)", \
-            NULL) \
+    CO_FLAG("no-shuffle", SHUFFLE, CU_TRAIN, no_shuffle, NULL, \
+            "read sequences in file order (default: shuffled per epoch)", NULL) \
     CO_NUM("batch", BATCH, CU_TRAIN | CU_MEM | CU_TIME, OT_INT, batch, 8, 1, 1 << 20, "batch and steps", "B", \
            "sequences per micro-step per process", "train_micro_batch_size_per_gpu", NULL) \
     CO_NUM("seq-len", SEQ_LEN, CU_TRAIN | CU_MEM | CU_TIME, OT_INT, seq_len, 64, 1, 1 << 20, NULL, "T", \
@@ -178,14 +180,16 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
     CO_NUM("steps", STEPS, CU_TRAIN, OT_INT, steps, 100, 0, 1 << 30, NULL, "N", "optimizer steps", NULL, NULL) \
     CO_CHOICE("optimizer", OPTIMIZER, CU_TRAIN | CU_MEM | CU_TIME, optimizer, OPT_ADAMW, optimizer_names, OPT_NUM, \
               "optimizer", "O", "adamw | lion | sgd-momentum | sgd (optimizer.h)", NULL, NULL) \
-    CO_NUM("lr", LR, CU_TRAIN, OT_FLOAT, lr, 1e-3f, 0, 1e3, NULL, "X", "peak learning rate", "optimizer.params.lr", NULL) \
+    CO_NUM("lr", LR, CU_TRAIN, OT_FLOAT, lr, 1e-3f, 0, 1e3, NULL, "X", "peak learning rate", \
+           "optimizer.params.lr", NULL) \
     CO_CHOICE("lr-schedule", LR_SCHEDULE, CU_TRAIN, lr_schedule, LR_COSINE, lr_schedule_names, LR_NUM_SCHEDULES, NULL, \
               "S", "constant | linear | cosine after a linear warmup, or DeepSpeed's\n" \
               "WarmupLR | WarmupDecayLR | WarmupCosineLR", NULL, NULL) \
     CO_NUM("warmup", WARMUP, CU_TRAIN, OT_INT, warmup, 10, 0, 1 << 30, NULL, "N", "warmup steps", \
            "scheduler.params.warmup_num_steps", NULL) \
     CO_NUM("min-lr-frac", MIN_LR_FRAC, CU_TRAIN, OT_FLOAT, min_lr_frac, 0.1f, 0, 1, NULL, "X", \
-           "final lr as a fraction of the peak; WarmupCosineLR's cos_min_ratio", "scheduler.params.cos_min_ratio", NULL) \
+           "final lr as a fraction of the peak; WarmupCosineLR's cos_min_ratio", \
+           "scheduler.params.cos_min_ratio", NULL) \
     CO_NUM("warmup-min-lr", WARMUP_MIN_LR, CU_TRAIN, OT_FLOAT, warmup_min_lr, 0, 0, 1e3, NULL, "X", \
            "WarmupLR, WarmupDecayLR: lr the warmup starts from", "scheduler.params.warmup_min_lr", NULL) \
     CO_CHOICE("warmup-type", WARMUP_TYPE, CU_TRAIN, warmup_type, LR_WARMUP_LOG, lr_warmup_type_names, 2, NULL, "T", \
@@ -199,8 +203,8 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
     CO_NUM("beta1", BETA1, CU_TRAIN, OT_FLOAT, beta1, 0.9f, 0, 0.999999, NULL, "X", "AdamW, Lion", NULL, NULL) \
     CO_NUM("beta2", BETA2, CU_TRAIN, OT_FLOAT, beta2, 0.95f, 0, 0.999999999, NULL, "X", "AdamW, Lion", NULL, NULL) \
     CO_NUM("eps", EPS, CU_TRAIN, OT_FLOAT, eps, 1e-8f, 1e-30, 1, NULL, "X", "AdamW", "optimizer.params.eps", NULL) \
-    CO_CHOICE("bias-correction", BIAS_CORRECTION, CU_TRAIN, bias_correction, 1, config_off_on_names, 2, NULL, "on|off", \
-              "AdamW: divide the moments by 1 - beta^t (on, torch's) or not (off:\n" \
+    CO_CHOICE("bias-correction", BIAS_CORRECTION, CU_TRAIN, bias_correction, 1, config_off_on_names, 2, \
+              NULL, "on|off", "AdamW: divide the moments by 1 - beta^t (on, torch's) or not (off:\n" \
               "DeepSpeed's optimizer.params.bias_correction false, BERT's configs)", NULL, NULL) \
     CO_NUM("momentum", MOMENTUM, CU_TRAIN, OT_FLOAT, momentum, 0.9f, 0, 0.999999, NULL, "X", "sgd-momentum", \
            "optimizer.params.momentum", NULL) \
@@ -212,8 +216,8 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
               "in 16 bits, fp32 master weights and optimizer state", NULL, NULL) \
     CO_NUM("loss-scale", LOSS_SCALE, CU_TRAIN, OT_FLOAT, loss_scale, 0, 0, 1e38, NULL, "X", \
            "fp16: a static loss scale; 0 = dynamic", "fp16.loss_scale", NULL) \
-    CO_NUM("initial-scale-power", INITIAL_SCALE_POWER, CU_TRAIN, OT_INT, initial_scale_power, 16, -126, 127, NULL, "N", \
-           "fp16 dynamic scale starts at 2^N", "fp16.initial_scale_power", NULL) \
+    CO_NUM("initial-scale-power", INITIAL_SCALE_POWER, CU_TRAIN, OT_INT, initial_scale_power, 16, -126, 127, \
+           NULL, "N", "fp16 dynamic scale starts at 2^N", "fp16.initial_scale_power", NULL) \
     CO_NUM("loss-scale-window", LOSS_SCALE_WINDOW, CU_TRAIN, OT_INT, loss_scale_window, 1000, 1, 1 << 30, NULL, "N", \
            "fp16: double the scale after N steps without overflow", "fp16.loss_scale_window", NULL) \
     CO_NUM("hysteresis", HYSTERESIS, CU_TRAIN, OT_INT, hysteresis, 2, 1, 1 << 30, NULL, "N", \
@@ -230,8 +234,8 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
               "full keeps each layer's input and recomputes the layer in its\n" \
               "backward; selective keeps the matmuls' outputs and recomputes\n" \
               "the LayerNorms, attention and GELU", NULL, NULL) \
-    CO_NUM("recompute-every", RECOMPUTE_EVERY, CU_TRAIN | CU_MEM, OT_INT, recompute_every, 1, 1, GPT2_MAX_LAYERS, NULL, \
-           "K", "full: keep every K-th layer's input, recompute K layers at a\n" \
+    CO_NUM("recompute-every", RECOMPUTE_EVERY, CU_TRAIN | CU_MEM, OT_INT, recompute_every, 1, 1, \
+           GPT2_MAX_LAYERS, NULL, "K", "full: keep every K-th layer's input, recompute K layers at a\n" \
            "time (sqrt(L) schedules; for GPT-2, K = 1 keeps the fewest bytes)", NULL, NULL) \
     CO_FLAG("cpu-checkpointing", CPU_CHECKPOINTING, CU_TRAIN | CU_MEM, cpu_checkpointing, NULL, \
             "full: the GPU trainer keeps the inputs in pinned host memory\n" \
@@ -251,10 +255,11 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
            "DIR/latest, and DIR/model_N.bin (llm.c format), at the end", NULL) \
     CO_NUM("save-every", SAVE_EVERY, CU_TRAIN, OT_INT, save_every, 0, 0, 1 << 30, NULL, "N", "and every N steps", \
            NULL, NULL) \
-    CO_CHOICE("on-save-error", ON_SAVE_ERROR, CU_TRAIN, on_save_error_continue, 0, config_on_save_error_names, 2, NULL, \
-              "A", "a save that fails (disk full...): stop the run (exit 1) | continue\n" \
+    CO_CHOICE("on-save-error", ON_SAVE_ERROR, CU_TRAIN, on_save_error_continue, 0, config_on_save_error_names, \
+              2, NULL, "A", "a save that fails (disk full...): stop the run (exit 1) | continue\n" \
               "without it; either way `latest` keeps naming the last good one", NULL, NULL) \
-    CO_STR("log", LOG, CU_TRAIN, log_path, NULL, NULL, "FILE", "JSON lines: one object per step and per validation", NULL) \
+    CO_STR("log", LOG, CU_TRAIN, log_path, NULL, NULL, "FILE", \
+           "JSON lines: one object per step and per validation", NULL) \
     CO_STR("trace", TRACE, CU_TRAIN | CU_TIME | CU_WITH_TIME, trace_path, NULL, NULL, "FILE", \
            "a timeline of every rank (Chrome trace JSON: open it in Perfetto or\n" \
            "chrome://tracing): units' forward and backward, collectives, waits,\n" \
@@ -282,11 +287,12 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
               "none | cpu | nvme: the fp32 master weights and optimizer state live in\n" \
               "host memory and are updated there (ZeRO-Offload; stages 1-3)", \
               "zero_optimization.offload_optimizer.device", "\"none\", \"cpu\" or \"nvme\"") \
-    CO_CHOICE("offload-param", OFFLOAD_PARAM, CU_TRAIN | CU_MEM | CU_TIME, offload_param, 0, config_offload_names, 3, NULL, \
-              "D", "none | cpu | nvme: stage 3's 16-bit parameter shard lives in host memory", \
+    CO_CHOICE("offload-param", OFFLOAD_PARAM, CU_TRAIN | CU_MEM | CU_TIME, offload_param, 0, config_offload_names, \
+              3, NULL, "D", "none | cpu | nvme: stage 3's 16-bit parameter shard lives in host memory", \
               "zero_optimization.offload_param.device", "\"none\", \"cpu\" or \"nvme\"") \
     CO_FLAG("pin-memory", PIN_MEMORY, CU_TRAIN, pin_memory, NULL, \
-            "offloaded host memory is page-locked (DeepSpeed's pin_memory)", "zero_optimization.offload_optimizer.pin_memory") \
+            "offloaded host memory is page-locked (DeepSpeed's pin_memory)", \
+            "zero_optimization.offload_optimizer.pin_memory") \
     CO_STR("nvme-path", NVME_PATH, CU_TRAIN, nvme_path, NULL, NULL, "DIR", \
            "with nvme offload: each rank's files go in a directory of its own\n" \
            "under DIR (made at the start, removed at a clean exit)", "zero_optimization.offload_optimizer.nvme_path") \
@@ -324,7 +330,8 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
     CO_NUM("threads", THREADS, CU_PLAN, OT_INT, plan.threads, 0, 1, 1 << 16, NULL, "N", \
            "the CPU trainer's OpenMP threads per rank (0: OMP_NUM_THREADS, else\n" \
            "this machine's cores / --world), which size its bf16 matmul scratch", NULL, NULL) \
-    CO_FLAG("json", JSON, CU_PLAN, plan.json, NULL, "one JSON object, bytes per rank (by kind, and by where they live)", NULL) \
+    CO_FLAG("json", JSON, CU_PLAN, plan.json, NULL, \
+            "one JSON object, bytes per rank (by kind, and by where they live)", NULL) \
     CO_NUM("fit", FIT, CU_PLAN, OT_COUNT, plan.fit, 0, 1, 1e16, NULL, "BYTES", \
            "the largest of a ladder of GPT-2-shaped models (GPT-2's, then GPT-3's\n" \
            "sizes) whose device bytes per rank fit in BYTES (80e9, 80G)", NULL, NULL) \
@@ -441,7 +448,11 @@ typedef struct TrainConfig {
     int program;          // whose options config_parse read: CU_TRAIN (the trainer) or CU_PLAN (--plan)
     // --plan's own settings (planner.h): --plan, --time, --json, --threads, --gpus-per-node, --params
     // (a bare count, 0: the GPT-2 shape), --fit (bytes, 0: none), --hardware, --network, --calibrate
-    struct { int on, time, json, threads, per_node; double params, fit; const char *hardware, *network, *calibrate; } plan;
+    struct {
+        int on, time, json, threads, per_node;
+        double params, fit;
+        const char *hardware, *network, *calibrate;
+    } plan;
 } TrainConfig;
 
 // ----------------------------------------------------------------------------------------
@@ -779,7 +790,8 @@ static inline int config_parse_as(TrainConfig *c, int argc, char **argv, int pro
         }
         if (idx == CK_OPTIONS) return 1;
         if (!config_takes(c, idx)) {
-            if (program == CU_TRAIN) fprintf(stderr, "error: --%s: only with --plan (see --plan --help)\n", opts[idx].name);
+            if (program == CU_TRAIN)
+                fprintf(stderr, "error: --%s: only with --plan (see --plan --help)\n", opts[idx].name);
             else fprintf(stderr, "error: --%s: not a --plan option: it changes neither the memory nor the step time "
                                  "(see --plan --help)\n", opts[idx].name);
             return -1;
