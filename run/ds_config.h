@@ -14,12 +14,10 @@
 //   int ds_config_apply_text(TrainConfig *c, const char *name, const char *text, size_t len,
 //                            int world, int strict)
 //     The same from memory (name is used in messages only): the fuzz target's entry point.
-//   void config_print_resolved(FILE *f, const TrainConfig *c)
-//     Every setting, its value and its source (default, command line, the file, derived), what
-//     "auto" became, and for DeepSpeed's ZeRO tuning keys whether this trainer honours them.
-//   void config_log_resolved(FILE *f, const TrainConfig *c)
-//     The same as one JSON line: {"event":"config","deepspeed":FILE,"world":N,"settings":{
-//     "lr":{"value":0.001,"source":"default","file_key":"optimizer.params.lr","auto":true},...}}
+//   The resolved configuration (every setting, its value and source, what "auto" became, and
+//   for DeepSpeed's ZeRO tuning keys whether this trainer honours them) is config.h's, with the
+//   options: config_print_resolved() and config_log_resolved(); so is the table of the DeepSpeed
+//   settings that have no option (CONFIG_DS_ROWS, ds_extras()).
 //
 // Semantics (docs/deepspeed_config.md has the table):
 //   - A value in the file wins over the default. The command line overrides the file only where
@@ -89,16 +87,6 @@ static inline int ds_unhonoured(const DsCtx *x, const char *path, const char *fm
     return x->strict ? -1 : 0;
 }
 
-// prefix.key into buf, printable (keys come from the file: no control bytes reach the terminal).
-// (Long keys are cut at n - 1 bytes.)
-static inline void ds_cat(char *buf, size_t n, const char *a, const char *b, const char *c) {
-    const char *parts[3] = {a, b, c};
-    size_t k = 0;
-    for (int i = 0; i < 3; i++)
-        for (const char *p = parts[i]; p && *p && k + 1 < n; p++)
-            buf[k++] = (unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f ? '?' : *p;
-    buf[k] = 0;
-}
 static inline void ds_join(char *buf, size_t n, const char *prefix, const char *key) {
     ds_cat(buf, n, prefix, prefix && *prefix ? "." : "", key ? key : "?");
 }
@@ -250,20 +238,6 @@ static inline int ds_no_duplicates(const DsCtx *x, const cJSON *v, const char *p
 // ---------------------------------------------------------------------------------------------
 // Settling a file value against the command line.
 
-// A setting's current value as text ("0.001", "8", "cosine", "true").
-static inline const char *ds_setting_str(const TrainConfig *c, int key, char *buf, size_t n) {
-    double num;
-    const char *str;
-    switch (config_value(c, key, &num, &str)) {
-    case CV_STR: snprintf(buf, n, "%s", str ? str : "(none)"); break;
-    case CV_FLOAT: config_float_str(buf, n, num); break;
-    case CV_BOOL: snprintf(buf, n, "%s", num != 0.0 ? "true" : "false"); break;
-    case CV_NUM: snprintf(buf, n, "%.15g", num); break;
-    default: snprintf(buf, n, "?"); break;
-    }
-    return buf;
-}
-
 // The file says "auto" (or leaves the key out, which is the same): the command line or default stays.
 static inline void ds_auto(const DsCtx *x, int key, const char *path) {
     x->c->file_said[key] = CFG_FILE_AUTO;
@@ -278,7 +252,7 @@ static inline int ds_settle(const DsCtx *x, int key, const char *path, const cha
         char cli[64];
         ds_error(x, path, "the file says %s but the command line says --%s %s; they conflict (make it \"auto\" "
                           "in the file to take the command line's value)",
-                 file_value, config_key_name(key), ds_setting_str(c, key, cli, sizeof(cli)));
+                 file_value, config_key_name(key), config_value_str(c, key, cli, sizeof(cli)));
         return -1;
     }
     c->source[key] = CFG_SRC_FILE;
@@ -387,79 +361,6 @@ static inline int ds_option(const DsCtx *x, const cJSON *obj, int key) {
 
 // ---------------------------------------------------------------------------------------------
 // The DeepSpeed-only settings: what DeepSpeed does by default, and what this trainer does.
-
-enum { DSX_T_BOOL, DSX_T_SIZE, DSX_T_REAL }; // REAL: a number > 0
-typedef struct {
-    const char *path;     // key path (a literal: c->file_key keeps it)
-    int type;
-    double ds_default;    // DeepSpeed's default
-    const char *ours;     // what this trainer does about it
-} DsExtra;
-
-static inline const DsExtra *ds_extras(void) {
-    static const DsExtra t[DSX_NUM] = {
-        {"zero_optimization.overlap_comm", DSX_T_BOOL, 0,
-         "honoured as true: each unit's collective runs under the next unit's compute (false is ignored)"},
-        {"zero_optimization.reduce_bucket_size", DSX_T_SIZE, 5e8,
-         "not used: a bucket is one unit (the embeddings, a layer, the final LayerNorm)"},
-        {"zero_optimization.allgather_bucket_size", DSX_T_SIZE, 5e8,
-         "not used: parameters are all-gathered one unit at a time"},
-        {"zero_optimization.contiguous_gradients", DSX_T_BOOL, 1,
-         "honoured as true: gradients live in one flat buffer (false is ignored)"},
-        {"zero_optimization.reduce_scatter", DSX_T_BOOL, 1,
-         "honoured as true: stages 1-3 reduce-scatter (false, an all-reduce, is ignored)"},
-        {"zero_optimization.allgather_partitions", DSX_T_BOOL, 1,
-         "honoured as true: one all-gather per unit (false is ignored)"},
-        {"zero_optimization.stage3_prefetch_bucket_size", DSX_T_SIZE, 5e7,
-         "not used: stage 3 prefetches exactly one unit ahead"},
-        {"zero_optimization.stage3_param_persistence_threshold", DSX_T_SIZE, 1e5,
-         "not used: every unit is partitioned, none persists"},
-        {"zero_optimization.stage3_max_live_parameters", DSX_T_SIZE, 1e9,
-         "not used: at most the embeddings, the final LayerNorm and two layers are gathered at once"},
-        {"zero_optimization.stage3_max_reuse_distance", DSX_T_SIZE, 1e9,
-         "not used: a layer is released after its forward and gathered again for its backward"},
-        {"zero_optimization.stage3_gather_16bit_weights_on_model_save", DSX_T_BOOL, 0,
-         "checkpoints always hold the whole model, gathered (what true asks for)"},
-        {"zero_optimization.sub_group_size", DSX_T_SIZE, 1e9,
-         "not used: each rank updates its whole shard at once"},
-        {"wall_clock_breakdown", DSX_T_BOOL, 0,
-         "not implemented: true is ignored (the step line and the log have each step's time)"},
-        {"zero_optimization.offload_param.buffer_count", DSX_T_SIZE, 5,
-         "not used: one pool of --nvme-buffers sets (offload_optimizer.buffer_count) serves both streams"},
-        {"zero_optimization.offload_param.max_in_cpu", DSX_T_SIZE, 1e9,
-         "not used: a shard on NVMe is read unit by unit into one host slice per gather buffer, nothing cached beyond"},
-        {"aio.single_submit", DSX_T_BOOL, 0,
-         "not used: each I/O thread submits its requests one at a time (pread/pwrite)"},
-        {"aio.overlap_events", DSX_T_BOOL, 1,
-         "honoured as true: reads ahead and writes behind overlap the update (false is ignored)"},
-        {"activation_checkpointing.partition_activations", DSX_T_BOOL, 0,
-         "nothing to partition: DeepSpeed splits activations that model-parallel ranks hold in duplicate; with data "
-         "parallelism alone each rank's activations are its own micro-batch's, held once"},
-        {"activation_checkpointing.contiguous_memory_optimization", DSX_T_BOOL, 0,
-         "honoured as true: the kept inputs live in one preallocated block (false is ignored)"},
-        {"activation_checkpointing.number_checkpoints", DSX_T_SIZE, 0,
-         "full recompute keeps N layer inputs: --recompute-every ceil(L/N) (0 here: DeepSpeed's null, every layer's)"},
-        {"activation_checkpointing.synchronize_checkpoint_boundary", DSX_T_BOOL, 0,
-         "not needed: checkpoint copies are ordered by events (GPU) or synchronous (CPU); true changes nothing"},
-        {"activation_checkpointing.profile", DSX_T_BOOL, 0,
-         "not implemented: true is ignored (the step line and the log have each step's time)"},
-        {"prescale_gradients", DSX_T_BOOL, 0,
-         "honoured: true divides each gradient by the world size before the sum over ranks; false by "
-         "gradient_predivide_factor before it and by world size / factor after (as DeepSpeed's engine)"},
-        {"gradient_predivide_factor", DSX_T_REAL, 1,
-         "honoured (prescale_gradients false): 1 and the world size divide before the sum (folded into the loss's "
-         "gradient), others split the division around it; every choice is the mean over ranks up to rounding"},
-        {"zero_allow_untested_optimizer", DSX_T_BOOL, 0,
-         "nothing to allow: ZeRO runs every optimizer this trainer has (optimizer.h)"},
-        {"fp16.auto_cast", DSX_T_BOOL, 0,
-         "nothing to cast: DeepSpeed casts floating-point inputs only, and this model's inputs are token ids"},
-        {"aio.use_gds", DSX_T_BOOL, 0,
-         "not used: NVMe files are read and written with direct I/O through host buffers (true is ignored)"},
-        {"aio.intra_op_parallelism", DSX_T_SIZE, 1,
-         "not used: --aio-threads x --aio-queue-depth requests run at once"},
-    };
-    return t;
-}
 
 // Reads DeepSpeed-only key k from obj (whose key path ends in the table's last component).
 static inline int ds_extra_key(const DsCtx *x, const cJSON *obj, int k, const char *path_override) {
@@ -1069,107 +970,6 @@ static inline int ds_config_apply(TrainConfig *c, const char *path, int world, i
     else rc = ds_config_apply_text(c, path, buf, n, world, strict);
     free(buf);
     return rc;
-}
-
-// ---------------------------------------------------------------------------------------------
-// The resolved configuration
-
-static inline const char *config_source_name(const TrainConfig *c, int key) {
-    int s = c->source[key];
-    int shape = key >= CK_LAYERS && key <= CK_VOCAB_SIZE;
-    if (shape && s == CFG_SRC_DEFAULT && c->init_path) return "derived";   // from the checkpoint
-    if (shape && s == CFG_SRC_DEFAULT && c->model_name) return "derived";  // from --model
-    return s == CFG_SRC_CLI ? "command line" : s == CFG_SRC_FILE ? "file" : s == CFG_SRC_DERIVED ? "derived" : "default";
-}
-
-// The DeepSpeed-only setting k's value: the file's, else DeepSpeed's default.
-static inline double ds_extra_value(const TrainConfig *c, int k) {
-    if (c->source[CK_DSX + k] == CFG_SRC_FILE) return c->ds_extra[k];
-    if (k == DSX_OVERLAP_COMM) return c->zero_stage == 3; // DeepSpeed turns it on for stage 3
-    return ds_extras()[k].ds_default;
-}
-
-// One row per setting: its option, value, source (the file's name when it came from the file)
-// and the file's key (with "auto" when the file said so); then DeepSpeed's settings that have no
-// option, with what this trainer does about each.
-static inline void config_print_resolved(FILE *f, const TrainConfig *c) {
-    const char *file = c->ds_config_path;
-    const char *base = file ? strrchr(file, '/') : NULL;
-    base = base ? base + 1 : file;
-    char val[CK_NUM][48], src[CK_NUM][48];
-    int wv = 5, ws = 6;
-    for (int k = 0; k < CK_NUM; k++) {
-        const char *s = config_source_name(c, k);
-        if (k < CK_DSX) {
-            ds_setting_str(c, k, val[k], sizeof(val[k]));
-            if (c->source[k] == CFG_SRC_FILE && base) s = base;
-        } else {
-            int e = k - CK_DSX, t = ds_extras()[e].type;
-            double v = ds_extra_value(c, e);
-            if (t == DSX_T_BOOL) snprintf(val[k], sizeof(val[k]), "%s", v != 0.0 ? "true" : "false");
-            else snprintf(val[k], sizeof(val[k]), "%.15g", v);
-            s = c->source[k] == CFG_SRC_FILE && base ? base
-                : c->file_said[k] == CFG_FILE_AUTO ? "\"auto\": DeepSpeed default" : "DeepSpeed default";
-        }
-        ds_cat(src[k], sizeof(src[k]), s, NULL, NULL);
-        int lv = (int)strlen(val[k]), ls = (int)strlen(src[k]);
-        if (lv > wv && lv <= 40) wv = lv;
-        if (ls > ws) ws = ls;
-    }
-    fprintf(f, "resolved configuration (%s%s, %d process%s):\n", file ? "--deepspeed " : "no --deepspeed file",
-            file ? file : "", c->world, c->world == 1 ? "" : "es");
-    fprintf(f, "  %-24s %-*s %-*s %s\n", "option", wv, "value", ws, "source", "DeepSpeed key");
-    for (int k = 0; k < CK_DSX; k++) {
-        char opt[40];
-        snprintf(opt, sizeof(opt), "--%s", config_key_name(k));
-        fprintf(f, "  %-24s %-*s %-*s %s%s\n", opt, wv, val[k], ws, src[k],
-                c->file_said[k] != CFG_FILE_SILENT ? c->file_key[k] : "",
-                c->file_said[k] == CFG_FILE_AUTO ? " = \"auto\"" : "");
-    }
-    fprintf(f, "  %-59s %-*s %-*s %s\n", "DeepSpeed setting without an option", wv, "value", ws, "source",
-            "what this trainer does");
-    for (int k = CK_DSX; k < CK_NUM; k++)
-        fprintf(f, "  %-59s %-*s %-*s %s\n", config_key_name(k), wv, val[k], ws, src[k], ds_extras()[k - CK_DSX].ours);
-}
-
-static inline void config_log_resolved(FILE *f, const TrainConfig *c) {
-    cJSON *o = cJSON_CreateObject(), *s = cJSON_CreateObject();
-    if (!o || !s) { cJSON_Delete(o); cJSON_Delete(s); return; }
-    cJSON_AddStringToObject(o, "event", "config");
-    if (c->ds_config_path) cJSON_AddStringToObject(o, "deepspeed", c->ds_config_path);
-    else cJSON_AddNullToObject(o, "deepspeed");
-    cJSON_AddNumberToObject(o, "world", c->world);
-    for (int k = 0; k < CK_NUM; k++) {
-        cJSON *e = cJSON_CreateObject();
-        if (!e) break;
-        double num;
-        const char *str;
-        int kind = config_value(c, k, &num, &str);
-        if (k >= CK_DSX) {
-            int t = ds_extras()[k - CK_DSX].type;
-            num = ds_extra_value(c, k - CK_DSX);
-            kind = t == DSX_T_BOOL ? CV_BOOL : CV_NUM;
-        }
-        char buf[40];
-        if (kind == CV_FLOAT) { config_float_str(buf, sizeof(buf), num); num = strtod(buf, NULL); }
-        if (kind == CV_STR && str) cJSON_AddStringToObject(e, "value", str);
-        else if (kind == CV_BOOL) cJSON_AddBoolToObject(e, "value", num != 0.0);
-        else if (kind == CV_NUM || kind == CV_FLOAT) cJSON_AddNumberToObject(e, "value", num);
-        else cJSON_AddNullToObject(e, "value");
-        const char *src = config_source_name(c, k);
-        if (k >= CK_DSX && c->source[k] != CFG_SRC_FILE) src = "DeepSpeed default";
-        cJSON_AddStringToObject(e, "source", src);
-        if (c->file_said[k] != CFG_FILE_SILENT) {
-            cJSON_AddStringToObject(e, "file_key", c->file_key[k]);
-            cJSON_AddBoolToObject(e, "auto", c->file_said[k] == CFG_FILE_AUTO);
-        }
-        cJSON_AddItemToObject(s, config_key_name(k), e);
-    }
-    cJSON_AddItemToObject(o, "settings", s);
-    char *text = cJSON_PrintUnformatted(o);
-    if (text) fprintf(f, "%s\n", text);
-    cJSON_free(text);
-    cJSON_Delete(o);
 }
 
 #endif // DS_CONFIG_H

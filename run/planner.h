@@ -26,9 +26,16 @@
 //     the state arrays by name, optimizer, model_states, buffers, activations, workspace, total:
 //     device bytes per rank; "kinds" lists the memory kinds in order; "host" holds what lives in
 //     host memory). Unknown amounts are null and not in total.
-//   - planner_main(argc, argv, backend) is the command line (`train_gpt_cpu --plan ...`): GNU
-//     long options, --help; a bad option prints one line naming it and returns non-zero. An
-//     argument "--plan" is accepted and ignored, so a trainer can hand over its argv unchanged.
+//   - planner_input_from_train_config() makes a plan's input from the one settings struct
+//     (TrainConfig), and planner_time_input() the time model's: the trainer's report and --plan
+//     both come through them.
+//   - planner_main(argc, argv, backend) is the command line (`train_gpt_cpu --plan ...`): the
+//     option table's rows that --plan takes (config.h: every trainer option that changes the
+//     memory or the step time, with the trainer's meaning, ranges and errors, and --plan's own),
+//     read by config_parse_as, the model taken from --init's header or --resume's manifest as the
+//     trainer takes it, a --deepspeed file applied for --world ranks, and checked by the trainer's
+//     config_validate; a bad option prints one line naming it and returns non-zero. An argument
+//     "--plan" is accepted and ignored, so a trainer can hand over its argv unchanged.
 //     With --time it also predicts the step time (run/timemodel.h) on --hardware, and --json
 //     gains step_ms and its breakdown; --calibrate LOG prints a description fitted to a run.
 //   - planner_print_partitions() (--partitions, GPT-2 shapes) prints zero.h's partition map for
@@ -93,7 +100,9 @@
 #endif
 #include "core/gpt2.h"
 #include "zero.h"
+#include "run/checkpoint.h"
 #include "run/config.h"
+#include "run/ds_config.h"
 #include "run/timemodel.h"
 
 // What the planner needs from a trainer's backend: how it lays out the activations and how much
@@ -155,44 +164,48 @@ typedef struct {
 // ----------------------------------------------------------------------------------------
 // Inputs
 
+// The plan of a run the settings describe, the trainer's or --plan's (c->plan: a bare count, the
+// threads), on `world` ranks: the one place a plan's input is made from the settings.
+static inline PlanInput planner_input_from_train_config(const TrainConfig *c, int world, const PlanBackend *backend) {
+    PlanInput in;
+    memset(&in, 0, sizeof(in));
+    in.cfg = c->model;
+    in.model_name = c->model_name;
+    in.params_count = c->plan.params;
+    in.shape_known = c->plan.params > 0 && config_given(c, CK_LAYERS) && config_given(c, CK_CHANNELS) &&
+                     config_given(c, CK_HEADS);
+    in.precision = c->precision;
+    in.optimizer = c->optimizer;
+    in.zero_stage = c->zero_stage;
+    in.world = world;
+    in.batch = c->batch;
+    in.seq_len = c->seq_len;
+    in.recompute = config_recompute(c);
+    in.offload_optimizer = c->offload_optimizer;
+    in.offload_param = c->offload_param;
+    in.nvme_buffers = c->nvme_buffers;
+    in.nvme_piece = (size_t)c->nvme_buffer_size;
+    in.threads = c->plan.threads;
+    in.backend = backend;
+    return in;
+}
+// ... and of its step time (after config_validate: grad_accum is known).
+static inline TimeInput planner_time_input(const TrainConfig *c) {
+    TimeInput ti = {c->model, c->precision, c->optimizer, c->zero_stage, c->world, c->plan.per_node,
+                    c->batch, c->seq_len, c->grad_accum, c->recompute != RECOMPUTE_NONE,
+                    c->offload_optimizer == LOC_NVME ? TM_OFFLOAD_NVME : c->offload_optimizer == LOC_HOST ? TM_OFFLOAD_CPU
+                                                                                           : TM_OFFLOAD_NONE};
+    return ti;
+}
+
 // The trainer's defaults (config_defaults): a plan with no options describes what
 // `train_gpt_cpu` (or `train_gpt`, in the precision it was built for) with no options would
 // allocate on one rank.
 static inline void planner_input_defaults(PlanInput *in, const PlanBackend *backend) {
     TrainConfig d;
     config_defaults(&d);
-    memset(in, 0, sizeof(*in));
-    in->cfg = d.model;
-    in->backend = backend;
-    in->precision = backend ? backend->default_precision : d.precision;
-    in->optimizer = d.optimizer;
-    in->zero_stage = d.zero_stage;
-    in->world = 1;
-    in->batch = d.batch;
-    in->seq_len = d.seq_len;
-    in->recompute = config_recompute(&d);
-    in->nvme_buffers = d.nvme_buffers;
-    in->nvme_piece = (size_t)d.nvme_buffer_size;
-}
-
-// The plan of a training run the trainer is about to make.
-static inline PlanInput planner_input_from_train_config(const TrainConfig *c, int world, const PlanBackend *backend) {
-    PlanInput in;
-    planner_input_defaults(&in, backend);
-    in.cfg = c->model;
-    in.model_name = c->model_name;
-    in.zero_stage = c->zero_stage;
-    in.world = world;
-    in.batch = c->batch;
-    in.seq_len = c->seq_len;
-    in.precision = c->precision;
-    in.optimizer = c->optimizer;
-    in.offload_optimizer = c->offload_optimizer;
-    in.offload_param = c->offload_param;
-    in.recompute = config_recompute(c);
-    in.nvme_buffers = c->nvme_buffers;
-    in.nvme_piece = (size_t)c->nvme_buffer_size;
-    return in;
+    if (backend) d.precision = backend->default_precision;
+    *in = planner_input_from_train_config(&d, 1, backend);
 }
 
 // The CPU trainer's OpenMP threads per rank, for `ranks_here` ranks on this machine: the user's
@@ -798,156 +811,98 @@ static inline int planner_print_partitions(FILE *f, const PlanInput *base) {
 // ----------------------------------------------------------------------------------------
 // The command line
 
-static inline void planner_help(FILE *f, const char *prog, const PlanBackend *backend) {
-    PlanInput d;
-    planner_input_defaults(&d, backend);
-    fprintf(f,
-            "usage: %s --plan [options]    print each rank's memory for a training run; allocates nothing\n\n"
-            "model (one of; default: the trainer's default model, L=%d C=%d NH=%d):\n"
-            "  --model NAME          d12 (124M), d24 (350M), d36 (774M), d48 (1558M): exact, the trainer's layout\n"
-            "  --layers N --channels N --heads N --vocab-size N --max-seq-len N\n"
-            "                        an explicit GPT-2 shape (unset ones take the trainer's defaults): exact\n"
-            "  --params P            a bare parameter count (7e9, 124M, 1.5B): textbook formulas; add\n"
-            "                        --layers, --channels and --heads for a textbook activation estimate\n"
-            "run:\n"
-            "  --precision P         fp32 | bf16 | fp16 (16-bit = mixed precision, fp32 master weights) (default %s)\n"
-            "  --optimizer O         adamw | lion | sgd-momentum | sgd (default adamw)\n"
-            "  --zero-stage S        0-3 (default %d)\n"
-            "  --world N             ranks, any number (default 1)\n"
-            "  --batch B             micro-batch per rank (default %d)\n"
-            "  --seq-len T           tokens per sequence (default %d; at most --max-seq-len for GPT-2 shapes)\n"
-            "  --recompute R         activation recompute: none | full (keep each layer's input, recompute\n"
-            "                        the layer in its backward) | selective (keep the matmuls' outputs)\n"
-            "  --recompute-every K   full: keep every K-th layer's input, recompute K layers at a time\n"
-            "  --cpu-checkpointing   full: the GPU trainer keeps the inputs in host memory\n"
-            "  --offload-optimizer D none | cpu | nvme: the master weights and optimizer state off the device\n"
-            "                        (stages 1-3; a bare --params count models a GPU, the trainers as they run)\n"
-            "  --offload-param D     none | cpu | nvme: stage 3's parameter shard off the device\n"
-            "  --nvme-buffers N      with nvme: host buffer sets the update streams through (default %d)\n"
-            "  --nvme-buffer-size N  with nvme: elements per streamed piece (default %zu)\n"
-            "  --threads N           the CPU trainer's OpenMP threads per rank, which size its bf16 matmul\n"
-            "                        scratch (default: OMP_NUM_THREADS, else this machine's cores / --world)\n"
-            "step time (run/timemodel.h; GPT-2 shapes):\n"
-            "  --time                predict the step time from the schedule zero.h runs\n"
-            "  --hardware H          a100-80gb-sxm | h100-80gb-sxm | this-machine | FILE.json (default this-machine)\n"
-            "  --gpus-per-node G     ranks per node (default: the description's devices per node)\n"
-            "  --network NET         ib-400 (400 Gb/s InfiniBand per GPU) | eth-100 (100 Gb/s Ethernet per node)\n"
-            "  --grad-accum A        micro-steps per optimizer step (default 1)\n"
-            "  --trace FILE          the predicted timeline of one step, as the trainer's --trace writes it\n"
-            "  --calibrate LOG       print --hardware's description fitted to a run's --log (fwd/bwd/optim/comm)\n"
-            "output:\n"
-            "  --json                one JSON object, bytes per rank (by kind, and by where they live)\n"
-            "  --fit BYTES           the largest of a ladder of GPT-2-shaped models (GPT-2's, then GPT-3's sizes)\n"
-            "                        whose device bytes per rank fit in BYTES (80e9, 80G), with these settings\n"
-            "  --partitions          zero.h's partition map for --world: each unit's slices by rank, and what a\n"
-            "                        rank keeps of each unit at stages 0-3, in bytes (a GPT-2 shape)\n"
-            "  --help                this text\n"
-            "sizes are bytes per rank; the table's human units are decimal (1 GB = 1e9 bytes)\n",
-            prog, d.cfg.num_layers, d.cfg.channels, d.cfg.num_heads, zc_dtype_names[d.precision], d.zero_stage,
-            d.batch, d.seq_len, d.nvme_buffers, d.nvme_piece);
+// --plan --help: the rows --plan takes (config_help), the trainer's in its words.
+static inline void planner_help(const TrainConfig *defaults, const char *prog) {
+    printf("usage: %s --plan [options]    print each rank's memory for a training run; allocates nothing\n"
+           "(the trainer's options that change the memory or the step time, with the trainer's meaning and\n"
+           "checks, and the plan's own, last; a GPT-2 shape is exact, as the trainer lays it out, a bare\n"
+           "--params count gets the textbook's formulas)\n", prog);
+    config_help(defaults, CU_PLAN);
+    printf("\nsizes are bytes per rank; the table's human units are decimal (1 GB = 1e9 bytes)\n");
 }
 
-// "7e9", "124M", "1.5B", "2T" -> a count (bytes for --fit: 80e9, 80G). Returns 0, or -1 after
-// printing one line naming the option.
-static inline int planner_parse_count(const char *opt, const char *s, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    double mult = 1.0;
-    if (end != s && *end && !end[1]) {
-        switch (*end) {
-        case 'k': case 'K': mult = 1e3; end++; break;
-        case 'm': case 'M': mult = 1e6; end++; break;
-        case 'b': case 'B': case 'g': case 'G': mult = 1e9; end++; break;
-        case 't': case 'T': mult = 1e12; end++; break;
-        default: break;
-        }
+// --plan's settings after its command line: the model (a checkpoint's, or a bare count's), the
+// --deepspeed file (for --world ranks), the trainer's checks of the options against each other
+// (config_validate, with the trainer's lines), then the plan's own. 0, or -1 after one line.
+static inline int planner_settle(TrainConfig *c) {
+    if (c->ds_config_path && ds_config_apply(c, c->ds_config_path, c->world, c->ds_strict)) return -1;
+    if (c->init_path) { // as the trainer reads it: the header's shape
+        GPT2FileInfo info;
+        FILE *f = gpt2_open_checkpoint(c->init_path, &info);
+        if (!f) return -1;
+        fclose(f);
+        c->model = info.cfg;
     }
-    v *= mult;
-    if (errno || end == s || *end || !(v >= 1.0 && v <= 1e16)) {
-        fprintf(stderr, "error: %s: '%s' is not a count in [1, 1e16] (e.g. 7e9, 124M, 1.5B)\n", opt, s);
+    if (c->resume_path) {
+        CkptManifest *m = (CkptManifest *)malloc(sizeof(CkptManifest));
+        int ok = m && ckpt_read_manifest(c->resume_path, m) == 0;
+        if (ok) c->model = m->cfg;
+        free(m);
+        if (!ok) return -1;
+    }
+    if (c->plan.params > 0) { // a bare count: the shape, all of it or none, describes the activations
+        int lch = config_given(c, CK_LAYERS) + config_given(c, CK_CHANNELS) + config_given(c, CK_HEADS);
+        if (lch != 0 && lch != 3) {
+            fprintf(stderr, "error: --params: give --layers, --channels and --heads together (for activations) or none\n");
+            return -1;
+        }
+        if (!config_given(c, CK_MAX_SEQ_LEN)) c->model.max_seq_len = c->seq_len;
+        if (lch == 0) c->model.num_layers = GPT2_MAX_LAYERS; // unknown: the rows' largest, so --recompute-every passes
+    }
+    if (c->plan.fit > 0 && c->seq_len > c->model.max_seq_len) c->model.max_seq_len = c->seq_len; // the ladder's own
+    if (config_validate(c, c->world)) return -1;
+    if (c->plan.fit > 0 && c->plan.time) {
+        fprintf(stderr, "error: --time: not with --fit (one model at a time)\n");
         return -1;
     }
-    *out = floor(v + 0.5);
+    for (int k = 0; k < CK_OPTIONS && !c->plan.time && !c->plan.calibrate; k++)
+        if ((config_options()[k].uses & CU_WITH_TIME) && config_given(c, k)) {
+            fprintf(stderr, "error: --%s: only with --time (the step-time prediction)\n", config_key_name(k));
+            return -1;
+        }
     return 0;
-}
-
-static inline int planner_pick(const char *opt, const char *a, const char *const *names, int n, int *out) {
-    for (int i = 0; i < n; i++) if (!strcmp(a, names[i])) { *out = i; return 0; }
-    fprintf(stderr, "error: --%s: '%s' is not one of", opt, a);
-    for (int i = 0; i < n; i++) fprintf(stderr, "%s %s", i ? (i == n - 1 ? " or" : ",") : "", names[i]);
-    fprintf(stderr, "\n");
-    return -1;
 }
 
 // ----------------------------------------------------------------------------------------
 // --time: the step time (run/timemodel.h) of the planned run
 
-typedef struct {
-    int time;
-    const char *hardware, *network, *trace, *calibrate;
-    int per_node, accum;
-} TimeOptions;
-
-// One of the time options (name o, value a); 0, or -1 after one line.
-static inline int planner_time_option(TimeOptions *t, const char *o, const char *a) {
-    if (!strcmp(o, "time")) t->time = 1;
-    else if (!strcmp(o, "hardware")) t->hardware = a;
-    else if (!strcmp(o, "network")) t->network = a;
-    else if (!strcmp(o, "trace")) t->trace = a;
-    else if (!strcmp(o, "calibrate")) t->calibrate = a;
-    else if (!strcmp(o, "gpus-per-node")) return config_int(o, a, 1, 1 << 20, &t->per_node);
-    else if (!strcmp(o, "grad-accum")) return config_int(o, a, 1, 1 << 20, &t->accum);
-    return 0;
-}
-// A time option without --time: one line naming it (returns 1), else 0.
-static inline int planner_time_given(const TimeOptions *t) {
-    const char *given = strcmp(t->hardware, "this-machine") ? "--hardware" : t->network ? "--network" : t->trace ? "--trace"
-                        : t->per_node ? "--gpus-per-node" : t->accum != 1 ? "--grad-accum" : NULL;
-    if (given) fprintf(stderr, "error: %s: only with --time (the step-time prediction)\n", given);
-    return given != NULL;
-}
-
 // --calibrate LOG: the description fitted to the run, on stdout; the fit on stderr.
-static inline int planner_calibrate(const TimeOptions *t) {
+static inline int planner_calibrate(const TrainConfig *c) {
     Hardware hw;
-    if (timemodel_hardware(t->hardware, &hw)) return 1;
+    if (timemodel_hardware(c->plan.hardware, &hw)) return 1;
     TimeInput in;
     TmMeasured m;
-    if (timemodel_calibrate(t->calibrate, &hw, &in, &m)) return 1;
+    if (timemodel_calibrate(c->plan.calibrate, &hw, &in, &m)) return 1;
     TimeResult r;
     timemodel_step(&in, &hw, &r, NULL);
     fprintf(stderr, "calibrated on %s: matmuls at %.1f%% of peak, memory at %.1f%% of bandwidth%s; the run measured %.1f ms "
                     "per step (fwd %.1f, bwd %.1f, optim %.1f, exposed comm %.1f), the model now says %.1f (%.1f, %.1f, %.1f, %.1f)\n",
-            t->calibrate, 100 * hw.matmul_eff, 100 * hw.mem_eff, hw.inline_comm && in.world > 1 ? ", MPI's links fitted too" : "",
+            c->plan.calibrate, 100 * hw.matmul_eff, 100 * hw.mem_eff, hw.inline_comm && in.world > 1 ? ", MPI's links fitted too" : "",
             m.ms, m.fwd, m.bwd, m.optim, m.exposed, r.step * 1e3, r.fwd * 1e3, r.bwd * 1e3, r.optim * 1e3, r.exposed * 1e3);
     timemodel_hardware_write(stdout, &hw);
     return 0;
 }
 
-static inline int planner_time(const PlanInput *in, const MemoryPlan *p, const TimeOptions *t, int json) {
-    if (in->params_count > 0) {
+static inline int planner_time(const TrainConfig *c, const MemoryPlan *p) {
+    if (c->plan.params > 0) {
         fprintf(stderr, "error: --time: needs a GPT-2 shape (--model, or --layers/--channels/--heads), not --params\n");
         return 1;
     }
     Hardware hw;
-    if (timemodel_hardware(t->hardware, &hw)) return 1;
-    TimeInput ti = {in->cfg, in->precision, in->optimizer, in->zero_stage, in->world, t->per_node,
-                    in->batch, in->seq_len, t->accum, in->recompute.mode != RECOMPUTE_NONE,
-                    in->offload_optimizer == LOC_NVME ? TM_OFFLOAD_NVME : in->offload_optimizer == LOC_HOST ? TM_OFFLOAD_CPU
-                                                                                                 : TM_OFFLOAD_NONE};
-    if (t->network && timemodel_network(t->network, &hw, tm_per_node(&ti, &hw))) return 1;
+    if (timemodel_hardware(c->plan.hardware, &hw)) return 1;
+    TimeInput ti = planner_time_input(c);
+    if (c->plan.network && timemodel_network(c->plan.network, &hw, tm_per_node(&ti, &hw))) return 1;
     const char *why = timemodel_problem(&ti, &hw);
     if (why) { fprintf(stderr, "error: --time: %s\n", why); return 1; }
     TimeResult r;
     timemodel_step(&ti, &hw, &r, NULL);
-    if (t->trace) {
+    if (c->trace_path) {
         char meta[256];
         snprintf(meta, sizeof(meta), "\"predicted\":true,\"hardware\":\"%s\",\"world\":%d,\"zero_stage\":%d,\"precision\":\"%s\"",
                  hw.name, ti.world, ti.stage, zc_dtype_names[ti.precision]);
-        if (timemodel_trace(t->trace, &ti, &hw, meta)) return 1;
+        if (timemodel_trace(c->trace_path, &ti, &hw, meta)) return 1;
     }
-    if (json) {
+    if (c->plan.json) {
         char *more = NULL;
         size_t len = 0;
         FILE *m = open_memstream(&more, &len);
@@ -965,137 +920,31 @@ static inline int planner_time(const PlanInput *in, const MemoryPlan *p, const T
 
 // Returns the process exit code: 0 (plan printed, or --help), 1 (bad options: one line on stderr).
 static inline int planner_main(int argc, char **argv, const PlanBackend *backend) {
-    static const struct option opts[] = {
-        {"model", 1, 0, 0}, {"layers", 1, 0, 0}, {"channels", 1, 0, 0}, {"heads", 1, 0, 0},
-        {"vocab-size", 1, 0, 0}, {"max-seq-len", 1, 0, 0}, {"seq-len", 1, 0, 0}, {"params", 1, 0, 0},
-        {"precision", 1, 0, 0}, {"optimizer", 1, 0, 0}, {"zero-stage", 1, 0, 0}, {"world", 1, 0, 0},
-        {"batch", 1, 0, 0}, {"recompute", 1, 0, 0}, {"offload-optimizer", 1, 0, 0}, {"offload-param", 1, 0, 0},
-        {"recompute-every", 1, 0, 0}, {"cpu-checkpointing", 0, 0, 0}, {"nvme-buffers", 1, 0, 0}, {"nvme-buffer-size", 1, 0, 0}, {"json", 0, 0, 0},
-        {"threads", 1, 0, 0}, {"fit", 1, 0, 0}, {"help", 0, 0, 0}, {"plan", 0, 0, 0},
-        {"time", 0, 0, 0}, {"hardware", 1, 0, 0}, {"gpus-per-node", 1, 0, 0}, {"network", 1, 0, 0}, {"grad-accum", 1, 0, 0},
-        {"trace", 1, 0, 0}, {"calibrate", 1, 0, 0}, {"partitions", 0, 0, 0}, {0, 0, 0, 0}};
-    double fit = 0.0;
-    int partitions = 0;
-    PlanInput in;
-    planner_input_defaults(&in, backend);
-    int json = 0, shape_given = 0, idx, r = 0, max_seq_given = 0, lch = 0; // lch: bits for --layers/--channels/--heads
-    const char *model_name = NULL;
-    TimeOptions to = {0, "this-machine", NULL, NULL, NULL, 0, 1};
-    optind = 1;
-    opterr = 0;
-    for (;;) {
-        int ch = getopt_long(argc, argv, "", opts, &idx);
-        if (ch == -1) break;
-        if (ch != 0) {
-            fprintf(stderr, "error: %s: unknown option or missing value (see --plan --help)\n", argv[optind - 1]);
-            return 1;
-        }
-        const char *o = opts[idx].name, *a = optarg;
-        if (!strcmp(o, "help")) { planner_help(stdout, argv[0], backend); return 0; }
-        else if (!strcmp(o, "plan")) continue;
-        else if (!strcmp(o, "json")) json = 1;
-        else if (!strcmp(o, "partitions")) partitions = 1;
-        else if (!strcmp(o, "recompute")) r = planner_pick(o, a, gpt2_recompute_names, NUM_RECOMPUTE, &in.recompute.mode);
-        else if (!strcmp(o, "recompute-every")) r = config_int(o, a, 1, GPT2_MAX_LAYERS, &in.recompute.every);
-        else if (!strcmp(o, "cpu-checkpointing")) in.recompute.host = 1;
-        else if (!strcmp(o, "offload-optimizer")) r = planner_pick(o, a, config_offload_names, 3, &in.offload_optimizer);
-        else if (!strcmp(o, "offload-param")) r = planner_pick(o, a, config_offload_names, 3, &in.offload_param);
-        else if (!strcmp(o, "model")) {
-            model_name = a;
-            if (gpt2_preset(a, &in.cfg)) {
-                fprintf(stderr, "error: --model: unknown model '%s' (d12, d24, d36 or d48)\n", a);
-                return 1;
-            }
-        }
-        else if (!strcmp(o, "layers")) { r = config_int(o, a, 1, GPT2_MAX_LAYERS, &in.cfg.num_layers); shape_given = 1; lch |= 1; }
-        else if (!strcmp(o, "channels")) { r = config_int(o, a, 1, 1 << 16, &in.cfg.channels); shape_given = 1; lch |= 2; }
-        else if (!strcmp(o, "heads")) { r = config_int(o, a, 1, 1 << 12, &in.cfg.num_heads); shape_given = 1; lch |= 4; }
-        else if (!strcmp(o, "max-seq-len")) { r = config_int(o, a, 1, 1 << 20, &in.cfg.max_seq_len); shape_given = 1; max_seq_given = 1; }
-        else if (!strcmp(o, "vocab-size")) {
-            r = config_int(o, a, 1, 65536, &in.cfg.vocab_size);
-            in.cfg.padded_vocab_size = (int)gpt2_round_up((size_t)in.cfg.vocab_size, 128);
-            shape_given = 1;
-        }
-        else if (!strcmp(o, "seq-len")) r = config_int(o, a, 1, 1 << 20, &in.seq_len);
-        else if (!strcmp(o, "params")) r = planner_parse_count("--params", a, &in.params_count);
-        else if (!strcmp(o, "precision")) r = planner_pick(o, a, zc_dtype_names, ZC_NUM_DTYPES, &in.precision);
-        else if (!strcmp(o, "optimizer")) r = planner_pick(o, a, optimizer_names, OPT_NUM, &in.optimizer);
-        else if (!strcmp(o, "zero-stage")) r = config_int(o, a, 0, 3, &in.zero_stage);
-        else if (!strcmp(o, "world")) r = config_int(o, a, 1, 1 << 24, &in.world);
-        else if (!strcmp(o, "batch")) r = config_int(o, a, 1, 1 << 20, &in.batch);
-        else if (!strcmp(o, "threads")) r = config_int(o, a, 1, 1 << 16, &in.threads);
-        else if (!strcmp(o, "nvme-buffers") || !strcmp(o, "nvme-buffer-size")) { // as the trainer's rows say
-            int size = !strcmp(o, "nvme-buffer-size");
-            const ConfigOption *row = &config_options()[size ? CK_NVME_BUFFER_SIZE : CK_NVME_BUFFERS];
-            long v = 0;
-            r = config_long(o, a, row->lo, row->hi, &v);
-            if (size) in.nvme_piece = (size_t)v; else in.nvme_buffers = (int)v;
-        }
-        else if (!strcmp(o, "fit")) r = planner_parse_count("--fit", a, &fit);
-        else r = planner_time_option(&to, o, a);
-        if (r) return 1;
-    }
-    if (optind < argc) {
-        fprintf(stderr, "error: %s: unexpected argument (options are --name value)\n", argv[optind]);
-        return 1;
-    }
-    if (model_name && shape_given) {
-        fprintf(stderr, "error: --model and --layers/--channels/--heads/--max-seq-len/--vocab-size each define the model; "
-                        "give only one of them\n");
-        return 1;
-    }
-    if (in.params_count > 0 && model_name) {
-        fprintf(stderr, "error: --params and --model each define the model; give only one of them\n");
-        return 1;
-    }
-    in.model_name = model_name;
-    if (in.params_count > 0) {
-        // With a bare count, the shape options only describe the activations: all three or none.
-        if (lch != 0 && lch != 7) {
-            fprintf(stderr, "error: --params: give --layers, --channels and --heads together (for activations) or none\n");
-            return 1;
-        }
-        in.shape_known = lch == 7;
-        if (shape_given && !max_seq_given) in.cfg.max_seq_len = in.seq_len;
-    } else if (in.seq_len > in.cfg.max_seq_len && fit == 0.0) { // (--fit sets its ladder's max_seq_len)
-        fprintf(stderr, "error: --seq-len %d exceeds the model's max_seq_len %d (give --max-seq-len)\n", in.seq_len,
-                in.cfg.max_seq_len);
-        return 1;
-    }
-    if (fit > 0 && in.seq_len > in.cfg.max_seq_len) in.cfg.max_seq_len = in.seq_len;
+    TrainConfig c;
+    config_defaults(&c);
+    if (backend) c.precision = backend->default_precision;
+    TrainConfig defaults = c;
+    int rc = config_parse_as(&c, argc, argv, CU_PLAN);
+    if (rc == 1) { planner_help(&defaults, argv[0]); return 0; }
+    if (rc || planner_settle(&c)) return 1;
+    if (c.plan.calibrate) return planner_calibrate(&c);
+    PlanInput in = planner_input_from_train_config(&c, c.world, backend);
     const char *why = planner_input_problem(&in);
     if (why) { fprintf(stderr, "error: %s%s\n", why[0] == '-' ? "" : "model options: ", why); return 1; }
-    if (in.recompute.every > 1 && in.recompute.mode != RECOMPUTE_FULL) {
-        fprintf(stderr, "error: --recompute-every %d needs --recompute full\n", in.recompute.every);
-        return 1;
-    }
-    if (in.recompute.host && in.recompute.mode != RECOMPUTE_FULL) {
-        fprintf(stderr, "error: --cpu-checkpointing needs --recompute full\n");
-        return 1;
-    }
-    if ((in.params_count == 0 || in.shape_known) && in.recompute.every > in.cfg.num_layers) {
-        fprintf(stderr, "error: --recompute-every %d exceeds the model's %d layers\n", in.recompute.every, in.cfg.num_layers);
-        return 1;
-    }
-    if (to.calibrate) return planner_calibrate(&to);
-    if (partitions) {
-        if (to.time || fit > 0 || json) { fprintf(stderr, "error: --partitions: not with --time, --fit or --json\n"); return 1; }
+    if (c.plan.partitions) {
+        if (c.plan.time || c.plan.fit > 0 || c.plan.json) {
+            fprintf(stderr, "error: --partitions: not with --time, --fit or --json\n");
+            return 1;
+        }
         return planner_print_partitions(stdout, &in);
     }
-    if (fit > 0) {
-        if (to.time) { fprintf(stderr, "error: --time: not with --fit (one model at a time)\n"); return 1; }
-        if (planner_time_given(&to)) return 1;
-        return planner_fit(&in, fit, json);
-    }
+    if (c.plan.fit > 0) return planner_fit(&in, c.plan.fit, c.plan.json);
     MemoryPlan p;
     planner_plan(&in, &p);
-    if (!to.time) {
-        if (planner_time_given(&to)) return 1;
-        if (json) planner_print_json(stdout, &p, NULL);
-        else planner_print_table(stdout, &p, NULL, 0);
-        return 0;
-    }
-    return planner_time(&in, &p, &to, json);
+    if (c.plan.time) return planner_time(&c, &p);
+    if (c.plan.json) planner_print_json(stdout, &p, NULL);
+    else planner_print_table(stdout, &p, NULL, 0);
+    return 0;
 }
 
 #endif // PLANNER_H

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# --plan takes exactly the trainer's options that change memory or step time, with the trainer's
+# meaning and errors (issue 40: one option table for the trainer, --plan and --plan --time):
+#   1. the rows of run/config.h's table that say they matter to the plan (CU_MEM / CU_TIME) are
+#      the options this test lists below as changing memory or time, each for its stated reason;
+#   2. for each of them --plan accepts a good value (and the value reaches the plan: its output
+#      changes), and a bad value gets from --plan the very line the trainer prints (rc non-zero,
+#      one line on stderr), the trainer run here on the same arguments;
+#   3. the checks across options (--offload-param without --offload-optimizer, --total-batch not a
+#      multiple of B x T x processes, recompute's, the model's, a --deepspeed file's conflict) give
+#      the trainer's line;
+#   4. every other trainer option is refused by --plan with one line naming it, every --plan-only
+#      option by the trainer; --plan --help lists exactly the rows --plan takes;
+#   5. --plan --time with --total-batch X equals --plan --time with --grad-accum G, where G is the
+#      micro-steps the trainer itself derives from X (its resolved configuration in a real run's
+#      --log), and differs from --grad-accum 1.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+make -s train_gpt_cpu || exit 1
+. test/lib.sh; new_scratch plan_options
+export OMP_NUM_THREADS=1
+$PYTHON test/zero_check.py shard $d/train.bin 5000 512 1
+# a checkpoint (for --init) and a sharded one (for --resume) of a small model, from the trainer
+small="--layers 2 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16 --seq-len 16 --batch 2"
+# shellcheck disable=SC2086
+./train_gpt_cpu $small --steps 1 --val-every 0 --sample-every 0 --train-data $d/train.bin --out $d/ckpt \
+  --log $d/small.jsonl > $d/ckpt.out 2>&1 || { echo "FAIL: could not make a checkpoint"; tail -3 $d/ckpt.out; exit 1; }
+echo '{"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto"}' > $d/ds.json
+$PYTHON - "$d" <<'PY'
+import glob, json, os, re, subprocess, sys
+d = sys.argv[1]
+fails = []
+def fail(msg): fails.append(msg); print("FAIL", msg)
+
+# the table's rows: CO_KIND("name", KEY, uses, ...
+rows = {}
+for m in re.finditer(r'CO_(NUM|STR|FLAG|CHOICE)\("([a-z0-9-]+)", (\w+), ([A-Z_ |]+),', open("run/config.h").read()):
+    kind, name, key, uses = m.groups()
+    rows[name] = (kind, set(u.strip() for u in uses.split("|")))
+if len(rows) < 70: fail(f"found only {len(rows)} rows in run/config.h")
+planned = {n for n, (k, u) in rows.items() if "CU_TRAIN" in u and u & {"CU_MEM", "CU_TIME"}}
+trainer_only = {n for n, (k, u) in rows.items() if u == {"CU_TRAIN"}}
+plan_only = {n for n, (k, u) in rows.items() if "CU_TRAIN" not in u}
+
+ckpt = sorted(glob.glob(f"{d}/ckpt/model_*.bin"))[-1]
+# The trainer's options that change memory or step time, why, and a good value for --plan (with
+# the options it needs: `need`); the plan's output must change with it.
+good = {
+    "init": (["--init", ckpt], ["--seq-len", "16"], "the model is the checkpoint's"),
+    "resume": (["--resume", f"{d}/ckpt"], ["--seq-len", "16"], "the model is the checkpoint's"),
+    "model": (["--model", "d12"], [], "the model"),
+    "layers": (["--layers", "2"], [], "the model"),
+    "channels": (["--channels", "64"], [], "the model"),
+    "heads": (["--heads", "8"], [], "the model"),
+    "max-seq-len": (["--max-seq-len", "512"], [], "wpe's rows"),
+    "vocab-size": (["--vocab-size", "1000"], [], "wte's rows"),
+    "batch": (["--batch", "2"], [], "activations, compute"),
+    "seq-len": (["--seq-len", "32"], [], "activations, compute"),
+    "total-batch": (["--total-batch", "1024"], ["--time"], "micro-steps per step: the step time"),
+    "grad-accum": (["--grad-accum", "2"], ["--time"], "micro-steps per step: the step time"),
+    "optimizer": (["--optimizer", "lion"], [], "optimizer state"),
+    "precision": (["--precision", "bf16"], [], "bytes per element"),
+    "recompute": (["--recompute", "full"], [], "activations, compute"),
+    "recompute-every": (["--recompute-every", "2"], ["--recompute", "full"], "activations"),
+    "cpu-checkpointing": (["--cpu-checkpointing"], ["--recompute", "full"], "where checkpoints live"),
+    "trace": (["--trace", f"{d}/pred.json"], ["--time"], "the predicted step's timeline"),
+    "zero-stage": (["--zero-stage", "3"], ["--world", "2"], "partitions"),
+    "offload-optimizer": (["--offload-optimizer", "cpu"], ["--zero-stage", "1"], "where the state lives"),
+    "offload-param": (["--offload-param", "cpu"], ["--zero-stage", "3", "--offload-optimizer", "cpu"], "where params live"),
+    "nvme-buffers": (["--nvme-buffers", "6"], ["--zero-stage", "1", "--offload-optimizer", "nvme"], "staging"),
+    "nvme-buffer-size": (["--nvme-buffer-size", "4096"], ["--zero-stage", "1", "--offload-optimizer", "nvme"], "staging"),
+    "deepspeed": (["--deepspeed", f"{d}/ds.json"], [], "the file sets stage, batch, offload, precision"),
+    "strict": (["--strict"], ["--deepspeed", f"{d}/ds.json"], "decides which --deepspeed files run"),
+}
+if set(good) != planned:
+    fail(f"rows flagged as mattering to the plan {sorted(planned)} != this test's {sorted(good)}: "
+         f"extra {sorted(planned - set(good))}, missing {sorted(set(good) - planned)}")
+
+def run(args):
+    r = subprocess.run(["./train_gpt_cpu"] + args, capture_output=True, text=True)
+    return r.returncode, r.stdout, r.stderr.strip().splitlines()
+train_ctx = ["--train-data", f"{d}/train.bin", "--val-every", "0", "--sample-every", "0", "--steps", "1"]
+
+def same_error(args, what):
+    """--plan ARGS fails with the one line the trainer prints for ARGS."""
+    rt, _, et = run(args + train_ctx)
+    rp, out, ep = run(["--plan"] + args)
+    if rt == 0 or rp == 0 or len(et) != 1 or ep != et or out:
+        fail(f"{what}: {' '.join(args)}: trainer rc {rt} {et}, --plan rc {rp} {ep}")
+        return False
+    return True
+
+# 2. good values accepted and used; bad ones: the trainer's line
+accepted = same = 0
+for name, (opt, need, why) in sorted(good.items()):
+    if name not in rows: continue
+    base = run(["--plan", "--json"] + need)
+    r = run(["--plan", "--json"] + need + opt)
+    if r[0] != 0: fail(f"--plan {' '.join(need + opt)}: rc {r[0]} {r[2]}"); continue
+    accepted += 1
+    if name == "trace":
+        if not os.path.exists(f"{d}/pred.json"): fail("--plan --time --trace wrote no timeline")
+    elif name != "strict" and r[1] == base[1]:
+        fail(f"--{name} ({why}) does not change --plan's output: {' '.join(need + opt)}")
+    kind = rows[name][0]
+    bad = {"NUM": ["bogus", "-1e30"], "CHOICE": ["bogus"], "FLAG": []}.get(kind, [])
+    if name in ("init", "resume", "deepspeed"): bad = [f"{d}/nonexistent"]
+    if name == "model": bad = ["d7"]
+    for b in bad:
+        same += same_error(["--" + name, b] + ([] if name in ("total-batch", "grad-accum") else need), f"bad --{name}")
+print(f"{accepted} options accepted by --plan and changing its output; {same} bad values refused with the trainer's line")
+
+# 3. the checks across options
+cross = [["--zero-stage", "3", "--offload-param", "cpu"],           # needs --offload-optimizer
+         ["--zero-stage", "2", "--offload-param", "cpu", "--offload-optimizer", "cpu"],  # needs stage 3
+         ["--offload-optimizer", "cpu"],                             # needs a stage
+         ["--total-batch", "1000"],                                  # not a multiple of 8 x 64 x 1
+         ["--total-batch", "1024", "--grad-accum", "3"],             # disagree
+         ["--recompute-every", "2"], ["--cpu-checkpointing"], ["--recompute", "full", "--recompute-every", "9"],
+         ["--seq-len", "512"], ["--channels", "250"], ["--model", "d12", "--layers", "2"],
+         ["--init", ckpt, "--model", "d12"],
+         ["--deepspeed", f"{d}/ds.json", "--zero-stage", "1"],       # the file says 2
+         ["--precision", "fp16", "--total-batch", "256"]]
+n = sum(same_error(a, "cross-option check") for a in cross)
+print(f"{n} of {len(cross)} checks across options: the trainer's line")
+
+# 4. refusals, and --help
+for name in sorted(trainer_only):
+    args = ["--plan", "--" + name] + ([] if rows[name][0] == "FLAG" else ["1"])
+    rc, out, err = run(args)
+    if rc == 0 or len(err) != 1 or f"--{name}:" not in err[0] or "not a --plan option" not in err[0]:
+        fail(f"{' '.join(args)}: rc {rc} {err}")
+for name in sorted(plan_only - {"plan"}):
+    args = ["--" + name] + ([] if rows[name][0] == "FLAG" else ["1"])
+    rc, out, err = run(args)
+    if rc == 0 or len(err) != 1 or f"--{name}: only with --plan" not in err[0]:
+        fail(f"the trainer {' '.join(args)}: rc {rc} {err}")
+print(f"{len(trainer_only)} trainer options refused by --plan, {len(plan_only) - 1} --plan options by the trainer")
+rc, help_text, _ = run(["--plan", "--help"])
+listed = set(re.findall(r"^  --([a-z0-9-]+)", help_text, re.M)) - {"help"}
+if rc != 0 or listed != planned | plan_only:
+    fail(f"--plan --help lists {sorted(listed ^ (planned | plan_only))} wrongly")
+
+# 5. --total-batch X = --grad-accum G, G as the trainer derives it
+small = "--layers 2 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16 --seq-len 16 --batch 2".split()
+cfg = [json.loads(l) for l in open(f"{d}/small.jsonl") if '"event":"config"' in l][0]["settings"]
+X = 2 * 16 * 1 * 3  # B x T x processes x 3 micro-steps
+r = subprocess.run(["./train_gpt_cpu"] + small + train_ctx + ["--total-batch", str(X), "--log", f"{d}/tb.jsonl"],
+                   capture_output=True, text=True)
+tb = [json.loads(l) for l in open(f"{d}/tb.jsonl") if '"event":"config"' in l][0]["settings"] if r.returncode == 0 else {}
+G = tb.get("grad-accum", {}).get("value")
+if G != 3 or tb["grad-accum"]["source"] != "derived" or cfg["grad-accum"]["value"] != 1:
+    fail(f"the trainer derived grad-accum {G} from --total-batch {X} (rc {r.returncode} {r.stderr.strip()})")
+else:
+    for world in (1, 4):
+        common = ["--plan", "--time", "--json", "--hardware", "a100-80gb-sxm", "--zero-stage", "2", "--world", str(world)] + small
+        a = run(common + ["--total-batch", str(X * world)])
+        b = run(common + ["--grad-accum", str(G)])
+        one = run(common + ["--grad-accum", "1"])
+        if a[0] or b[0] or a[1] != b[1] or json.loads(a[1])["step_ms"] == json.loads(one[1])["step_ms"]:
+            fail(f"N={world}: --total-batch {X * world} vs --grad-accum {G}: rc {a[0]} {b[0]} {a[2]} {b[2]}, "
+                 f"outputs {'equal' if a[1] == b[1] else 'differ'}")
+        else:
+            print(f"N={world}: --total-batch {X * world} = --grad-accum {G} (step {json.loads(a[1])['step_ms']:.3f} ms; "
+                  f"one micro-step {json.loads(one[1])['step_ms']:.3f} ms)")
+print(f"{len(fails)} failure(s)")
+sys.exit(1 if fails else 0)
+PY
