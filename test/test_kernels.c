@@ -691,7 +691,7 @@ static void no_progress(void *ctx) { (void)ctx; } // nothing in flight to advanc
 static void local_fatal(void *ctx, const char *msg) { (void)ctx; fprintf(stderr, "error: %s\n", msg); exit(1); }
 static ZeroBackend local_backend(void) {
     ZeroBackend be = {NULL, no_all_reduce, no_reduce_scatter, no_all_gather, no_wait, no_set_step, no_progress, no_sum_doubles,
-                      host_alloc, host_free, host_zero, host_add, host_to_host, host_from_host, host_update,
+                      compute_alloc, compute_free, compute_zero, compute_add, compute_to_host, compute_from_host, compute_update,
                       1, NULL, NULL, NULL, NULL, NULL, NULL, local_fatal};
     return be;
 }
