@@ -1,12 +1,17 @@
 // cpu/mpi_backend.h: the ZeroBackend of the CPU trainer: MPI's non-blocking collectives (16-bit
 // elements summed by our own MPI operations), the watchdog, and its compute memory (the host's:
-// a unified backend) with the optimizer's update. It performs what zero.h hands it and decides nothing. Included by train_gpt_cpu.c after
-// its kernels (it uses xcalloc_bytes and zero_bytes).
+// a unified backend) with the optimizer's update. It performs what zero.h hands it and decides
+// nothing.
 #ifndef CPU_MPI_BACKEND_H
 #define CPU_MPI_BACKEND_H
 
 #include <malloc.h>
+#include <mpi.h>
+#include "core/optimizer_engine.h"
+#include "zero.h"
 #include "run/job.h"
+#include "cpu/memory.h"
+#include "cpu/openblas.h"
 
 // ----------------------------------------------------------------------------------------
 // Communication: the MPI backend that zero.h drives. It performs collectives, nothing more.
