@@ -1,10 +1,11 @@
 // train_gpt_cpu.c: GPT-2 training on the CPU, in one file you can read top to bottom.
 //
-// Sections: kernels (forward and backward of every op, OpenMP + OpenBLAS), the MPI backend
-// that performs zero.h's collectives, the model's storage (activations, gradient norm, AdamW
-// over this rank's partition, parameters in and out), and main. What is not CPU-specific is
-// shared with the GPU trainer: the passes over the kernels (model.h), the run with its loop
-// (trainer.h), ZeRO (zero.h), the model description (gpt2.h), options, data, checkpoints.
+// Sections: the kernels (forward and backward of every op, OpenMP + OpenBLAS; the matmuls' paths
+// are cpu/matmul.h's), the model (GPT2 and the storage hooks the passes call, cpu/storage.h; the
+// loss; the gradient norm and the update over this rank's partition), and main with the MPI
+// backend (cpu/mpi_backend.h). What is not CPU-specific is shared with the GPU trainer: the
+// passes over the kernels (model.h), the run with its loop (trainer.h), ZeRO (zero.h), the model
+// description (gpt2.h), options, data, checkpoints.
 //
 // It is also the oracle: test/reference_gpt2.py checks its loss and every gradient against an
 // independent PyTorch implementation, and every kernel's backward is checked against finite
@@ -413,7 +414,7 @@ static float classifier_loss(GPT2 *m, int N, float dloss) {
     const GPT2Config *c = &m->cfg;
     // bf16 runs on gemm_bf16: the gradient goes straight into the staging as the LM head
     // backward's bf16 dout (a note for matmul_backward)
-    bf16_t *g16 = dloss != 0.0f && m->dtype == ZC_BF16 && !m->kern.mm.via_sgemm ? m->kern.mm.staging : NULL;
+    bf16_t *g16 = dloss != 0.0f && bf16_gemm(m) ? m->kern.mm.staging : NULL;
     crossentropy_softmax_fused(m->acts.logits, m->acts.losses, m->dev_targets, N, c->vocab_size, c->padded_vocab_size, dloss, g16);
     m->kern.notes.dout16.f32 = g16 ? m->acts.logits : NULL;
     m->kern.notes.dout16.x16 = g16;

@@ -147,6 +147,10 @@ static void gpt2_free(GPT2 *m) {
 
 // --- the storage hooks model.h calls ---
 
+// bf16 runs on gemm_bf16 (not its sgemm fallback): the matmuls read the 16-bit weights and the
+// stored 16-bit activations themselves, and write weight gradients straight into 16 bits.
+static int bf16_gemm(const GPT2 *m) { return m->dtype == ZC_BF16 && !m->kern.mm.via_sgemm; }
+
 static int view_of(const GPT2 *m, int u) {
     return u == UNIT_EMBED ? VIEW_EMBED : u == gpt2_final_unit(&m->z.lay) ? VIEW_FINAL : VIEW_LAYER0 + u % 2;
 }
@@ -170,10 +174,10 @@ static UnitParams gpt2_unit_params(GPT2 *m, int u, int next) {
     int k = view_of(m, u);
     if (m->view_unit[k] != u || m->view_forward[k] != z->forwards) {
         size_t begin = z->lay.unit_offset[u];
-        int bf16_gemm = m->dtype == ZC_BF16 && !m->kern.mm.via_sgemm, rows_only = bf16_gemm && u == UNIT_EMBED;
+        int rows_only = bf16_gemm(m) && u == UNIT_EMBED;
         size_t C = (size_t)m->cfg.channels;
         WidenRun w = {m->view[k], p, begin, rows_only ? gpt2_tensor_numel(&m->cfg, P_WTE) : 0, m->dtype,
-                      bf16_gemm && zero_is_layer(z, u)};
+                      bf16_gemm(m) && zero_is_layer(z, u)};
         gpt2_for_each_segment(&z->lay, begin, begin + gpt2_unit_padded(&z->lay, u), widen_segment, &w);
         if (rows_only) // the batch is uploaded before the forward asks for the embeddings
             for (int i = 0; i < m->batch_n; i++) {
@@ -195,7 +199,7 @@ static float *grad_acc(const GPT2 *m, int u) {
 // The weight matrices of the layers and wte go straight into 16 bits (grads16_direct) in bf16
 // runs on gemm_bf16.
 static int grads_direct(const GPT2 *m, int u) {
-    return m->dtype == ZC_BF16 && !m->kern.mm.via_sgemm && (zero_is_layer(&m->z, u) || u == UNIT_EMBED);
+    return bf16_gemm(m) && (zero_is_layer(&m->z, u) || u == UNIT_EMBED);
 }
 // The part of unit u's gradient (as the kernels see it: `acc`) that gradients collect in by
 // adding: all of it, or, where the weight products write straight into the final gradient
@@ -288,7 +292,7 @@ static void widen_kept(const GPT2 *m, const LayerActs *x, int i, int l, int B, i
 // run keeps it (TensorNotes.stored: set as each tensor is produced or widened, cleared when
 // another layer's pass begins).
 static void stored16_set(GPT2 *m, const LayerActs *x, int i, int l, int B, int T) {
-    uint16_t *h = m->dtype == ZC_BF16 && !m->kern.mm.via_sgemm ? kept16(m, i, l, B, T) : NULL;
+    uint16_t *h = bf16_gemm(m) ? kept16(m, i, l, B, T) : NULL;
     m->kern.notes.stored[i].f32 = h ? gpt2_layer_tensor(x, i) : NULL;
     m->kern.notes.stored[i].x16 = (const bf16_t *)h;
 }
@@ -308,7 +312,7 @@ static LayerActs gpt2_layer_acts_forward(GPT2 *m, int l, int B, int T) {
     LayerActs x = layer_acts(m, l, B, T);
     // the tensors that gpt2_act_rounded would only narrow into their stored 16 bits, for the
     // kernels that write those bits themselves (bf16 runs on gemm_bf16, as stored16_set)
-    if (m->dtype == ZC_BF16 && !m->kern.mm.via_sgemm)
+    if (bf16_gemm(m))
         for (int i = 0; i < NUM_ACTIVATIONS; i++) {
             uint16_t *h = gpt2_activation_is_layered(i) && reads_stored16_only(i) ? kept16(m, i, l, B, T) : NULL;
             m->kern.notes.out16[i].f32 = h ? gpt2_layer_tensor(&x, i) : NULL;

@@ -375,7 +375,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int accumulate) {
     check_overwritten("dinp", a0, dinp, ni);
     check_accumulated("dw", aw, Pw, dw, nw);
     if (bias) check_accumulated("dbias", ab, Pb, db, OC);
-    // a fresh gradient (the context marks dw's range, as gpt2_unit_grads does on a step's first
+    // a fresh gradient (the notes mark dw's range, as gpt2_unit_grads does on a step's first
     // micro-step): the product is written over what dw held, NaN included
     fill_nan(aw, nw);
     kc.notes.grads[1] = (GradsOpen){aw, nw, 1, NULL, NULL};
@@ -938,7 +938,7 @@ static void test_bf16_matmul(int N, int C, int OC) {
         if (mode < 3) printf("  bf16 matmul %dx%dx%d %-30s max error %.2e of the scale\n", N, C, OC, names[mode], worst);
         else printf("  (unrounded fp32 operands: %.2e, must be > 1e-4)\n", worst);
         if (mode == 3) continue;
-        // a fresh gradient (the context marks dw's range): the product overwrites the NaN there
+        // a fresh gradient (the notes mark dw's range): the product overwrites the NaN there
         fill_nan(dw, (size_t)OC * C);
         kc.notes.grads[1] = (GradsOpen){dw, (size_t)OC * C, 1, NULL, NULL};
         matmul_backward(&kc, dinp, dw, NULL, dout, inp, w, w16, N, C, OC);
