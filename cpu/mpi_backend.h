@@ -1,12 +1,17 @@
 // cpu/mpi_backend.h: the ZeroBackend of the CPU trainer: MPI's non-blocking collectives (16-bit
-// elements summed by our own MPI operations), the watchdog, and host memory with the optimizer's
-// update. It performs what zero.h hands it and decides nothing. Included by train_gpt_cpu.c after
-// its kernels (it uses xcalloc_bytes and zero_bytes).
+// elements summed by our own MPI operations), the watchdog, and its compute memory (the host's:
+// a unified backend) with the optimizer's update. It performs what zero.h hands it and decides
+// nothing.
 #ifndef CPU_MPI_BACKEND_H
 #define CPU_MPI_BACKEND_H
 
 #include <malloc.h>
+#include <mpi.h>
+#include "core/optimizer_engine.h"
+#include "zero.h"
 #include "run/job.h"
+#include "cpu/memory.h"
+#include "cpu/openblas.h"
 
 // ----------------------------------------------------------------------------------------
 // Communication: the MPI backend that zero.h drives. It performs collectives, nothing more.
@@ -117,20 +122,25 @@ static void mpi_sum_doubles(void *ctx, double *x, int n) {
     mpi_wait_request(b, &req, "all_reduce of scalars (loss, norm, reports)");
 }
 static void mpi_set_step(void *ctx, int step) { ((MpiBackend *)ctx)->step = step; }
-static void *host_alloc(void *ctx, size_t bytes) { (void)ctx; return xcalloc_bytes(bytes); }
-static void host_free(void *ctx, void *p) { (void)ctx; free(p); }
-static void host_zero(void *ctx, void *p, size_t bytes) { (void)ctx; zero_bytes(p, bytes); }
+// ----------------------------------------------------------------------------------------
+// Compute memory: ZeroBackend's alloc, free, zero, add, to_host, from_host and update. The CPU
+// computes in the host's memory, so these are plain host memory, and to_host / from_host convert
+// between the storage type and fp32 in place of a copy.
 
-static void host_add(void *ctx, void *dst, const void *src, size_t n, int dtype) {
+static void *compute_alloc(void *ctx, size_t bytes) { (void)ctx; return xcalloc_bytes(bytes); }
+static void compute_free(void *ctx, void *p) { (void)ctx; free(p); }
+static void compute_zero(void *ctx, void *p, size_t bytes) { (void)ctx; zero_bytes(p, bytes); }
+
+static void compute_add(void *ctx, void *dst, const void *src, size_t n, int dtype) {
     (void)ctx;
     zc_add_array(dst, src, n, dtype);
 }
-static void host_to_host(void *ctx, float *host, const void *src, size_t n, int dtype) { (void)ctx; zc_widen(host, src, n, dtype); }
-static void host_from_host(void *ctx, void *dst, const float *host, size_t n, int dtype) { (void)ctx; zc_narrow(dst, host, n, dtype); }
+static void compute_to_host(void *ctx, float *host, const void *src, size_t n, int dtype) { (void)ctx; zc_widen(host, src, n, dtype); }
+static void compute_from_host(void *ctx, void *dst, const float *host, size_t n, int dtype) { (void)ctx; zc_narrow(dst, host, n, dtype); }
 
 // The optimizer over one run of elements of one kind (zero.h walks the runs this rank owns):
 // the CPU optimizer engine (core/optimizer_engine.h) on the arrays where they are.
-static void host_update(void *ctx, const OptStep *step, float *p, float *const *state, const void *g, void *p16, size_t n,
+static void compute_update(void *ctx, const OptStep *step, float *p, float *const *state, const void *g, void *p16, size_t n,
                         int dtype, int decay) {
     (void)ctx;
     optimizer_update_host(step, p, state, g, p16, n, dtype, decay);
@@ -193,10 +203,15 @@ static void mpi_heap_report(int rank, int world) {
         printf("heap: transparent huge pages for MPI's temporaries (GLIBC_TUNABLES=%s)\n", tun);
 }
 
+// The backend zero.h drives. It is unified: the memory the kernels compute in is the host's, so
+// the slots for memory beside it (host_alloc, host_free and the asynchronous copies between host
+// and device) stay NULL, and zero.h never calls them here: on a unified backend it places what an
+// offload to the host would move in compute memory (zero_placement), and reads NVMe files
+// straight into compute memory.
 static ZeroBackend mpi_backend(MpiBackend *b) {
     ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_set_step, mpi_progress, mpi_sum_doubles,
-                      host_alloc, host_free, host_zero, host_add, host_to_host, host_from_host, host_update,
-                      1, NULL, NULL, NULL, NULL, NULL, NULL, // unified: the compute memory is the host's
+                      compute_alloc, compute_free, compute_zero, compute_add, compute_to_host, compute_from_host, compute_update,
+                      1, NULL, NULL, NULL, NULL, NULL, NULL, // unified (above): no host slots
                       mpi_fatal};
     return be;
 }

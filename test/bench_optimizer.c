@@ -40,7 +40,7 @@ static void run_segment(const ParamSegment *seg, void *ctx) {
 }
 
 // Memory as the CPU trainer allocates its model states: 2 MB-aligned, asked to be backed by
-// transparent huge pages (train_gpt_cpu.c's xcalloc_bytes).
+// transparent huge pages (cpu/memory.h's xcalloc_bytes).
 static void *huge(size_t bytes) {
     size_t h = (size_t)2 << 20, rounded = (bytes + h - 1) / h * h;
     void *p = NULL;

@@ -375,12 +375,12 @@ static void test_matmul(int N, int C, int OC, int with_bias, int accumulate) {
     check_overwritten("dinp", a0, dinp, ni);
     check_accumulated("dw", aw, Pw, dw, nw);
     if (bias) check_accumulated("dbias", ab, Pb, db, OC);
-    // a fresh gradient (the context marks dw's range, as gpt2_unit_grads does on a step's first
+    // a fresh gradient (the notes mark dw's range, as gpt2_unit_grads does on a step's first
     // micro-step): the product is written over what dw held, NaN included
     fill_nan(aw, nw);
-    kc.grads[1] = (GradsOpen){aw, nw, 1, NULL, NULL};
+    kc.notes.grads[1] = (GradsOpen){aw, nw, 1, NULL, NULL};
     matmul_backward(&kc, a0, aw, NULL, r, inp, w, NULL, N, C, OC);
-    kc.grads[1] = (GradsOpen){NULL, 0, 0, NULL, NULL};
+    kc.notes.grads[1] = (GradsOpen){NULL, 0, 0, NULL, NULL};
     check_overwritten("fresh dw", aw, dw, nw);
     free(inp); free(w); free(bias); free(out); free(prev); free(r); free(ref); free(dinp); free(dw); free(db);
     free(fd); free(Pw); free(Pb); free(a0); free(aw); free(ab);
@@ -540,12 +540,12 @@ static void test_gelu(size_t n) {
     gelu_backward(&kc, want, widened, r, n);
     gelu_forward(&kc, want_fwd, widened, n);
     fill_nan(inp, n);
-    kc.stored16[A_FCH].f32 = inp;
-    kc.stored16[A_FCH].x16 = inp16;
+    kc.notes.stored[A_FCH].f32 = inp;
+    kc.notes.stored[A_FCH].x16 = inp16;
     gelu_tables_alloc(&kc);
     gelu_backward(&kc, got, inp, r, n);
     gelu_forward(&kc, got_fwd, inp, n);
-    memset(kc.stored16, 0, sizeof kc.stored16);
+    memset(kc.notes.stored, 0, sizeof kc.notes.stored);
     free(kc.gelu16);
     kc.gelu16 = NULL;
     kc.gelu_grad32 = NULL;
@@ -572,15 +572,15 @@ static void test_gelu_tables(void) {
     gelu_forward(&kc, want_fwd, widened, n);
     gelu_tables_alloc(&kc);
     fill_nan(inp, n);
-    kc.stored16[A_FCH].f32 = inp;
-    kc.stored16[A_FCH].x16 = inp16;
-    kc.out16[A_FCH_GELU].f32 = out;
-    kc.out16[A_FCH_GELU].x16 = out16;
+    kc.notes.stored[A_FCH].f32 = inp;
+    kc.notes.stored[A_FCH].x16 = inp16;
+    kc.notes.out16[A_FCH_GELU].f32 = out;
+    kc.notes.out16[A_FCH_GELU].x16 = out16;
     gelu_backward(&kc, got, inp, r, n);
     gelu_forward(&kc, out, inp, n);
-    int done = kc.out16[A_FCH_GELU].done;
-    memset(kc.stored16, 0, sizeof kc.stored16);
-    memset(kc.out16, 0, sizeof kc.out16);
+    int done = kc.notes.out16[A_FCH_GELU].done;
+    memset(kc.notes.stored, 0, sizeof kc.notes.stored);
+    memset(kc.notes.out16, 0, sizeof kc.notes.out16);
     free(kc.gelu16);
     kc.gelu16 = NULL;
     kc.gelu_grad32 = NULL;
@@ -691,7 +691,7 @@ static void no_progress(void *ctx) { (void)ctx; } // nothing in flight to advanc
 static void local_fatal(void *ctx, const char *msg) { (void)ctx; fprintf(stderr, "error: %s\n", msg); exit(1); }
 static ZeroBackend local_backend(void) {
     ZeroBackend be = {NULL, no_all_reduce, no_reduce_scatter, no_all_gather, no_wait, no_set_step, no_progress, no_sum_doubles,
-                      host_alloc, host_free, host_zero, host_add, host_to_host, host_from_host, host_update,
+                      compute_alloc, compute_free, compute_zero, compute_add, compute_to_host, compute_from_host, compute_update,
                       1, NULL, NULL, NULL, NULL, NULL, NULL, local_fatal};
     return be;
 }
@@ -907,13 +907,13 @@ static void test_bf16_matmul(int N, int C, int OC) {
     bf16_t *staging = (bf16_t *)xmalloc(widest * sizeof(bf16_t));
     size_t scratch_bytes = gemm_bf16_linear_scratch_bytes(N, C, OC, omp_get_max_threads()); // as gpt2_build sizes it
     void *scratch = xmalloc(scratch_bytes);
-    kc.gemm = (GemmBf16Ctx){GEMM_BF16_AUTO, scratch, scratch_bytes};
+    kc.mm.gemm = (GemmBf16Ctx){GEMM_BF16_AUTO, scratch, scratch_bytes};
     float *out = floats((size_t)N * OC), *dinp = floats((size_t)N * C), *dw = floats((size_t)OC * C);
     const char *names[3] = {"gemm_bf16", "sgemm fallback", "sgemm fallback, 3-row blocks"};
     for (int mode = 0; mode < 4; mode++) {
-        kc.staging = staging;
-        kc.staging_elems = mode == 2 ? (size_t)2 * (OC + C) * 3 : widest;
-        kc.via_sgemm = mode >= 1;
+        kc.mm.staging = staging;
+        kc.mm.staging_elems = mode == 2 ? (size_t)2 * (OC + C) * 3 : widest;
+        kc.mm.via_sgemm = mode >= 1;
         for (size_t i = 0; i < (size_t)OC * C; i++) dw[i] = 0.5f;
         fill_nan(dinp, (size_t)N * C);
         if (mode < 3) {
@@ -938,11 +938,11 @@ static void test_bf16_matmul(int N, int C, int OC) {
         if (mode < 3) printf("  bf16 matmul %dx%dx%d %-30s max error %.2e of the scale\n", N, C, OC, names[mode], worst);
         else printf("  (unrounded fp32 operands: %.2e, must be > 1e-4)\n", worst);
         if (mode == 3) continue;
-        // a fresh gradient (the context marks dw's range): the product overwrites the NaN there
+        // a fresh gradient (the notes mark dw's range): the product overwrites the NaN there
         fill_nan(dw, (size_t)OC * C);
-        kc.grads[1] = (GradsOpen){dw, (size_t)OC * C, 1, NULL, NULL};
+        kc.notes.grads[1] = (GradsOpen){dw, (size_t)OC * C, 1, NULL, NULL};
         matmul_backward(&kc, dinp, dw, NULL, dout, inp, w, w16, N, C, OC);
-        kc.grads[1] = (GradsOpen){NULL, 0, 0, NULL, NULL};
+        kc.notes.grads[1] = (GradsOpen){NULL, 0, 0, NULL, NULL};
         double scale = 0.0, err = 0.0;
         for (size_t i = 0; i < (size_t)OC * C; i++) scale = fmax(scale, fabs(ref_dw[i] - 0.5));
         for (size_t i = 0; i < (size_t)OC * C; i++) err = fmax(err, fabs(dw[i] - (ref_dw[i] - 0.5)) / scale);
@@ -977,8 +977,8 @@ int main(void) {
             scratch_bytes = b > scratch_bytes ? b : scratch_bytes;
         }
         void *scratch = f32 ? xmalloc(scratch_bytes) : NULL;
-        kc.f32_gemm = f32;
-        kc.gemm = (GemmBf16Ctx){GEMM_BF16_AUTO, scratch, f32 ? scratch_bytes : 0};
+        kc.mm.f32_gemm = f32;
+        kc.mm.gemm = (GemmBf16Ctx){GEMM_BF16_AUTO, scratch, f32 ? scratch_bytes : 0};
         kernel_begin(f32 ? "matmul (gemm_f32)" : "matmul (OpenBLAS sgemm)");
         test_matmul(10, 8, 12, 1, 0);
         test_matmul(10, 8, 12, 0, 0); // no bias: the tied LM head
