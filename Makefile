@@ -23,7 +23,7 @@ TMP      = $@.$$$$.part
 HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
-.PHONY: all test bench bench-ranks bench-optimizer bench-recompute nvme-demo setup clean data fuzz gpu_check gpu_pack gpu_session soak docs-figures FORCE
+.PHONY: all test test-docs-long bench bench-ranks bench-optimizer bench-recompute nvme-demo setup clean data fuzz gpu_check gpu_pack gpu_session soak docs-figures FORCE
 all: train_gpt_cpu
 
 setup:
@@ -201,6 +201,11 @@ bench-recompute: train_gpt_cpu
 # scripts/plot.py (python3-matplotlib).
 docs-figures: train_gpt_cpu
 	bash scripts/docs_figures.sh
+
+# test_docs with the commands marked too long for the suite (<!-- docs-test: long -->): every
+# command of the README and the walkthroughs, every number their outputs show.
+test-docs-long:
+	bash test/test_docs.sh --long
 
 # The embedded data set: Brown corpus shards and the GPT-2 tokenizer file, committed
 # in data/ so training needs no network. `make data` rebuilds them byte for byte from
