@@ -30,15 +30,17 @@ OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, as the walkthroug
 
 Usage (from the repository's root, after `make train_gpt_cpu test/bin/train_gpt_emu_bf16`):
   docs_check.py [--long] --clone DIR [--out DIR] [--fix] FILE.md...
-    --clone DIR   makes DIR/NAME for each document (NAME: its path, docs_walkthrough_md), a fresh
+    --clone DIR   makes DIR/NAME for each document that runs a command (NAME: its path, e.g.
+                  docs_walkthrough_md), a fresh
                   copy of the repository: the files git lists (tracked, and new ones not ignored),
                   no build outputs but ./train_gpt_cpu and ./train_gpt. ./train_gpt, the GPU
                   trainer, is its build for the CUDA emulator (test/bin/train_gpt_emu_bf16, or
                   $TRAIN_GPT): the docs run only its --plan, arithmetic from the same source, so
                   no CUDA is needed
-    --fix         rewrite, in FILE.md, each number of a line that no longer matches when exactly
-                  one printed line has the same words: for updating the docs after a change that
-                  moves them (read the diff before committing it; timings stay as they are)
+    --fix         rewrite, in FILE.md, the numbers of each line that no longer matches, from the
+                  printed line with the same words and most of the same numbers (when one is
+                  best): for updating the docs after a change that moves them (read the diff
+                  before committing it; timings stay as they are)
     --out DIR     also keep each command's output in DIR/NAME-NN.txt (NAME: the doc's path, docs_walkthrough_md)
     --replay DIR  run nothing: check (or --fix) against the outputs an earlier --out kept in DIR
 A command whose text, and every command before it in its document, equals one already run for an
@@ -222,7 +224,6 @@ def main():
         cmds = parse(doc)
         name = re.sub(r'\W', '_', doc)
         cwd = os.path.join(a.clone or '.', name)
-        if a.clone and not a.replay: fresh_copy(cwd)
         history, ran, nlines = (), 0, 0
         for n, cmd in enumerate(cmds, 1):
             history += (cmd.text,)
@@ -235,6 +236,7 @@ def main():
             elif history in cache:
                 out, rc, secs, cpu, again = cache[history] + (True,)
             else:
+                if not os.path.exists(cwd): fresh_copy(cwd)     # made when a command first runs there
                 out, rc, secs, cpu = run(cmd, cwd, env, a.timeout); again = False
                 cache[history] = (out, rc, secs, cpu)
                 total_wall += secs; total_cpu += cpu

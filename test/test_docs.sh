@@ -31,6 +31,9 @@ echo "== no doc, example or script points outside the repository (../shared)"
 if grep -rn '\.\./shared' README.md docs examples scripts; then echo "FAIL: the lines above"; fail=1
 else echo "ok"; fi
 
+echo "== scripts/walkthrough_outputs.sh is executable"
+[ -x scripts/walkthrough_outputs.sh ] && echo ok || { echo "FAIL: chmod +x scripts/walkthrough_outputs.sh"; fail=1; }
+
 echo "== every command as written, every number shown"
 $PYTHON test/docs_check.py $long --clone $d/clone --out $d/outputs README.md docs/walkthrough.md docs/zh/walkthrough.md || fail=1
 exit $fail
