@@ -4,8 +4,9 @@
 # keeps each command's whole output in DIR/docs_walkthrough_md-NN.txt: what the trimmed outputs
 # quoted there come from. It also checks those quotes (test/docs_check.py, as test_docs does, with
 # the long commands too), and exits 1 when one no longer matches. Its commands take about 4 minutes
-# of CPU time (14 minutes of wall time on this project's 2-core VM shared with other jobs). After a change that moves numbers, `test/docs_check.py --replay DIR --fix FILE.md`
-# rewrites them from these outputs (read the diff before committing it).
+# of CPU time (14 minutes of wall time on this project's 2-core VM shared with other jobs). After a
+# change that moves numbers, `test/docs_check.py --replay DIR --fix FILE.md` rewrites them from
+# these outputs (read the diff before committing it).
 #   scripts/walkthrough_outputs.sh DIR
 set -uo pipefail
 cd "$(dirname "$0")/.."
