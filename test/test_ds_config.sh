@@ -55,14 +55,13 @@ expect_run() {
   else fail "$name: exit $?"; tail -n 5 $d/$name.err; return 1; fi
 }
 
-echo "== the shared examples run as given (2 processes)"
+echo "== the examples (examples/) run as given (2 processes)"
 for z in 2 3; do
-  ex=../shared/examples/ds_config_zero$z.json
-  copy=test/ds_configs/example_zero$z.json
-  if [ -f "$ex" ]; then
-    cmp -s "$ex" "$copy" || fail "$copy differs from $ex: copy the new example into test/ds_configs/"
-  else
-    echo "($ex not found: using the copy $copy)"; ex=$copy
+  ex=examples/ds_config_zero$z.json
+  # as given: where the project's seeds are at hand (../shared/examples), the copy is theirs
+  seed=../shared/examples/ds_config_zero$z.json
+  if [ -f "$seed" ]; then
+    cmp -s "$seed" "$ex" && echo "ok   $ex is the seeds' $seed" || fail "$ex differs from $seed"
   fi
   log=$d/zero$z.jsonl
   expect_run zero$z "${np2[@]}" "${tiny[@]}" --steps 3 --deepspeed "$ex" --log $log || continue
@@ -74,7 +73,7 @@ for z in 2 3; do
   expect_setting $log offload-optimizer '"cpu"' file
   expect_setting $log pin-memory true file
   grep -q "^resolved configuration (--deepspeed $ex, 2 processes)" $d/zero$z.out || fail "zero$z: no resolved configuration on stdout"
-  grep -Eq -- "--zero-stage +$z +ds_config_zero$z.json|--zero-stage +$z +example_zero$z.json" $d/zero$z.out \
+  grep -Eq -- "--zero-stage +$z +ds_config_zero$z.json" $d/zero$z.out \
     || fail "zero$z: the resolved configuration does not show the stage from the file"
   grep -Eq -- '--lr +0.001 +default +scheduler.params.warmup_max_lr = "auto"' $d/zero$z.out \
     || fail "zero$z: the resolved configuration does not show what \"auto\" became for the lr"
@@ -89,7 +88,7 @@ for z in 2 3; do
 done
 
 echo "== \"auto\" takes the command line, and the resolved values reach the trainer"
-ex=test/ds_configs/example_zero2.json
+ex=examples/ds_config_zero2.json
 log=$d/auto.jsonl
 expect_run auto "${np2[@]}" "${tiny[@]}" --steps 6 --deepspeed $ex --log $log --lr 0.002 --warmup 4 --batch 2 \
   --grad-clip 0.5 --beta2 0.99 && {
@@ -365,9 +364,9 @@ echo "== under AddressSanitizer + UBSan (the trainer on 2 ranks; parsing alone i
 if make -s train_gpt_cpu_asan; then
   ASAN_OPTIONS=abort_on_error=1:detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe ./train_gpt_cpu_asan "${tiny[@]}" --steps 2 \
-    --deepspeed test/ds_configs/example_zero3.json --log $d/asan.jsonl > $d/asan.out 2>&1 \
-    && echo "ok   example_zero3 under ASan" || { fail "example_zero3 under ASan"; tail -n 20 $d/asan.out; }
-  for f in test/ds_configs/*.json; do
+    --deepspeed examples/ds_config_zero3.json --log $d/asan.jsonl > $d/asan.out 2>&1 \
+    && echo "ok   ds_config_zero3 under ASan" || { fail "ds_config_zero3 under ASan"; tail -n 20 $d/asan.out; }
+  for f in test/ds_configs/*.json examples/*.json; do
     ASAN_OPTIONS=abort_on_error=1:detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
       OMP_NUM_THREADS=1 ./train_gpt_cpu_asan "${tiny[@]}" --steps 1 --deepspeed $f > $d/asan1.out 2>&1
     rc=$?
@@ -375,7 +374,7 @@ if make -s train_gpt_cpu_asan; then
       fail "$f under ASan: rc=$rc"; tail -n 20 $d/asan1.out
     fi
   done
-  echo "ok   test/ds_configs/*.json single-process under ASan"
+  echo "ok   test/ds_configs/*.json and examples/*.json single-process under ASan"
 else fail "make train_gpt_cpu_asan"; fi
 
 echo "== the header compiles as C++ (nvcc includes it)"

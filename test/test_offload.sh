@@ -94,7 +94,7 @@ else fail "the missing wait went unnoticed (rc $rc)"; tail -5 $d/broken.out; fi
 
 echo "== 5. the DeepSpeed examples run as given, offload honoured"
 for z in 2 3; do
-  ex=../shared/examples/ds_config_zero$z.json; [ -f $ex ] || ex=test/ds_configs/example_zero$z.json
+  ex=examples/ds_config_zero$z.json
   emu bf16 $common --steps 2 --deepspeed $ex --log $d/ds$z.jsonl > $d/ds$z.out 2> $d/ds$z.err || { tail -5 $d/ds$z.err; fail "example zero$z"; continue; }
   grep -q "plan vs allocated: every kind on every rank matches exactly" $d/ds$z.out || fail "zero$z: plan != allocated"
   $PYTHON - $d/ds$z.jsonl $z <<'PY' || fail "example zero$z: where the model states live"
