@@ -7,6 +7,7 @@
 
 #include <malloc.h>
 #include "run/job.h"
+#include "run/verdict.h"
 
 // ----------------------------------------------------------------------------------------
 // Communication: the MPI backend that zero.h drives. It performs collectives, nothing more.
@@ -17,6 +18,7 @@ typedef struct {
     int rank, world, step;
     int nodes;                      // hosts the job spans (job.h: how a job across hosts ends)
     double timeout;                 // --comm-timeout: seconds before the watchdog aborts
+    struct Hang *hang;              // the run's recorder and side channel: the watchdog's verdict (NULL: none)
     MPI_Request req[MAX_PENDING];
     int busy[MAX_PENDING];
     char *move_from[MAX_PENDING], *move_to[MAX_PENDING]; // MPI's in-place reduce-scatter
@@ -82,10 +84,12 @@ static void mpi_wait_request(MpiBackend *b, MPI_Request *req, const char *what) 
         int done = 0;
         MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (done) return;
-        if (MPI_Wtime() - start > b->timeout) {
+        double waited = MPI_Wtime() - start;
+        if (waited > b->timeout) {
             fprintf(stderr, "error: rank %d: %s did not complete within %g s at step %d; "
                             "a peer is stuck or gone (--comm-timeout); aborting the job\n",
                     b->rank, what, b->timeout, b->step);
+            hang_verdict(b->hang, what, waited, b->timeout);
             job_abort(b->comm, b->nodes, 3);
         }
         if (spins > 100) { struct timespec ts = {0, 50000}; nanosleep(&ts, NULL); }
