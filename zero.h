@@ -601,6 +601,11 @@ static inline double zero_count(Zero *z, int kind, size_t n_full) {
     return bytes;
 }
 
+// Unit u's collective `kind` is about to start (its padded elements): 0 when it is not to be
+// (core/flight.h's test-only fault hook), after --check-collectives' check.
+static inline int zero_starts(Zero *z, int kind, int u) {
+    return flight_start(z->flight, kind, u, (double)gpt2_unit_padded(&z->lay, u) * z->esize, z->dtype, z->step, z->micro);
+}
 // Unit u's collective `kind` over its n_full padded elements was started at t_issue: it is in
 // flight (handle), counted, and remembered for the trace until zero_wait.
 static inline void zero_issued(Zero *z, int u, int kind, size_t n_full, double t_issue, int handle) {
@@ -675,6 +680,7 @@ static inline void zero_progress(Zero *z, int u) {
 // A blocking all-reduce of n doubles, numbered in the flight recorder (unit -1). Everything that
 // sums scalars over the ranks once training runs calls this or zero_sum_scalars.
 static inline void zero_sum_doubles(Zero *z, double *x, int n) {
+    if (z->world > 1 && !flight_start(z->flight, ZC_ALL_REDUCE, -1, (double)n * sizeof(double), -1, z->step, z->micro)) return;
     int64_t seq = z->world > 1 ? flight_issue(z->flight, ZC_ALL_REDUCE, -1, (double)n * sizeof(double), -1, z->step, z->micro) : -1;
     flight_wait(z->flight, seq);
     z->be.sum_doubles(z->be.ctx, x, n);
@@ -719,7 +725,7 @@ static inline void zero_prefetch(Zero *z, int u) {
         send = landing;
     }
     double t0 = trace_clock(z->trace);
-    int h = flight_skip(z->flight) ? -1 : z->be.all_gather(z->be.ctx, send, zero_gather_buffer(z, u), zero_slice(z, u), z->dtype);
+    int h = !zero_starts(z, ZC_ALL_GATHER, u) ? -1 : z->be.all_gather(z->be.ctx, send, zero_gather_buffer(z, u), zero_slice(z, u), z->dtype);
     zero_issued(z, u, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u), t0, h);
     z->gathered[u] = 1;
 }
@@ -792,9 +798,9 @@ static inline void zero_grads_done(Zero *z, int u) {
         void *g = zero_at(z, z->grads, z->lay.unit_offset[u]);
         double t0 = trace_clock(z->trace);
         if (z->stage == 0) {
-            zero_issued(z, u, ZC_ALL_REDUCE, n, t0, flight_skip(z->flight) ? -1 : z->be.all_reduce(z->be.ctx, g, n, z->dtype));
+            zero_issued(z, u, ZC_ALL_REDUCE, n, t0, !zero_starts(z, ZC_ALL_REDUCE, u) ? -1 : z->be.all_reduce(z->be.ctx, g, n, z->dtype));
         } else { // in place: this rank's summed slice lands on its own slice
-            int h = flight_skip(z->flight) ? -1 : z->be.reduce_scatter(z->be.ctx, g, zero_at(z, g, (size_t)z->rank * zero_slice(z, u)),
+            int h = !zero_starts(z, ZC_REDUCE_SCATTER, u) ? -1 : z->be.reduce_scatter(z->be.ctx, g, zero_at(z, g, (size_t)z->rank * zero_slice(z, u)),
                                                                        zero_slice(z, u), z->dtype);
             zero_issued(z, u, ZC_REDUCE_SCATTER, n, t0, h);
         }
@@ -807,7 +813,7 @@ static inline void zero_grads_done(Zero *z, int u) {
     int r = u == UNIT_EMBED || u == gpt2_final_unit(&z->lay) ? 0 : 1 + u % 2;
     z->pending_recv[u] = r;
     double t0 = trace_clock(z->trace);
-    int h = flight_skip(z->flight) ? -1 : z->be.reduce_scatter(z->be.ctx, zero_bucket(z, u), z->scatter_recv[r], zero_slice(z, u), z->dtype);
+    int h = !zero_starts(z, ZC_REDUCE_SCATTER, u) ? -1 : z->be.reduce_scatter(z->be.ctx, zero_bucket(z, u), z->scatter_recv[r], zero_slice(z, u), z->dtype);
     zero_issued(z, u, ZC_REDUCE_SCATTER, n, t0, h);
     if (u == gpt2_final_unit(&z->lay)) zero_finish_reduce(z, u); // it shares scatter_recv[0]
 }
@@ -850,7 +856,7 @@ static inline void zero_gather_updated_unit(Zero *z, int u) {
     if (z->stage == 0 || z->stage == 3 || z->world == 1) return;
     void *p = zero_at(z, z->params, z->lay.unit_offset[u]);
     double t0 = trace_clock(z->trace);
-    int h = flight_skip(z->flight) ? -1 : z->be.all_gather(z->be.ctx, zero_at(z, p, (size_t)z->rank * zero_slice(z, u)), p, zero_slice(z, u), z->dtype);
+    int h = !zero_starts(z, ZC_ALL_GATHER, u) ? -1 : z->be.all_gather(z->be.ctx, zero_at(z, p, (size_t)z->rank * zero_slice(z, u)), p, zero_slice(z, u), z->dtype);
     zero_issued(z, u, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u), t0, h);
 }
 static inline void zero_gather_updated_params(Zero *z) {

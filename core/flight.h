@@ -17,7 +17,11 @@
 //   Concurrency: one thread writes (the one that runs the schedule); any other thread (the side
 //   channel's server) takes a consistent copy with flight_snapshot: a sequence lock (`gen` odd
 //   while a write is under way; the reader retries). GCC's __atomic builtins: C11 and C++ alike.
-//   Test-only fault hook: skip_seq >= 0 makes flight_skip() return 1 once, when collective
+//   flight_start(f, op, unit, bytes, dtype, step, micro) is called just before a collective is
+//   started: it returns 0 when it is not to be started (the fault hook below), 1 otherwise, after
+//   f->check (when set: --check-collectives, run/verdict.h) has compared the fingerprint with
+//   every rank's (the check does not return when they differ).
+//   Test-only fault hook: skip_seq >= 0 makes flight_start return 0 once, when collective
 //   number skip_seq is about to be started, and zero.h then does not start it (the rank's
 //   schedule diverges from the others' there). run/verdict.h sets it from ZERO_TEST_SKIP.
 // C11 and C++ (the GPU trainer); no global state.
@@ -44,6 +48,8 @@ typedef struct {
     int32_t dtype, state; // zero.h's ZC_F32 / ZC_BF16 / ZC_FP16; FL_*
 } FlightEntry;
 
+typedef void (*FlightCheck)(void *ctx, const FlightEntry *next);
+
 typedef struct {
     FlightEntry e[FLIGHT_K];
     int64_t next;         // the number the next collective gets (= how many were started)
@@ -52,6 +58,8 @@ typedef struct {
     int32_t phase, step, micro;
     int32_t final_unit;   // the layout's final LayerNorm unit (naming: unit u = layer u - 1)
     int64_t skip_seq;     // test-only (see above); -1: none
+    FlightCheck check;    // NULL, or the fingerprint check and its context
+    void *check_ctx;
     uint32_t gen;         // sequence lock
 } Flight;
 
@@ -78,10 +86,15 @@ static inline FlightEntry *flight_entry(Flight *f, int64_t seq) {
     return seq >= 0 && e->seq == seq ? e : NULL;
 }
 
-// Test-only: whether the collective about to be started is to be skipped.
-static inline int flight_skip(Flight *f) {
-    if (!f || f->skip_seq < 0 || f->skip_seq != f->next) return 0;
-    f->skip_seq = -1;
+static inline int flight_start(Flight *f, int op, int unit, double bytes, int dtype, int step, int micro) {
+    if (!f) return 1;
+    if (f->skip_seq >= 0 && f->skip_seq == f->next) { f->skip_seq = -1; return 0; }
+    if (f->check) {
+        FlightEntry e;
+        memset(&e, 0, sizeof(e));
+        e.seq = f->next; e.bytes = bytes; e.op = op; e.unit = unit; e.step = step; e.micro = micro; e.dtype = dtype;
+        f->check(f->check_ctx, &e);
+    }
     return 1;
 }
 

@@ -197,6 +197,32 @@ static void mpi_heap_report(int rank, int world) {
         printf("heap: transparent huge pages for MPI's temporaries (GLIBC_TUNABLES=%s)\n", tun);
 }
 
+// MPI's errors (a message truncated because the ranks started different collectives, a peer's
+// connection lost) end the job as the watchdog does, with the verdict (run/verdict.h) first.
+// OpenMPI reports a failed non-blocking collective on MPI_COMM_WORLD whatever its communicator,
+// so the handler is world's, and finds the backend in the one piece of global state here: an
+// error handler has nowhere else to look (MPI passes it the communicator and the code only).
+static MpiBackend *mpi_errors_backend;
+static void mpi_on_error(MPI_Comm *comm, int *code, ...) {
+    (void)comm;
+    char msg[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(*code, msg, &len);
+    MpiBackend *b = mpi_errors_backend;
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    fprintf(stderr, "error: rank %d: MPI failed at step %d: %s; aborting the job\n", rank, b ? b->step : 0, msg);
+    if (b) hang_verdict_error(b->hang, msg);
+    job_abort(MPI_COMM_WORLD, b ? b->nodes : 1, 3);
+}
+static void mpi_handle_errors(MpiBackend *b) {
+    MPI_Errhandler eh;
+    mpi_errors_backend = b;
+    MPI_Comm_create_errhandler(mpi_on_error, &eh);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, eh);
+    MPI_Errhandler_free(&eh);
+}
+
 static ZeroBackend mpi_backend(MpiBackend *b) {
     ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_set_step, mpi_progress, mpi_sum_doubles,
                       host_alloc, host_free, host_zero, host_add, host_to_host, host_from_host, host_update,

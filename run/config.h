@@ -68,7 +68,7 @@ enum {
     CK_PROFILE_KERNELS, CK_PEAK_TFLOPS, CK_PEAK_GBPS,
     CK_DUMP_GRADS, CK_PRINT_EVERY, CK_RESUME,
     CK_ZERO_STAGE, CK_OFFLOAD_OPTIMIZER, CK_OFFLOAD_PARAM, CK_PIN_MEMORY, CK_NVME_PATH, CK_NVME_BUFFERS,
-    CK_NVME_BUFFER_SIZE, CK_AIO_THREADS, CK_AIO_QUEUE_DEPTH, CK_AIO_BLOCK_SIZE, CK_COMM_TIMEOUT, CK_DEEPSPEED, CK_STRICT,
+    CK_NVME_BUFFER_SIZE, CK_AIO_THREADS, CK_AIO_QUEUE_DEPTH, CK_AIO_BLOCK_SIZE, CK_COMM_TIMEOUT, CK_CHECK_COLLECTIVES, CK_DEEPSPEED, CK_STRICT,
     CK_OPTIONS,             // the table's rows end here
     CK_DSX = CK_OPTIONS,    // CK_DSX + DSX_*: the DeepSpeed-only settings
     CK_NUM = CK_DSX + DSX_NUM
@@ -145,6 +145,7 @@ typedef struct TrainConfig {
     int aio_threads, aio_queue_depth;
     long aio_block_size;
     float comm_timeout;   // seconds a collective may take before the job is aborted
+    int check_collectives; // --check-collectives: compare each collective's fingerprint across ranks first (run/verdict.h)
     // --deepspeed FILE (ds_config.h) and what it set that has no option
     const char *ds_config_path;
     int ds_strict;        // --strict: unknown or unimplemented DeepSpeed keys are errors
@@ -366,6 +367,8 @@ static inline const ConfigOption *config_options(void) {
                "NVMe I/O: bytes per request (a multiple of 4096)", "aio.block_size", NULL),
         CO_NUM("comm-timeout", OT_FLOAT, comm_timeout, 300, 0.001, 1e9, NULL, "SEC",
                "abort the job when a collective takes longer", NULL, NULL),
+        CO_FLAG("check-collectives", check_collectives, NULL,
+                "before each collective, check that every rank starts the same one (number, operation, unit, bytes, type)", NULL),
         CO_STR("deepspeed", ds_config_path, NULL, "DeepSpeed configuration (docs/deepspeed_config.md)", "FILE",
                "read a DeepSpeed JSON config; its \"auto\" values take the options above,\n"
                "and an option that disagrees with a value in the file is an error"),

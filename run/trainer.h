@@ -323,7 +323,7 @@ static int setup(Run *r, int argc, char **argv) {
     trace_init(&r->trace, r->rank, c->trace_path != NULL);
     gpt2_build(&r->model, &c->model, c->batch, c->seq_len, r->rank, r->world, &zo, config_recompute(c), trainer_backend(r));
     r->model.z.trace = &r->trace;
-    hang_start(&r->hang, &r->model.z, MPI_COMM_WORLD, r->nodes, c->log_path);
+    hang_start(&r->hang, &r->model.z, MPI_COMM_WORLD, r->nodes, c->log_path, c->comm_timeout, c->check_collectives);
     if (r->rank == 0 && r->model.z.nvme && !r->model.z.nvme->direct)
         printf("note: --nvme-path %s does not take direct I/O (O_DIRECT; ramfs and older tmpfs do not): the NVMe files go through "
                "the page cache, which may keep them in memory\n", c->nvme_path);

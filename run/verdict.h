@@ -2,10 +2,16 @@
 // (core/flight.h) and side channel (run/sidechannel.h), and the verdict a watchdog prints.
 //
 // Contract
-//   hang_start(h, z, comm, nodes, log_path) (collective, once the model is built): the recorder is
-//   z->flight from here on, and the side channel is open (a rank that cannot open one says so; the
-//   job goes on without verdicts). log_path (--log, or NULL) puts the verdict's JSON next to it:
-//   DIR/hang.json.
+//   hang_start(h, z, comm, nodes, log_path, comm_timeout, check) (collective, once the model is
+//   built): the recorder is z->flight from here on, and the side channel is open (a rank that
+//   cannot open one says so; the job goes on without verdicts). log_path (--log, or NULL) puts
+//   the verdict's JSON next to it: DIR/hang.json.
+//   check (--check-collectives): before each collective, every rank's fingerprint of it (number,
+//   operation, unit, bytes, element type) is compared: one all-reduce of 10 integers on a
+//   communicator of its own (so that a rank whose schedule went astray cannot pair the check
+//   with another rank's collective), waited for with the watchdog. When they differ, the lowest
+//   rank names the first wrong collective and which ranks start what, and the job ends (exit
+//   code 4) before any rank starts it. hang_finish prints its cost on rank 0.
 //   hang_verdict(h, what, waited, timeout) is what a backend's watchdog calls when a collective
 //   (`what`) did not complete within --comm-timeout (`timeout`; it waited `waited` seconds),
 //   before it ends the job (run/job.h). When the watchdog fired far later than it should have
@@ -21,6 +27,9 @@
 //   computing; finished); the first collective number at which the ranks' recorders disagree
 //   (a divergence of their schedules); hosts none of whose ranks can be reached; and each rank's
 //   state.
+//   hang_verdict_error(h, msg): the same verdict when the communication library reported an
+//   error instead (cpu/mpi_backend.h: a message truncated because the ranks started different
+//   collectives is how MPI meets a divergence).
 //   hang_finish(h): the run is over (recorder FL_FINISHED); closes the side channel.
 //   Test-only fault hook: ZERO_TEST_SKIP=RANK:SEQ in the environment makes rank RANK skip its
 //   collective number SEQ (core/flight.h), so that its schedule diverges there (test/test_hang.sh).
@@ -28,8 +37,8 @@
 #ifndef RUN_VERDICT_H
 #define RUN_VERDICT_H
 
+#include "run/job.h"
 #include "run/sidechannel.h"
-#include "zero.h"
 
 #define SIDE_DEADLINE 2.0
 #define HANG_DEFER 1.5
@@ -37,6 +46,11 @@
 
 typedef struct Hang {
     int ready;
+    int nodes;
+    double timeout;               // --comm-timeout
+    MPI_Comm check_comm;          // --check-collectives' own communicator (MPI_COMM_NULL: off)
+    long checks;                  // checks made, and the seconds they took
+    double check_seconds;
     Flight flight;
     SideChannel sc;
     double started;               // flight_now() of hang_start
@@ -45,9 +59,21 @@ typedef struct Hang {
     char json_path[4200];         // "": none
 } Hang;
 
-static inline int hang_start(Hang *h, Zero *z, MPI_Comm comm, int nodes, const char *log_path) {
+static inline void hang_check(void *ctx, const FlightEntry *e);
+static inline int hang_start(Hang *h, Zero *z, MPI_Comm comm, int nodes, const char *log_path, double comm_timeout, int check) {
     memset(h, 0, sizeof(*h));
+    h->nodes = nodes;
+    h->timeout = comm_timeout;
+    h->check_comm = MPI_COMM_NULL;
+    if (check && z->world > 1) {
+        MPI_Comm_dup(comm, &h->check_comm);
+        h->flight.check = hang_check;
+        h->flight.check_ctx = h;
+    }
+    FlightCheck fc = h->flight.check;
     flight_init(&h->flight, gpt2_final_unit(&z->lay));
+    h->flight.check = fc;
+    h->flight.check_ctx = h;
     z->flight = &h->flight;
     const char *skip = getenv("ZERO_TEST_SKIP"); // test-only (above)
     int srank = -1;
@@ -67,6 +93,12 @@ static inline int hang_start(Hang *h, Zero *z, MPI_Comm comm, int nodes, const c
 
 static inline void hang_finish(Hang *h) {
     if (!h->ready) return;
+    if (h->check_comm != MPI_COMM_NULL) {
+        if (h->sc.rank == 0 && h->checks)
+            printf("--check-collectives: %ld checks, %.1f us each, %.1f ms in all on rank 0\n", h->checks,
+                   h->check_seconds / (double)h->checks * 1e6, h->check_seconds * 1e3);
+        MPI_Comm_free(&h->check_comm);
+    }
     flight_set_phase(&h->flight, FL_FINISHED);
     side_close(&h->sc);
     free(h->peers);
@@ -123,6 +155,34 @@ static inline const char *hang_silence(int status) {
          : "no side channel";
 }
 
+// The ranks that disagree about collective #n (at[r]: what rank r has as #n, NULL: unknown), one
+// line each against what most ranks have (ties: the lowest rank's): "rank 1 issued all_gather of
+// unit 2 = layer 1 (... bytes) where rank 0 issued ...: the ranks' schedules diverged at #n".
+static inline void hang_divergence(const FlightEntry *const *at, int W, int F, const char *prefix, const char *verb,
+                                   const char *note) {
+    int best = -1, best_n = 0, k = 0;
+    for (int r = 0; r < W; r++) {
+        if (!at[r]) continue;
+        int n = 0;
+        for (int q = 0; q < W; q++) n += at[q] && hang_same(at[q], at[r]);
+        if (n > best_n) best = r, best_n = n;
+    }
+    if (best < 0) return;
+    int *list = (int *)calloc((size_t)W, sizeof(int));
+    for (int r = 0; r < W; r++) if (at[r] && hang_same(at[r], at[best])) list[k++] = r;
+    char refs[256], u1[48], u2[48];
+    hang_rank_list(refs, sizeof(refs), list, k);
+    hang_unit(u2, sizeof(u2), at[best]->unit, F);
+    for (int r = 0; r < W; r++) {
+        if (!at[r] || hang_same(at[r], at[best])) continue;
+        hang_unit(u1, sizeof(u1), at[r]->unit, F);
+        fprintf(stderr, "%srank %d %s %s of %s (%.0f bytes) where %s %s %s of %s (%.0f bytes): the ranks' schedules diverged at "
+                        "#%lld%s\n", prefix, r, verb, hang_op_names[at[r]->op], u1, at[r]->bytes, refs, verb,
+                hang_op_names[at[best]->op], u2, at[best]->bytes, (long long)at[best]->seq, note);
+    }
+    free(list);
+}
+
 // ----------------------------------------------------------------------------------------
 // The verdict
 
@@ -144,7 +204,7 @@ static inline void hang_json_entry(FILE *j, const FlightEntry *e, double now) {
     else fprintf(j, "null}");
 }
 
-static inline void hang_print(Hang *h, const char *what, double waited) {
+static inline void hang_print(Hang *h, const char *headline) {
     int W = h->sc.world, me = h->sc.rank;
     SidePeer *P = h->peers;
     const SideEndpoint *ep = h->sc.peers;
@@ -184,41 +244,18 @@ static inline void hang_print(Hang *h, const char *what, double waited) {
     int *list = (int *)calloc((size_t)W, sizeof(int));
     char line[512], d1[160], d2[160];
     FILE *j = hang_json_open(h);
-    fprintf(stderr, "hang: verdict of rank %d (%s), whose watchdog fired in %s after %.1f s:\n", me, ep[me].host, what, waited);
-    if (j) fprintf(j, "{\"verdict_by\":%d,\"host\":\"%s\",\"watchdog\":\"%s\"", me, ep[me].host, what);
+    fprintf(stderr, "hang: verdict of rank %d (%s), %s:\n", me, ep[me].host, headline);
+    if (j) fprintf(j, "{\"verdict_by\":%d,\"host\":\"%s\",\"why\":\"%s\"", me, ep[me].host, headline);
     // a divergence: name the ranks by what they issued at that number
     if (f.diverged >= 0) {
         int64_t s = f.diverged;
         for (int r = 0; r < W; r++) at[r] = answered[r] ? hang_entry(&P[r].reply, s) : NULL;
-        // the reference: the signature most ranks issued (ties: the lowest rank's)
-        int best = -1, best_n = 0;
-        for (int r = 0; r < W; r++) {
-            if (!at[r]) continue;
-            int n = 0;
-            for (int q = 0; q < W; q++) n += at[q] && hang_same(at[q], at[r]);
-            if (n > best_n) best = r, best_n = n;
-        }
-        int k = 0, m = 0;
-        for (int r = 0; r < W; r++) if (at[r] && hang_same(at[r], at[best])) list[k++] = r;
-        char refs[128], odd[128];
-        hang_rank_list(refs, sizeof(refs), list, k);
-        for (int r = 0; r < W; r++) {
-            if (!at[r] || hang_same(at[r], at[best])) continue;
-            list[0] = r; m++;
-            hang_rank_list(odd, sizeof(odd), list, 1);
-            char u1[48], u2[48];
-            hang_unit(u1, sizeof(u1), at[r]->unit, F);
-            hang_unit(u2, sizeof(u2), at[best]->unit, F);
-            fprintf(stderr, "hang: %s issued %s of %s (%.0f bytes) where %s issued %s of %s (%.0f bytes): the ranks' schedules "
-                            "diverged at #%lld%s\n", odd, hang_op_names[at[r]->op], u1, at[r]->bytes, refs,
-                    hang_op_names[at[best]->op], u2, at[best]->bytes, (long long)s,
-                    s == lo ? " or before (the recorders hold only their last collectives)" : "");
-        }
+        hang_divergence(at, W, F, "hang: ", "issued", s == lo ? " or before (the recorders hold only their last collectives)" : "");
         if (j) fprintf(j, ",\"diverged_at\":%lld", (long long)s);
-        (void)m;
     } else if (j) fprintf(j, ",\"diverged_at\":null");
-    // who has not completed the collective the job is stuck in
-    if (f.stuck >= 0) {
+    // who has not completed the collective the job is stuck in (past a divergence, the ranks'
+    // numbers name different collectives: the divergence is the verdict)
+    if (f.stuck >= 0 && (f.diverged < 0 || f.diverged > f.stuck)) {
         if (f.stuck_e) hang_describe(d1, sizeof(d1), f.stuck_e, F);
         else snprintf(d1, sizeof(d1), "collective #%lld", (long long)f.stuck);
         int k = 0;
@@ -321,6 +358,7 @@ static inline void hang_print(Hang *h, const char *what, double waited) {
 }
 
 // The watchdog fired on this rank in `what` (the backends' wait, before job_abort).
+static inline void hang_run(Hang *h, const char *headline);
 static inline void hang_verdict(Hang *h, const char *what, double waited, double timeout) {
     if (!h || !h->ready) return;
     if (waited > timeout + 1.0 + 0.25 * timeout) {
@@ -328,6 +366,18 @@ static inline void hang_verdict(Hang *h, const char *what, double waited, double
                 h->sc.rank, waited - timeout);
         return;
     }
+    char headline[256];
+    snprintf(headline, sizeof(headline), "whose watchdog fired in %s after %.1f s", what, waited);
+    hang_run(h, headline);
+}
+// The communication library failed (msg: its words) on this rank: the same verdict.
+static inline void hang_verdict_error(Hang *h, const char *msg) {
+    if (!h || !h->ready) return;
+    char headline[256];
+    snprintf(headline, sizeof(headline), "on which MPI failed (%s)", msg);
+    hang_run(h, headline);
+}
+static inline void hang_run(Hang *h, const char *headline) {
     flight_set_phase(&h->flight, FL_STOPPING);
     double t0 = flight_now();
     side_query_all(&h->sc, SIDE_DEADLINE, h->peers, NULL);
@@ -357,7 +407,69 @@ static inline void hang_verdict(Hang *h, const char *what, double waited, double
         }
     }
     free(again);
-    hang_print(h, what, waited);
+    hang_print(h, headline);
+}
+
+// ----------------------------------------------------------------------------------------
+// --check-collectives
+
+// Waits for the check's all-reduce as the backends wait for a collective: with the watchdog.
+static inline void hang_check_wait(Hang *h, MPI_Request *req, const char *what) {
+    double start = flight_now();
+    for (int spins = 0;; spins++) {
+        int done = 0;
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+        double waited = flight_now() - start;
+        if (waited > h->timeout) {
+            fprintf(stderr, "error: rank %d: %s did not complete within %g s; a peer is stuck or gone (--comm-timeout); "
+                            "aborting the job\n", h->sc.rank, what, h->timeout);
+            hang_verdict(h, what, waited, h->timeout);
+            job_abort(MPI_COMM_WORLD, h->nodes, 3);
+        }
+        if (spins > 100) { struct timespec ts = {0, 50000}; nanosleep(&ts, NULL); }
+    }
+}
+
+static inline void hang_check(void *ctx, const FlightEntry *e) {
+    Hang *h = (Hang *)ctx;
+    double t0 = flight_now();
+    long long mine[5] = {(long long)e->seq, e->op, e->unit, (long long)e->bytes, e->dtype}, v[10];
+    for (int i = 0; i < 5; i++) v[i] = mine[i], v[5 + i] = -mine[i];
+    char what[96];
+    snprintf(what, sizeof(what), "the --check-collectives check before collective #%lld", (long long)e->seq);
+    MPI_Request req;
+    flight_wait(&h->flight, e->seq); // (not started yet: the rank waits "in #seq")
+    MPI_Iallreduce(MPI_IN_PLACE, v, 10, MPI_LONG_LONG, MPI_MIN, h->check_comm, &req);
+    hang_check_wait(h, &req, what);
+    flight_done(&h->flight, e->seq);
+    h->checks++;
+    h->check_seconds += flight_now() - t0;
+    int same = 1;
+    for (int i = 0; i < 5; i++) same &= v[i] == -v[5 + i];
+    if (same) return;
+    // every rank is here: gather the fingerprints, the lowest rank names the difference, and the job ends
+    int W = h->sc.world, me = h->sc.rank;
+    long long *all = (long long *)malloc((size_t)W * 5 * sizeof(long long));
+    MPI_Allgather(mine, 5, MPI_LONG_LONG, all, 5, MPI_LONG_LONG, h->check_comm);
+    if (me == 0) {
+        FlightEntry *fe = (FlightEntry *)calloc((size_t)W, sizeof(FlightEntry));
+        const FlightEntry **at = (const FlightEntry **)calloc((size_t)W, sizeof(FlightEntry *));
+        for (int r = 0; r < W; r++) {
+            fe[r].seq = all[5 * r]; fe[r].op = (int)all[5 * r + 1]; fe[r].unit = (int)all[5 * r + 2];
+            fe[r].bytes = (double)all[5 * r + 3]; fe[r].dtype = (int)all[5 * r + 4];
+            fe[r].op = fe[r].op < 0 || fe[r].op > 2 ? 0 : fe[r].op;
+            at[r] = &fe[r];
+        }
+        fprintf(stderr, "error: --check-collectives: the ranks are about to start different collectives (step %d, micro-step %d):\n",
+                e->step, e->micro);
+        hang_divergence(at, W, h->flight.final_unit, "error: ", "starts", "; the job stops before any rank starts it");
+        fflush(stderr);
+        free(fe); free(at);
+    }
+    free(all);
+    MPI_Barrier(h->check_comm);
+    job_abort(MPI_COMM_WORLD, h->nodes, 4);
 }
 
 #endif // RUN_VERDICT_H
