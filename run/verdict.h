@@ -18,10 +18,10 @@
 //   (waited > timeout + 1 s + timeout / 4: this process was itself stopped, SIGSTOP then the
 //   launcher's SIGCONT as it ends the job) it says so in one line and returns. Otherwise this rank is marked stopping, asks
 //   every peer for its recorder's tail and state within SIDE_DEADLINE seconds, and then either
-//   prints the verdict (stderr, lines starting "hang: ") and writes the JSON, or, when a peer's
-//   watchdog fired before this one's (ties: the lower rank), leaves that to it and waits
-//   HANG_DEFER seconds so that its abort does not cut the other's verdict short. It returns
-//   within SIDE_DEADLINE + HANG_DEFER seconds; h NULL or not started: at once.
+//   prints the verdict (stderr, lines starting "hang: ") and writes the JSON, or leaves that to
+//   another rank (hang_run says which) and waits HANG_DEFER seconds so that its abort does not
+//   cut the other's verdict short. It returns within SIDE_DEADLINE + HANG_LOWER + HANG_DEFER
+//   (8) seconds; h NULL or not started: at once.
 //   The verdict names: the collective #n the job is stuck in (the lowest any rank waits in);
 //   each rank that has not completed it and why (does not answer: stopped, gone or unreachable;
 //   computing; finished); the first collective number at which the ranks' recorders disagree
@@ -41,8 +41,9 @@
 #include "run/sidechannel.h"
 
 #define SIDE_DEADLINE 2.0
-#define HANG_DEFER 1.5
-#define HANG_TIE 0.5
+#define HANG_DEFER 3.0
+#define HANG_TIE 1.0
+#define HANG_LOWER 3.0
 
 typedef struct Hang {
     int ready;
@@ -159,7 +160,7 @@ static inline const char *hang_silence(int status) {
 // line each against what most ranks have (ties: the lowest rank's): "rank 1 issued all_gather of
 // unit 2 = layer 1 (... bytes) where rank 0 issued ...: the ranks' schedules diverged at #n".
 static inline void hang_divergence(const FlightEntry *const *at, int W, int F, const char *prefix, const char *verb,
-                                   const char *note) {
+                                   const char *verb_plural, const char *note) {
     int best = -1, best_n = 0, k = 0;
     for (int r = 0; r < W; r++) {
         if (!at[r]) continue;
@@ -177,7 +178,7 @@ static inline void hang_divergence(const FlightEntry *const *at, int W, int F, c
         if (!at[r] || hang_same(at[r], at[best])) continue;
         hang_unit(u1, sizeof(u1), at[r]->unit, F);
         fprintf(stderr, "%srank %d %s %s of %s (%.0f bytes) where %s %s %s of %s (%.0f bytes): the ranks' schedules diverged at "
-                        "#%lld%s\n", prefix, r, verb, hang_op_names[at[r]->op], u1, at[r]->bytes, refs, verb,
+                        "#%lld%s\n", prefix, r, verb, hang_op_names[at[r]->op], u1, at[r]->bytes, refs, k == 1 ? verb : verb_plural,
                 hang_op_names[at[best]->op], u2, at[best]->bytes, (long long)at[best]->seq, note);
     }
     free(list);
@@ -250,7 +251,7 @@ static inline void hang_print(Hang *h, const char *headline) {
     if (f.diverged >= 0) {
         int64_t s = f.diverged;
         for (int r = 0; r < W; r++) at[r] = answered[r] ? hang_entry(&P[r].reply, s) : NULL;
-        hang_divergence(at, W, F, "hang: ", "issued", s == lo ? " or before (the recorders hold only their last collectives)" : "");
+        hang_divergence(at, W, F, "hang: ", "issued", "issued", s == lo ? " or before (the recorders hold only their last collectives)" : "");
         if (j) fprintf(j, ",\"diverged_at\":%lld", (long long)s);
     } else if (j) fprintf(j, ",\"diverged_at\":null");
     // who has not completed the collective the job is stuck in (past a divergence, the ranks'
@@ -377,36 +378,61 @@ static inline void hang_verdict_error(Hang *h, const char *msg) {
     snprintf(headline, sizeof(headline), "on which MPI failed (%s)", msg);
     hang_run(h, headline);
 }
+static inline void hang_sleep(double seconds) {
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+// Who prints. Ages (how long ago a rank's watchdog fired) are each rank's own clock's, so they
+// compare across hosts. A rank leaves the verdict to a stopping peer whose watchdog fired
+// clearly earlier (by HANG_TIE), or to a stopping lower rank that did not fire clearly later;
+// a lower rank still waiting in a collective will fire too (ranks stuck in the same collective
+// fire within milliseconds of each other), so it is asked again every 0.1 s for up to
+// HANG_LOWER seconds (one that stops answering meanwhile has printed and ended the job). The rules agree across ranks unless two watchdogs fire HANG_TIE apart to
+// within the ages' error (milliseconds).
 static inline void hang_run(Hang *h, const char *headline) {
     flight_set_phase(&h->flight, FL_STOPPING);
-    double t0 = flight_now();
-    side_query_all(&h->sc, SIDE_DEADLINE, h->peers, NULL);
     int me = h->sc.rank, W = h->sc.world;
-    // Who prints: the rank whose watchdog fired first (ages on each rank's own clock); within
-    // HANG_TIE of each other, the lower rank. A peer that was waiting when asked may have fired
-    // since (ranks waiting in the same collective fire within milliseconds): ask those again.
-    int *again = (int *)calloc((size_t)W, sizeof(int)), n_again = 0;
-    for (int r = 0; r < W; r++)
-        if (r != me && h->peers[r].status == SIDE_ANSWERED && h->peers[r].reply.phase == FL_WAITING_IN) again[r] = 1, n_again++;
-    double t1 = flight_now();
-    if (n_again) side_query_all(&h->sc, 0.5, h->peers, again);
-    side_make_reply(&h->sc, &h->peers[me].reply, &h->snap);
-    double now = flight_now(), my_age = now - h->snap.since;
-    for (int r = 0; r < W; r++) {
-        const SideReply *x = &h->peers[r].reply;
-        if (r == me || h->peers[r].status != SIDE_ANSWERED || x->phase != FL_STOPPING) continue;
-        double age = (x->now - x->since) + (now - ((again[r] ? t1 : t0) + h->peers[r].rtt));
-        if (age > my_age + HANG_TIE || (age > my_age - HANG_TIE && r < me)) {
-            free(again);
-            fprintf(stderr, "hang: rank %d leaves the verdict to rank %d, whose watchdog fired first\n", me, r);
-            fflush(stderr);
-            double left = HANG_DEFER;
-            struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
-            while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-            return;
+    double *at = (double *)calloc((size_t)W, sizeof(double)); // when each answer came
+    int *again = (int *)calloc((size_t)W, sizeof(int));
+    double t0 = flight_now(), until = 0.0;
+    side_query_all(&h->sc, SIDE_DEADLINE, h->peers, NULL);
+    for (int r = 0; r < W; r++) at[r] = t0 + h->peers[r].rtt;
+    for (;;) {
+        side_make_reply(&h->sc, &h->peers[me].reply, &h->snap);
+        double now = flight_now(), my_age = now - h->snap.since;
+        if (until == 0.0) until = now + HANG_LOWER;
+        int n_again = 0;
+        for (int r = 0; r < W; r++) {
+            const SideReply *x = &h->peers[r].reply;
+            again[r] = 0;
+            if (r == me || h->peers[r].status != SIDE_ANSWERED) continue;
+            double age = (x->now - x->since) + (now - at[r]);
+            if (x->phase == FL_STOPPING && (age > my_age + HANG_TIE || (r < me && age > my_age - HANG_TIE))) {
+                fprintf(stderr, "hang: rank %d leaves the verdict to rank %d, whose watchdog fired first\n", me, r);
+                fflush(stderr);
+                free(at); free(again);
+                hang_sleep(HANG_DEFER);
+                return;
+            }
+            if (x->phase == FL_WAITING_IN && r < me) again[r] = 1, n_again++;
+        }
+        if (!n_again || now > until) break;
+        hang_sleep(0.1);
+        double t1 = flight_now();
+        side_query_all(&h->sc, 0.5, h->peers, again);
+        for (int r = 0; r < W; r++) {
+            if (!again[r]) continue;
+            at[r] = t1 + h->peers[r].rtt;
+            if (h->peers[r].status != SIDE_ANSWERED) { // it answered a moment ago: it fired, printed and ended the job
+                fprintf(stderr, "hang: rank %d leaves the verdict to rank %d, which is ending the job\n", me, r);
+                fflush(stderr);
+                free(at); free(again);
+                hang_sleep(HANG_DEFER);
+                return;
+            }
         }
     }
-    free(again);
+    free(at); free(again);
     hang_print(h, headline);
 }
 
@@ -463,7 +489,7 @@ static inline void hang_check(void *ctx, const FlightEntry *e) {
         }
         fprintf(stderr, "error: --check-collectives: the ranks are about to start different collectives (step %d, micro-step %d):\n",
                 e->step, e->micro);
-        hang_divergence(at, W, h->flight.final_unit, "error: ", "starts", "; the job stops before any rank starts it");
+        hang_divergence(at, W, h->flight.final_unit, "error: ", "is about to start", "are about to start", "; the job stops before any rank starts it");
         fflush(stderr);
         free(fe); free(at);
     }
