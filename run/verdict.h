@@ -232,7 +232,6 @@ static inline void hang_print(Hang *h, const char *headline) {
             if (lo < 0 || a < lo) lo = a;
             if (b > hi) hi = b;
         }
-    int *group = (int *)calloc((size_t)W, sizeof(int));
     const FlightEntry **at = (const FlightEntry **)calloc((size_t)W, sizeof(FlightEntry *));
     for (int64_t s = lo; s >= 0 && s <= hi && f.diverged < 0; s++) {
         const FlightEntry *first = NULL;
@@ -355,7 +354,7 @@ static inline void hang_print(Hang *h, const char *headline) {
     if (j) { fprintf(j, "]}\n"); fclose(j); }
     fprintf(stderr, "hang: the job ends now (--comm-timeout)%s%s\n", h->json_path[0] ? "; this verdict as JSON: " : "", h->json_path);
     fflush(stderr);
-    free(answered); free(group); free(at); free(list);
+    free(answered); free(at); free(list);
 }
 
 // The watchdog fired on this rank in `what` (the backends' wait, before job_abort).
