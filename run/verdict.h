@@ -86,7 +86,9 @@ static inline int hang_start(Hang *h, Zero *z, MPI_Comm comm, int nodes, const c
         else snprintf(h->json_path, sizeof(h->json_path), "hang.json");
     }
     h->started = flight_now();
-    int rc = side_open(&h->sc, &h->flight, comm, nodes);
+    int rc = -1;
+    if (z->world > 1) rc = side_open(&h->sc, &h->flight, comm, nodes); // (one rank: no collectives, no watchdog)
+    else h->sc.fd = h->sc.wake[0] = h->sc.wake[1] = -1, h->sc.world = 1;
     h->peers = (SidePeer *)calloc((size_t)h->sc.world, sizeof(SidePeer));
     h->ready = 1;
     return rc;
