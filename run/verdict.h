@@ -283,8 +283,8 @@ static inline void hang_print(Hang *h, const char *headline) {
                 if (x->phase == FL_FINISHED) snprintf(line, sizeof(line), "it has finished the run");
                 else if (x->phase == FL_COMPUTING) snprintf(line, sizeof(line), "it is computing (step %d, micro-step %d)", x->step, x->micro);
                 else snprintf(line, sizeof(line), "it waits in #%lld", (long long)x->wait_seq);
-                fprintf(stderr, "hang: rank %d (%s) has not entered %s, which %s wait%s in: %s%s\n", r, x->host, d1, waiters,
-                        k == 1 ? "s" : "", line, ago);
+                fprintf(stderr, "hang: rank %d (%s) has %s %s, which %s wait%s in: %s%s\n", r, x->host,
+                        x->next > f.stuck ? "started but not completed" : "not entered", d1, waiters, k == 1 ? "s" : "", line, ago);
             } else {
                 const FlightEntry *w = hang_entry(x, x->wait_seq);
                 if (w) hang_describe(d2, sizeof(d2), w, F);
