@@ -120,7 +120,7 @@ fi
 
 echo "--- junk on the side channel: dropped, counted, nothing changed"
 junk_run() { # $1: send junk or not; the job's step lines into $d/steps.$1
-  start_job 2 -- --steps 120 --total-batch 512 --layers 2 --comm-timeout 20
+  start_job 2 -- --steps 60 --total-batch 512 --layers 2 --comm-timeout 20
   if [ "$1" = junk ]; then
     # (the side channel of a job on one host listens on 127.0.0.1; OpenMPI's own listeners elsewhere)
     ports=$(ss -ltnpH | grep -E "pid=($(echo $ranks | tr ' ' '|'))," | awk '{print $4}' | grep '^127\.0\.0\.1:' | sed 's/.*://')
