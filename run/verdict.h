@@ -369,14 +369,14 @@ static inline void hang_verdict(Hang *h, const char *what, double waited, double
         return;
     }
     char headline[256];
-    snprintf(headline, sizeof(headline), "whose watchdog fired in %s after %.1f s", what, waited);
+    snprintf(headline, sizeof(headline), "whose watchdog fired in %.160s after %.1f s", what, waited);
     hang_run(h, headline);
 }
 // The communication library failed (msg: its words) on this rank: the same verdict.
 static inline void hang_verdict_error(Hang *h, const char *msg) {
     if (!h || !h->ready) return;
     char headline[256];
-    snprintf(headline, sizeof(headline), "on which MPI failed (%s)", msg);
+    snprintf(headline, sizeof(headline), "on which MPI failed (%.200s)", msg);
     hang_run(h, headline);
 }
 static inline void hang_sleep(double seconds) {
