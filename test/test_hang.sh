@@ -119,8 +119,11 @@ else
 fi
 
 echo "--- junk on the side channel: dropped, counted, nothing changed"
-junk_run() { # $1: send junk or not; the job's step lines into $d/steps.$1
-  start_job 2 -- --steps 60 --total-batch 512 --layers 2 --comm-timeout 20
+junk_run() { # $1: junk (the job runs until the junk is sent, then SIGUSR1 stops it after a step) or clean (as many
+             # steps); the job's step lines into $d/steps.$1
+  local steps=1000000
+  [ "$1" = clean ] && steps=$(grep -c '"loss"' $d/steps.junk)
+  start_job 2 -- --steps $steps --lr-schedule constant --total-batch 512 --layers 2 --comm-timeout 20
   if [ "$1" = junk ]; then
     # (the side channel of a job on one host listens on 127.0.0.1; OpenMPI's own listeners elsewhere)
     ports=$(ss -ltnpH | grep -E "pid=($(echo $ranks | tr ' ' '|'))," | awk '{print $4}' | grep '^127\.0\.0\.1:' | sed 's/.*://')
@@ -147,15 +150,17 @@ for port in map(int, sys.argv[1:]):
     send(b"GET / HTTP/1.0\r\n\r\n" + b"x" * 14)                   # something else that talks TCP
 print("6 connections to each of ports", sys.argv[1:], "got nothing back")
 PY
+    kill -USR1 $job
   fi
   for _ in $(seq 600); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
   wait $job || fail "the job failed: $(tail -3 $d/err.txt)"
   log_steps $d/log.jsonl > $d/steps.$1
+  cp $d/err.txt $d/err.$1
 }
-junk_run clean
 junk_run junk
-grep "side channel dropped" $d/err.txt
-[ "$(grep -c "^note: rank [01]: the side channel dropped 6 connections that did not carry the job's query$" $d/err.txt)" -eq 2 ] \
+junk_run clean
+grep "side channel dropped" $d/err.junk
+[ "$(grep -c "^note: rank [01]: the side channel dropped 6 connections that did not carry the job's query$" $d/err.junk)" -eq 2 ] \
   || fail "the dropped connections were not counted on both ranks"
 [ -s $d/steps.clean ] && cmp $d/steps.clean $d/steps.junk || fail "the losses changed with junk on the side channel"
 echo "losses identical over $(wc -l < $d/steps.junk) steps"
