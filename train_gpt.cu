@@ -676,6 +676,7 @@ static ZeroBackend trainer_backend(Run *r) {
     b->world = r->world;
     b->nodes = r->nodes;
     b->timeout = r->cfg.comm_timeout;
+    b->hang = &r->hang;
     // The host runs ahead of the device; the trace's spans wait for it at their ends (the
     // outermost only without --trace), and with --trace the host also waits for each collective
     // it waits for, so that its clock reads the device's times (trace.h's sync, comm_timed).

@@ -503,6 +503,8 @@ static ZeroBackend trainer_backend(Run *r) {
     b->world = r->world;
     b->nodes = r->nodes;
     b->timeout = r->cfg.comm_timeout;
+    b->hang = &r->hang;
+    mpi_handle_errors(b);
     MPI_Op_create(mpi_sum_bf16, 1, &b->sum16[ZC_BF16]);
     MPI_Op_create(mpi_sum_fp16, 1, &b->sum16[ZC_FP16]);
     return mpi_backend(b);

@@ -65,6 +65,10 @@
 //   the host's waits for a staging copy are "wait copy" spans (offload); NVMe: each read and
 //   write is a span from its submission to its completion and each wait for one a "wait nvme"
 //   span (nvme).
+//   Flight recorder (core/flight.h, z->flight, NULL: none). Every collective this header starts,
+//   and every sum of scalars (zero_sum_doubles, zero_sum_scalars), is numbered in start order and
+//   recorded with its unit, bytes, step and micro-step; the waits for them mark the rank as
+//   waiting. A watchdog's verdict reads it (run/verdict.h).
 //
 //   Where the model states live (ZeRO-Offload). By default everything is in the backend's
 //   compute memory ("device": the GPU's, or the CPU trainer's own). offload_optimizer = host
@@ -117,6 +121,7 @@
 #include "core/nvme.h"
 #include "mixed_precision.h"
 #include "core/trace.h"
+#include "core/flight.h"
 
 #define ZERO_ALIGN 16 // elements: every slice starts on a 64-byte boundary in fp32
 #define ZERO_MAX_BUFS 16 // NVMe buffer sets at most
@@ -279,6 +284,8 @@ typedef struct {
     int unclaimed[GPT2_MAX_UNITS]; // stage 3: a layer prefetched, not asked for yet (pending: its all-gather)
     int step;                      // for the watchdog's message
     Trace *trace;                  // the rank's timeline (core/trace.h), or NULL
+    Flight *flight;                // the rank's flight recorder (core/flight.h), or NULL
+    int64_t pending_seq[GPT2_MAX_UNITS]; // the unit's collective in flight: its number there,
     int pending_kind[GPT2_MAX_UNITS];     // the unit's collective in flight: ZC_*,
     double pending_bytes[GPT2_MAX_UNITS]; // its bytes (ring model),
     double issued[GPT2_MAX_UNITS];        // and when it was started (trace_clock)
@@ -594,9 +601,16 @@ static inline double zero_count(Zero *z, int kind, size_t n_full) {
     return bytes;
 }
 
+// Unit u's collective `kind` is about to start (its padded elements): 0 when it is not to be
+// (core/flight.h's test-only fault hook), after --check-collectives' check.
+static inline int zero_starts(Zero *z, int kind, int u) {
+    return flight_start(z->flight, kind, u, (double)gpt2_unit_padded(&z->lay, u) * z->esize, z->dtype, z->step, z->micro);
+}
 // Unit u's collective `kind` over its n_full padded elements was started at t_issue: it is in
 // flight (handle), counted, and remembered for the trace until zero_wait.
 static inline void zero_issued(Zero *z, int u, int kind, size_t n_full, double t_issue, int handle) {
+    if (handle < 0) return; // skipped (core/flight.h's test-only fault hook): nothing in flight
+    z->pending_seq[u] = flight_issue(z->flight, kind, u, (double)n_full * z->esize, z->dtype, z->step, z->micro);
     z->pending[u] = handle;
     z->pending_kind[u] = kind;
     z->pending_bytes[u] = zero_count(z, kind, n_full);
@@ -616,7 +630,9 @@ static inline void zero_wait(Zero *z, int u, const char *what) {
     zero_describe(z, desc, sizeof(desc), what, u);
     int kind = z->pending_kind[u];
     double w0 = trace_begin(z->trace, zero_wait_names[kind], TRACE_WAIT, u, 0.0);
+    flight_wait(z->flight, z->pending_seq[u]);
     double done = z->be.wait(z->be.ctx, z->pending[u], desc);
+    flight_done(z->flight, z->pending_seq[u]);
     trace_end(z->trace, w0);
     trace_span(z->trace, zero_collective_names[kind], TRACE_COMM, u, z->pending_bytes[u], z->issued[u], done);
     z->pending[u] = -1;
@@ -661,12 +677,21 @@ static inline void zero_progress(Zero *z, int u) {
     if (busy) trace_end(z->trace, t0);
 }
 
+// A blocking all-reduce of n doubles, numbered in the flight recorder (unit -1). Everything that
+// sums scalars over the ranks once training runs calls this or zero_sum_scalars.
+static inline void zero_sum_doubles(Zero *z, double *x, int n) {
+    if (z->world > 1 && !flight_start(z->flight, ZC_ALL_REDUCE, -1, (double)n * sizeof(double), -1, z->step, z->micro)) return;
+    int64_t seq = z->world > 1 ? flight_issue(z->flight, ZC_ALL_REDUCE, -1, (double)n * sizeof(double), -1, z->step, z->micro) : -1;
+    flight_wait(z->flight, seq);
+    z->be.sum_doubles(z->be.ctx, x, n);
+    flight_done(z->flight, seq);
+}
 // A blocking all-reduce of n doubles (the loss, the gradient norm's partial sums): in the
 // trace, an all_reduce without a unit that the thread waits for all along.
 static inline void zero_sum_scalars(Zero *z, double *x, int n) {
     if (z->world == 1) { z->be.sum_doubles(z->be.ctx, x, n); return; }
     double t0 = trace_begin(z->trace, zero_wait_names[ZC_ALL_REDUCE], TRACE_WAIT, -1, 0.0);
-    z->be.sum_doubles(z->be.ctx, x, n);
+    zero_sum_doubles(z, x, n);
     trace_end(z->trace, t0);
     trace_span(z->trace, zero_collective_names[ZC_ALL_REDUCE], TRACE_COMM, -1,
                zero_ring_bytes(z, ZC_ALL_REDUCE, (double)n * sizeof(double)), t0, trace_clock(z->trace));
@@ -700,7 +725,7 @@ static inline void zero_prefetch(Zero *z, int u) {
         send = landing;
     }
     double t0 = trace_clock(z->trace);
-    int h = z->be.all_gather(z->be.ctx, send, zero_gather_buffer(z, u), zero_slice(z, u), z->dtype);
+    int h = !zero_starts(z, ZC_ALL_GATHER, u) ? -1 : z->be.all_gather(z->be.ctx, send, zero_gather_buffer(z, u), zero_slice(z, u), z->dtype);
     zero_issued(z, u, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u), t0, h);
     z->gathered[u] = 1;
 }
@@ -709,6 +734,7 @@ static inline void zero_prefetch(Zero *z, int u) {
 // parameters may have changed since the last one, so nothing gathered is trusted.
 static inline void zero_begin_forward(Zero *z, int micro, int accum) {
     z->micro = micro;
+    flight_set_step(z->flight, z->step, micro);
     z->accum = accum;
     z->forwards++;
     for (int u = 0; u < z->lay.num_units; u++) z->gathered[u] = 0;
@@ -772,10 +798,10 @@ static inline void zero_grads_done(Zero *z, int u) {
         void *g = zero_at(z, z->grads, z->lay.unit_offset[u]);
         double t0 = trace_clock(z->trace);
         if (z->stage == 0) {
-            zero_issued(z, u, ZC_ALL_REDUCE, n, t0, z->be.all_reduce(z->be.ctx, g, n, z->dtype));
+            zero_issued(z, u, ZC_ALL_REDUCE, n, t0, !zero_starts(z, ZC_ALL_REDUCE, u) ? -1 : z->be.all_reduce(z->be.ctx, g, n, z->dtype));
         } else { // in place: this rank's summed slice lands on its own slice
-            int h = z->be.reduce_scatter(z->be.ctx, g, zero_at(z, g, (size_t)z->rank * zero_slice(z, u)), zero_slice(z, u),
-                                         z->dtype);
+            int h = !zero_starts(z, ZC_REDUCE_SCATTER, u) ? -1 : z->be.reduce_scatter(z->be.ctx, g, zero_at(z, g, (size_t)z->rank * zero_slice(z, u)),
+                                                                       zero_slice(z, u), z->dtype);
             zero_issued(z, u, ZC_REDUCE_SCATTER, n, t0, h);
         }
         return;
@@ -787,7 +813,7 @@ static inline void zero_grads_done(Zero *z, int u) {
     int r = u == UNIT_EMBED || u == gpt2_final_unit(&z->lay) ? 0 : 1 + u % 2;
     z->pending_recv[u] = r;
     double t0 = trace_clock(z->trace);
-    int h = z->be.reduce_scatter(z->be.ctx, zero_bucket(z, u), z->scatter_recv[r], zero_slice(z, u), z->dtype);
+    int h = !zero_starts(z, ZC_REDUCE_SCATTER, u) ? -1 : z->be.reduce_scatter(z->be.ctx, zero_bucket(z, u), z->scatter_recv[r], zero_slice(z, u), z->dtype);
     zero_issued(z, u, ZC_REDUCE_SCATTER, n, t0, h);
     if (u == gpt2_final_unit(&z->lay)) zero_finish_reduce(z, u); // it shares scatter_recv[0]
 }
@@ -830,7 +856,7 @@ static inline void zero_gather_updated_unit(Zero *z, int u) {
     if (z->stage == 0 || z->stage == 3 || z->world == 1) return;
     void *p = zero_at(z, z->params, z->lay.unit_offset[u]);
     double t0 = trace_clock(z->trace);
-    int h = z->be.all_gather(z->be.ctx, zero_at(z, p, (size_t)z->rank * zero_slice(z, u)), p, zero_slice(z, u), z->dtype);
+    int h = !zero_starts(z, ZC_ALL_GATHER, u) ? -1 : z->be.all_gather(z->be.ctx, zero_at(z, p, (size_t)z->rank * zero_slice(z, u)), p, zero_slice(z, u), z->dtype);
     zero_issued(z, u, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u), t0, h);
 }
 static inline void zero_gather_updated_params(Zero *z) {

@@ -12,6 +12,7 @@
 #include "run/job.h"
 #include "cpu/memory.h"
 #include "cpu/openblas.h"
+#include "run/verdict.h"
 
 // ----------------------------------------------------------------------------------------
 // Communication: the MPI backend that zero.h drives. It performs collectives, nothing more.
@@ -22,6 +23,7 @@ typedef struct {
     int rank, world, step;
     int nodes;                      // hosts the job spans (job.h: how a job across hosts ends)
     double timeout;                 // --comm-timeout: seconds before the watchdog aborts
+    struct Hang *hang;              // the run's recorder and side channel: the watchdog's verdict (NULL: none)
     MPI_Request req[MAX_PENDING];
     int busy[MAX_PENDING];
     char *move_from[MAX_PENDING], *move_to[MAX_PENDING]; // MPI's in-place reduce-scatter
@@ -87,10 +89,12 @@ static void mpi_wait_request(MpiBackend *b, MPI_Request *req, const char *what) 
         int done = 0;
         MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (done) return;
-        if (MPI_Wtime() - start > b->timeout) {
+        double waited = MPI_Wtime() - start;
+        if (waited > b->timeout) {
             fprintf(stderr, "error: rank %d: %s did not complete within %g s at step %d; "
                             "a peer is stuck or gone (--comm-timeout); aborting the job\n",
                     b->rank, what, b->timeout, b->step);
+            hang_verdict(b->hang, what, waited, b->timeout);
             job_abort(b->comm, b->nodes, 3);
         }
         if (spins > 100) { struct timespec ts = {0, 50000}; nanosleep(&ts, NULL); }
@@ -201,6 +205,32 @@ static void mpi_heap_report(int rank, int world) {
     const char *tun = getenv("GLIBC_TUNABLES");
     if (rank == 0 && world > 1 && tun && strstr(tun, "glibc.malloc.hugetlb=1"))
         printf("heap: transparent huge pages for MPI's temporaries (GLIBC_TUNABLES=%s)\n", tun);
+}
+
+// MPI's errors (a message truncated because the ranks started different collectives, a peer's
+// connection lost) end the job as the watchdog does, with the verdict (run/verdict.h) first.
+// OpenMPI reports a failed non-blocking collective on MPI_COMM_WORLD whatever its communicator,
+// so the handler is world's, and finds the backend in the one piece of global state here: an
+// error handler has nowhere else to look (MPI passes it the communicator and the code only).
+static MpiBackend *mpi_errors_backend;
+static void mpi_on_error(MPI_Comm *comm, int *code, ...) {
+    (void)comm;
+    char msg[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(*code, msg, &len);
+    MpiBackend *b = mpi_errors_backend;
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    fprintf(stderr, "error: rank %d: MPI failed at step %d: %s; aborting the job\n", rank, b ? b->step : 0, msg);
+    if (b) hang_verdict_error(b->hang, msg);
+    job_abort(MPI_COMM_WORLD, b ? b->nodes : 1, 3);
+}
+static void mpi_handle_errors(MpiBackend *b) {
+    MPI_Errhandler eh;
+    mpi_errors_backend = b;
+    MPI_Comm_create_errhandler(mpi_on_error, &eh);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, eh);
+    MPI_Errhandler_free(&eh);
 }
 
 // The backend zero.h drives. It is unified: the memory the kernels compute in is the host's, so

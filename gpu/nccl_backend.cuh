@@ -5,6 +5,7 @@
 #define GPU_NCCL_BACKEND_CUH
 #include "gpu/kernels.cuh"
 #include "run/job.h"
+#include "run/verdict.h"
 
 // ----------------------------------------------------------------------------------------
 // Communication: the NCCL backend that zero.h drives. MPI only launched the processes and
@@ -34,6 +35,7 @@ typedef struct NcclBackend {
     int rank, world, step;
     int nodes;                     // hosts the job spans (run/job.h: how a job across hosts ends)
     double timeout;
+    struct Hang *hang;             // the run's recorder and side channel: the watchdog's verdict (NULL: none)
     cudaEvent_t ready;             // recorded on compute before each collective
     cudaEvent_t done[MAX_PENDING]; // recorded on the comm stream after it
     int state[MAX_PENDING];
@@ -52,9 +54,11 @@ typedef struct NcclBackend {
                                    // so that the trace's times are the device's
 } NcclBackend;
 
-static void comm_abort(NcclBackend *b, const char *what, const char *why) {
+// waited: how long the host waited for it (the verdict's; an asynchronous error: the timeout)
+static void comm_abort(NcclBackend *b, const char *what, const char *why, double waited) {
     fprintf(stderr, "error: rank %d: %s %s at step %d; a peer is stuck or gone (--comm-timeout); aborting the job\n",
             b->rank, what, why, b->step);
+    hang_verdict(b->hang, what, waited, b->timeout);
     if (b->comm) ncclCommAbort(b->comm);
     job_abort(MPI_COMM_WORLD, b->nodes, 3);
 }
@@ -65,7 +69,7 @@ static void comm_check_async(NcclBackend *b) {
     if (r != ncclSuccess && r != ncclInProgress) {
         char why[160];
         snprintf(why, sizeof(why), "failed (%s)", ncclGetErrorString(r));
-        comm_abort(b, "a collective", why);
+        comm_abort(b, "a collective", why, b->timeout);
     }
 }
 // Free the slots whose collective completed and was waited for.
@@ -82,7 +86,8 @@ static void wait_event_watchdog(NcclBackend *b, cudaEvent_t ev, const char *what
         if (e == cudaSuccess) return;
         if (e != cudaErrorNotReady) gpu_fatal(what, cudaGetErrorString(e), __FILE__, __LINE__);
         comm_check_async(b);
-        if (now_seconds() - start > b->timeout) {
+        double waited = now_seconds() - start;
+        if (waited > b->timeout) {
             // name the oldest collective still running; otherwise the device was just slow
             int oldest = -1;
             for (int h = 0; h < MAX_PENDING; h++)
@@ -90,7 +95,7 @@ static void wait_event_watchdog(NcclBackend *b, cudaEvent_t ev, const char *what
                     (oldest < 0 || b->seq[h] < b->seq[oldest])) oldest = h;
             char why[64];
             snprintf(why, sizeof(why), "did not complete within %g s", b->timeout);
-            comm_abort(b, oldest >= 0 ? b->what[oldest] : what, why);
+            comm_abort(b, oldest >= 0 ? b->what[oldest] : what, why, waited);
         }
         if (spins > 100) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
     }

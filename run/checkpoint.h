@@ -184,7 +184,7 @@ static inline int ckpt_save(const char *dir, Zero *z, const GPT2Config *cfg, con
             ok = 0.0;
         }
     }
-    z->be.sum_doubles(z->be.ctx, &ok, 1); // also a barrier: the directory exists for everyone
+    zero_sum_doubles(z, &ok, 1); // also a barrier: the directory exists for everyone
     if (ok < z->world) return -1;
 
     // This rank's two files. The slices are the same for every stage (see the contract).
@@ -224,7 +224,7 @@ static inline int ckpt_save(const char *dir, Zero *z, const GPT2Config *cfg, con
     mine[0] = (double)model.sum.bytes; mine[1] = (double)(model.sum.h >> 32); mine[2] = (double)(model.sum.h & 0xffffffffu);
     mine[3] = (double)optim.sum.bytes; mine[4] = (double)(optim.sum.h >> 32); mine[5] = (double)(optim.sum.h & 0xffffffffu);
     mine[6] = bad ? 1.0 : 0.0;
-    z->be.sum_doubles(z->be.ctx, info, W * 7);
+    zero_sum_doubles(z, info, W * 7);
     int first_bad = -1;
     for (int q = W - 1; q >= 0; q--) if (info[(size_t)q * 7 + 6] != 0.0) first_bad = q;
     if (first_bad != z->rank) why[0] = 0;
@@ -267,7 +267,7 @@ static inline int ckpt_save(const char *dir, Zero *z, const GPT2Config *cfg, con
     }
     free(info);
     double fine = (first_bad < 0 && !bad) ? 1.0 : 0.0;
-    z->be.sum_doubles(z->be.ctx, &fine, 1);
+    zero_sum_doubles(z, &fine, 1);
     return fine == (double)W ? 0 : -1;
 }
 
@@ -305,7 +305,7 @@ static inline int ckpt_commit(const char *dir, Zero *z, long step, char *why, si
         if (ok != 1.0) remove(lo.tmp);
         ckpt_fsync_dir(dir);
     }
-    z->be.sum_doubles(z->be.ctx, &ok, 1);
+    zero_sum_doubles(z, &ok, 1);
     return ok == (double)z->world ? 0 : -1;
 }
 
@@ -315,7 +315,7 @@ static inline void ckpt_discard(const char *dir, Zero *z, long step) {
     ckpt_step_tmp(tmp, sizeof(tmp), dir, step);
     double done = 1.0;
     if (z->rank == 0) ckpt_remove_dir(tmp);
-    z->be.sum_doubles(z->be.ctx, &done, 1); // no rank writes there again before it is gone
+    zero_sum_doubles(z, &done, 1); // no rank writes there again before it is gone
 }
 
 // --- reading ------------------------------------------------------------------------------

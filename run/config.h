@@ -311,6 +311,9 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
            "BYTES", "NVMe I/O: bytes per request (a multiple of 4096)", "aio.block_size", NULL) \
     CO_NUM("comm-timeout", COMM_TIMEOUT, CU_TRAIN, OT_FLOAT, comm_timeout, 300, 0.001, 1e9, NULL, "SEC", \
            "abort the job when a collective takes longer", NULL, NULL) \
+    CO_FLAG("check-collectives", CHECK_COLLECTIVES, CU_TRAIN, check_collectives, NULL, \
+            "before each collective, check that every rank starts the same one\n" \
+            "(number, operation, unit, bytes, type)", NULL) \
     CO_STR("deepspeed", DEEPSPEED, CU_TRAIN | CU_MEM | CU_TIME, ds_config_path, NULL, \
            "DeepSpeed configuration (docs/deepspeed_config.md)", "FILE", \
            "read a DeepSpeed JSON config; its \"auto\" values take the options above,\n" \
@@ -436,6 +439,7 @@ typedef struct TrainConfig {
     int aio_threads, aio_queue_depth;
     long aio_block_size;
     float comm_timeout;   // seconds a collective may take before the job is aborted
+    int check_collectives; // --check-collectives: compare each collective's fingerprint across ranks first (run/verdict.h)
     // --deepspeed FILE (ds_config.h) and what it set that has no option
     const char *ds_config_path;
     int ds_strict;        // --strict: unknown or unimplemented DeepSpeed keys are errors

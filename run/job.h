@@ -7,7 +7,7 @@
 //   these two to every rank; Slurm's --signal sends one ahead of the limit). The handler only
 //   records the signal. SIGINT's handler is reset as it runs, so a second Ctrl-C ends the process
 //   at once, as Ctrl-C does without it.
-//   preempt_agree(be) is called by every rank at each step boundary: one sum of one number
+//   preempt_agree(z) is called by every rank at each step boundary: one sum of one number
 //   over the ranks, so that when any rank has been signalled, every rank learns it after the same
 //   step (the trainer then saves and exits 0). Returns how many ranks were signalled (0: go on).
 //   preempt_signal() is this rank's signal (0: none); preempt_signal_name() names one.
@@ -76,9 +76,9 @@ static inline const char *preempt_signal_name(int sig) {
     return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : sig == SIGUSR2 ? "SIGUSR2" : "a signal";
 }
 
-static inline int preempt_agree(const ZeroBackend *be) {
+static inline int preempt_agree(Zero *z) {
     double n = preempt_caught ? 1.0 : 0.0;
-    be->sum_doubles(be->ctx, &n, 1);
+    zero_sum_doubles(z, &n, 1);
     return (int)n;
 }
 

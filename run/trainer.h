@@ -31,6 +31,7 @@
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 #include "run/job.h"
+#include "run/verdict.h"
 
 // ----------------------------------------------------------------------------------------
 // Parameters in and out: initialisation, model files, gradient dumps. Unit by unit through
@@ -84,7 +85,7 @@ static int gpt2_save(GPT2 *m, const char *path, char *why, size_t n) {
         ok = ckpt_out_sync(&o) == 0;
         ckpt_out_why(&o, why, n);
     }
-    z->be.sum_doubles(z->be.ctx, &ok, 1);
+    zero_sum_doubles(z, &ok, 1);
     return ok == (double)z->world ? 0 : -1;
 }
 
@@ -176,6 +177,7 @@ typedef struct Run {
     const char *blas;  // the including trainer's BLAS library, for the header (NULL: none)
     int nodes;         // hosts the job spans (job.h)
     Trace trace;       // this rank's timeline (--trace) and each step's times by kind (core/trace.h)
+    Hang hang;         // this rank's flight recorder and side channel: a hang's verdict (run/verdict.h)
     FILE *trace_file;  // rank 0, with --trace
 } Run;
 
@@ -321,6 +323,7 @@ static int setup(Run *r, int argc, char **argv) {
     trace_init(&r->trace, r->rank, c->trace_path != NULL);
     gpt2_build(&r->model, &c->model, c->batch, c->seq_len, r->rank, r->world, &zo, config_recompute(c), trainer_backend(r));
     r->model.z.trace = &r->trace;
+    hang_start(&r->hang, &r->model.z, MPI_COMM_WORLD, r->nodes, c->log_path, c->comm_timeout, c->check_collectives);
     if (r->rank == 0 && r->model.z.nvme && !r->model.z.nvme->direct)
         printf("note: --nvme-path %s does not take direct I/O (O_DIRECT; ramfs and older tmpfs do not): the NVMe files go through "
                "the page cache, which may keep them in memory\n", c->nvme_path);
@@ -423,7 +426,7 @@ static void print_header(const Run *r) {
 static double *gather_to_all(Run *r, const double *mine, int n, const size_t *mine_sizes) {
     double *all = (double *)calloc((size_t)n * r->world, sizeof(double));
     for (int k = 0; k < n; k++) all[(size_t)r->rank * n + k] = mine ? mine[k] : (double)mine_sizes[k];
-    r->model.z.be.sum_doubles(r->model.z.be.ctx, all, n * r->world);
+    zero_sum_doubles(&r->model.z, all, n * r->world);
     return all;
 }
 
@@ -668,7 +671,7 @@ static float validate(Run *r) {
         float l = gpt2_forward(m, m->inputs, m->targets, r->cfg.batch, r->cfg.seq_len, 0.0f);
         if (k * r->world + r->rank < steps) sum += l; // past the end: ran only for ZeRO-3's gathers
     }
-    m->z.be.sum_doubles(m->z.be.ctx, &sum, 1);
+    zero_sum_doubles(&m->z, &sum, 1);
     trace_end(&r->trace, t0);
     return (float)(sum / steps);
 }
@@ -812,7 +815,7 @@ static int trainer_run(Run *r, int argc, char **argv) {
         int last = step == c->steps;
         // A signal on any rank (job.h): every rank stops after this step, skipping its
         // validation and sample, and saves; --resume goes on from here bit for bit.
-        int stop = !last && preempt_agree(&r->model.z.be) > 0;
+        int stop = !last && preempt_agree(&r->model.z) > 0;
         if (r->have_val && !stop && (step % c->val_every == 0 || last)) {
             float vl = validate(r);
             if (lead) printf("val loss %.6f\n", vl);
@@ -853,6 +856,7 @@ static int trainer_run(Run *r, int argc, char **argv) {
     if (r->have_tok) tokenizer_free(&r->tok);
     dataloader_free(&r->train);
     if (r->have_val) dataloader_free(&r->val);
+    hang_finish(&r->hang);
     gpt2_free(&r->model);
     return failed ? 1 : 0;
 }

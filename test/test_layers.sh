@@ -3,7 +3,8 @@
 # down or sideways within its folder, never up, and the two backends never include each other.
 #   1 precision and the model description: mixed_precision.h, core/gpt2.h, core/model.h (the
 #     passes, over the trainer's kernels and hooks), dataloader.h, data/tokenizer.h; and the
-#     timeline every layer above records into, core/trace.h
+#     timeline every layer above records into, core/trace.h, and the flight recorder of the
+#     collectives zero.h starts, core/flight.h
 #   2 the optimizer: core/optimizer.h, core/optimizer_engine.h (its CPU engine); the direct
 #     I/O that zero.h keeps NVMe files with: core/nvme.h; ZeRO++'s quantized format: core/quant.h
 #   3 ZeRO: zero.h
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 $PYTHON - <<'PY'
 import glob, os, re, sys
 def layer(path):
-    if path in ("mixed_precision.h", "core/gpt2.h", "core/model.h", "dataloader.h", "data/tokenizer.h", "core/trace.h"): return 1
+    if path in ("mixed_precision.h", "core/gpt2.h", "core/model.h", "dataloader.h", "data/tokenizer.h", "core/trace.h", "core/flight.h"): return 1
     if path in ("core/optimizer.h", "core/optimizer_engine.h", "core/nvme.h", "core/quant.h"): return 2
     if path == "zero.h": return 3
     if path.startswith("run/"): return 4
@@ -56,7 +57,8 @@ for f, words in [("core/gpt2.h", r"\b(gemm_bf16|cublas|nccl|MPI_|cuda[A-Z]|Train
                  ("core/optimizer_engine.h", r"\b(TrainConfig|config_|zero_|Zero\b|MPI_|cuda)"),
                  ("core/nvme.h", r"\b(TrainConfig|config_|zero_|Zero\b|MPI_|cuda|optimizer)"),
                  ("zero.h", r"\b(TrainConfig|config_|adam|Adam|MPI_|cuda[A-Z]|nccl)"),
-                 ("core/trace.h", r"\b(TrainConfig|config_|zero_|Zero\b|MPI_|cuda|nccl|gemm_bf16)")]:
+                 ("core/trace.h", r"\b(TrainConfig|config_|zero_|Zero\b|MPI_|cuda|nccl|gemm_bf16)"),
+                 ("core/flight.h", r"\b(TrainConfig|config_|zero_|Zero\b|MPI_|cuda|nccl|socket)")]:
     code = re.sub(r"//[^\n]*", "", open(f).read())  # comments may explain
     for m in re.finditer(words, code):
         print(f"FAIL {f}: names {m.group(0)!r}"); fails += 1

@@ -8,6 +8,9 @@
 #     hosts, is gone within --comm-timeout + 30 s without any kill from outside, and the watchdog's
 #     line names the collective (mpirun given the keepalive the trainer asks for: run/job.h);
 #   - a rank stopped (SIGSTOP) on the second host, the network fine: the same bound;
+#   - the hang's verdicts (run/verdict.h, over each rank's side channel, bound to the job's
+#     subnet): after the cut each side names the other host unreachable; the stopped rank is
+#     named with the collective, as not answering;
 #   - the last checkpoint resumes on one host with 2 ranks at ZeRO-1 and follows the
 #     uninterrupted trajectory (resharded: within 2e-5);
 #   - without those keepalive options the trainer warns, naming them.
@@ -87,8 +90,15 @@ break_job() {
 echo "== the link cut mid-run (--comm-timeout $T)"
 break_job partition "ip -n $A link set zva down"
 ip -n $A link set zva up
+# the verdict (run/verdict.h) of each side names the other host as unreachable (ranks 0, 1 on $A, 2, 3 on $B)
+grep -E "^hang: host" $d/partition.out
+grep -Eq "^hang: host ($B \(ranks 2, 3\) is unreachable from $A|$A \(ranks 0, 1\) is unreachable from $B):" $d/partition.out \
+  || fail "partition: no verdict naming the unreachable host"
 echo "== a rank stopped on the second host, the network fine"
 break_job stopped 'kill -STOP $(ip netns pids $B | xargs -r ps -o pid=,comm= -p | awk "\$2 == \"train_gpt_cpu\" {print \$1; exit}")'
+grep -E "^hang: rank [23] \($B\) has not" $d/stopped.out
+grep -Eq "^hang: rank [23] \($B\) has not completed its part of [a-z_]+ #[0-9]+ \(unit [0-9]+ = .*it does not answer: stopped or hung" $d/stopped.out \
+  || fail "stopped: no verdict naming the stopped rank on $B"
 
 echo "== the last checkpoint before the cut, resumed on one host: 2 ranks, ZeRO-1"
 k=$(sed 's/step_0*//' $d/partition/latest)
