@@ -307,7 +307,8 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         z.esize = zc_dtype_size(in->precision); z.nstate = optimizer_info(in->optimizer)->slices;
         memcpy(z.where, p->where, sizeof(z.where));
         gpt2_layout_init(&z.lay, &in->cfg, (size_t)in->world * ZERO_ALIGN);
-        zero_pieces(&z, &zo);
+        zero_store_shape(&z.st, &z.lay, z.where, 0, in->world, z.esize, z.nstate);
+        zero_store_pieces(&z.st, &zo);
         double full = (double)z.lay.num_flat, shard = (double)zero_shard_size(&z);
         p->exact = 1;
         p->num_params = (double)z.lay.num_params;
@@ -318,9 +319,9 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         dev[MEM_MASTER] = p->bytes_master * opt_elems;
         for (int k = 0; k < OPT_MAX_SLICES; k++) dev[MEM_STATE + k] = p->bytes_state[k] * opt_elems;
         for (int k = MEM_PARAMS; k < MEM_BUFFERS; k++) // a file on NVMe: its slices padded (zero.h)
-            if (p->where[k] == LOC_NVME && dev[k] > 0) dev[k] = (double)zero_nvme_file_bytes(&z, k);
-        dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z, p->where, unified);
-        dev[MEM_STAGING] = (double)zero_staging_bytes(&z, p->where, unified);
+            if (p->where[k] == LOC_NVME && dev[k] > 0) dev[k] = (double)zero_nvme_file_bytes(&z.st, k);
+        dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z, unified);
+        dev[MEM_STAGING] = (double)zero_staging_bytes(&z.st, unified);
         p->buffers_known = 1;
         if (in->backend) { // the trainer's own layout
             dev[MEM_ACTIVATIONS] = in->backend->activation_bytes(&in->cfg, in->batch, in->seq_len, in->precision,
