@@ -41,6 +41,7 @@
 #include "core/gpt2.h"
 #include "core/optimizer.h"
 #include "mixed_precision.h"
+#include "zero/location.h"
 
 // DeepSpeed settings the trainer has no option for: recorded from the file, reported in the
 // resolved configuration with whether the trainer honours them (ds_config.h), else unused.
@@ -134,7 +135,7 @@ typedef struct TrainConfig {
     int print_every;      // the step line on stdout every N steps (and the first and last)
     // data parallelism
     int zero_stage;       // 0-3, see zero.h
-    int offload_optimizer, offload_param; // 0 none, 1 cpu (host memory), 2 nvme: zero.h's LOC_* order
+    int offload_optimizer, offload_param; // where they live: zero/location.h's LOC_* (LOC_DEVICE: not offloaded)
     int pin_memory;       // offloaded host memory page-locked
     // NVMe (zero.h's ZeroOptions): the directory under which each rank makes its own, the buffer
     // sets and the piece (elements) the update streams through, the I/O pool (threads x queue
@@ -204,7 +205,6 @@ static inline int config_hook_precision(TrainConfig *c, const char *a) {
 
 static const char *const config_on_min_scale_names[2] = {"abort", "skip"};
 static const char *const config_off_on_names[2] = {"off", "on"};
-static const char *const config_offload_names[3] = {"none", "cpu", "nvme"}; // zero.h's LOC_DEVICE, LOC_HOST, LOC_NVME
 static const char *const config_on_save_error_names[2] = {"stop", "continue"};
 
 #define CO_F(field) offsetof(TrainConfig, field)
@@ -338,11 +338,11 @@ static inline const ConfigOption *config_options(void) {
         CO_NUM("zero-stage", OT_INT, zero_stage, 0, 0, 3, "data parallelism (run under mpirun -np N)", "S",
                "0: replicate everything, all-reduce gradients; 1: partition the\n"
                "optimizer state; 2: and the gradients; 3: and the parameters", "zero_optimization.stage", "0, 1, 2 or 3"),
-        CO_CHOICE("offload-optimizer", offload_optimizer, 0, config_offload_names, 3, NULL, "D",
+        CO_CHOICE("offload-optimizer", offload_optimizer, 0, zero_offload_names, LOC_KINDS, NULL, "D",
                   "none | cpu | nvme: the fp32 master weights and optimizer state live in\n"
                   "host memory and are updated there (ZeRO-Offload; stages 1-3)",
                   "zero_optimization.offload_optimizer.device", "\"none\", \"cpu\" or \"nvme\""),
-        CO_CHOICE("offload-param", offload_param, 0, config_offload_names, 3, NULL, "D",
+        CO_CHOICE("offload-param", offload_param, 0, zero_offload_names, LOC_KINDS, NULL, "D",
                   "none | cpu | nvme: stage 3's 16-bit parameter shard lives in host memory",
                   "zero_optimization.offload_param.device", "\"none\", \"cpu\" or \"nvme\""),
         CO_FLAG("pin-memory", pin_memory, NULL, "offloaded host memory is page-locked (DeepSpeed's pin_memory)",
@@ -776,24 +776,24 @@ static inline int config_validate(TrainConfig *c, int world) {
         fprintf(stderr, "error: --dump-grads needs the whole gradient on one rank: use one process or --zero-stage 0\n");
         return -1;
     }
-    if (c->offload_optimizer && c->zero_stage == 0) {
+    if (c->offload_optimizer != LOC_DEVICE && c->zero_stage == 0) {
         fprintf(stderr, "error: --offload-optimizer %s needs --zero-stage 1, 2 or 3 (ZeRO-Offload moves the optimizer "
-                        "state a stage partitions)\n", config_offload_names[c->offload_optimizer]);
+                        "state a stage partitions)\n", zero_offload_names[c->offload_optimizer]);
         return -1;
     }
-    if (c->offload_param && c->zero_stage != 3) {
+    if (c->offload_param != LOC_DEVICE && c->zero_stage != 3) {
         fprintf(stderr, "error: --offload-param %s needs --zero-stage 3 (only stage 3 partitions the parameters)\n",
-                config_offload_names[c->offload_param]);
+                zero_offload_names[c->offload_param]);
         return -1;
     }
-    if (c->offload_param && !c->offload_optimizer) {
+    if (c->offload_param != LOC_DEVICE && c->offload_optimizer == LOC_DEVICE) {
         fprintf(stderr, "error: --offload-param %s needs --offload-optimizer cpu or nvme (the update that writes the "
-                        "offloaded parameters runs where the optimizer state is)\n", config_offload_names[c->offload_param]);
+                        "offloaded parameters runs where the optimizer state is)\n", zero_offload_names[c->offload_param]);
         return -1;
     }
-    if ((c->offload_optimizer == 2 || c->offload_param == 2) && !c->nvme_path) {
+    if ((c->offload_optimizer == LOC_NVME || c->offload_param == LOC_NVME) && !c->nvme_path) {
         fprintf(stderr, "error: --offload-%s nvme needs --nvme-path DIR (DeepSpeed's nvme_path)\n",
-                c->offload_optimizer == 2 ? "optimizer" : "param");
+                c->offload_optimizer == LOC_NVME ? "optimizer" : "param");
         return -1;
     }
     if (c->aio_block_size % 4096) {

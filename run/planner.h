@@ -822,9 +822,7 @@ static inline int planner_time(const PlanInput *in, const MemoryPlan *p, const T
     Hardware hw;
     if (timemodel_hardware(t->hardware, &hw)) return 1;
     TimeInput ti = {in->cfg, in->precision, in->optimizer, in->zero_stage, in->world, t->per_node,
-                    in->batch, in->seq_len, t->accum, in->recompute.mode != RECOMPUTE_NONE,
-                    in->offload_optimizer == LOC_NVME ? TM_OFFLOAD_NVME : in->offload_optimizer == LOC_HOST ? TM_OFFLOAD_CPU
-                                                                                                 : TM_OFFLOAD_NONE};
+                    in->batch, in->seq_len, t->accum, in->recompute.mode != RECOMPUTE_NONE, in->offload_optimizer};
     if (t->network && timemodel_network(t->network, &hw, tm_per_node(&ti, &hw))) return 1;
     const char *why = timemodel_problem(&ti, &hw);
     if (why) { fprintf(stderr, "error: --time: %s\n", why); return 1; }
@@ -885,8 +883,8 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
         else if (!strcmp(o, "recompute")) r = planner_pick(o, a, gpt2_recompute_names, NUM_RECOMPUTE, &in.recompute.mode);
         else if (!strcmp(o, "recompute-every")) r = config_int(o, a, 1, GPT2_MAX_LAYERS, &in.recompute.every);
         else if (!strcmp(o, "cpu-checkpointing")) in.recompute.host = 1;
-        else if (!strcmp(o, "offload-optimizer")) r = planner_pick(o, a, config_offload_names, 3, &in.offload_optimizer);
-        else if (!strcmp(o, "offload-param")) r = planner_pick(o, a, config_offload_names, 3, &in.offload_param);
+        else if (!strcmp(o, "offload-optimizer")) r = planner_pick(o, a, zero_offload_names, LOC_KINDS, &in.offload_optimizer);
+        else if (!strcmp(o, "offload-param")) r = planner_pick(o, a, zero_offload_names, LOC_KINDS, &in.offload_param);
         else if (!strcmp(o, "model")) {
             model_name = a;
             if (gpt2_preset(a, &in.cfg)) {

@@ -326,7 +326,7 @@ static int setup(Run *r, int argc, char **argv) {
                "the page cache, which may keep them in memory\n", c->nvme_path);
     if (r->rank == 0 && r->model.z.be.unified && (c->offload_optimizer == LOC_HOST || c->offload_param == LOC_HOST))
         printf("note: --offload-optimizer %s / --offload-param %s: this trainer keeps every model state in host memory "
-               "already, so cpu moves nothing\n", config_offload_names[c->offload_optimizer], config_offload_names[c->offload_param]);
+               "already, so cpu moves nothing\n", zero_offload_names[c->offload_optimizer], zero_offload_names[c->offload_param]);
     r->first_step = 1;
     r->sample_rng = c->seed ^ 0x5A3C1E;
     if (c->precision == ZC_FP16)
