@@ -137,7 +137,7 @@ typedef struct TrainConfig {
     int zero_stage;       // 0-3, see zero.h
     int offload_optimizer, offload_param; // where they live: zero/location.h's LOC_* (LOC_DEVICE: not offloaded)
     int pin_memory;       // offloaded host memory page-locked
-    // NVMe (zero.h's ZeroOptions): the directory under which each rank makes its own, the buffer
+    // NVMe (zero/store.h's ZeroOptions): the directory under which each rank makes its own, the buffer
     // sets and the piece (elements) the update streams through, the I/O pool (threads x queue
     // depth requests at once) and bytes per request
     const char *nvme_path;

@@ -118,9 +118,9 @@ typedef struct {
     int world;             // N ranks
     int batch, seq_len;    // micro-batch B and sequence length T
     GPT2Recompute recompute; // activation recompute (gpt2.h): none, full every K layers, selective
-    int offload_optimizer; // zero.h's LOC_*: where the master weights and optimizer state live (LOC_DEVICE: none)
+    int offload_optimizer; // zero/location.h's LOC_*: where the master weights and optimizer state live (LOC_DEVICE: none)
     int offload_param;     // LOC_*: where stage 3's parameter shard lives
-    int nvme_buffers;      // NVMe: buffer sets and the piece in elements (zero.h's ZeroOptions; 0: its defaults)
+    int nvme_buffers;      // NVMe: buffer sets and the piece in elements (zero/store.h's ZeroOptions; 0: its defaults)
     size_t nvme_piece;
     int threads;           // the CPU trainer's OpenMP threads per rank (its matmul scratch);
                            // 0: as it picks them with all ranks on this machine (planner_threads)
@@ -134,7 +134,7 @@ typedef struct {
     double padded_params;          // P as laid out for N ranks (= num_params for a bare count)
     double bytes_param, bytes_grad, bytes_master; // per parameter
     double bytes_state[OPT_MAX_SLICES];           // per parameter, each of the optimizer's state arrays
-    int where[MEM_KINDS];          // zero.h's LOC_*: where each kind lives
+    int where[MEM_KINDS];          // zero/location.h's LOC_*: where each kind lives
     double bytes[MEM_KINDS];       // bytes per rank of each kind, wherever it lives
     double device[MEM_KINDS];      // ... of those on the device (0 elsewhere); host[], nvme[] likewise
     double host[MEM_KINDS];
@@ -318,7 +318,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         double opt_elems = S == 0 ? full : shard;
         dev[MEM_MASTER] = p->bytes_master * opt_elems;
         for (int k = 0; k < OPT_MAX_SLICES; k++) dev[MEM_STATE + k] = p->bytes_state[k] * opt_elems;
-        for (int k = MEM_PARAMS; k < MEM_BUFFERS; k++) // a file on NVMe: its slices padded (zero.h)
+        for (int k = MEM_PARAMS; k < MEM_BUFFERS; k++) // a file on NVMe: its slices padded (zero/store.h)
             if (p->where[k] == LOC_NVME && dev[k] > 0) dev[k] = (double)zero_nvme_file_bytes(&z.st, k);
         dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z, unified);
         dev[MEM_STAGING] = (double)zero_staging_bytes(&z.st, unified);

@@ -144,7 +144,8 @@ struct ZeroStore {
     float *buf_master[ZERO_MAX_BUFS], *buf_state[ZERO_MAX_BUFS][OPT_MAX_SLICES];
     void *buf_param[ZERO_MAX_BUFS];
     int buf_read[ZERO_MAX_BUFS][2 + OPT_MAX_SLICES], buf_write[ZERO_MAX_BUFS][2 + OPT_MAX_SLICES];
-    int fetched[MEM_KINDS];        // the streamed update: pieces fetched so far, per kind
+    int fetched[MEM_KINDS];        // the streamed update: pieces fetched so far, per kind,
+    int ahead[LOC_KINDS];          // and how far ahead of the one updated, per location
     void *pslot[4];
     int pslot_unit[4], pslot_read[4], pslot_copy[4];
     unsigned long pslot_gen[4], updates; // a slot holds the parameters of update `gen`
@@ -448,6 +449,8 @@ static inline void zero_store_init(ZeroStore *s, const ZeroBackend *be, Trace *c
     s->loc[LOC_HOST] = &zero_host_store;
     s->loc[LOC_NVME] = &zero_nvme_store;
     zero_store_pieces(s, o);
+    s->ahead[LOC_DEVICE] = s->ahead[LOC_HOST] = 1;                 // two staging pieces
+    s->ahead[LOC_NVME] = s->nbuf - 2 > 0 ? s->nbuf - 2 : 0;        // nbuf buffer sets
     for (int k = 0; k < MEM_KINDS; k++) s->file[k] = -1;
     for (int q = 0; q < 4; q++) s->pslot_unit[q] = s->pslot_read[q] = s->pslot_copy[q] = -1;
     for (int b = 0; b < ZERO_MAX_BUFS; b++)
@@ -532,8 +535,7 @@ static inline void zero_get(ZeroStore *s, int kind, int u, size_t lo, float *hos
 // slot is reused (-1: none), the read ahead, and where the gather sends from (at: the shard's
 // slice where it lives in memory).
 static inline int zero_store_holder(const ZeroStore *s, int u) {
-    if (s->where[MEM_PARAMS] != LOC_NVME) return -1;
-    int q = zero_store_slot(s, u);
+    int q = zero_store_slot(s, u); // (only NVMe's prefetch fills a slot)
     return s->pslot_unit[q] == u && s->pslot_gen[q] == s->updates ? -1 : s->pslot_unit[q];
 }
 static inline void zero_store_prefetch(ZeroStore *s, int u) { zero_store_of(s, MEM_PARAMS)->prefetch(s, MEM_PARAMS, u); }
@@ -563,8 +565,7 @@ static inline void zero_stream_open(ZeroStore *s, const ZeroPiece *pcs, int P, i
     for (int j = 0; j < K; j++) {
         int kind = kinds[j];
         const ZeroLocation *l = zero_store_of(s, kind);
-        int ahead = s->where[kind] == LOC_NVME ? (s->nbuf - 2 > 0 ? s->nbuf - 2 : 0) : 1;
-        for (; s->fetched[kind] <= i + ahead && s->fetched[kind] < P; s->fetched[kind]++)
+        for (; s->fetched[kind] <= i + s->ahead[s->where[kind]] && s->fetched[kind] < P; s->fetched[kind]++)
             l->fetch(s, kind, &pcs[s->fetched[kind]], s->fetched[kind]);
     }
     for (int j = 0; j < K; j++) at[kinds[j]] = zero_store_of(s, kinds[j])->open(s, kinds[j], &pcs[i], i);
