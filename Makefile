@@ -20,7 +20,7 @@ SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-san
 # run, or write into, a half-written file.
 TMP      = $@.$$$$.part
 # The shared headers at the root and each layer's folder (core/, run/, cpu/, gpu/, data/).
-HEADERS  := $(wildcard *.h core/*.h run/*.h cpu/*.h data/*.h)
+HEADERS  := $(wildcard *.h core/*.h zero/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
 .PHONY: planner-web all test test-docs-long bench bench-ranks bench-optimizer bench-recompute nvme-demo setup clean data fuzz gpu_check gpu_pack gpu_session soak docs-figures FORCE

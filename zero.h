@@ -61,45 +61,24 @@
 //   its completion (as the backend's wait reports it), named all_gather, reduce_scatter or
 //   all_reduce, with its unit and the bytes counted above; the time the caller's thread spends
 //   blocked in a wait (or in a progress poke while collectives are in flight: MPI moves data
-//   inside those calls) is a "wait" span; each unit's update is an "update" span. Offload:
-//   the host's waits for a staging copy are "wait copy" spans (offload); NVMe: each read and
-//   write is a span from its submission to its completion and each wait for one a "wait nvme"
-//   span (nvme).
+//   inside those calls) is a "wait" span; each unit's update is an "update" span (the stores'
+//   own spans: zero/store.h).
 //   Flight recorder (core/flight.h, z->flight, NULL: none). Every collective this header starts,
 //   and every sum of scalars (zero_sum_doubles, zero_sum_scalars), is numbered in start order and
 //   recorded with its unit, bytes, step and micro-step; the waits for them mark the rank as
 //   waiting. A watchdog's verdict reads it (run/verdict.h).
 //
-//   Where the model states live (ZeRO-Offload). By default everything is in the backend's
-//   compute memory ("device": the GPU's, or the CPU trainer's own). offload_optimizer = host
-//   (stages 1-3) puts the fp32 master weights (kept even in fp32 runs: the update needs its
-//   parameters where it runs) and the optimizer's state arrays in host memory (page-locked with
-//   pin_memory), and the update runs there, on the CPU optimizer engine (optimizer_engine.h):
-//   unit by unit, the unit's reduced gradient slice is copied to host staging, updated on the
-//   host, and its new 16-bit parameters copied back and (stages 1, 2) all-gathered, the copies
-//   of the next unit in flight while the host updates this one. offload_param = host (stage 3)
-//   keeps this rank's 16-bit parameter shard in host memory too: before a unit's all-gather its
-//   slice is copied to a device staging slice, and the update writes the shard in place. The
-//   gradients stay on the device. A backend whose compute memory is the host's (unified)
-//   offloads nothing to the host: there is nowhere to move to. Staging is bounded: two unit
-//   slices of gradients and two of parameters on the host, one slice per gather buffer on the
-//   device.
+//   Where the model states live (device, host, NVMe), and how the update and a gather reach them
+//   there, is zero/store.h's: this header allocates, reads, writes and streams each kind through
+//   its location's store (z->st) and never asks which location that is. The streamed update: when
+//   anything it touches is off the device, the update walks the pieces of every unit's slice
+//   (zero_update_streamed: whole slices, or at most `piece` elements with NVMe), each piece's
+//   gradient, master weights, state arrays and parameters opened where the host addresses them,
+//   updated by the CPU optimizer engine (optimizer_engine.h) and closed back; after a unit's last
+//   piece, stages 1 and 2 start its all-gather.
 //
-//   NVMe (ZeRO-Infinity). offload_optimizer = nvme (stages 1-3) keeps the master weights and the
-//   state arrays in files, one per array, in this rank's directory; offload_param = nvme (stage
-//   3) the parameter shard too; both trainers (a unified backend too: NVMe is below its memory).
-//   Each unit's slice starts at an NVME_ALIGN-aligned offset, and everything is read and written
-//   with direct I/O (core/nvme.h) in pieces of at most `piece` elements: the update streams the
-//   pieces through `nbuf` host buffer sets, reading ahead nbuf - 2 pieces while it updates one
-//   and writes the last one behind. A shard on NVMe is read into a host slice per gather buffer
-//   before its all-gather, the next unit's read issued while this one computes. Host memory for
-//   all this is the staging kind, bounded by the buffer settings; the files' bytes are counted
-//   per kind, where = nvme. An I/O error, or a file deleted or truncated under the job, ends it
-//   through the backend's fatal() with one line.
-//
-//   The backend (ZeroBackend) performs what it is handed: non-blocking collectives identified
-//   by a small integer, a wait and a progress poke, a blocking sum of a few doubles, and
-//   memory (allocate, zero, add). It never decides what to communicate.
+//   The backend (ZeroBackend, zero/backend.h) performs what it is handed and never decides what
+//   to communicate.
 //   Mixed precision: the update reads the 16-bit gradient (times OptStep.grad_scale, which
 //   also removes the loss scale), updates the fp32 master weight and rounds it to nearest even
 //   into the 16-bit parameter; collectives run in 16 bits (sums rounded as they go, as NCCL's).
@@ -118,121 +97,16 @@
 #include "core/gpt2.h"
 #include "core/optimizer.h"
 #include "core/optimizer_engine.h"
-#include "core/nvme.h"
 #include "mixed_precision.h"
 #include "core/trace.h"
 #include "core/flight.h"
+#include "zero/store.h"
 
 #define ZERO_ALIGN 16 // elements: every slice starts on a 64-byte boundary in fp32
-#define ZERO_MAX_BUFS 16 // NVMe buffer sets at most
 
 enum { ZC_ALL_REDUCE, ZC_REDUCE_SCATTER, ZC_ALL_GATHER, ZC_NUM_COLLECTIVES };
 static const char *const zero_collective_names[ZC_NUM_COLLECTIVES] = {"all_reduce", "reduce_scatter", "all_gather"};
 static const char *const zero_wait_names[ZC_NUM_COLLECTIVES] = {"wait all_reduce", "wait reduce_scatter", "wait all_gather"};
-
-// The kinds of memory a rank holds. MEM_STATE + k is the optimizer's state array k (named by
-// optimizer.h: "adam_m", "adam_v", "lion_m", ...). staging: the offload's transfer buffers in
-// host memory. activations and workspace (what a trainer needs beyond these to compute: the CPU
-// trainer's fp32 working copies in 16-bit runs) are counted by the trainer, and so are the
-// activations a device trainer keeps in host memory (host_activations: the GPU trainer's
-// checkpoints with cpu_checkpointing).
-enum { MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_BUFFERS = MEM_STATE + OPT_MAX_SLICES, MEM_STAGING,
-       MEM_ACTIVATIONS, MEM_WORKSPACE, MEM_HOST_ACTIVATIONS, MEM_KINDS };
-// The kind's name in logs and plans; NULL for a state array the optimizer does not keep.
-static inline const char *zero_memory_name(int optimizer, int kind) {
-    static const char *const names[MEM_KINDS] = {"params", "grads", "master", "state0", "state1", "buffers", "staging",
-                                                 "activations", "workspace", "host_activations"};
-    if (kind >= MEM_STATE && kind < MEM_STATE + OPT_MAX_SLICES) return optimizer_info(optimizer)->slice_names[kind - MEM_STATE];
-    return names[kind];
-}
-
-// Where memory lives: the backend's compute memory, host memory, or files on NVMe.
-enum { LOC_DEVICE, LOC_HOST, LOC_NVME, LOC_KINDS };
-static const char *const zero_location_names[LOC_KINDS] = {"device", "host", "nvme"};
-
-typedef struct {
-    void *ctx;
-    // Start a collective over n elements of type dtype (ZC_F32, ZC_BF16, ZC_FP16; sums of 16-bit
-    // elements are rounded to that type) and return its handle (>= 0).
-    //   all_reduce: buf (n) summed over ranks, in place.
-    //   reduce_scatter: send (n * world) summed over ranks; this rank's n elements land in
-    //     recv. In place when recv == send + rank * n (NCCL's convention).
-    //   all_gather: each rank's send (n) lands at recv + rank * n on every rank. In place
-    //     when send == recv + rank * n.
-    int (*all_reduce)(void *ctx, void *buf, size_t n, int dtype);
-    int (*reduce_scatter)(void *ctx, void *send, void *recv, size_t n, int dtype);
-    int (*all_gather)(void *ctx, const void *send, void *recv, size_t n, int dtype);
-    // Wait for a collective to complete. `what` names it (collective and unit) for the
-    // watchdog's message; set_step tells the backend the step, for the same message. Returns
-    // when it completed (trace_clock()): the first time the backend saw it done, or, for
-    // a backend whose wait does not block the host, the time of the call.
-    double (*wait)(void *ctx, int handle, const char *what);
-    void (*set_step)(void *ctx, int step);
-    // Let collectives in flight advance (MPI moves non-blocking collectives only inside MPI
-    // calls, so the schedule pokes it at every unit boundary); may do nothing.
-    void (*progress)(void *ctx);
-    void (*sum_doubles)(void *ctx, double *x, int n); // blocking all-reduce of a few scalars
-    // Memory where the backend's compute runs (host here, device on the GPU): allocated
-    // zeroed (and on a unified backend aligned to NVME_ALIGN: direct I/O reads into it), and
-    // touched by this header only through these calls.
-    void *(*alloc)(void *ctx, size_t bytes);
-    void (*free)(void *ctx, void *p);
-    void (*zero)(void *ctx, void *p, size_t bytes);
-    void (*add)(void *ctx, void *dst, const void *src, size_t n, int dtype); // dst += src, rounded
-    // Copies between that memory and the host's fp32, complete when they return, widening or
-    // rounding the elements: initialisation, model files and checkpoints stage one unit (or
-    // slice) at a time through the host.
-    void (*to_host)(void *ctx, float *host, const void *src, size_t n, int dtype);
-    void (*from_host)(void *ctx, void *dst, const float *host, size_t n, int dtype);
-    // The optimizer's update (optimizer.h's optimizer_element) over n elements of one kind
-    // (decay 1 or 0): p and the state arrays (state[k] for k < the optimizer's slices) fp32, g of
-    // type dtype. p16 NULL: p is the parameter (fp32). Otherwise p is the master weight and the
-    // result is also rounded into p16 (of type dtype).
-    void (*update)(void *ctx, const OptStep *step, float *p, float *const *state, const void *g, void *p16, size_t n,
-                   int dtype, int decay);
-    // Host memory and asynchronous copies, for model states offloaded from the compute memory
-    // (the GPU trainer). A backend whose compute memory is the host's (the CPU trainer) sets
-    // `unified` and may leave these NULL: nothing is ever offloaded from it.
-    int unified;
-    void *(*host_alloc)(void *ctx, size_t bytes, int pinned); // zeroed, NVME_ALIGN-aligned; pinned: page-locked
-    void (*host_free)(void *ctx, void *p, int pinned);
-    // Copies on a copy stream, each ordered after everything the compute stream has been handed
-    // so far. The handle is waited for by the host (host_wait: the data has landed in host memory,
-    // or the host buffer may be written again) or by the compute stream (device_wait: what is
-    // enqueued after it reads the copied data).
-    int (*copy_to_host)(void *ctx, void *host, const void *src, size_t bytes);
-    int (*copy_to_device)(void *ctx, void *dst, const void *host, size_t bytes);
-    void (*host_wait)(void *ctx, int copy, const char *what);
-    void (*device_wait)(void *ctx, int copy);
-    // Ends the job after printing one line ("error: rank R: " + msg): what zero.h cannot recover
-    // from (an NVMe file that fails under a running job).
-    void (*fatal)(void *ctx, const char *msg);
-} ZeroBackend;
-
-// What a rank keeps, and where (zero_init).
-typedef struct {
-    int stage;             // 0-3
-    int dtype;             // of parameters, gradients, buffers: ZC_F32, ZC_BF16, ZC_FP16
-    int optimizer;         // optimizer.h's kind: its state arrays
-    int offload_optimizer; // LOC_DEVICE (none) or LOC_HOST: master weights and state arrays (stages 1-3)
-    int offload_param;     // LOC_DEVICE (none), LOC_HOST or LOC_NVME: the 16-bit parameter shard (stage 3)
-    int pin_memory;        // offloaded host memory page-locked
-    // NVMe: this rank's scratch directory (made and, at a clean exit, removed here), the buffer
-    // sets the update streams through (>= 2; DeepSpeed's buffer_count), the piece in elements
-    // (DeepSpeed's buffer_size), I/O threads and bytes per request (aio.thread_count, block_size)
-    const char *nvme_dir;
-    int nvme_buffers;
-    size_t nvme_piece;
-    int nvme_threads;
-    size_t nvme_block;
-} ZeroOptions;
-// Nothing offloaded; the rest as given.
-static inline ZeroOptions zero_options(int stage, int dtype, int optimizer) {
-    ZeroOptions o;
-    memset(&o, 0, sizeof(o));
-    o.stage = stage; o.dtype = dtype; o.optimizer = optimizer;
-    return o;
-}
 
 typedef struct {
     int stage, rank, world;
@@ -248,26 +122,8 @@ typedef struct {
     int has_master;                // master weights are kept (wherever they are)
     int optimizer, nstate;         // optimizer.h's kind, and its number of state arrays
     float *state[OPT_MAX_SLICES];  // its state arrays: full (stage 0) or shard
-    int where[MEM_KINDS];          // LOC_*: where each kind lives
-    int pinned;                    // host memory page-locked
-    // offload staging (host): two unit slices of gradients on their way to the host update, two
-    // of updated parameters on their way back; (device) a slice per gather buffer for a host shard
-    void *stage_grad[2], *stage_param[2];
-    void *stage_dev_embed, *stage_dev_final, *stage_dev_layer[2];
-    // NVMe: the files, each unit's slice's byte offset in an fp32 file and in the parameter file,
-    // the streamed update's pieces and buffer sets, and a host slice per gather buffer for a
-    // shard on NVMe (the unit it holds, its read and the copy that reads it, tickets/handles)
-    Nvme *nvme;
-    int nvme_file[MEM_KINDS];
-    size_t off4[GPT2_MAX_UNITS + 1], offp[GPT2_MAX_UNITS + 1];
-    size_t piece;
-    int nbuf;
-    float *buf_master[ZERO_MAX_BUFS], *buf_state[ZERO_MAX_BUFS][OPT_MAX_SLICES];
-    void *buf_param[ZERO_MAX_BUFS];
-    int buf_write[ZERO_MAX_BUFS][2 + OPT_MAX_SLICES];
-    void *pslot[4];
-    int pslot_unit[4], pslot_read[4], pslot_copy[4];
-    unsigned long pslot_gen[4], updates; // a slot holds the parameters of update `gen`
+    int where[MEM_KINDS];          // LOC_*: where each kind lives (zero_placement)
+    ZeroStore st;                  // ... and each location's store (zero/store.h)
     // bounded buffers
     void *gather_embed, *gather_final, *gather_layer[2]; // stage 3
     void *bucket_embed, *bucket_final, *bucket_layer[2]; // stages 2, 3
@@ -312,119 +168,6 @@ static inline int zero_is_layer(const Zero *z, int u) { return u >= 1 && u < gpt
 // Element i of a buffer of the model's element type.
 static inline void *zero_at(const Zero *z, const void *p, size_t i) { return p ? (char *)p + i * z->esize : NULL; }
 
-// Bytes of one element of a kind: fp32 for the master weights and optimizer state, z->dtype
-// otherwise.
-static inline size_t zero_elem(const Zero *z, int kind) {
-    return kind == MEM_MASTER || (kind >= MEM_STATE && kind < MEM_BUFFERS) ? sizeof(float) : z->esize;
-}
-static inline size_t zero_round(size_t n, size_t a) { return (n + a - 1) / a * a; }
-// n elements of a kind, where the kind lives (NVMe: in its file, whose bytes, its slices padded
-// to NVME_ALIGN, are counted; NULL).
-static inline size_t zero_nvme_file_bytes(const Zero *z, int kind);
-static inline void *zero_alloc(Zero *z, int kind, size_t n) {
-    size_t bytes = n * zero_elem(z, kind);
-    if (z->where[kind] == LOC_NVME) { z->mem[kind] += zero_nvme_file_bytes(z, kind); return NULL; }
-    z->mem[kind] += bytes;
-    if (z->where[kind] == LOC_HOST) return z->be.host_alloc(z->be.ctx, bytes, z->pinned);
-    return z->be.alloc(z->be.ctx, bytes);
-}
-// Host staging: the process's memory on a unified backend, else host memory (pinned on request).
-static inline void *zero_alloc_staging(Zero *z, size_t bytes) {
-    z->mem[MEM_STAGING] += bytes;
-    if (z->where[MEM_STAGING] == LOC_HOST) return z->be.host_alloc(z->be.ctx, bytes, z->pinned);
-    return z->be.alloc(z->be.ctx, bytes);
-}
-static inline void zero_free_at(Zero *z, int loc, void *p) {
-    if (!p) return;
-    if (loc == LOC_HOST) z->be.host_free(z->be.ctx, p, z->pinned);
-    else z->be.free(z->be.ctx, p);
-}
-// The master weights and state arrays are not in compute memory (host or NVMe); the parameter
-// shard is in host memory; on NVMe.
-static inline int zero_offloads_optimizer(const Zero *z) { return z->where[MEM_MASTER] != LOC_DEVICE; }
-// The update streams (zero_update_streamed) when anything it reads or writes is off the device.
-static inline int zero_streams_update(const Zero *z) { return z->where[MEM_MASTER] != LOC_DEVICE || z->where[MEM_PARAMS] != LOC_DEVICE; }
-static inline int zero_nvme(const Zero *z, int kind) { return z->where[kind] == LOC_NVME; }
-
-// Where each kind lives for these options (the planner asks too). unified: the backend's
-// compute memory is the host's, so nothing moves to the host (NVMe is still below it).
-static inline void zero_placement(const ZeroOptions *o, int unified, int where[MEM_KINDS]) {
-    for (int k = 0; k < MEM_KINDS; k++) where[k] = LOC_DEVICE;
-    if (!unified) where[MEM_STAGING] = where[MEM_HOST_ACTIVATIONS] = LOC_HOST;
-    int opt = o->offload_optimizer, par = o->offload_param;
-    if (unified && opt == LOC_HOST) opt = LOC_DEVICE;
-    if (unified && par == LOC_HOST) par = LOC_DEVICE;
-    if (opt != LOC_DEVICE && o->stage > 0)
-        for (int k = MEM_MASTER; k < MEM_BUFFERS; k++) where[k] = opt;
-    if (par != LOC_DEVICE && o->stage == 3) where[MEM_PARAMS] = par;
-}
-
-// The piece the streamed update works in: a whole unit slice, unless something is on NVMe (then
-// at most the buffer size, a multiple of 2048 elements so every piece starts NVME_ALIGN-aligned
-// in its file at 2 or 4 bytes an element); and the buffer sets.
-static inline void zero_pieces(Zero *z, const ZeroOptions *o) {
-    size_t slice = zero_max_unit(z) / z->world;
-    int nvme = z->where[MEM_MASTER] == LOC_NVME || z->where[MEM_PARAMS] == LOC_NVME;
-    size_t want = o->nvme_piece ? o->nvme_piece : (size_t)1 << 24;
-    z->piece = nvme ? zero_round(want < slice ? want : slice, 2048) : slice;
-    z->nbuf = o->nvme_buffers < 2 ? 2 : o->nvme_buffers > ZERO_MAX_BUFS ? ZERO_MAX_BUFS : o->nvme_buffers;
-}
-// Bytes of the host staging these placements need (the planner predicts with it):
-//   a device's offloaded update: two pieces of gradients, and two of parameters unless the
-//     parameter shard is off the device;
-//   the optimizer state on NVMe: nbuf sets of (master + state arrays) pieces;
-//   a shard on NVMe: nbuf pieces of parameters (the update writes them there), and one slice per
-//     gather buffer (embeddings, final LayerNorm, two layers).
-static inline size_t zero_staging_bytes(const Zero *z, const int where[MEM_KINDS], int unified) {
-    size_t b = 0, piece = z->piece, e = z->esize;
-    if (!unified && where[MEM_MASTER] != LOC_DEVICE)
-        b += 2 * piece * e + (where[MEM_PARAMS] == LOC_DEVICE ? 2 * piece * e : 0);
-    if (where[MEM_MASTER] == LOC_NVME) b += (size_t)z->nbuf * piece * 4 * (1 + (size_t)z->nstate);
-    if (where[MEM_PARAMS] == LOC_NVME) {
-        b += (size_t)z->nbuf * piece * e;
-        int F = gpt2_final_unit(&z->lay);
-        b += zero_round(zero_slice(z, UNIT_EMBED) * e, NVME_ALIGN) + zero_round(zero_slice(z, F) * e, NVME_ALIGN) +
-             2 * zero_round(zero_max_layer(z) / z->world * e, NVME_ALIGN);
-    }
-    return b;
-}
-
-// NVMe: each unit's slice's byte offset in a file of e-byte elements, every slice padded to
-// NVME_ALIGN; the file's bytes.
-static inline void zero_nvme_offsets(const Zero *z, size_t e, size_t *off) {
-    off[0] = 0;
-    for (int u = 0; u < z->lay.num_units; u++) off[u + 1] = off[u] + zero_round(zero_slice(z, u) * e, NVME_ALIGN);
-}
-static inline size_t *zero_nvme_off(Zero *z, int kind) { return zero_elem(z, kind) == 4 ? z->off4 : z->offp; }
-// A kind's file on NVMe: this rank's slices of every unit, each padded to NVME_ALIGN (the planner
-// asks too, before any Zero is initialised).
-static inline size_t zero_nvme_file_bytes(const Zero *z, int kind) {
-    size_t e = zero_elem(z, kind), b = 0;
-    for (int u = 0; u < z->lay.num_units; u++) b += zero_round(zero_slice(z, u) * e, NVME_ALIGN);
-    return b;
-}
-static inline void zero_nvme_fail(Zero *z) {
-    char msg[1200];
-    snprintf(msg, sizeof(msg), "NVMe offload: %s; the job stops (the last checkpoint is untouched)", z->nvme->err);
-    z->be.fatal(z->be.ctx, msg);
-}
-// Starts a transfer of n elements of a kind's unit u from element lo of its slice (bytes padded
-// to NVME_ALIGN; buf holds them); returns the ticket.
-static inline int zero_nvme_io(Zero *z, int kind, int u, size_t lo, size_t n, void *buf, int writing) {
-    size_t e = zero_elem(z, kind), bytes = zero_round(n * e, NVME_ALIGN);
-    z->nvme->trace = z->trace; // (core/nvme.h draws each transfer in the trace as it completes)
-    return nvme_submit(z->nvme, z->nvme_file[kind], buf, bytes, zero_nvme_off(z, kind)[u] + lo * e, writing, u);
-}
-// Waits for a transfer (-1: none; one waited for before: at once); in the trace, the time it
-// blocked the caller ("wait nvme": exposed I/O).
-static inline void zero_nvme_wait(Zero *z, int ticket) {
-    if (ticket < 0) return;
-    double t0 = trace_begin(z->trace, "wait nvme", TRACE_NVME, -1, 0.0);
-    int bad = nvme_wait(z->nvme, ticket);
-    trace_end(z->trace, t0);
-    if (bad) zero_nvme_fail(z);
-}
-
 // Sets up the partition and allocates this rank's model states and buffers (ZeroOptions: the
 // stage, the element type, the optimizer, what is offloaded, and where NVMe files go).
 static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world, const ZeroOptions *o, ZeroBackend be) {
@@ -434,147 +177,62 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world
     z->dtype = dtype; z->esize = zc_dtype_size(dtype);
     z->optimizer = o->optimizer;
     z->nstate = optimizer_info(o->optimizer)->slices;
-    z->pinned = o->pin_memory;
     zero_placement(o, be.unified, z->where);
     if (!be.unified && z->where[MEM_PARAMS] != LOC_DEVICE && z->where[MEM_MASTER] == LOC_DEVICE)
         be.fatal(be.ctx, "--offload-param needs the optimizer offloaded as well (the update that writes the offloaded "
                          "parameters runs where the optimizer state is)");
     gpt2_layout_init(&z->lay, cfg, (size_t)world * ZERO_ALIGN);
-    zero_pieces(z, o);
-    for (int k = 0; k < MEM_KINDS; k++) z->nvme_file[k] = -1;
-    for (int i = 0; i < 4; i++) { z->pslot_unit[i] = -1; z->pslot_read[i] = -1; z->pslot_copy[i] = -1; }
-    if (zero_nvme(z, MEM_MASTER) || zero_nvme(z, MEM_PARAMS)) { // this rank's files: the kinds on NVMe
-        z->nvme = (Nvme *)calloc(1, sizeof(Nvme));
-        char err[1024];
-        if (!z->nvme || nvme_open(z->nvme, o->nvme_dir, o->nvme_threads, o->nvme_block, err, sizeof(err))) {
-            char msg[1100];
-            snprintf(msg, sizeof(msg), "NVMe offload: %s", z->nvme ? err : "out of memory");
-            be.fatal(be.ctx, msg);
-        }
-        zero_nvme_offsets(z, 4, z->off4);
-        zero_nvme_offsets(z, z->esize, z->offp);
-        static const char *const names[MEM_KINDS] = {"params.bin", "grads.bin", "master.bin", "state0.bin", "state1.bin"};
-        for (int k = MEM_PARAMS; k < MEM_BUFFERS; k++) {
-            if (!zero_nvme(z, k) || (k >= MEM_STATE && k - MEM_STATE >= z->nstate)) continue;
-            z->nvme_file[k] = nvme_file(z->nvme, names[k], zero_nvme_off(z, k)[z->lay.num_units]);
-            if (z->nvme_file[k] < 0) zero_nvme_fail(z);
-        }
-    }
+    ZeroStore *st = &z->st;
+    zero_store_init(st, &z->be, &z->trace, &z->lay, z->where, z->mem, rank, world, z->esize, z->nstate, o);
     size_t full = z->lay.num_flat, shard = zero_shard_size(z);
-    z->params = zero_alloc(z, MEM_PARAMS, stage == 3 ? shard : full);
-    z->grads = zero_alloc(z, MEM_GRADS, stage >= 2 ? shard : full);
-    z->has_master = dtype != ZC_F32 || zero_streams_update(z); // a streamed update needs its fp32 weights in its memory
-    if (z->has_master) z->master = (float *)zero_alloc(z, MEM_MASTER, stage == 0 ? full : shard);
-    for (int k = 0; k < z->nstate; k++) z->state[k] = (float *)zero_alloc(z, MEM_STATE + k, stage == 0 ? full : shard);
-    // staging, as zero_staging_bytes counts it
-    size_t piece = z->piece, e = z->esize;
-    if (!be.unified && zero_offloads_optimizer(z))
-        for (int i = 0; i < 2; i++) {
-            z->stage_grad[i] = zero_alloc_staging(z, piece * e);
-            if (z->where[MEM_PARAMS] == LOC_DEVICE) z->stage_param[i] = zero_alloc_staging(z, piece * e);
-        }
-    for (int b = 0; b < z->nbuf; b++) {
-        if (zero_nvme(z, MEM_MASTER)) {
-            z->buf_master[b] = (float *)zero_alloc_staging(z, piece * 4);
-            for (int k = 0; k < z->nstate; k++) z->buf_state[b][k] = (float *)zero_alloc_staging(z, piece * 4);
-        }
-        if (zero_nvme(z, MEM_PARAMS)) z->buf_param[b] = zero_alloc_staging(z, piece * e);
-        for (int k = 0; k < 2 + OPT_MAX_SLICES; k++) z->buf_write[b][k] = -1;
-    }
-    if (zero_nvme(z, MEM_PARAMS)) {
-        int F = gpt2_final_unit(&z->lay);
-        size_t n[4] = {zero_slice(z, UNIT_EMBED), zero_slice(z, F), zero_max_layer(z) / world, zero_max_layer(z) / world};
-        for (int i = 0; i < 4; i++) {
-            z->pslot[i] = zero_alloc_staging(z, zero_round(n[i] * e, NVME_ALIGN));
-        }
-    }
+    z->params = zero_store_alloc(st, MEM_PARAMS, stage == 3 ? shard : full);
+    z->grads = zero_store_alloc(st, MEM_GRADS, stage >= 2 ? shard : full);
+    z->has_master = dtype != ZC_F32 || zero_streams(z->where); // a streamed update needs its fp32 weights in its memory
+    if (z->has_master) z->master = (float *)zero_store_alloc(st, MEM_MASTER, stage == 0 ? full : shard);
+    for (int k = 0; k < z->nstate; k++) z->state[k] = (float *)zero_store_alloc(st, MEM_STATE + k, stage == 0 ? full : shard);
+    zero_store_staging(st);
     int F = gpt2_final_unit(&z->lay);
     if (stage >= 2) {
-        z->bucket_embed = zero_alloc(z, MEM_BUFFERS, gpt2_unit_padded(&z->lay, UNIT_EMBED));
-        z->bucket_final = zero_alloc(z, MEM_BUFFERS, gpt2_unit_padded(&z->lay, F));
-        for (int i = 0; i < 2; i++) z->bucket_layer[i] = zero_alloc(z, MEM_BUFFERS, zero_max_layer(z));
+        z->bucket_embed = zero_store_alloc(st, MEM_BUFFERS, gpt2_unit_padded(&z->lay, UNIT_EMBED));
+        z->bucket_final = zero_store_alloc(st, MEM_BUFFERS, gpt2_unit_padded(&z->lay, F));
+        for (int i = 0; i < 2; i++) z->bucket_layer[i] = zero_store_alloc(st, MEM_BUFFERS, zero_max_layer(z));
         // The receive buffers: one for the embeddings (reduced last), two for alternating
         // layers (the final LayerNorm's tiny reduction borrows the embeddings' one).
-        z->scatter_recv[0] = zero_alloc(z, MEM_BUFFERS, zero_slice(z, UNIT_EMBED));
-        for (int i = 1; i < 3; i++) z->scatter_recv[i] = zero_alloc(z, MEM_BUFFERS, zero_max_layer(z) / world);
+        z->scatter_recv[0] = zero_store_alloc(st, MEM_BUFFERS, zero_slice(z, UNIT_EMBED));
+        for (int i = 1; i < 3; i++) z->scatter_recv[i] = zero_store_alloc(st, MEM_BUFFERS, zero_max_layer(z) / world);
     }
     if (stage == 3) {
-        z->gather_embed = zero_alloc(z, MEM_BUFFERS, gpt2_unit_padded(&z->lay, UNIT_EMBED));
-        z->gather_final = zero_alloc(z, MEM_BUFFERS, gpt2_unit_padded(&z->lay, F));
-        for (int i = 0; i < 2; i++) z->gather_layer[i] = zero_alloc(z, MEM_BUFFERS, zero_max_layer(z));
+        z->gather_embed = zero_store_alloc(st, MEM_BUFFERS, gpt2_unit_padded(&z->lay, UNIT_EMBED));
+        z->gather_final = zero_store_alloc(st, MEM_BUFFERS, gpt2_unit_padded(&z->lay, F));
+        for (int i = 0; i < 2; i++) z->gather_layer[i] = zero_store_alloc(st, MEM_BUFFERS, zero_max_layer(z));
     }
-    if (!be.unified && z->where[MEM_PARAMS] != LOC_DEVICE) { // a host shard's slice lands here before its gather
-        z->stage_dev_embed = zero_alloc(z, MEM_BUFFERS, zero_slice(z, UNIT_EMBED));
-        z->stage_dev_final = zero_alloc(z, MEM_BUFFERS, zero_slice(z, F));
-        for (int i = 0; i < 2; i++) z->stage_dev_layer[i] = zero_alloc(z, MEM_BUFFERS, zero_max_layer(z) / world);
-    }
+    zero_store_landing(st); // a host or NVMe shard's slice lands there before its gather
     for (int u = 0; u < GPT2_MAX_UNITS; u++) z->pending[u] = -1;
     z->buffer_layer[0] = z->buffer_layer[1] = z->in_use = -1;
 }
 
 // Elements of the bounded buffers zero_init allocates: gradient buckets and reduce-scatter
 // receive slices (stages 2, 3), gather buffers (stage 3), the device slices a host or NVMe shard
-// is copied into before its gather. The planner predicts with it. (where: zero_placement's.)
-static inline size_t zero_buffer_floats(const Zero *z, const int where[MEM_KINDS], int unified) {
+// is copied into before its gather. The planner predicts with it (z->st shaped by zero_store_shape).
+static inline size_t zero_buffer_floats(const Zero *z, int unified) {
     size_t embed = gpt2_unit_padded(&z->lay, UNIT_EMBED), fin = gpt2_unit_padded(&z->lay, gpt2_final_unit(&z->lay));
     size_t n = 0;
     if (z->stage >= 2) n += embed + fin + 2 * zero_max_layer(z)                          // buckets
                             + zero_slice(z, UNIT_EMBED) + 2 * (zero_max_layer(z) / z->world); // receive slices
     if (z->stage == 3) n += embed + fin + 2 * zero_max_layer(z);                         // gather buffers
-    if (!unified && where[MEM_PARAMS] != LOC_DEVICE)                                     // landing slices
-        n += zero_slice(z, UNIT_EMBED) + zero_slice(z, gpt2_final_unit(&z->lay)) + 2 * (zero_max_layer(z) / z->world);
-    return n;
+    return n + zero_landing_floats(&z->st, unified);                                     // landing slices
 }
 
 static inline void zero_free(Zero *z) {
+    ZeroStore *st = &z->st;
     void *all[] = {z->params, z->grads, z->master, z->state[0], z->state[1]};
     int kind[] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_STATE + 1};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) zero_free_at(z, z->where[kind[i]], all[i]);
-    int sl = z->where[MEM_STAGING];
-    for (int i = 0; i < 2; i++) { zero_free_at(z, sl, z->stage_grad[i]); zero_free_at(z, sl, z->stage_param[i]); }
-    for (int b = 0; b < z->nbuf; b++) {
-        zero_free_at(z, sl, z->buf_master[b]);
-        zero_free_at(z, sl, z->buf_param[b]);
-        for (int k = 0; k < OPT_MAX_SLICES; k++) zero_free_at(z, sl, z->buf_state[b][k]);
-    }
-    for (int i = 0; i < 4; i++) zero_free_at(z, sl, z->pslot[i]);
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) zero_store_free(st, kind[i], all[i]);
     void *buffers[] = {z->gather_embed, z->gather_final, z->gather_layer[0], z->gather_layer[1], z->bucket_embed,
                        z->bucket_final, z->bucket_layer[0], z->bucket_layer[1], z->scatter_recv[0], z->scatter_recv[1],
-                       z->scatter_recv[2], z->stage_dev_embed, z->stage_dev_final, z->stage_dev_layer[0],
-                       z->stage_dev_layer[1]};
-    for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) zero_free_at(z, LOC_DEVICE, buffers[i]);
-    if (z->nvme) { nvme_close(z->nvme, 1); free(z->nvme); z->nvme = NULL; } // scratch: removed
-}
-
-// Copies between a kind's memory and the host's fp32 (initialisation, checkpoints): through the
-// backend for compute memory, directly for host memory. For a kind on NVMe, u and lo say which
-// elements (unit u's slice, from element lo to its end), read or written through the file a piece
-// at a time, synchronously.
-static inline void zero_nvme_sync(Zero *z, int kind, int u, size_t lo, float *host, size_t n, int dtype, int writing) {
-    // through the first buffer set, a piece at a time (no update is streaming meanwhile); only the
-    // range's last piece may end off NVME_ALIGN, and callers hand whole slices
-    void *buf = kind == MEM_PARAMS ? z->buf_param[0] : kind == MEM_MASTER ? (void *)z->buf_master[0]
-                                                                           : (void *)z->buf_state[0][kind - MEM_STATE];
-    for (int s = 0; s < 4 && writing && kind == MEM_PARAMS; s++) { // what the slots hold is stale now
-        if (z->pslot_read[s] >= 0) zero_nvme_wait(z, z->pslot_read[s]);
-        z->pslot_read[s] = -1;
-        z->pslot_unit[s] = -1;
-    }
-    for (size_t at = 0; at < n; at += z->piece) {
-        size_t m = n - at < z->piece ? n - at : z->piece;
-        if (writing) zc_narrow(buf, host + at, m, dtype);
-        zero_nvme_wait(z, zero_nvme_io(z, kind, u, lo + at, m, buf, writing));
-        if (!writing) zc_widen(host + at, buf, m, dtype);
-    }
-}static inline void zero_put(Zero *z, int kind, int u, size_t lo, void *dst, const float *host, size_t n, int dtype) {
-    if (z->where[kind] == LOC_NVME) zero_nvme_sync(z, kind, u, lo, (float *)host, n, dtype, 1);
-    else if (z->where[kind] == LOC_HOST || z->be.unified) zc_narrow(dst, host, n, dtype);
-    else z->be.from_host(z->be.ctx, dst, host, n, dtype);
-}
-static inline void zero_get(Zero *z, int kind, int u, size_t lo, float *host, const void *src, size_t n, int dtype) {
-    if (z->where[kind] == LOC_NVME) zero_nvme_sync(z, kind, u, lo, host, n, dtype, 0);
-    else if (z->where[kind] == LOC_HOST || z->be.unified) zc_widen(host, src, n, dtype);
-    else z->be.to_host(z->be.ctx, host, src, n, dtype);
+                       z->scatter_recv[2]};
+    for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) zero_store_free(st, MEM_BUFFERS, buffers[i]);
+    zero_store_close(st);
 }
 
 // --- the schedule: where a unit's parameters and gradients are ---------------------------
@@ -638,33 +296,14 @@ static inline void zero_wait(Zero *z, int u, const char *what) {
     z->pending[u] = -1;
 }
 
-// The host waits for an offload copy (a "wait copy" span: time the update waited on the bus).
-static inline void zero_host_wait(Zero *z, int copy, const char *what) {
-    double t0 = trace_begin(z->trace, "wait copy", TRACE_OFFLOAD, -1, 0.0);
-    z->be.host_wait(z->be.ctx, copy, what);
-    trace_end(z->trace, t0);
-}
-
-// A shard on NVMe: unit u's slice in the host slot of its gather buffer, read from its file
-// (started here unless it is there, or on its way, for the parameters of the last update). The
-// slot's previous unit must be done with it: its all-gather (which reads it on a unified
-// backend) and its copy to the device.
-static inline int zero_pslot_of(const Zero *z, int u) {
-    return u == UNIT_EMBED ? 0 : u == gpt2_final_unit(&z->lay) ? 1 : 2 + u % 2;
-}
-static inline void zero_wait(Zero *z, int u, const char *what);
-static inline void zero_param_read(Zero *z, int u) {
-    int s = zero_pslot_of(z, u);
-    if (z->pslot_unit[s] == u && z->pslot_gen[s] == z->updates) return;
-    if (z->pslot_copy[s] >= 0) zero_host_wait(z, z->pslot_copy[s], "a parameter slice's copy to the device");
-    z->pslot_copy[s] = -1;
-    int v = z->pslot_unit[s]; // its all-gather may still read the slot (unified) unless it was waited for: a
-                              // layer prefetched and not yet asked for (otherwise v's pending may be its reduce-scatter)
+// A shard on NVMe: unit u's slice is read ahead into the host slot of its gather buffer
+// (zero/store.h). The slot's previous unit must be done with it: its all-gather (which reads
+// it on a unified backend) unless it was waited for: a layer prefetched and not yet asked for
+// (otherwise its pending collective may be its reduce-scatter).
+static inline void zero_read_ahead(Zero *z, int u) {
+    int v = zero_store_holder(&z->st, u);
     if (v >= 0 && zero_is_layer(z, v) && z->unclaimed[v]) zero_wait(z, v, "all_gather");
-    if (z->pslot_read[s] >= 0) zero_nvme_wait(z, z->pslot_read[s]);
-    z->pslot_read[s] = zero_nvme_io(z, MEM_PARAMS, u, 0, zero_slice(z, u), z->pslot[s], 0);
-    z->pslot_unit[s] = u;
-    z->pslot_gen[s] = z->updates;
+    zero_store_prefetch(&z->st, u);
 }
 
 // Let the collectives in flight advance (at a unit boundary); with some in flight, the time
@@ -708,22 +347,8 @@ static inline void zero_prefetch(Zero *z, int u) {
         z->layer_buffer[u] = b;
         z->unclaimed[u] = 1;
     }
-    const void *send = z->params ? zero_at(z, z->params, zero_shard_offset(z, u)) : NULL;
-    int slot = zero_pslot_of(z, u);
-    if (zero_nvme(z, MEM_PARAMS)) { // the slice from its file into the slot's host buffer
-        zero_param_read(z, u);
-        zero_nvme_wait(z, z->pslot_read[slot]);
-        z->pslot_read[slot] = -1;
-        send = z->pslot[slot];
-    }
-    if (!z->be.unified && z->where[MEM_PARAMS] != LOC_DEVICE) { // a host slice goes to the device first
-        void *landing = u == UNIT_EMBED ? z->stage_dev_embed : u == gpt2_final_unit(&z->lay) ? z->stage_dev_final
-                                                                                              : z->stage_dev_layer[u % 2];
-        int h = z->be.copy_to_device(z->be.ctx, landing, send, zero_slice(z, u) * z->esize);
-        z->be.device_wait(z->be.ctx, h);
-        if (zero_nvme(z, MEM_PARAMS)) z->pslot_copy[slot] = h; // the slot is free again once this copy has run
-        send = landing;
-    }
+    zero_read_ahead(z, u); // its store sends the slice from where the all-gather reads it
+    const void *send = zero_store_send(&z->st, u, z->params ? zero_at(z, z->params, zero_shard_offset(z, u)) : NULL);
     double t0 = trace_clock(z->trace);
     int h = !zero_starts(z, ZC_ALL_GATHER, u) ? -1 : z->be.all_gather(z->be.ctx, send, zero_gather_buffer(z, u), zero_slice(z, u), z->dtype);
     zero_issued(z, u, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u), t0, h);
@@ -754,11 +379,10 @@ static inline void *zero_params(Zero *z, int u, int next) {
     zero_wait(z, u, "all_gather");
     if (zero_is_layer(z, u)) z->unclaimed[u] = 0, z->in_use = u;
     zero_prefetch(z, next);
-    // a shard on NVMe: the unit after next, in this direction, starts its read into u's slot
+    // the unit after next, in this direction, starts its read ahead into u's slot (a shard on NVMe)
     int ahead = next + (next - u);
-    if (zero_nvme(z, MEM_PARAMS) && next >= 0 && (next - u == 1 || next - u == -1) && zero_is_layer(z, ahead) &&
-        zero_is_layer(z, u))
-        zero_param_read(z, ahead);
+    if (next >= 0 && (next - u == 1 || next - u == -1) && zero_is_layer(z, ahead) && zero_is_layer(z, u))
+        zero_read_ahead(z, ahead);
     return zero_gather_buffer(z, u);
 }
 
@@ -885,18 +509,12 @@ static inline void zero_update_segment(const ParamSegment *seg, void *ctx) {
 static inline double zero_update_bytes_per_element(const Zero *z) {
     return 8.0 + 8.0 * z->nstate + (double)z->esize + (z->dtype != ZC_F32 ? (double)z->esize : 0.0);
 }
-// The offloaded update (zero_streams_update), streamed in pieces of at most z->piece elements
-// of one unit's slice (a whole slice unless something is on NVMe). For each piece:
-//   the gradient: on a unified backend read where it is; else copied to a host staging piece
-//     (two, alternating: the piece after next's copy starts when this one is consumed);
-//   the master weights and state arrays: in host memory, updated in place; on NVMe, read into the
-//     piece's buffer set (nbuf sets: the reads of the next nbuf - 2 pieces in flight while this one
-//     updates, each waiting for its set's previous write) and written back behind;
-//   the new parameters, written by the CPU optimizer engine: straight into the parameter memory on
-//     a unified backend or into a host shard; into a staging piece copied back to the device; or
-//     into the buffer set and written to the parameter file.
-// After a unit's last piece, stages 1 and 2 start its all-gather. Frozen runs (padding, unused
-// vocabulary rows) are written as the zeros they are, since staging is reused.
+// The streamed update (zero/store.h's stores hold the pieces): for each piece of at most
+// z->st.piece elements of one unit's slice (a whole slice unless something is on NVMe), its
+// gradient, master weights, state arrays and parameters are opened where the host addresses
+// them, updated by the CPU optimizer engine, and closed back where they live. After a unit's last
+// piece, stages 1 and 2 start its all-gather. Frozen runs (padding, unused vocabulary rows) are
+// written as the zeros they are, since staging is reused.
 static inline void zero_update_host_segment(const ParamSegment *seg, void *ctx) {
     ZeroUpdateRun *r = (ZeroUpdateRun *)ctx;
     Zero *z = r->z;
@@ -910,99 +528,54 @@ static inline void zero_update_host_segment(const ParamSegment *seg, void *ctx) 
     optimizer_update_host(r->step, r->p + lo, state, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL, n,
                           z->dtype, seg->kind == SEG_DECAY);
 }
-// The host's wait for a gradient piece's copy. (test_offload builds a variant with it defined
-// away, to show the CUDA emulator catching the missing wait.)
-#ifndef ZERO_HOST_WAIT
-#define ZERO_HOST_WAIT(z, h, what) zero_host_wait((z), (h), (what))
-#endif
-typedef struct { int u; size_t lo, n; } ZeroPiece;
-// The pieces, unit by unit (a malloc'd list of *count).
+// The pieces, unit by unit, with where each kind's elements are in memory (a malloc'd list of *count).
 static inline ZeroPiece *zero_piece_list(const Zero *z, int *count) {
     int P = 0;
-    for (int u = 0; u < z->lay.num_units; u++) P += (int)((zero_slice(z, u) + z->piece - 1) / z->piece);
-    ZeroPiece *list = (ZeroPiece *)malloc((size_t)P * sizeof(ZeroPiece));
+    size_t piece = z->st.piece;
+    for (int u = 0; u < z->lay.num_units; u++) P += (int)((zero_slice(z, u) + piece - 1) / piece);
+    ZeroPiece *list = (ZeroPiece *)calloc((size_t)P, sizeof(ZeroPiece));
     if (!list) z->be.fatal(z->be.ctx, "out of host memory for the offloaded update's piece list");
     P = 0;
     for (int u = 0; u < z->lay.num_units; u++)
-        for (size_t lo = 0, n = zero_slice(z, u); lo < n; lo += z->piece) {
-            ZeroPiece pc = {u, lo, n - lo < z->piece ? n - lo : z->piece};
-            list[P++] = pc;
+        for (size_t lo = 0, n = zero_slice(z, u); lo < n; lo += piece) {
+            ZeroPiece *pc = &list[P++];
+            size_t off = zero_shard_offset(z, u) + lo;
+            pc->u = u; pc->lo = lo; pc->n = n - lo < piece ? n - lo : piece;
+            pc->at[MEM_GRADS] = zero_at(z, zero_update_grads(z, u), lo);
+            pc->at[MEM_PARAMS] = zero_at(z, zero_update_params(z, u), lo);
+            pc->at[MEM_MASTER] = z->master ? z->master + off : NULL;
+            for (int k = 0; k < z->nstate; k++) pc->at[MEM_STATE + k] = z->state[k] ? z->state[k] + off : NULL;
         }
     *count = P;
     return list;
 }
-// Piece j's optimizer state from NVMe into its buffer set, once the set's last write is done.
-static inline void zero_stream_read(Zero *z, const ZeroPiece *pc, int j, int *reads) {
-    int b = j % z->nbuf;
-    for (int k = 0; k < 2 + OPT_MAX_SLICES; k++) { zero_nvme_wait(z, z->buf_write[b][k]); z->buf_write[b][k] = -1; }
-    reads[b * (1 + OPT_MAX_SLICES)] = zero_nvme_io(z, MEM_MASTER, pc->u, pc->lo, pc->n, z->buf_master[b], 0);
-    for (int k = 0; k < z->nstate; k++)
-        reads[b * (1 + OPT_MAX_SLICES) + 1 + k] = zero_nvme_io(z, MEM_STATE + k, pc->u, pc->lo, pc->n, z->buf_state[b][k], 0);
-}
 static inline void zero_update_streamed(Zero *z, const OptStep *step) {
-    int P, U = z->lay.num_units, unified = z->be.unified, nvme_opt = zero_nvme(z, MEM_MASTER);
-    int par = z->where[MEM_PARAMS], d2h[2] = {-1, -1}, h2d[2] = {-1, -1};
-    int reads[ZERO_MAX_BUFS * (1 + OPT_MAX_SLICES)];
+    int P;
     ZeroPiece *pcs = zero_piece_list(z, &P);
-    for (int s = 0; s < 4; s++) // a parameter read in flight must not cross the update's writes
-        if (z->pslot_read[s] >= 0) { zero_nvme_wait(z, z->pslot_read[s]); z->pslot_read[s] = -1; z->pslot_unit[s] = -1; }
-    int ahead = nvme_opt ? (z->nbuf - 2 > 0 ? z->nbuf - 2 : 0) : 0, issued = 0;
+    zero_stream_begin(&z->st);
     double t_unit = 0.0;
-    for (int j = 0; j < 2 && j < P && !unified; j++)
-        d2h[j] = z->be.copy_to_host(z->be.ctx, z->stage_grad[j], zero_at(z, zero_update_grads(z, pcs[j].u), pcs[j].lo),
-                                    pcs[j].n * z->esize);
     for (int i = 0; i < P; i++) {
         const ZeroPiece *pc = &pcs[i];
-        int b = i % z->nbuf, s = i % 2, u = pc->u;
+        int u = pc->u;
         if (pc->lo == 0) // the unit's update: a span over its pieces
             t_unit = trace_begin(z->trace, "update", TRACE_OPTIMIZER, u,
                                  zero_update_bytes_per_element(z) * (double)zero_update_count(z, u));
-        size_t begin = zero_update_begin(z, u) + pc->lo, off = zero_shard_offset(z, u) + pc->lo;
-        if (nvme_opt) {
-            for (; issued <= i + ahead && issued < P; issued++) zero_stream_read(z, &pcs[issued], issued, reads);
-            for (int k = 0; k < 1 + z->nstate; k++) zero_nvme_wait(z, reads[b * (1 + OPT_MAX_SLICES) + k]);
-        }
-        ZeroUpdateRun r = {z, begin, nvme_opt ? z->buf_master[b] : z->master + off, {NULL}, NULL, NULL, step};
-        for (int k = 0; k < z->nstate; k++) r.state[k] = nvme_opt ? z->buf_state[b][k] : z->state[k] + off;
-        if (unified) r.g = zero_at(z, zero_update_grads(z, u), pc->lo);
-        else { ZERO_HOST_WAIT(z, d2h[s], "a gradient piece's copy to the host (offloaded update)"); r.g = z->stage_grad[s]; }
-        if (par == LOC_NVME) { // (with the state on NVMe, the set's last write was waited for before its read)
-            zero_nvme_wait(z, z->buf_write[b][1 + OPT_MAX_SLICES]);
-            r.p16 = z->buf_param[b];
-        }
-        else if (unified || par == LOC_HOST) r.p16 = zero_at(z, zero_update_params(z, u), pc->lo);
-        else {
-            if (h2d[s] >= 0) zero_host_wait(z, h2d[s], "a parameter piece's copy to the device");
-            r.p16 = z->stage_param[s];
-        }
-        gpt2_for_each_segment(&z->lay, begin, begin + pc->n, zero_update_host_segment, &r);
-        if (nvme_opt) { // written behind
-            z->buf_write[b][0] = zero_nvme_io(z, MEM_MASTER, u, pc->lo, pc->n, z->buf_master[b], 1);
-            for (int k = 0; k < z->nstate; k++)
-                z->buf_write[b][1 + k] = zero_nvme_io(z, MEM_STATE + k, u, pc->lo, pc->n, z->buf_state[b][k], 1);
-        }
-        if (par == LOC_NVME) {
-            z->buf_write[b][1 + OPT_MAX_SLICES] = zero_nvme_io(z, MEM_PARAMS, u, pc->lo, pc->n, z->buf_param[b], 1);
-        } else if (!unified && par == LOC_DEVICE) {
-            h2d[s] = z->be.copy_to_device(z->be.ctx, zero_at(z, zero_update_params(z, u), pc->lo), r.p16, pc->n * z->esize);
-            z->be.device_wait(z->be.ctx, h2d[s]);
-        }
-        if (!unified && i + 2 < P) // the staging piece is free again: the piece after next's gradient
-            d2h[s] = z->be.copy_to_host(z->be.ctx, z->stage_grad[s], zero_at(z, zero_update_grads(z, pcs[i + 2].u), pcs[i + 2].lo),
-                                        pcs[i + 2].n * z->esize);
+        void *at[MEM_BUFFERS] = {NULL};
+        zero_stream_open(&z->st, pcs, P, i, at);
+        ZeroUpdateRun r = {z, zero_update_begin(z, u) + pc->lo, (float *)at[MEM_MASTER], {NULL}, at[MEM_GRADS],
+                           at[MEM_PARAMS], step};
+        for (int k = 0; k < z->nstate; k++) r.state[k] = (float *)at[MEM_STATE + k];
+        gpt2_for_each_segment(&z->lay, r.base, r.base + pc->n, zero_update_host_segment, &r);
+        zero_stream_close(&z->st, pc, i);
         if (pc->lo + pc->n == zero_slice(z, u)) { trace_end(z->trace, t_unit); zero_gather_updated_unit(z, u); }
     }
     free(pcs);
-    for (int b = 0; b < z->nbuf; b++)
-        for (int k = 0; k < 2 + OPT_MAX_SLICES; k++) { zero_nvme_wait(z, z->buf_write[b][k]); z->buf_write[b][k] = -1; }
-    for (int s = 0; s < 2; s++)
-        if (h2d[s] >= 0) zero_host_wait(z, h2d[s], "a parameter piece's copy to the device");
-    for (int u = 0; u < U; u++) zero_wait(z, u, "all_gather (updated parameters)");
-    z->updates++;
+    zero_stream_end(&z->st);
+    for (int u = 0; u < z->lay.num_units; u++) zero_wait(z, u, "all_gather (updated parameters)");
 }
 
 static inline void zero_update(Zero *z, const OptStep *step) {
-    if (zero_streams_update(z)) { zero_update_streamed(z, step); return; }
+    if (zero_streams(z->where)) { zero_update_streamed(z, step); return; }
     for (int u = 0; u < z->lay.num_units; u++) {
         double t0 = trace_begin(z->trace, "update", TRACE_OPTIMIZER, u,
                                 zero_update_bytes_per_element(z) * (double)zero_update_count(z, u));
@@ -1023,11 +596,11 @@ static inline void zero_update(Zero *z, const OptStep *step) {
 // the element type) and, in mixed precision, its master weights (exact).
 static inline void zero_set_unit(Zero *z, int u, const float *unit_host) {
     size_t n = zero_slice(z, u), begin = (size_t)z->rank * n, padded = gpt2_unit_padded(&z->lay, u);
-    if (z->stage == 3) zero_put(z, MEM_PARAMS, u, 0, zero_at(z, z->params, zero_shard_offset(z, u)), unit_host + begin, n, z->dtype);
-    else zero_put(z, MEM_PARAMS, u, 0, zero_at(z, z->params, z->lay.unit_offset[u]), unit_host, padded, z->dtype);
+    if (z->stage == 3) zero_put(&z->st, MEM_PARAMS, u, 0, zero_at(z, z->params, zero_shard_offset(z, u)), unit_host + begin, n, z->dtype);
+    else zero_put(&z->st, MEM_PARAMS, u, 0, zero_at(z, z->params, z->lay.unit_offset[u]), unit_host, padded, z->dtype);
     if (!z->has_master) return;
-    if (z->stage == 0) zero_put(z, MEM_MASTER, u, 0, zero_update_moment(z, z->master, u), unit_host, padded, ZC_F32);
-    else zero_put(z, MEM_MASTER, u, 0, zero_update_moment(z, z->master, u), unit_host + begin, n, ZC_F32);
+    if (z->stage == 0) zero_put(&z->st, MEM_MASTER, u, 0, zero_update_moment(z, z->master, u), unit_host, padded, ZC_F32);
+    else zero_put(&z->st, MEM_MASTER, u, 0, zero_update_moment(z, z->master, u), unit_host + begin, n, ZC_F32);
 }
 
 // This rank's slice of unit u's weights into host (fp32): the master weights in mixed
@@ -1037,10 +610,10 @@ static inline void zero_get_slice(Zero *z, int u, float *host) {
     size_t n = zero_slice(z, u);
     if (z->has_master) {
         size_t off = z->stage == 0 ? zero_slice_begin(z, u) : zero_shard_offset(z, u);
-        zero_get(z, MEM_MASTER, u, 0, host, z->master ? z->master + off : NULL, n, ZC_F32);
+        zero_get(&z->st, MEM_MASTER, u, 0, host, z->master ? z->master + off : NULL, n, ZC_F32);
     } else {
         size_t off = z->stage == 3 ? zero_shard_offset(z, u) : zero_slice_begin(z, u);
-        zero_get(z, MEM_PARAMS, u, 0, host, z->params ? zero_at(z, z->params, off) : NULL, n, z->dtype);
+        zero_get(&z->st, MEM_PARAMS, u, 0, host, z->params ? zero_at(z, z->params, off) : NULL, n, z->dtype);
     }
 }
 
@@ -1048,13 +621,13 @@ static inline void zero_get_slice(Zero *z, int u, float *host) {
 // padded unit (host, fp32) what this rank keeps (every element under stage 0, else its slice).
 static inline void zero_get_state_slice(Zero *z, int k, int u, float *host) {
     size_t off = z->stage == 0 ? zero_slice_begin(z, u) : zero_shard_offset(z, u);
-    zero_get(z, MEM_STATE + k, u, 0, host, z->state[k] ? z->state[k] + off : NULL, zero_slice(z, u), ZC_F32);
+    zero_get(&z->st, MEM_STATE + k, u, 0, host, z->state[k] ? z->state[k] + off : NULL, zero_slice(z, u), ZC_F32);
 }
 static inline void zero_set_state_unit(Zero *z, int k, int u, const float *unit_host) {
     if (z->stage == 0)
-        zero_put(z, MEM_STATE + k, u, 0, zero_update_moment(z, z->state[k], u), unit_host, gpt2_unit_padded(&z->lay, u), ZC_F32);
+        zero_put(&z->st, MEM_STATE + k, u, 0, zero_update_moment(z, z->state[k], u), unit_host, gpt2_unit_padded(&z->lay, u), ZC_F32);
     else
-        zero_put(z, MEM_STATE + k, u, 0, zero_update_moment(z, z->state[k], u), unit_host + (size_t)z->rank * zero_slice(z, u),
+        zero_put(&z->st, MEM_STATE + k, u, 0, zero_update_moment(z, z->state[k], u), unit_host + (size_t)z->rank * zero_slice(z, u),
                         zero_slice(z, u), ZC_F32);
 }
 
@@ -1065,20 +638,11 @@ static inline void zero_begin_step(Zero *z, int step) {
     if (z->stage >= 2 || !z->grads_written)
         z->be.zero(z->be.ctx, z->grads, (z->stage >= 2 ? zero_shard_size(z) : z->lay.num_flat) * z->esize);
     for (int k = 0; k < ZC_NUM_COLLECTIVES; k++) z->comm[k] = 0.0;
-    if (z->nvme && nvme_check(z->nvme)) zero_nvme_fail(z); // a file deleted or truncated under the job
+    zero_store_check(&z->st); // an NVMe file deleted or truncated under the job
 }
 
-// NVMe traffic since the last call: bytes read and written, ms with I/O in flight, and ms the
-// step waited for it (all 0 without NVMe).
-typedef struct { double read, written, busy_ms, exposed_ms; } ZeroNvmeStats;
-static inline ZeroNvmeStats zero_nvme_stats(Zero *z) {
-    ZeroNvmeStats st = {0, 0, 0, 0};
-    if (!z->nvme) return st;
-    nvme_take_stats(z->nvme, &st.read, &st.written, &st.busy_ms, &st.exposed_ms);
-    st.busy_ms *= 1e3;
-    st.exposed_ms *= 1e3;
-    return st;
-}
+// NVMe traffic since the last call (zero/store.h).
+static inline ZeroNvmeStats zero_nvme_stats(Zero *z) { return zero_store_nvme_stats(&z->st); }
 
 // --- theory, for the reports beside the measurements -------------------------------------
 

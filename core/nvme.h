@@ -1,4 +1,4 @@
-// nvme.h: asynchronous direct I/O on a few files, through a pool of threads: how zero.h keeps
+// nvme.h: asynchronous direct I/O on a few files, through a pool of threads: how zero/store.h keeps
 // model states on NVMe (ZeRO-Infinity) without the page cache quietly holding them.
 //
 // Contract

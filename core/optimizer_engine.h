@@ -15,7 +15,7 @@
 //   trainer's host code is compiled with -ffp-contract=off; optimizer.h's device path uses
 //   explicitly rounded operations): the GPU trainer's offloaded update equals its on-device one.
 //   Both trainers use it: the CPU trainer for every update, the GPU trainer for an update
-//   offloaded to host memory (zero.h).
+//   offloaded to host memory (zero/store.h).
 // Host only (C11 and C++); no global state.
 #ifndef OPTIMIZER_ENGINE_H
 #define OPTIMIZER_ENGINE_H

@@ -292,7 +292,7 @@ static void *host_mem_alloc(void *ctx, size_t bytes, int pinned) {
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
         memset(p, 0, got);
-    } else { // page-aligned, as pinned memory is: zero.h reads and writes NVMe with direct I/O into it
+    } else { // page-aligned, as pinned memory is: zero/store.h reads and writes NVMe with direct I/O into it
         if (posix_memalign(&p, 4096, got) != 0) {
             fprintf(stderr, "error: rank %d: out of host memory allocating %.1f MiB\n", b->rank, got / 1048576.0);
             MPI_Abort(MPI_COMM_WORLD, 1);

@@ -56,6 +56,7 @@
 #include "core/gpt2.h"
 #include "core/optimizer.h"
 #include "mixed_precision.h"
+#include "zero/location.h"
 
 // DeepSpeed settings the trainer has no option for: recorded from the file, reported in the
 // resolved configuration with whether the trainer honours them, else unused. One row each:
@@ -282,13 +283,13 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
            "data parallelism (run under mpirun -np N)", "S", \
            "0: replicate everything, all-reduce gradients; 1: partition the\n" \
            "optimizer state; 2: and the gradients; 3: and the parameters", "zero_optimization.stage", "0, 1, 2 or 3") \
-    CO_CHOICE("offload-optimizer", OFFLOAD_OPTIMIZER, CU_TRAIN | CU_MEM | CU_TIME, offload_optimizer, 0, \
-              config_offload_names, 3, NULL, "D", \
+    CO_CHOICE("offload-optimizer", OFFLOAD_OPTIMIZER, CU_TRAIN | CU_MEM | CU_TIME, offload_optimizer, LOC_DEVICE, \
+              zero_offload_names, LOC_KINDS, NULL, "D", \
               "none | cpu | nvme: the fp32 master weights and optimizer state live in\n" \
               "host memory and are updated there (ZeRO-Offload; stages 1-3)", \
               "zero_optimization.offload_optimizer.device", "\"none\", \"cpu\" or \"nvme\"") \
-    CO_CHOICE("offload-param", OFFLOAD_PARAM, CU_TRAIN | CU_MEM | CU_TIME, offload_param, 0, config_offload_names, \
-              3, NULL, "D", "none | cpu | nvme: stage 3's 16-bit parameter shard lives in host memory", \
+    CO_CHOICE("offload-param", OFFLOAD_PARAM, CU_TRAIN | CU_MEM | CU_TIME, offload_param, LOC_DEVICE, zero_offload_names, \
+              LOC_KINDS, NULL, "D", "none | cpu | nvme: stage 3's 16-bit parameter shard lives in host memory", \
               "zero_optimization.offload_param.device", "\"none\", \"cpu\" or \"nvme\"") \
     CO_FLAG("pin-memory", PIN_MEMORY, CU_TRAIN, pin_memory, NULL, \
             "offloaded host memory is page-locked (DeepSpeed's pin_memory)", \
@@ -428,9 +429,9 @@ typedef struct TrainConfig {
     int print_every;      // the step line on stdout every N steps (and the first and last)
     // data parallelism
     int zero_stage;       // 0-3, see zero.h
-    int offload_optimizer, offload_param; // 0 none, 1 cpu (host memory), 2 nvme: zero.h's LOC_* order
+    int offload_optimizer, offload_param; // where they live: zero/location.h's LOC_* (LOC_DEVICE: not offloaded)
     int pin_memory;       // offloaded host memory page-locked
-    // NVMe (zero.h's ZeroOptions): the directory under which each rank makes its own, the buffer
+    // NVMe (zero/store.h's ZeroOptions): the directory under which each rank makes its own, the buffer
     // sets and the piece (elements) the update streams through, the I/O pool (threads x queue
     // depth requests at once) and bytes per request
     const char *nvme_path;
@@ -486,7 +487,6 @@ typedef struct {
 
 static const char *const config_on_min_scale_names[2] = {"abort", "skip"};
 static const char *const config_off_on_names[2] = {"off", "on"};
-static const char *const config_offload_names[3] = {"none", "cpu", "nvme"}; // zero.h's LOC_DEVICE, LOC_HOST, LOC_NVME
 static const char *const config_on_save_error_names[2] = {"stop", "continue"};
 
 #define CO_F(field) offsetof(TrainConfig, field)
@@ -983,24 +983,24 @@ static inline int config_validate(TrainConfig *c, int world) {
         fprintf(stderr, "error: --dump-grads needs the whole gradient on one rank: use one process or --zero-stage 0\n");
         return -1;
     }
-    if (c->offload_optimizer && c->zero_stage == 0) {
+    if (c->offload_optimizer != LOC_DEVICE && c->zero_stage == 0) {
         fprintf(stderr, "error: --offload-optimizer %s needs --zero-stage 1, 2 or 3 (ZeRO-Offload moves the optimizer "
-                        "state a stage partitions)\n", config_offload_names[c->offload_optimizer]);
+                        "state a stage partitions)\n", zero_offload_names[c->offload_optimizer]);
         return -1;
     }
-    if (c->offload_param && c->zero_stage != 3) {
+    if (c->offload_param != LOC_DEVICE && c->zero_stage != 3) {
         fprintf(stderr, "error: --offload-param %s needs --zero-stage 3 (only stage 3 partitions the parameters)\n",
-                config_offload_names[c->offload_param]);
+                zero_offload_names[c->offload_param]);
         return -1;
     }
-    if (c->offload_param && !c->offload_optimizer) {
+    if (c->offload_param != LOC_DEVICE && c->offload_optimizer == LOC_DEVICE) {
         fprintf(stderr, "error: --offload-param %s needs --offload-optimizer cpu or nvme (the update that writes the "
-                        "offloaded parameters runs where the optimizer state is)\n", config_offload_names[c->offload_param]);
+                        "offloaded parameters runs where the optimizer state is)\n", zero_offload_names[c->offload_param]);
         return -1;
     }
-    if ((c->offload_optimizer == 2 || c->offload_param == 2) && !c->nvme_path && config_takes(c, CK_NVME_PATH)) {
+    if ((c->offload_optimizer == LOC_NVME || c->offload_param == LOC_NVME) && !c->nvme_path && config_takes(c, CK_NVME_PATH)) {
         fprintf(stderr, "error: --offload-%s nvme needs --nvme-path DIR (DeepSpeed's nvme_path)\n",
-                c->offload_optimizer == 2 ? "optimizer" : "param");
+                c->offload_optimizer == LOC_NVME ? "optimizer" : "param");
         return -1;
     }
     if (c->aio_block_size % 4096) {

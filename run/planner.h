@@ -131,9 +131,9 @@ typedef struct {
     int world;             // N ranks
     int batch, seq_len;    // micro-batch B and sequence length T
     GPT2Recompute recompute; // activation recompute (gpt2.h): none, full every K layers, selective
-    int offload_optimizer; // zero.h's LOC_*: where the master weights and optimizer state live (LOC_DEVICE: none)
+    int offload_optimizer; // zero/location.h's LOC_*: where the master weights and optimizer state live (LOC_DEVICE: none)
     int offload_param;     // LOC_*: where stage 3's parameter shard lives
-    int nvme_buffers;      // NVMe: buffer sets and the piece in elements (zero.h's ZeroOptions; 0: its defaults)
+    int nvme_buffers;      // NVMe: buffer sets and the piece in elements (zero/store.h's ZeroOptions; 0: its defaults)
     size_t nvme_piece;
     int threads;           // the CPU trainer's OpenMP threads per rank (its matmul scratch);
                            // 0: as it picks them with all ranks on this machine (planner_threads)
@@ -147,7 +147,7 @@ typedef struct {
     double padded_params;          // P as laid out for N ranks (= num_params for a bare count)
     double bytes_param, bytes_grad, bytes_master; // per parameter
     double bytes_state[OPT_MAX_SLICES];           // per parameter, each of the optimizer's state arrays
-    int where[MEM_KINDS];          // zero.h's LOC_*: where each kind lives
+    int where[MEM_KINDS];          // zero/location.h's LOC_*: where each kind lives
     double bytes[MEM_KINDS];       // bytes per rank of each kind, wherever it lives
     double device[MEM_KINDS];      // ... of those on the device (0 elsewhere); host[], nvme[] likewise
     double host[MEM_KINDS];
@@ -192,9 +192,7 @@ static inline PlanInput planner_input_from_train_config(const TrainConfig *c, in
 // ... and of its step time (after config_validate: grad_accum is known).
 static inline TimeInput planner_time_input(const TrainConfig *c) {
     TimeInput ti = {c->model, c->precision, c->optimizer, c->zero_stage, c->world, c->plan.per_node,
-                    c->batch, c->seq_len, c->grad_accum, c->recompute != RECOMPUTE_NONE,
-                    c->offload_optimizer == LOC_NVME ? TM_OFFLOAD_NVME : c->offload_optimizer == LOC_HOST ? TM_OFFLOAD_CPU
-                                                                                           : TM_OFFLOAD_NONE};
+                    c->batch, c->seq_len, c->grad_accum, c->recompute != RECOMPUTE_NONE, c->offload_optimizer};
     return ti;
 }
 
@@ -324,7 +322,8 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         z.esize = zc_dtype_size(in->precision); z.nstate = optimizer_info(in->optimizer)->slices;
         memcpy(z.where, p->where, sizeof(z.where));
         gpt2_layout_init(&z.lay, &in->cfg, (size_t)in->world * ZERO_ALIGN);
-        zero_pieces(&z, &zo);
+        zero_store_shape(&z.st, &z.lay, z.where, 0, in->world, z.esize, z.nstate);
+        zero_store_pieces(&z.st, &zo);
         double full = (double)z.lay.num_flat, shard = (double)zero_shard_size(&z);
         p->exact = 1;
         p->num_params = (double)z.lay.num_params;
@@ -334,10 +333,10 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         double opt_elems = S == 0 ? full : shard;
         dev[MEM_MASTER] = p->bytes_master * opt_elems;
         for (int k = 0; k < OPT_MAX_SLICES; k++) dev[MEM_STATE + k] = p->bytes_state[k] * opt_elems;
-        for (int k = MEM_PARAMS; k < MEM_BUFFERS; k++) // a file on NVMe: its slices padded (zero.h)
-            if (p->where[k] == LOC_NVME && dev[k] > 0) dev[k] = (double)zero_nvme_file_bytes(&z, k);
-        dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z, p->where, unified);
-        dev[MEM_STAGING] = (double)zero_staging_bytes(&z, p->where, unified);
+        for (int k = MEM_PARAMS; k < MEM_BUFFERS; k++) // a file on NVMe: its slices padded (zero/store.h)
+            if (p->where[k] == LOC_NVME && dev[k] > 0) dev[k] = (double)zero_nvme_file_bytes(&z.st, k);
+        dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z, unified);
+        dev[MEM_STAGING] = (double)zero_staging_bytes(&z.st, unified);
         p->buffers_known = 1;
         if (in->backend) { // the trainer's own layout
             dev[MEM_ACTIVATIONS] = in->backend->activation_bytes(&in->cfg, in->batch, in->seq_len, in->precision,

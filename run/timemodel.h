@@ -67,12 +67,11 @@
 #include "core/trace.h"
 #include "zero.h"
 
-enum { TM_OFFLOAD_NONE, TM_OFFLOAD_CPU, TM_OFFLOAD_NVME };
-
 typedef struct {
     GPT2Config cfg;
     int precision, optimizer, stage, world, per_node; // per_node 0: the hardware's devices per node
-    int batch, seq_len, accum, recompute, offload;
+    int batch, seq_len, accum, recompute;
+    int offload_optimizer; // zero/location.h's LOC_*: where the optimizer state and its update live
 } TimeInput;
 
 typedef struct {
@@ -384,14 +383,14 @@ static inline void tm_update(void *ctx, const OptStep *step, float *p, float *co
     (void)step; (void)p; (void)state; (void)g; (void)p16; (void)decay;
     TimeSim *s = (TimeSim *)ctx;
     double bytes = zero_update_bytes_per_element(s->z) * n;
-    if (s->in->offload == TM_OFFLOAD_NONE) { tm_bytes(s, bytes); return; }
+    if (s->in->offload_optimizer == LOC_DEVICE) { tm_bytes(s, bytes); return; }
     const Hardware *hw = s->hw;
     Trace *tr = s->z->trace;
     double e = zc_dtype_size(dtype), t0 = trace_begin(tr, "offload", TRACE_OFFLOAD, -1, 2.0 * e * n);
     double pcie = hw->pcie_bw > 0 ? 2.0 * e * n / hw->pcie_bw : 0.0; // gradient down, parameter up
     double host = bytes / (hw->host_bw * hw->mem_eff * s->share);
     double nvme = 0.0;
-    if (s->in->offload == TM_OFFLOAD_NVME) { // the fp32 weights and the state arrays, read and written
+    if (s->in->offload_optimizer == LOC_NVME) { // the fp32 weights and the state arrays, read and written
         nvme = 2.0 * 4.0 * (1 + s->z->nstate) * n / (hw->nvme_bw * s->share);
         double n0 = trace_begin(tr, "nvme", TRACE_NVME, -1, 2.0 * 4.0 * (1 + s->z->nstate) * n);
         s->now += nvme > host ? nvme : host;
@@ -567,8 +566,8 @@ static inline const char *timemodel_problem(const TimeInput *in, const Hardware 
     if (in->seq_len > in->cfg.max_seq_len) return "the sequence length exceeds the model's max_seq_len";
     if (in->world < 1 || in->batch < 1 || in->seq_len < 1 || in->accum < 1) return "world, batch, seq-len and grad-accum must be positive";
     if (in->world % tm_per_node(in, hw)) return "the world size must be a multiple of the ranks per node (--gpus-per-node)";
-    if (in->offload != TM_OFFLOAD_NONE && hw->host_bw <= 0) return "offload needs the description's host_bandwidth";
-    if (in->offload == TM_OFFLOAD_NVME && hw->nvme_bw <= 0) return "NVMe offload needs the description's nvme_bandwidth";
+    if (in->offload_optimizer != LOC_DEVICE && hw->host_bw <= 0) return "offload needs the description's host_bandwidth";
+    if (in->offload_optimizer == LOC_NVME && hw->nvme_bw <= 0) return "NVMe offload needs the description's nvme_bandwidth";
     return NULL;
 }
 
@@ -657,6 +656,7 @@ static inline double tm_peak_total(const TimeInput *in, const Hardware *hw) {
     return hw->peak[in->precision] * (hw->shared ? (double)in->world / tm_per_node(in, hw) : in->world);
 }
 
+static const char *const tm_optimizer_at[LOC_KINDS] = {"the device", "the host", "NVMe (via the host)"};
 static inline void timemodel_print(FILE *f, const TimeInput *in, const Hardware *hw, const TimeResult *r) {
     const double ms = 1e3, mib = 1048576.0;
     int g = r->per_node, nodes = in->world / g;
@@ -666,7 +666,7 @@ static inline void timemodel_print(FILE *f, const TimeInput *in, const Hardware 
     fprintf(f, "  run       %s, ZeRO stage %d, %d micro-step%s of B=%d x T=%d per rank, recompute %s, optimizer on %s\n",
             zc_dtype_names[in->precision], in->stage, in->accum, in->accum == 1 ? "" : "s", in->batch, in->seq_len,
             in->recompute ? "on" : "off",
-            in->offload == TM_OFFLOAD_NONE ? "the device" : in->offload == TM_OFFLOAD_CPU ? "the host" : "NVMe (via the host)");
+            tm_optimizer_at[in->offload_optimizer]);
     fprintf(f, "  %-34s %10.2f ms\n", "forward (incl. its waits)", r->fwd * ms);
     fprintf(f, "  %-34s %10.2f ms\n", "backward (incl. its waits)", r->bwd * ms);
     fprintf(f, "  %-34s %10.2f ms\n", "optimizer (norm, update, gathers)", r->optim * ms);
@@ -674,7 +674,7 @@ static inline void timemodel_print(FILE *f, const TimeInput *in, const Hardware 
             100.0 * r->model_flops / r->step / tm_peak_total(in, hw));
     fprintf(f, "  work: matmuls %.2f ms, memory-bound %.2f ms, collectives %.2f ms%s", r->matmul * ms, r->memory * ms,
             r->comm_work * ms, hw->inline_comm ? " (done by the compute threads)" : "");
-    if (in->offload != TM_OFFLOAD_NONE) fprintf(f, ", offload %.2f ms (NVMe %.2f ms)", r->offload * ms, r->nvme * ms);
+    if (in->offload_optimizer != LOC_DEVICE) fprintf(f, ", offload %.2f ms (NVMe %.2f ms)", r->offload * ms, r->nvme * ms);
     fprintf(f, "\n  communication per rank: all_reduce %.2f MiB, reduce_scatter %.2f MiB, all_gather %.2f MiB\n",
             r->bytes[ZC_ALL_REDUCE] / mib, r->bytes[ZC_REDUCE_SCATTER] / mib, r->bytes[ZC_ALL_GATHER] / mib);
     fprintf(f, "  collectives in flight %.2f ms, compute waiting for them %.2f ms", r->comm * ms, r->exposed * ms);
@@ -690,7 +690,7 @@ static inline void timemodel_json(FILE *f, const TimeInput *in, const Hardware *
                "\"optim_ms\":%.6g,\"comm_ms\":%.6g,\"exposed_comm_ms\":%.6g,\"matmul_ms\":%.6g,\"memory_ms\":%.6g,"
                "\"comm_work_ms\":%.6g,\"offload_ms\":%.6g,\"nvme_ms\":%.6g,\"all_reduce_bytes\":%.17g,"
                "\"reduce_scatter_bytes\":%.17g,\"all_gather_bytes\":%.17g,\"tokens_per_s\":%.6g,\"mfu\":%.6g",
-            r->per_node, in->accum, in->offload == TM_OFFLOAD_NONE ? "none" : in->offload == TM_OFFLOAD_CPU ? "cpu" : "nvme",
+            r->per_node, in->accum, zero_offload_names[in->offload_optimizer],
             r->step * 1e3, r->fwd * 1e3, r->bwd * 1e3, r->optim * 1e3, r->comm * 1e3, r->exposed * 1e3, r->matmul * 1e3,
             r->memory * 1e3, r->comm_work * 1e3, r->offload * 1e3, r->nvme * 1e3, r->bytes[ZC_ALL_REDUCE],
             r->bytes[ZC_REDUCE_SCATTER], r->bytes[ZC_ALL_GATHER], r->tokens / r->step,

@@ -324,12 +324,12 @@ static int setup(Run *r, int argc, char **argv) {
     gpt2_build(&r->model, &c->model, c->batch, c->seq_len, r->rank, r->world, &zo, config_recompute(c), trainer_backend(r));
     r->model.z.trace = &r->trace;
     hang_start(&r->hang, &r->model.z, MPI_COMM_WORLD, r->nodes, c->log_path, c->comm_timeout, c->check_collectives);
-    if (r->rank == 0 && r->model.z.nvme && !r->model.z.nvme->direct)
+    if (r->rank == 0 && r->model.z.st.nvme && !r->model.z.st.nvme->direct)
         printf("note: --nvme-path %s does not take direct I/O (O_DIRECT; ramfs and older tmpfs do not): the NVMe files go through "
                "the page cache, which may keep them in memory\n", c->nvme_path);
     if (r->rank == 0 && r->model.z.be.unified && (c->offload_optimizer == LOC_HOST || c->offload_param == LOC_HOST))
         printf("note: --offload-optimizer %s / --offload-param %s: this trainer keeps every model state in host memory "
-               "already, so cpu moves nothing\n", config_offload_names[c->offload_optimizer], config_offload_names[c->offload_param]);
+               "already, so cpu moves nothing\n", zero_offload_names[c->offload_optimizer], zero_offload_names[c->offload_param]);
     r->first_step = 1;
     r->sample_rng = c->seed ^ 0x5A3C1E;
     if (c->precision == ZC_FP16)
@@ -790,7 +790,7 @@ static int trainer_run(Run *r, int argc, char **argv) {
             if (fp16) snprintf(scale, sizeof(scale), " | scale %g, %ld skipped%s", s.scale, r->scaler.skipped,
                                s.skipped ? " (this one: overflow)" : "");
             char nvme[128] = "";
-            if (r->model.z.nvme)
+            if (r->model.z.st.nvme)
                 snprintf(nvme, sizeof(nvme), " | nvme %.2f GB in %.2f out, %.0f ms busy, %.0f exposed", io.read / 1e9,
                          io.written / 1e9, io.busy_ms, io.exposed_ms);
             if (step % c->print_every == 0 || step == 1 || step == c->steps || s.skipped) // --print-every, steps_per_print
@@ -804,7 +804,7 @@ static int trainer_run(Run *r, int argc, char **argv) {
                 log_step_times(r->log, &times, r->trace.comm_timed);
                 fprintf(r->log, ",\"page_faults\":%ld", faults);
                 if (fp16) fprintf(r->log, ",\"loss_scale\":%.17g,\"skipped\":%s", s.scale, s.skipped ? "true" : "false");
-                if (r->model.z.nvme)
+                if (r->model.z.st.nvme)
                     fprintf(r->log, ",\"nvme_read\":%.0f,\"nvme_write\":%.0f,\"nvme_ms\":%.3f,\"exposed_io_ms\":%.3f", io.read,
                             io.written, io.busy_ms, io.exposed_ms);
                 fprintf(r->log, "}\n");

@@ -46,7 +46,7 @@ build train_gpt_fp16
 build train_gpt_fp32
 
 echo "== every shared header compiles alone as CUDA C++"
-for h in *.h core/*.h run/*.h data/*.h gpu/layout.h; do
+for h in *.h core/*.h zero/*.h run/*.h data/*.h gpu/layout.h; do
   case "$h" in run/trainer.h|core/model.h) continue ;; esac # need the including trainer's GPT2, kernels and functions
   n=${h//\//_}
   printf '#include "%s"\n' "$h" >"$d/hdr_$n.cu"

@@ -140,7 +140,7 @@ static void test_offload(void) {
     for (int S = 1; S < 4; S++) {
         PlanInput in = bare(7e9, ZC_BF16, OPT_ADAMW, S, 8);
         MemoryPlan on = plan(&in);
-        in.offload_optimizer = 1;
+        in.offload_optimizer = LOC_HOST;
         MemoryPlan off = plan(&in);
         CHECK(off.optimizer == 0 && off.device[MEM_MASTER] == 0 && off.device[MEM_STATE] == 0 && off.device[MEM_STATE + 1] == 0,
               "offload S=%d: no optimizer bytes on the device", S);

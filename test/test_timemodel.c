@@ -94,7 +94,7 @@ static void recompute_and_offload(void) {
     in = small_run(2, 8, ZC_BF16);
     in.accum = 1;
     timemodel_step(&in, &h, &a, NULL);
-    in.offload = TM_OFFLOAD_CPU;
+    in.offload_optimizer = LOC_HOST;
     timemodel_step(&in, &h, &b, NULL);
     ParamLayout lay;
     gpt2_layout_init(&lay, &in.cfg, 8 * ZERO_ALIGN);
@@ -103,7 +103,7 @@ static void recompute_and_offload(void) {
     double host = 28 * owned / (50e9 * 0.8), pcie = 2 * 2 * owned / 32e9;
     CHECK(b.offload > 0 && b.offload <= host + pcie + 1e-15 && b.offload >= 0.9 * (host + pcie),
           "offload %g s vs at most %g", b.offload, host + pcie);
-    in.offload = TM_OFFLOAD_NVME;
+    in.offload_optimizer = LOC_NVME;
     timemodel_step(&in, &h, &b, NULL);
     CHECK(b.nvme > 0 && b.nvme <= 2 * 12 * owned / 3e9 + 1e-15 && b.nvme >= 0.9 * 2 * 12 * owned / 3e9,
           "nvme %g s vs 24 bytes per element at 3 GB/s", b.nvme);

@@ -139,8 +139,8 @@ static int ds_options(const char *path, const char *world_s) {
     snprintf(buf, sizeof(buf), "%d", c.zero_stage), ds_out("zero-stage", buf);
     snprintf(buf, sizeof(buf), "%d", c.batch), ds_out("batch", buf);
     snprintf(buf, sizeof(buf), "%d", c.grad_accum), ds_out("grad-accum", buf);
-    ds_out("offload-optimizer", config_offload_names[c.offload_optimizer]);
-    ds_out("offload-param", config_offload_names[c.offload_param]);
+    ds_out("offload-optimizer", zero_offload_names[c.offload_optimizer]);
+    ds_out("offload-param", zero_offload_names[c.offload_param]);
     GPT2Recompute r = config_recompute(&c);
     ds_out("recompute", gpt2_recompute_names[r.mode]);
     snprintf(buf, sizeof(buf), "%d", gpt2_recompute_every(r)), ds_out("recompute-every", buf);

@@ -1,0 +1,78 @@
+// zero/backend.h: what a backend performs for ZeRO (ZeroBackend): the seam that MPI
+// (cpu/mpi_backend.h), NCCL (gpu/nccl_backend.cuh) and the step-time model's simulated backend
+// (run/timemodel.h) fill in, and zero.h and its stores (zero/store.h) drive.
+//
+// Contract
+//   The backend performs what it is handed: non-blocking collectives identified by a small
+//   integer, a wait and a progress poke, a blocking sum of a few doubles, memory (allocate, zero,
+//   add), copies to and from the host, the optimizer's element update, and for a backend whose
+//   compute memory is not the host's, host memory and asynchronous copies. It never decides what
+//   to communicate, nor where a model state lives.
+// No global state; compiles as C11 and as CUDA C++.
+#ifndef ZERO_BACKEND_H
+#define ZERO_BACKEND_H
+
+#include <stddef.h>
+#include "core/optimizer.h"
+#include "mixed_precision.h"
+
+typedef struct {
+    void *ctx;
+    // Start a collective over n elements of type dtype (ZC_F32, ZC_BF16, ZC_FP16; sums of 16-bit
+    // elements are rounded to that type) and return its handle (>= 0).
+    //   all_reduce: buf (n) summed over ranks, in place.
+    //   reduce_scatter: send (n * world) summed over ranks; this rank's n elements land in
+    //     recv. In place when recv == send + rank * n (NCCL's convention).
+    //   all_gather: each rank's send (n) lands at recv + rank * n on every rank. In place
+    //     when send == recv + rank * n.
+    int (*all_reduce)(void *ctx, void *buf, size_t n, int dtype);
+    int (*reduce_scatter)(void *ctx, void *send, void *recv, size_t n, int dtype);
+    int (*all_gather)(void *ctx, const void *send, void *recv, size_t n, int dtype);
+    // Wait for a collective to complete. `what` names it (collective and unit) for the
+    // watchdog's message; set_step tells the backend the step, for the same message. Returns
+    // when it completed (trace_clock()): the first time the backend saw it done, or, for
+    // a backend whose wait does not block the host, the time of the call.
+    double (*wait)(void *ctx, int handle, const char *what);
+    void (*set_step)(void *ctx, int step);
+    // Let collectives in flight advance (MPI moves non-blocking collectives only inside MPI
+    // calls, so the schedule pokes it at every unit boundary); may do nothing.
+    void (*progress)(void *ctx);
+    void (*sum_doubles)(void *ctx, double *x, int n); // blocking all-reduce of a few scalars
+    // Memory where the backend's compute runs (host here, device on the GPU): allocated
+    // zeroed (and on a unified backend aligned to NVME_ALIGN: direct I/O reads into it), and
+    // touched by this header only through these calls.
+    void *(*alloc)(void *ctx, size_t bytes);
+    void (*free)(void *ctx, void *p);
+    void (*zero)(void *ctx, void *p, size_t bytes);
+    void (*add)(void *ctx, void *dst, const void *src, size_t n, int dtype); // dst += src, rounded
+    // Copies between that memory and the host's fp32, complete when they return, widening or
+    // rounding the elements: initialisation, model files and checkpoints stage one unit (or
+    // slice) at a time through the host.
+    void (*to_host)(void *ctx, float *host, const void *src, size_t n, int dtype);
+    void (*from_host)(void *ctx, void *dst, const float *host, size_t n, int dtype);
+    // The optimizer's update (optimizer.h's optimizer_element) over n elements of one kind
+    // (decay 1 or 0): p and the state arrays (state[k] for k < the optimizer's slices) fp32, g of
+    // type dtype. p16 NULL: p is the parameter (fp32). Otherwise p is the master weight and the
+    // result is also rounded into p16 (of type dtype).
+    void (*update)(void *ctx, const OptStep *step, float *p, float *const *state, const void *g, void *p16, size_t n,
+                   int dtype, int decay);
+    // Host memory and asynchronous copies, for model states offloaded from the compute memory
+    // (the GPU trainer). A backend whose compute memory is the host's (the CPU trainer) sets
+    // `unified` and may leave these NULL: nothing is ever offloaded from it.
+    int unified;
+    void *(*host_alloc)(void *ctx, size_t bytes, int pinned); // zeroed, NVME_ALIGN-aligned; pinned: page-locked
+    void (*host_free)(void *ctx, void *p, int pinned);
+    // Copies on a copy stream, each ordered after everything the compute stream has been handed
+    // so far. The handle is waited for by the host (host_wait: the data has landed in host memory,
+    // or the host buffer may be written again) or by the compute stream (device_wait: what is
+    // enqueued after it reads the copied data).
+    int (*copy_to_host)(void *ctx, void *host, const void *src, size_t bytes);
+    int (*copy_to_device)(void *ctx, void *dst, const void *host, size_t bytes);
+    void (*host_wait)(void *ctx, int copy, const char *what);
+    void (*device_wait)(void *ctx, int copy);
+    // Ends the job after printing one line ("error: rank R: " + msg): what zero.h cannot recover
+    // from (an NVMe file that fails under a running job).
+    void (*fatal)(void *ctx, const char *msg);
+} ZeroBackend;
+
+#endif // ZERO_BACKEND_H

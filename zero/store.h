@@ -1,0 +1,601 @@
+// zero/store.h: where a rank's model states live, and how they get to where they are used:
+// placement, staging, NVMe I/O and the streamed update's pieces, behind one store per location.
+//
+// Contract
+//   Placement (zero_placement). By default everything is in the backend's compute memory
+//   ("device": the GPU's, or the CPU trainer's own). offload_optimizer = host (stages 1-3) puts
+//   the fp32 master weights (kept even in fp32 runs: the update needs its parameters where it
+//   runs) and the optimizer's state arrays in host memory (page-locked with pin_memory), and the
+//   update runs there, on the CPU optimizer engine (optimizer_engine.h): unit by unit, the unit's
+//   reduced gradient slice is copied to host staging, updated on the host, and its new 16-bit
+//   parameters copied back, the copies of the next piece in flight while the host updates this
+//   one. offload_param = host (stage 3) keeps this rank's 16-bit parameter shard in host memory
+//   too: before a unit's all-gather its slice is copied to a device landing slice, and the update
+//   writes the shard in place. The gradients stay on the device. A backend whose compute memory
+//   is the host's (unified) offloads nothing to the host: there is nowhere to move to. Staging is
+//   bounded: two pieces of gradients and two of parameters on the host, one slice per gather
+//   buffer on the device.
+//   NVMe (ZeRO-Infinity). offload_optimizer = nvme (stages 1-3) keeps the master weights and the
+//   state arrays in files, one per array, in this rank's directory; offload_param = nvme (stage
+//   3) the parameter shard too; both trainers (a unified backend too: NVMe is below its memory).
+//   Each unit's slice starts at an NVME_ALIGN-aligned offset, and everything is read and written
+//   with direct I/O (core/nvme.h) in pieces of at most `piece` elements: the update streams the
+//   pieces through `nbuf` host buffer sets, reading ahead nbuf - 2 pieces while it updates one
+//   and writes the last one behind. A shard on NVMe is read into a host slot per gather buffer
+//   before its all-gather, the next unit's read issued while this one computes. Host memory for
+//   all this is the staging kind, bounded by the buffer settings; the files' bytes are counted
+//   per kind, where = nvme. An I/O error, or a file deleted or truncated under the job, ends it
+//   through the backend's fatal() with one line.
+//
+//   The stores. Each location (zero/location.h) is one ZeroLocation, a table of what a kind's
+//   memory there does: alloc and free (counted per kind), put and get (the host's fp32 in and
+//   out, one unit's slice at a time: initialisation and checkpoints), prefetch and send (a unit's
+//   parameter slice on its way to its all-gather: read ahead, then where the gather reads it),
+//   and the streamed update's fetch, open and close of piece i (the gradient read, the master
+//   weights and state arrays read and written, the parameters written: in place where the host
+//   can address them, else through staging or a buffer set). The device's store is one of two:
+//   compute memory the host cannot address (the GPU: copies) or can (unified: the CPU trainer).
+//   zero.h asks the kind's store and never which location it is.
+//   Timeline (core/trace.h): the host's waits for a staging copy are "wait copy" spans
+//   (offload); each NVMe read and write is a span from its submission to its completion and each
+//   wait for one a "wait nvme" span (nvme).
+//   A ZeroStore is bound by zero_store_init to its Zero's backend, trace, layout, placement and
+//   byte counts, so that Zero must not move afterwards.
+// No global state; compiles as C11 and as CUDA C++.
+#ifndef ZERO_STORE_H
+#define ZERO_STORE_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/gpt2.h"
+#include "core/nvme.h"
+#include "core/optimizer.h"
+#include "core/trace.h"
+#include "mixed_precision.h"
+#include "zero/backend.h"
+#include "zero/location.h"
+
+#define ZERO_MAX_BUFS 16 // NVMe buffer sets at most
+
+// The kinds of memory a rank holds. MEM_STATE + k is the optimizer's state array k (named by
+// optimizer.h: "adam_m", "adam_v", "lion_m", ...). staging: the offload's transfer buffers in
+// host memory. activations and workspace (what a trainer needs beyond these to compute: the CPU
+// trainer's fp32 working copies in 16-bit runs) are counted by the trainer, and so are the
+// activations a device trainer keeps in host memory (host_activations: the GPU trainer's
+// checkpoints with cpu_checkpointing).
+enum { MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_BUFFERS = MEM_STATE + OPT_MAX_SLICES, MEM_STAGING,
+       MEM_ACTIVATIONS, MEM_WORKSPACE, MEM_HOST_ACTIVATIONS, MEM_KINDS };
+// The kind's name in logs and plans; NULL for a state array the optimizer does not keep.
+static inline const char *zero_memory_name(int optimizer, int kind) {
+    static const char *const names[MEM_KINDS] = {"params", "grads", "master", "state0", "state1", "buffers", "staging",
+                                                 "activations", "workspace", "host_activations"};
+    if (kind >= MEM_STATE && kind < MEM_STATE + OPT_MAX_SLICES) return optimizer_info(optimizer)->slice_names[kind - MEM_STATE];
+    return names[kind];
+}
+
+// What a rank keeps, and where (zero_init).
+typedef struct {
+    int stage;             // 0-3
+    int dtype;             // of parameters, gradients, buffers: ZC_F32, ZC_BF16, ZC_FP16
+    int optimizer;         // optimizer.h's kind: its state arrays
+    int offload_optimizer; // LOC_DEVICE (none), LOC_HOST or LOC_NVME: master weights and state arrays (stages 1-3)
+    int offload_param;     // LOC_DEVICE (none), LOC_HOST or LOC_NVME: the 16-bit parameter shard (stage 3)
+    int pin_memory;        // offloaded host memory page-locked
+    // NVMe: this rank's scratch directory (made and, at a clean exit, removed here), the buffer
+    // sets the update streams through (>= 2; DeepSpeed's buffer_count), the piece in elements
+    // (DeepSpeed's buffer_size), I/O threads and bytes per request (aio.thread_count, block_size)
+    const char *nvme_dir;
+    int nvme_buffers;
+    size_t nvme_piece;
+    int nvme_threads;
+    size_t nvme_block;
+} ZeroOptions;
+// Nothing offloaded; the rest as given.
+static inline ZeroOptions zero_options(int stage, int dtype, int optimizer) {
+    ZeroOptions o;
+    memset(&o, 0, sizeof(o));
+    o.stage = stage; o.dtype = dtype; o.optimizer = optimizer;
+    return o;
+}
+
+// One piece of the streamed update: n elements of unit u's slice from element lo, and where each
+// kind's elements are in memory (NULL: in a file).
+typedef struct { int u; size_t lo, n; void *at[MEM_BUFFERS]; } ZeroPiece;
+
+typedef struct ZeroStore ZeroStore;
+typedef struct {
+    void *(*alloc)(ZeroStore *s, int kind, size_t bytes); // counted in mem[kind]; NULL in a file
+    void (*free)(ZeroStore *s, void *p);
+    void (*put)(ZeroStore *s, int kind, int u, size_t lo, void *dst, const float *host, size_t n, int dtype);
+    void (*get)(ZeroStore *s, int kind, int u, size_t lo, float *host, const void *src, size_t n, int dtype);
+    void (*prefetch)(ZeroStore *s, int kind, int u);
+    const void *(*send)(ZeroStore *s, int u, const void *at);
+    void (*fetch)(ZeroStore *s, int kind, const ZeroPiece *pc, int i);
+    void *(*open)(ZeroStore *s, int kind, const ZeroPiece *pc, int i);
+    void (*close)(ZeroStore *s, int kind, const ZeroPiece *pc, int i);
+    int staged; // the host cannot address it: the update's pieces and a gather's slices are copied
+} ZeroLocation;
+
+struct ZeroStore {
+    const ZeroLocation *loc[LOC_KINDS]; // each location's store (LOC_DEVICE: for this backend's memory)
+    // bound to the owning Zero's
+    const ZeroBackend *be;
+    Trace *const *trace;
+    const ParamLayout *lay;
+    const int *where;              // LOC_*: where each kind lives (zero_placement's)
+    size_t *mem;                   // bytes allocated, by kind
+    int rank, world, nstate, pinned;
+    size_t esize;
+    // the update's host staging: two pieces of gradients on their way down, two of parameters on
+    // their way up (copies in flight: d2h, h2d); device landing slices for a host or NVMe shard's
+    // slice before its gather (embeddings, final LayerNorm, two layers: zero_store_slot)
+    void *stage_grad[2], *stage_param[2], *land[4];
+    int d2h[2], h2d[2];
+    // NVMe: the files, each unit's slice's byte offset in an fp32 file and in the parameter file,
+    // the streamed update's pieces and buffer sets (reads and writes in flight per set and kind:
+    // master 0, state k 1 + k, parameters 1 + OPT_MAX_SLICES), and a host slot per gather buffer
+    // for a shard on NVMe (the unit it holds, its read and the copy that reads it, tickets/handles)
+    Nvme *nvme;
+    int file[MEM_KINDS];
+    size_t off4[GPT2_MAX_UNITS + 1], offp[GPT2_MAX_UNITS + 1];
+    size_t piece;
+    int nbuf;
+    float *buf_master[ZERO_MAX_BUFS], *buf_state[ZERO_MAX_BUFS][OPT_MAX_SLICES];
+    void *buf_param[ZERO_MAX_BUFS];
+    int buf_read[ZERO_MAX_BUFS][2 + OPT_MAX_SLICES], buf_write[ZERO_MAX_BUFS][2 + OPT_MAX_SLICES];
+    int fetched[MEM_KINDS];        // the streamed update: pieces fetched so far, per kind,
+    int ahead[LOC_KINDS];          // and how far ahead of the one updated, per location
+    void *pslot[4];
+    int pslot_unit[4], pslot_read[4], pslot_copy[4];
+    unsigned long pslot_gen[4], updates; // a slot holds the parameters of update `gen`
+};
+
+// --- geometry ------------------------------------------------------------------------
+
+static inline size_t zero_round(size_t n, size_t a) { return (n + a - 1) / a * a; }
+static inline size_t zero_store_slice(const ZeroStore *s, int u) { return gpt2_unit_padded(s->lay, u) / (size_t)s->world; }
+static inline size_t zero_store_layer_slice(const ZeroStore *s) { return gpt2_unit_padded(s->lay, 1) / (size_t)s->world; }
+// Bytes of one element of a kind: fp32 for the master weights and optimizer state, the model's
+// element type otherwise.
+static inline size_t zero_store_elem(const ZeroStore *s, int kind) {
+    return kind == MEM_MASTER || (kind >= MEM_STATE && kind < MEM_BUFFERS) ? sizeof(float) : s->esize;
+}
+// The gather buffer a unit's slice lands for (0 embeddings, 1 final LayerNorm, 2 + u % 2 a layer).
+static inline int zero_store_slot(const ZeroStore *s, int u) {
+    return u == UNIT_EMBED ? 0 : u == gpt2_final_unit(s->lay) ? 1 : 2 + u % 2;
+}
+// A buffer set's slot of a kind (buf_read / buf_write).
+static inline int zero_store_bufslot(int kind) { return kind == MEM_PARAMS ? 1 + OPT_MAX_SLICES : kind - MEM_MASTER; }
+static inline const ZeroLocation *zero_store_of(const ZeroStore *s, int kind) { return s->loc[s->where[kind]]; }
+
+// --- placement ---------------------------------------------------------------------------
+
+// Where each kind lives for these options (the planner asks too). unified: the backend's
+// compute memory is the host's, so nothing moves to the host (NVMe is still below it).
+static inline void zero_placement(const ZeroOptions *o, int unified, int where[MEM_KINDS]) {
+    for (int k = 0; k < MEM_KINDS; k++) where[k] = LOC_DEVICE;
+    if (!unified) where[MEM_STAGING] = where[MEM_HOST_ACTIVATIONS] = LOC_HOST;
+    int opt = o->offload_optimizer, par = o->offload_param;
+    if (unified && opt == LOC_HOST) opt = LOC_DEVICE;
+    if (unified && par == LOC_HOST) par = LOC_DEVICE;
+    if (opt != LOC_DEVICE && o->stage > 0)
+        for (int k = MEM_MASTER; k < MEM_BUFFERS; k++) where[k] = opt;
+    if (par != LOC_DEVICE && o->stage == 3) where[MEM_PARAMS] = par;
+}
+// The update streams (zero_update_streamed) when anything it reads or writes is off the device.
+static inline int zero_streams(const int where[MEM_KINDS]) { return where[MEM_MASTER] != LOC_DEVICE || where[MEM_PARAMS] != LOC_DEVICE; }
+static inline int zero_on_nvme(const int where[MEM_KINDS]) { return where[MEM_MASTER] == LOC_NVME || where[MEM_PARAMS] == LOC_NVME; }
+
+// The geometry the arithmetic below needs, without binding a Zero (the planner's).
+static inline void zero_store_shape(ZeroStore *s, const ParamLayout *lay, const int *where, int rank, int world,
+                                    size_t esize, int nstate) {
+    memset(s, 0, sizeof(*s));
+    s->lay = lay; s->where = where; s->rank = rank; s->world = world; s->esize = esize; s->nstate = nstate;
+}
+// The piece the streamed update works in: a whole unit slice, unless something is on NVMe (then
+// at most the buffer size, a multiple of 2048 elements so every piece starts NVME_ALIGN-aligned
+// in its file at 2 or 4 bytes an element); and the buffer sets.
+static inline void zero_store_pieces(ZeroStore *s, const ZeroOptions *o) {
+    size_t e = gpt2_unit_padded(s->lay, UNIT_EMBED), l = gpt2_unit_padded(s->lay, 1);
+    size_t slice = (e > l ? e : l) / (size_t)s->world;
+    size_t want = o->nvme_piece ? o->nvme_piece : (size_t)1 << 24;
+    s->piece = zero_on_nvme(s->where) ? zero_round(want < slice ? want : slice, 2048) : slice;
+    s->nbuf = o->nvme_buffers < 2 ? 2 : o->nvme_buffers > ZERO_MAX_BUFS ? ZERO_MAX_BUFS : o->nvme_buffers;
+}
+// Bytes of the host staging these placements need (the planner predicts with it):
+//   a device's offloaded update: two pieces of gradients, and two of parameters unless the
+//     parameter shard is off the device;
+//   the optimizer state on NVMe: nbuf sets of (master + state arrays) pieces;
+//   a shard on NVMe: nbuf pieces of parameters (the update writes them there), and one slice per
+//     gather buffer (embeddings, final LayerNorm, two layers).
+static inline size_t zero_staging_bytes(const ZeroStore *s, int unified) {
+    const int *where = s->where;
+    size_t b = 0, piece = s->piece, e = s->esize;
+    if (!unified && where[MEM_MASTER] != LOC_DEVICE)
+        b += 2 * piece * e + (where[MEM_PARAMS] == LOC_DEVICE ? 2 * piece * e : 0);
+    if (where[MEM_MASTER] == LOC_NVME) b += (size_t)s->nbuf * piece * 4 * (1 + (size_t)s->nstate);
+    if (where[MEM_PARAMS] == LOC_NVME) {
+        b += (size_t)s->nbuf * piece * e;
+        b += zero_round(zero_store_slice(s, UNIT_EMBED) * e, NVME_ALIGN) +
+             zero_round(zero_store_slice(s, gpt2_final_unit(s->lay)) * e, NVME_ALIGN) +
+             2 * zero_round(zero_store_layer_slice(s) * e, NVME_ALIGN);
+    }
+    return b;
+}
+// Elements of the device landing slices a host or NVMe shard's slices are copied into before
+// their gathers (embeddings, final LayerNorm, two layers), counted with zero.h's buffers.
+static inline size_t zero_landing_floats(const ZeroStore *s, int unified) {
+    if (unified || s->where[MEM_PARAMS] == LOC_DEVICE) return 0;
+    return zero_store_slice(s, UNIT_EMBED) + zero_store_slice(s, gpt2_final_unit(s->lay)) + 2 * zero_store_layer_slice(s);
+}
+// A kind's file on NVMe: this rank's slices of every unit, each padded to NVME_ALIGN (the planner
+// asks too, before any Zero is initialised); and each slice's byte offset in it.
+static inline size_t zero_nvme_file_bytes(const ZeroStore *s, int kind) {
+    size_t e = zero_store_elem(s, kind), b = 0;
+    for (int u = 0; u < s->lay->num_units; u++) b += zero_round(zero_store_slice(s, u) * e, NVME_ALIGN);
+    return b;
+}
+static inline void zero_nvme_offsets(const ZeroStore *s, size_t e, size_t *off) {
+    off[0] = 0;
+    for (int u = 0; u < s->lay->num_units; u++) off[u + 1] = off[u] + zero_round(zero_store_slice(s, u) * e, NVME_ALIGN);
+}
+
+// --- NVMe and copies ---------------------------------------------------------------------
+
+static inline void zero_nvme_fail(ZeroStore *s) {
+    char msg[1200];
+    snprintf(msg, sizeof(msg), "NVMe offload: %s; the job stops (the last checkpoint is untouched)", s->nvme->err);
+    s->be->fatal(s->be->ctx, msg);
+}
+// Starts a transfer of n elements of a kind's unit u from element lo of its slice (bytes padded
+// to NVME_ALIGN; buf holds them); returns the ticket.
+static inline int zero_nvme_io(ZeroStore *s, int kind, int u, size_t lo, size_t n, void *buf, int writing) {
+    size_t e = zero_store_elem(s, kind), bytes = zero_round(n * e, NVME_ALIGN);
+    s->nvme->trace = *s->trace; // (core/nvme.h draws each transfer in the trace as it completes)
+    return nvme_submit(s->nvme, s->file[kind], buf, bytes, (e == 4 ? s->off4 : s->offp)[u] + lo * e, writing, u);
+}
+// Waits for a transfer (-1: none; one waited for before: at once); in the trace, the time it
+// blocked the caller ("wait nvme": exposed I/O).
+static inline void zero_nvme_wait(ZeroStore *s, int ticket) {
+    if (ticket < 0) return;
+    double t0 = trace_begin(*s->trace, "wait nvme", TRACE_NVME, -1, 0.0);
+    int bad = nvme_wait(s->nvme, ticket);
+    trace_end(*s->trace, t0);
+    if (bad) zero_nvme_fail(s);
+}
+// The host waits for an offload copy (a "wait copy" span: time the update waited on the bus).
+static inline void zero_store_host_wait(ZeroStore *s, int copy, const char *what) {
+    double t0 = trace_begin(*s->trace, "wait copy", TRACE_OFFLOAD, -1, 0.0);
+    s->be->host_wait(s->be->ctx, copy, what);
+    trace_end(*s->trace, t0);
+}
+// The host's wait for a gradient piece's copy. (test_offload builds a variant with it defined
+// away, to show the CUDA emulator catching the missing wait.)
+#ifndef ZERO_HOST_WAIT
+#define ZERO_HOST_WAIT(s, h, what) zero_store_host_wait((s), (h), (what))
+#endif
+// Unit u's slice (at, in host memory) where its all-gather can read it: on a staged device, copied
+// to the unit's landing slice (*copy: the copy's handle, -1 when none).
+static inline const void *zero_store_land(ZeroStore *s, int u, const void *at, int *copy) {
+    *copy = -1;
+    if (!s->loc[LOC_DEVICE]->staged) return at;
+    void *landing = s->land[zero_store_slot(s, u)];
+    *copy = s->be->copy_to_device(s->be->ctx, landing, at, zero_store_slice(s, u) * s->esize);
+    s->be->device_wait(s->be->ctx, *copy);
+    return landing;
+}
+
+// --- the stores --------------------------------------------------------------------------
+
+// Compute memory, host-addressable or not (its put and get go through the backend's copies).
+static inline void *zero_dev_alloc(ZeroStore *s, int kind, size_t bytes) {
+    s->mem[kind] += bytes;
+    return s->be->alloc(s->be->ctx, bytes);
+}
+static inline void zero_dev_free(ZeroStore *s, void *p) { if (p) s->be->free(s->be->ctx, p); }
+static inline void zero_dev_put(ZeroStore *s, int kind, int u, size_t lo, void *dst, const float *host, size_t n, int dtype) {
+    (void)kind; (void)u; (void)lo;
+    s->be->from_host(s->be->ctx, dst, host, n, dtype);
+}
+static inline void zero_dev_get(ZeroStore *s, int kind, int u, size_t lo, float *host, const void *src, size_t n, int dtype) {
+    (void)kind; (void)u; (void)lo;
+    s->be->to_host(s->be->ctx, host, src, n, dtype);
+}
+static inline void zero_no_prefetch(ZeroStore *s, int kind, int u) { (void)s; (void)kind; (void)u; }
+static inline const void *zero_send_in_place(ZeroStore *s, int u, const void *at) { (void)s; (void)u; return at; }
+static inline void zero_no_piece(ZeroStore *s, int kind, const ZeroPiece *pc, int i) { (void)s; (void)kind; (void)pc; (void)i; }
+static inline void *zero_piece_in_place(ZeroStore *s, int kind, const ZeroPiece *pc, int i) {
+    (void)s; (void)i;
+    return pc->at[kind];
+}
+// The update's pieces on a device the host cannot address: a gradient piece is copied down into
+// one of two staging pieces (alternating), a parameter piece written into one and copied up.
+static inline void zero_dev_fetch(ZeroStore *s, int kind, const ZeroPiece *pc, int i) {
+    if (kind == MEM_GRADS) s->d2h[i % 2] = s->be->copy_to_host(s->be->ctx, s->stage_grad[i % 2], pc->at[kind], pc->n * s->esize);
+}
+static inline void *zero_dev_open(ZeroStore *s, int kind, const ZeroPiece *pc, int i) {
+    (void)pc;
+    if (kind == MEM_GRADS) {
+        ZERO_HOST_WAIT(s, s->d2h[i % 2], "a gradient piece's copy to the host (offloaded update)");
+        return s->stage_grad[i % 2];
+    }
+    if (s->h2d[i % 2] >= 0) zero_store_host_wait(s, s->h2d[i % 2], "a parameter piece's copy to the device");
+    return s->stage_param[i % 2];
+}
+static inline void zero_dev_close(ZeroStore *s, int kind, const ZeroPiece *pc, int i) {
+    if (kind != MEM_PARAMS) return;
+    s->h2d[i % 2] = s->be->copy_to_device(s->be->ctx, pc->at[kind], s->stage_param[i % 2], pc->n * s->esize);
+    s->be->device_wait(s->be->ctx, s->h2d[i % 2]);
+}
+// Memory the host addresses (host memory, or a unified backend's compute memory): in place.
+static inline void zero_host_put(ZeroStore *s, int kind, int u, size_t lo, void *dst, const float *host, size_t n, int dtype) {
+    (void)s; (void)kind; (void)u; (void)lo;
+    zc_narrow(dst, host, n, dtype);
+}
+static inline void zero_host_get(ZeroStore *s, int kind, int u, size_t lo, float *host, const void *src, size_t n, int dtype) {
+    (void)s; (void)kind; (void)u; (void)lo;
+    zc_widen(host, src, n, dtype);
+}
+static inline void *zero_host_alloc(ZeroStore *s, int kind, size_t bytes) {
+    s->mem[kind] += bytes;
+    return s->be->host_alloc(s->be->ctx, bytes, s->pinned);
+}
+static inline void zero_host_free(ZeroStore *s, void *p) { if (p) s->be->host_free(s->be->ctx, p, s->pinned); }
+static inline const void *zero_host_send(ZeroStore *s, int u, const void *at) {
+    int copy;
+    return zero_store_land(s, u, at, &copy);
+}
+// NVMe: files; checkpoints read and write through the first buffer set, a piece at a time
+// (synchronously: no update is streaming meanwhile); only the range's last piece may end off
+// NVME_ALIGN, and callers hand whole slices.
+static inline void *zero_nvme_alloc(ZeroStore *s, int kind, size_t bytes) {
+    (void)bytes;
+    s->mem[kind] += zero_nvme_file_bytes(s, kind);
+    return NULL;
+}
+static inline void zero_nvme_free(ZeroStore *s, void *p) { (void)s; (void)p; }
+static inline void *zero_nvme_buf(ZeroStore *s, int kind, int b) {
+    return kind == MEM_PARAMS ? s->buf_param[b] : kind == MEM_MASTER ? (void *)s->buf_master[b] : (void *)s->buf_state[b][kind - MEM_STATE];
+}
+static inline void zero_nvme_sync(ZeroStore *s, int kind, int u, size_t lo, float *host, size_t n, int dtype, int writing) {
+    void *buf = zero_nvme_buf(s, kind, 0);
+    for (int q = 0; q < 4 && writing && kind == MEM_PARAMS; q++) { // what the slots hold is stale now
+        if (s->pslot_read[q] >= 0) zero_nvme_wait(s, s->pslot_read[q]);
+        s->pslot_read[q] = -1;
+        s->pslot_unit[q] = -1;
+    }
+    for (size_t at = 0; at < n; at += s->piece) {
+        size_t m = n - at < s->piece ? n - at : s->piece;
+        if (writing) zc_narrow(buf, host + at, m, dtype);
+        zero_nvme_wait(s, zero_nvme_io(s, kind, u, lo + at, m, buf, writing));
+        if (!writing) zc_widen(host + at, buf, m, dtype);
+    }
+}
+static inline void zero_nvme_put(ZeroStore *s, int kind, int u, size_t lo, void *dst, const float *host, size_t n, int dtype) {
+    (void)dst;
+    zero_nvme_sync(s, kind, u, lo, (float *)host, n, dtype, 1);
+}
+static inline void zero_nvme_get(ZeroStore *s, int kind, int u, size_t lo, float *host, const void *src, size_t n, int dtype) {
+    (void)src;
+    zero_nvme_sync(s, kind, u, lo, host, n, dtype, 0);
+}
+// A shard on NVMe: unit u's slice into the host slot of its gather buffer, read from its file
+// (started here unless it is there, or on its way, for the parameters of the last update). The
+// slot's previous unit must be done with it: its copy to the device here, its all-gather (which
+// reads it on a unified backend) by the caller (zero_store_holder).
+static inline void zero_nvme_prefetch(ZeroStore *s, int kind, int u) {
+    int q = zero_store_slot(s, u);
+    if (kind != MEM_PARAMS || (s->pslot_unit[q] == u && s->pslot_gen[q] == s->updates)) return;
+    if (s->pslot_copy[q] >= 0) zero_store_host_wait(s, s->pslot_copy[q], "a parameter slice's copy to the device");
+    s->pslot_copy[q] = -1;
+    if (s->pslot_read[q] >= 0) zero_nvme_wait(s, s->pslot_read[q]);
+    s->pslot_read[q] = zero_nvme_io(s, MEM_PARAMS, u, 0, zero_store_slice(s, u), s->pslot[q], 0);
+    s->pslot_unit[q] = u;
+    s->pslot_gen[q] = s->updates;
+}
+static inline const void *zero_nvme_send(ZeroStore *s, int u, const void *at) {
+    (void)at;
+    int q = zero_store_slot(s, u);
+    zero_nvme_prefetch(s, MEM_PARAMS, u);
+    zero_nvme_wait(s, s->pslot_read[q]);
+    s->pslot_read[q] = -1;
+    return zero_store_land(s, u, s->pslot[q], &s->pslot_copy[q]); // the slot is free again once that copy has run
+}
+// The update's pieces: the master weights and state arrays read into piece i's buffer set (once
+// the set's last write is done) and written back behind; the parameters written into it (once
+// its last parameter write is done) and to their file.
+static inline void zero_nvme_fetch(ZeroStore *s, int kind, const ZeroPiece *pc, int i) {
+    if (kind == MEM_PARAMS) return;
+    int b = i % s->nbuf, q = zero_store_bufslot(kind);
+    zero_nvme_wait(s, s->buf_write[b][q]);
+    s->buf_write[b][q] = -1;
+    s->buf_read[b][q] = zero_nvme_io(s, kind, pc->u, pc->lo, pc->n, zero_nvme_buf(s, kind, b), 0);
+}
+static inline void *zero_nvme_open(ZeroStore *s, int kind, const ZeroPiece *pc, int i) {
+    (void)pc;
+    int b = i % s->nbuf, q = zero_store_bufslot(kind);
+    zero_nvme_wait(s, kind == MEM_PARAMS ? s->buf_write[b][q] : s->buf_read[b][q]);
+    return zero_nvme_buf(s, kind, b);
+}
+static inline void zero_nvme_close(ZeroStore *s, int kind, const ZeroPiece *pc, int i) {
+    int b = i % s->nbuf;
+    s->buf_write[b][zero_store_bufslot(kind)] = zero_nvme_io(s, kind, pc->u, pc->lo, pc->n, zero_nvme_buf(s, kind, b), 1);
+}
+
+static const ZeroLocation zero_device_store = {zero_dev_alloc, zero_dev_free, zero_dev_put, zero_dev_get,
+                                               zero_no_prefetch, zero_send_in_place, zero_dev_fetch, zero_dev_open,
+                                               zero_dev_close, 1};
+static const ZeroLocation zero_unified_store = {zero_dev_alloc, zero_dev_free, zero_host_put, zero_host_get,
+                                                zero_no_prefetch, zero_send_in_place, zero_no_piece, zero_piece_in_place,
+                                                zero_no_piece, 0};
+static const ZeroLocation zero_host_store = {zero_host_alloc, zero_host_free, zero_host_put, zero_host_get,
+                                             zero_no_prefetch, zero_host_send, zero_no_piece, zero_piece_in_place,
+                                             zero_no_piece, 0};
+static const ZeroLocation zero_nvme_store = {zero_nvme_alloc, zero_nvme_free, zero_nvme_put, zero_nvme_get,
+                                             zero_nvme_prefetch, zero_nvme_send, zero_nvme_fetch, zero_nvme_open,
+                                             zero_nvme_close, 0};
+
+// --- the store's life ----------------------------------------------------------------------
+
+// Binds the store to its Zero's backend, trace, layout, placement and counts, sizes the pieces,
+// and opens this rank's NVMe files (the kinds on NVMe).
+static inline void zero_store_init(ZeroStore *s, const ZeroBackend *be, Trace *const *trace, const ParamLayout *lay,
+                                   const int *where, size_t *mem, int rank, int world, size_t esize, int nstate,
+                                   const ZeroOptions *o) {
+    zero_store_shape(s, lay, where, rank, world, esize, nstate);
+    s->be = be; s->trace = trace; s->mem = mem; s->pinned = o->pin_memory;
+    s->loc[LOC_DEVICE] = be->unified ? &zero_unified_store : &zero_device_store;
+    s->loc[LOC_HOST] = &zero_host_store;
+    s->loc[LOC_NVME] = &zero_nvme_store;
+    zero_store_pieces(s, o);
+    s->ahead[LOC_DEVICE] = s->ahead[LOC_HOST] = 1;                 // two staging pieces
+    s->ahead[LOC_NVME] = s->nbuf - 2 > 0 ? s->nbuf - 2 : 0;        // nbuf buffer sets
+    for (int k = 0; k < MEM_KINDS; k++) s->file[k] = -1;
+    for (int q = 0; q < 4; q++) s->pslot_unit[q] = s->pslot_read[q] = s->pslot_copy[q] = -1;
+    for (int b = 0; b < ZERO_MAX_BUFS; b++)
+        for (int k = 0; k < 2 + OPT_MAX_SLICES; k++) s->buf_read[b][k] = s->buf_write[b][k] = -1;
+    s->d2h[0] = s->d2h[1] = s->h2d[0] = s->h2d[1] = -1;
+    if (!zero_on_nvme(where)) return;
+    if (!o->nvme_dir) { be->fatal(be->ctx, "NVMe offload: no directory for the files (--nvme-path)"); return; }
+    s->nvme = (Nvme *)calloc(1, sizeof(Nvme));
+    char err[1024];
+    if (!s->nvme || nvme_open(s->nvme, o->nvme_dir, o->nvme_threads, o->nvme_block, err, sizeof(err))) {
+        char msg[1100];
+        snprintf(msg, sizeof(msg), "NVMe offload: %s", s->nvme ? err : "out of memory");
+        be->fatal(be->ctx, msg);
+    }
+    zero_nvme_offsets(s, 4, s->off4);
+    zero_nvme_offsets(s, esize, s->offp);
+    static const char *const names[MEM_KINDS] = {"params.bin", "grads.bin", "master.bin", "state0.bin", "state1.bin"};
+    for (int k = MEM_PARAMS; k < MEM_BUFFERS; k++) {
+        if (where[k] != LOC_NVME || (k >= MEM_STATE && k - MEM_STATE >= nstate)) continue;
+        s->file[k] = nvme_file(s->nvme, names[k], (zero_store_elem(s, k) == 4 ? s->off4 : s->offp)[lay->num_units]);
+        if (s->file[k] < 0) zero_nvme_fail(s);
+    }
+}
+
+// n elements of a kind, where the kind lives (NVMe: in its file; NULL), and back.
+static inline void *zero_store_alloc(ZeroStore *s, int kind, size_t n) {
+    return zero_store_of(s, kind)->alloc(s, kind, n * zero_store_elem(s, kind));
+}
+static inline void zero_store_free(ZeroStore *s, int kind, void *p) { zero_store_of(s, kind)->free(s, p); }
+
+// The staging zero_staging_bytes counts, and the landing slices zero_landing_floats counts.
+static inline void zero_store_staging(ZeroStore *s) {
+    const ZeroLocation *st = zero_store_of(s, MEM_STAGING);
+    size_t piece = s->piece, e = s->esize;
+    if (s->loc[LOC_DEVICE]->staged && s->where[MEM_MASTER] != LOC_DEVICE)
+        for (int i = 0; i < 2; i++) {
+            s->stage_grad[i] = st->alloc(s, MEM_STAGING, piece * e);
+            if (s->where[MEM_PARAMS] == LOC_DEVICE) s->stage_param[i] = st->alloc(s, MEM_STAGING, piece * e);
+        }
+    for (int b = 0; b < s->nbuf; b++) {
+        if (s->where[MEM_MASTER] == LOC_NVME) {
+            s->buf_master[b] = (float *)st->alloc(s, MEM_STAGING, piece * 4);
+            for (int k = 0; k < s->nstate; k++) s->buf_state[b][k] = (float *)st->alloc(s, MEM_STAGING, piece * 4);
+        }
+        if (s->where[MEM_PARAMS] == LOC_NVME) s->buf_param[b] = st->alloc(s, MEM_STAGING, piece * e);
+    }
+    if (s->where[MEM_PARAMS] == LOC_NVME) {
+        size_t n[4] = {zero_store_slice(s, UNIT_EMBED), zero_store_slice(s, gpt2_final_unit(s->lay)),
+                       zero_store_layer_slice(s), zero_store_layer_slice(s)};
+        for (int q = 0; q < 4; q++) s->pslot[q] = st->alloc(s, MEM_STAGING, zero_round(n[q] * e, NVME_ALIGN));
+    }
+}
+static inline void zero_store_landing(ZeroStore *s) {
+    if (!zero_landing_floats(s, !s->loc[LOC_DEVICE]->staged)) return;
+    size_t n[4] = {zero_store_slice(s, UNIT_EMBED), zero_store_slice(s, gpt2_final_unit(s->lay)),
+                   zero_store_layer_slice(s), zero_store_layer_slice(s)};
+    for (int q = 0; q < 4; q++) s->land[q] = s->loc[LOC_DEVICE]->alloc(s, MEM_BUFFERS, n[q] * s->esize);
+}
+// Frees the staging and landing slices and closes (removes: scratch) the NVMe files.
+static inline void zero_store_close(ZeroStore *s) {
+    const ZeroLocation *st = zero_store_of(s, MEM_STAGING);
+    for (int i = 0; i < 2; i++) { st->free(s, s->stage_grad[i]); st->free(s, s->stage_param[i]); }
+    for (int b = 0; b < s->nbuf; b++) {
+        st->free(s, s->buf_master[b]);
+        st->free(s, s->buf_param[b]);
+        for (int k = 0; k < OPT_MAX_SLICES; k++) st->free(s, s->buf_state[b][k]);
+    }
+    for (int q = 0; q < 4; q++) { st->free(s, s->pslot[q]); s->loc[LOC_DEVICE]->free(s, s->land[q]); }
+    if (s->nvme) { nvme_close(s->nvme, 1); free(s->nvme); s->nvme = NULL; }
+}
+
+// --- what zero.h asks --------------------------------------------------------------------
+
+// The host's fp32 into a kind's n elements at dst (unit u's slice from element lo), and out.
+static inline void zero_put(ZeroStore *s, int kind, int u, size_t lo, void *dst, const float *host, size_t n, int dtype) {
+    zero_store_of(s, kind)->put(s, kind, u, lo, dst, host, n, dtype);
+}
+static inline void zero_get(ZeroStore *s, int kind, int u, size_t lo, float *host, const void *src, size_t n, int dtype) {
+    zero_store_of(s, kind)->get(s, kind, u, lo, host, src, n, dtype);
+}
+// A shard's unit u on its way to its all-gather: the unit whose gather must be done before its
+// slot is reused (-1: none), the read ahead, and where the gather sends from (at: the shard's
+// slice where it lives in memory).
+static inline int zero_store_holder(const ZeroStore *s, int u) {
+    int q = zero_store_slot(s, u); // (only NVMe's prefetch fills a slot)
+    return s->pslot_unit[q] == u && s->pslot_gen[q] == s->updates ? -1 : s->pslot_unit[q];
+}
+static inline void zero_store_prefetch(ZeroStore *s, int u) { zero_store_of(s, MEM_PARAMS)->prefetch(s, MEM_PARAMS, u); }
+static inline const void *zero_store_send(ZeroStore *s, int u, const void *at) { return zero_store_of(s, MEM_PARAMS)->send(s, u, at); }
+
+// The streamed update. begin: a parameter read in flight must not cross the update's writes.
+// open: piece i of every kind the update touches (gradients, master weights, state arrays,
+// parameters) where the host addresses it, each kind's next pieces fetched ahead (two staging
+// pieces: one ahead; nbuf buffer sets: nbuf - 2). close: piece i goes back where it lives.
+// end: every write and copy has landed.
+static inline int zero_stream_kinds(const ZeroStore *s, int *kinds) {
+    int n = 0;
+    kinds[n++] = MEM_GRADS;
+    kinds[n++] = MEM_MASTER;
+    for (int k = 0; k < s->nstate; k++) kinds[n++] = MEM_STATE + k;
+    kinds[n++] = MEM_PARAMS;
+    return n;
+}
+static inline void zero_stream_begin(ZeroStore *s) {
+    for (int q = 0; q < 4; q++)
+        if (s->pslot_read[q] >= 0) { zero_nvme_wait(s, s->pslot_read[q]); s->pslot_read[q] = -1; s->pslot_unit[q] = -1; }
+    for (int k = 0; k < MEM_KINDS; k++) s->fetched[k] = 0;
+    s->d2h[0] = s->d2h[1] = s->h2d[0] = s->h2d[1] = -1;
+}
+static inline void zero_stream_open(ZeroStore *s, const ZeroPiece *pcs, int P, int i, void *at[MEM_BUFFERS]) {
+    int kinds[3 + OPT_MAX_SLICES], K = zero_stream_kinds(s, kinds);
+    for (int j = 0; j < K; j++) {
+        int kind = kinds[j];
+        const ZeroLocation *l = zero_store_of(s, kind);
+        for (; s->fetched[kind] <= i + s->ahead[s->where[kind]] && s->fetched[kind] < P; s->fetched[kind]++)
+            l->fetch(s, kind, &pcs[s->fetched[kind]], s->fetched[kind]);
+    }
+    for (int j = 0; j < K; j++) at[kinds[j]] = zero_store_of(s, kinds[j])->open(s, kinds[j], &pcs[i], i);
+}
+static inline void zero_stream_close(ZeroStore *s, const ZeroPiece *pc, int i) {
+    int kinds[3 + OPT_MAX_SLICES], K = zero_stream_kinds(s, kinds);
+    for (int j = 1; j < K; j++) zero_store_of(s, kinds[j])->close(s, kinds[j], pc, i); // (the gradient is only read)
+}
+static inline void zero_stream_end(ZeroStore *s) {
+    for (int b = 0; b < s->nbuf; b++)
+        for (int k = 0; k < 2 + OPT_MAX_SLICES; k++) { zero_nvme_wait(s, s->buf_write[b][k]); s->buf_write[b][k] = -1; }
+    for (int q = 0; q < 2; q++)
+        if (s->h2d[q] >= 0) zero_store_host_wait(s, s->h2d[q], "a parameter piece's copy to the device");
+    s->updates++;
+}
+
+// NVMe traffic since the last call: bytes read and written, ms with I/O in flight, and ms the
+// step waited for it (all 0 without NVMe).
+typedef struct { double read, written, busy_ms, exposed_ms; } ZeroNvmeStats;
+static inline ZeroNvmeStats zero_store_nvme_stats(ZeroStore *s) {
+    ZeroNvmeStats st = {0, 0, 0, 0};
+    if (!s->nvme) return st;
+    nvme_take_stats(s->nvme, &st.read, &st.written, &st.busy_ms, &st.exposed_ms);
+    st.busy_ms *= 1e3;
+    st.exposed_ms *= 1e3;
+    return st;
+}
+// A file deleted or truncated under the job ends it.
+static inline void zero_store_check(ZeroStore *s) {
+    if (s->nvme && nvme_check(s->nvme)) zero_nvme_fail(s);
+}
+
+#endif // ZERO_STORE_H
