@@ -33,7 +33,7 @@ all: train_gpt_cpu
 # copied beside it: the page fetches nothing else, so any static server (scripts/serve_planner.sh)
 # serves it offline. web/planner_wasm.c says how; web/wasm_ignorelist.txt why it traps on overflow.
 WASM_CC    ?= clang
-WASM_FLAGS := --target=wasm32-wasi -Os -std=c11 -D_GNU_SOURCE -DO_DIRECT=0 -Wall -Wextra -Werror -I. -Iweb/wasi \
+WASM_FLAGS := --target=wasm32-wasi -Os -std=c11 -D_GNU_SOURCE -D_WASI_EMULATED_MMAN -DO_DIRECT=0 -Wall -Wextra -Werror -I. -Iweb/wasi \
               -fsanitize=unsigned-integer-overflow,signed-integer-overflow,float-cast-overflow,implicit-integer-truncation \
               -fsanitize-trap=all -fsanitize-ignorelist=web/wasm_ignorelist.txt -Wl,--strip-all
 PLANNER_WEB := docs/planner
@@ -42,7 +42,7 @@ planner-web: $(PLANNER_WEB)/planner.wasm $(PLANNER_WEB)/index.html $(PLANNER_WEB
              $(PLANNER_WEB)/chart.umd.min.js
 $(PLANNER_WEB)/planner.wasm: web/planner_wasm.c web/cjson_subset.c web/wasi/pthread.h web/wasm_ignorelist.txt $(HEADERS) gpu/layout.h
 	@mkdir -p $(PLANNER_WEB)
-	$(WASM_CC) $(WASM_FLAGS) web/planner_wasm.c web/cjson_subset.c -o $(TMP) && mv -f $(TMP) $@
+	$(WASM_CC) $(WASM_FLAGS) web/planner_wasm.c web/cjson_subset.c -lwasi-emulated-mman -o $(TMP) && mv -f $(TMP) $@
 $(PLANNER_WEB)/index.html $(PLANNER_WEB)/planner.js $(PLANNER_WEB)/wasi.js: $(PLANNER_WEB)/%: web/%
 	@mkdir -p $(PLANNER_WEB)
 	cp $< $(TMP) && mv -f $(TMP) $@

@@ -225,6 +225,11 @@ cJSON *cJSON_GetObjectItemCaseSensitive(const cJSON *const o, const char *const 
     for (cJSON *c = o->child; c; c = c->next) if (c->string && !strcmp(c->string, key)) return c;
     return NULL;
 }
+cJSON *cJSON_GetArrayItem(const cJSON *a, int index) {
+    cJSON *c = a && index >= 0 ? a->child : NULL;
+    while (c && index-- > 0) c = c->next;
+    return c;
+}
 int cJSON_GetArraySize(const cJSON *a) {
     int n = 0;
     for (cJSON *c = a ? a->child : NULL; c; c = c->next) n++;

@@ -36,11 +36,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
 typedef unsigned long long zc_wasm_size_t;
+
+// run/checkpoint.h (the planner reads a --resume manifest through it) publishes a checkpoint
+// directory with renameat2's RENAME_EXCHANGE, which WASI lacks; the page never writes one.
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE 2
+static int renameat2(int olddir, const char *from, int newdir, const char *to, unsigned flags) {
+    (void)olddir, (void)from, (void)newdir, (void)to, (void)flags;
+    errno = ENOSYS;
+    return -1;
+}
+#endif
 
 // The C library's functions that take a size_t by address, and the printf family, whose %zu
 // would read 32 bits of a 64-bit argument: these wrappers turn %zu (%zd, %zx) into %llu (...).
