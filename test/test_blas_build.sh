@@ -42,7 +42,7 @@ ldd ./train_gpt_cpu | grep "libopenblas.so.0 => $omp/" > /dev/null || fail "ldd:
 echo "== a fresh machine: the library appears while make runs (setup), with -j1 and -j2"
 src=$d/src
 mkdir -p $src/data $src/scripts
-cp -r Makefile train_gpt_cpu.c *.h core run cpu $src/ && cp data/*.h $src/data/
+cp -r Makefile train_gpt_cpu.c *.h core zero run cpu $src/ && cp data/*.h $src/data/
 for j in 1 2; do
   fresh=$PWD/$d/fresh$j
   # the stand-in for scripts/setup.sh: a second later, the OpenMP build "is installed"
