@@ -97,7 +97,8 @@ grep -Eq "^hang: host ($B \(ranks 2, 3\) is unreachable from $A|$A \(ranks 0, 1\
 echo "== a rank stopped on the second host, the network fine"
 break_job stopped 'kill -STOP $(ip netns pids $B | xargs -r ps -o pid=,comm= -p | awk "\$2 == \"train_gpt_cpu\" {print \$1; exit}")'
 grep -E "^hang: rank [23] \($B\) has not" $d/stopped.out
-grep -Eq "^hang: rank [23] \($B\) has not completed its part of [a-z_]+ #[0-9]+ \(unit [0-9]+ = .*it does not answer: stopped or hung" $d/stopped.out \
+# (the collective the others wait in is a unit's, or the step's sum of scalars: where the stop lands)
+grep -Eq "^hang: rank [23] \($B\) has not completed its part of [a-z_]+ #[0-9]+ \((unit [0-9]+ = .*|scalars), step [0-9]+\).*it does not answer: stopped or hung" $d/stopped.out \
   || fail "stopped: no verdict naming the stopped rank on $B"
 
 echo "== the last checkpoint before the cut, resumed on one host: 2 ranks, ZeRO-1"
