@@ -32,10 +32,12 @@ all: train_gpt_cpu
 # script and a Chart.js pinned in web/package-lock.json (`make setup` runs npm ci in web/),
 # copied beside it: the page fetches nothing else, so any static server (scripts/serve_planner.sh)
 # serves it offline. web/planner_wasm.c says how; web/wasm_ignorelist.txt why it traps on overflow.
+# A 1 MB stack (wasm-ld's default is 64 KB, with no guard below it): --plan keeps two TrainConfigs and
+# a Zero (23 KB) on it, and an overflow silently corrupts memory instead of trapping.
 WASM_CC    ?= clang
 WASM_FLAGS := --target=wasm32-wasi -Os -std=c11 -D_GNU_SOURCE -D_WASI_EMULATED_MMAN -DO_DIRECT=0 -Wall -Wextra -Werror -I. -Iweb/wasi \
               -fsanitize=unsigned-integer-overflow,signed-integer-overflow,float-cast-overflow,implicit-integer-truncation \
-              -fsanitize-trap=all -fsanitize-ignorelist=web/wasm_ignorelist.txt -Wl,--strip-all
+              -fsanitize-trap=all -fsanitize-ignorelist=web/wasm_ignorelist.txt -Wl,--strip-all -Wl,-z,stack-size=1048576
 PLANNER_WEB := docs/planner
 CHART_JS   := web/node_modules/chart.js/dist/chart.umd.min.js
 planner-web: $(PLANNER_WEB)/planner.wasm $(PLANNER_WEB)/index.html $(PLANNER_WEB)/planner.js $(PLANNER_WEB)/wasi.js \
