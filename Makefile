@@ -19,7 +19,7 @@ SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-san
 # renamed in the same recipe line, so that two builds at once (two test suites in one clone) never
 # run, or write into, a half-written file.
 TMP      = $@.$$$$.part
-# The shared headers at the root and each layer's folder (core/, run/, cpu/, gpu/, data/).
+# The shared headers at the root and each layer's folder (core/, zero/, run/, cpu/, data/).
 HEADERS  := $(wildcard *.h core/*.h zero/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
@@ -28,10 +28,10 @@ all: train_gpt_cpu
 
 # The planner as a web page (docs/planner/, issue 43): `train_gpt_cpu --plan` compiled to
 # WebAssembly from the same headers with clang's wasm32-wasi target, wasi-libc and wasm-ld
-# (Debian's clang, wasi-libc, lld, libclang-rt-14-dev-wasm32: `make setup`), the page's
-# script and a Chart.js pinned in web/package-lock.json (`make setup` runs npm ci in web/),
-# copied beside it: the page fetches nothing else, so any static server (scripts/serve_planner.sh)
-# serves it offline. web/planner_wasm.c says how; web/wasm_ignorelist.txt why it traps on overflow.
+# (Debian's clang, wasi-libc, lld, libclang-rt-14-dev-wasm32: `make setup`), written beside the
+# page's own sources (docs/planner/index.html, planner.js, wasi.js: kept there, not copied) with a
+# Chart.js pinned in web/package-lock.json (`make setup` runs npm ci in web/): the page fetches
+# nothing else, so any static server (scripts/serve_planner.sh) serves it offline. web/planner_wasm.c says how; web/wasm_ignorelist.txt why it traps on overflow.
 # A 1 MB stack (wasm-ld's default is 64 KB, with no guard below it): --plan keeps two TrainConfigs and
 # a Zero (23 KB) on it, and an overflow silently corrupts memory instead of trapping.
 WASM_CC    ?= clang
@@ -40,14 +40,10 @@ WASM_FLAGS := --target=wasm32-wasi -Os -std=c11 -D_GNU_SOURCE -D_WASI_EMULATED_M
               -fsanitize-trap=all -fsanitize-ignorelist=web/wasm_ignorelist.txt -Wl,--strip-all -Wl,-z,stack-size=1048576
 PLANNER_WEB := docs/planner
 CHART_JS   := web/node_modules/chart.js/dist/chart.umd.min.js
-planner-web: $(PLANNER_WEB)/planner.wasm $(PLANNER_WEB)/index.html $(PLANNER_WEB)/planner.js $(PLANNER_WEB)/wasi.js \
-             $(PLANNER_WEB)/chart.umd.min.js
+planner-web: $(PLANNER_WEB)/planner.wasm $(PLANNER_WEB)/chart.umd.min.js
 $(PLANNER_WEB)/planner.wasm: web/planner_wasm.c web/cjson_subset.c web/wasi/pthread.h web/wasm_ignorelist.txt $(HEADERS) gpu/layout.h
 	@mkdir -p $(PLANNER_WEB)
 	$(WASM_CC) $(WASM_FLAGS) web/planner_wasm.c web/cjson_subset.c -lwasi-emulated-mman -o $(TMP) && mv -f $(TMP) $@
-$(PLANNER_WEB)/index.html $(PLANNER_WEB)/planner.js $(PLANNER_WEB)/wasi.js: $(PLANNER_WEB)/%: web/%
-	@mkdir -p $(PLANNER_WEB)
-	cp $< $(TMP) && mv -f $(TMP) $@
 $(PLANNER_WEB)/chart.umd.min.js: web/package-lock.json
 	@[ -f $(CHART_JS) ] || { echo "error: $(CHART_JS) is missing: run make setup (npm ci in web/)"; exit 1; }
 	@mkdir -p $(PLANNER_WEB)

@@ -1,4 +1,4 @@
-// web/planner.js: the planner page. The inputs make a command line for `train_gpt_cpu --plan`
+// docs/planner/planner.js: the planner page. The inputs make a command line for `train_gpt_cpu --plan`
 // (their names are its option names), planner.wasm runs it (wasi.js), and the page draws what
 // its --json says. Nothing here computes a byte or a millisecond: every number shown is the
 // planner's. The state lives in the URL: ?model=d48&zero-stage=3&world=64 (the options given,

@@ -1,4 +1,4 @@
-// web/wasi.js: runs planner.wasm (web/planner_wasm.c: `train_gpt_cpu --plan` built for
+// docs/planner/wasi.js: runs planner.wasm (web/planner_wasm.c: `train_gpt_cpu --plan` built for
 // wasm32-wasi) as a command, as a shell would: argv in, exit code, stdout and stderr out.
 // Browsers have no WASI, so this is the part of WASI preview 1 that the program imports: one
 // preopened directory "/" holding in-memory files (a hardware description or DeepSpeed config
