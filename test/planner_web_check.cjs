@@ -266,10 +266,10 @@ const shown = page => page.evaluate(ids => {
     console.log(`ok --fit 40G: ${got}`);
   }
 
-  // a real 2-rank run's --log draws beside the prediction, and the prediction for its
-  // configuration is what its ranks allocated
+  // a real 2-rank run's --log draws beside the prediction, its configuration becomes the inputs
+  // (they are set to another one first), and the prediction for it is what its ranks allocated
   if (process.env.RUN_LOG) {
-    await setInputs(page, { model: 'shape', layers: '2', channels: '64', heads: '2', 'seq-len': '32', batch: '2', 'zero-stage': '2', world: '2' });
+    await setInputs(page, { model: 'd48', 'zero-stage': '3', world: '8', precision: 'bf16', batch: '4', 'seq-len': '1024' });
     const input = await page.$('#run-file');
     await input.uploadFile(process.env.RUN_LOG);
     await page.waitForSelector('body[data-run]', { timeout: 10000 });
@@ -280,11 +280,18 @@ const shown = page => page.evaluate(ids => {
       run: document.body.dataset.run, points: window.runChart ? window.runChart.data.datasets[0].data.length : -1,
       ranks: [...document.querySelectorAll('#run-memory tbody tr')].map(tr => tr.cells[1].textContent),
       predicted: document.getElementById('device-bytes').textContent, summary: document.getElementById('run-summary').textContent,
+      verdicts: [...document.querySelectorAll('#run-memory tbody tr')].map(tr => tr.cells[4].textContent),
+      inputs: Object.fromEntries(['model-choice', 'layers', 'channels', 'heads', 'seq-len', 'batch', 'zero-stage', 'world', 'precision']
+        .map(k => [k, (document.getElementById(k) || document.forms.inputs.elements.namedItem(k)).value])),
+      url: location.search,
     }));
+    const want = { 'model-choice': 'shape', layers: '2', channels: '64', heads: '2', 'seq-len': '32', batch: '2', 'zero-stage': '2', world: '2', precision: 'fp32' };
+    expect(JSON.stringify(r.inputs) === JSON.stringify(want), `--log: the inputs became ${JSON.stringify(r.inputs)}, the run's configuration is ${JSON.stringify(want)}`);
+    expect(r.verdicts.every(v => v === 'equal'), `--log: the page's verdicts ${r.verdicts}`);
     expect(r.run === 'log' && r.points === steps.length && steps.length > 0, `--log: drawn ${r.run} with ${r.points} points, the log has ${steps.length} steps`);
     expect(mem.length === 2 && JSON.stringify(r.ranks) === JSON.stringify(mem.map(m => String(m.device))), `--log: ranks ${r.ranks}, the log ${mem.map(m => m.device)}`);
     expect(mem.every(m => String(m.device) === r.predicted), `--log: the page predicts ${r.predicted}, the ranks allocated ${mem.map(m => m.device)}`);
-    console.log(`ok --log of a 2-rank run: ${r.summary.slice(0, 100)}; allocated ${r.ranks} = predicted ${r.predicted}`);
+    console.log(`ok --log of a 2-rank run: ${r.summary.slice(0, 100)}; inputs ${r.url}; allocated ${r.ranks} = predicted ${r.predicted}`);
   }
 
   // "what changed" when one input moves

@@ -343,12 +343,13 @@ function loadRun(text, name) {
     document.body.dataset.run = 'trace';
     return;
   }
-  const steps = [], memory = [];
+  const steps = [], memory = [], events = [];
   let bad = 0;
   for (const line of text.split('\n')) {
     if (!line.trim()) continue;
     let e;
     try { e = JSON.parse(line); } catch (err) { bad++; continue; }
+    if (e.event !== undefined) events.push(e);
     if (e.step !== undefined && e.loss !== undefined && e.event === undefined) steps.push(e);
     else if (e.event === 'memory') memory.push(e);
   }
@@ -357,10 +358,13 @@ function loadRun(text, name) {
     document.body.dataset.run = 'error';
     return;
   }
+  const config = events.find(e => e.event === 'config');
+  if (config) applyRunConfig(config);
   const later = steps.slice(1), mean = later.length ? later.reduce((s, e) => s + e.ms, 0) / later.length : NaN;
   $('run-summary').textContent = `${name}: ${steps.length} steps` +
     (steps.length ? `, loss ${steps[0].loss} → ${steps[steps.length - 1].loss}` : '') +
-    (later.length ? `, ${mean.toFixed(1)} ms per step after the first (predicted above: ${$('step-ms').textContent} ms for the inputs' configuration)` : '') +
+    (config ? ' (the inputs above are now its configuration)' : '') +
+    (later.length ? `, ${mean.toFixed(1)} ms per step after the first (predicted above: ${$('step-ms').textContent} ms)` : '') +
     (bad ? ` (${bad} lines not JSON)` : '');
   $('run-box').classList.toggle('hidden', !steps.length);
   const data = { labels: steps.map(e => e.step), datasets: [{ label: 'loss', data: steps.map(e => e.loss), borderColor: COLORS[0], pointRadius: 0 }] };
@@ -375,10 +379,31 @@ function loadRun(text, name) {
   for (const m of memory) {
     const tr = body.insertRow();
     tr.id = 'run-rank-' + m.rank;
-    const total = m.total !== undefined ? m.total : m.device;
-    for (const t of [String(m.rank), String(total), GB(total)]) tr.insertCell().textContent = t;
+    const total = m.total !== undefined ? m.total : m.device, predicted = $('device-bytes').textContent;
+    const verdict = !config ? '' : String(total) === predicted ? 'equal' : `differs by ${total - Number(predicted)} bytes`;
+    for (const t of [String(m.rank), String(total), GB(total), config ? predicted : '', verdict]) tr.insertCell().textContent = t;
   }
   document.body.dataset.run = 'log';
+}
+
+// A --log's "config" event (run/config.h: every setting with its value and source) into the
+// inputs, so that the prediction beside the run is for the run's own configuration. The page's
+// --threads stays its own (a log does not say how many cores the run had).
+function applyRunConfig(config) {
+  const s = config.settings || {}, value = k => (s[k] && s[k].value !== null && s[k].value !== undefined ? s[k].value : null);
+  if (value('model') !== null && PRESETS.includes(value('model'))) $('model-choice').value = value('model');
+  else if (value('layers') !== null) {
+    for (const k of SHAPE) if (value(k) !== null) setField(k, String(value(k)));
+    $('model-choice').value = matchGPT3() || 'shape';
+  }
+  if (config.world) setField('world', String(config.world));
+  for (const k of [...TRAINING, 'grad-accum']) {
+    if (k === 'threads' || k === 'world' || value(k) === null) continue;
+    setField(k, k === 'cpu-checkpointing' ? value(k) : String(value(k)));
+  }
+  showFields();
+  update("the run's configuration");
+  remember();
 }
 
 // The current trainer's defaults into the inputs (a new trainer starts from its own defaults,
