@@ -28,7 +28,10 @@
 //     train_batch_size = micro * accumulation * world, resolved by DeepSpeed's rules (ds_batch):
 //     any two determine the third, train_batch_size alone means accumulation 1, the micro batch
 //     alone accumulation 1; the command line's defaults never outrank the file.
-//   - Unknown keys: a warning naming each (error with strict). Wrong types or values: an error
+//   - Unknown keys: a warning naming each (error with strict); at the top level a key DeepSpeed does
+//     not read either (a program's own, kept in the same file) is ignored with a "note:" line, as
+//     DeepSpeed ignores it, unless it is within two edits of a key DeepSpeed reads (a likely typo:
+//     a warning naming that key). Wrong types or values: an error
 //     naming the key path. Values this trainer cannot honour that change the result (another
 //     optimizer or scheduler, amsgrad, ...) are errors; those that change only speed or memory
 //     (offload, bucket sizes, ...) are recorded and reported (offload and wall_clock_breakdown
@@ -43,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <ctype.h>
 #include <math.h>
 #include <cjson/cJSON.h>
 #include "run/config.h"
@@ -192,6 +196,73 @@ static inline int ds_known_keys(const DsCtx *x, const cJSON *obj, const char *pr
         char path[160];
         ds_join(path, sizeof(path), prefix, it->string);
         if (ds_unhonoured(x, path, "unknown key, or one this trainer does not implement; ignored")) return -1;
+    }
+    return 0;
+}
+
+// Edit distance (insertions, deletions, substitutions; case ignored) between two keys, up to
+// 63 characters each (longer: 99): how far an unknown key is from a known one.
+static inline int ds_distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 63 || m > 63) return 99;
+    int row[64];
+    for (size_t j = 0; j <= m; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= n; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= m; j++) {
+            int up = row[j], best = diag + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[m];
+}
+
+// The top level's keys this trainer does not read (known[] are those it does). Each is one of:
+//   - DeepSpeed's own (deepspeed/runtime/config.py reads it): a feature this trainer does not
+//     implement: a warning (an error with strict), as for unknown keys in a section;
+//   - within 2 edits of a key DeepSpeed reads (1 for keys of 5 letters or fewer): likely a typo: a
+//     warning that names the key it is near (an error with strict);
+//   - anything else: not DeepSpeed's (a program's own setting kept in the same file, such as
+//     DeepSpeedExamples' ImageNet "cuda_visible_devices"). DeepSpeed ignores such top-level keys
+//     without a word, and so does this trainer, with a note (an error with strict).
+static inline int ds_top_keys(const DsCtx *x, const cJSON *root, const char *const *known, int n) {
+    static const char *const deepspeed[] = {
+        "managed_gradient_accumulation", "dump_state", "disable_allgather", "seq_parallel_communication_data_type",
+        "gradient_allreduce_op", "sparse_gradients", "comms_logger", "tensorboard", "wandb", "csv_monitor", "comet",
+        "amp", "graph_harvesting", "zero_force_ds_cpu_optimizer", "flops_profiler", "memory_breakdown", "eigenvalue",
+        "use_data_before_expert_parallelism", "hybrid_engine", "pipeline", "checkpoint", "data_types",
+        "dataloader_drop_last", "log_level", "nebula", "datastates", "weight_quantization", "timers",
+        "expert_parallel", "elasticity", "quantize_training", "vocabulary_size", "bfloat16", "zero_enabled"};
+    const int nd = (int)(sizeof(deepspeed) / sizeof(deepspeed[0]));
+    for (const cJSON *it = root->child; it; it = it->next) {
+        int k = 0;
+        while (k < n && strcmp(it->string, known[k])) k++;
+        if (k < n) continue;
+        for (k = 0; k < nd && strcmp(it->string, deepspeed[k]); k++) {}
+        char path[160];
+        ds_join(path, sizeof(path), NULL, it->string);
+        if (k < nd) {
+            if (ds_unhonoured(x, path, "a DeepSpeed setting this trainer does not implement; ignored")) return -1;
+            continue;
+        }
+        const char *near = NULL;
+        int best = strlen(it->string) <= 5 ? 2 : 3;
+        for (k = 0; k < n + nd; k++) {
+            const char *cand = k < n ? known[k] : deepspeed[k - n];
+            int dist = ds_distance(it->string, cand);
+            if (dist < best) { best = dist; near = cand; }
+        }
+        if (near) {
+            if (ds_unhonoured(x, path, "unknown key (did you mean %s?); ignored", near)) return -1;
+        } else if (x->strict) {
+            return ds_unhonoured(x, path, "not a DeepSpeed key");
+        } else {
+            fprintf(stderr, "note: %s: %s: not a DeepSpeed key; ignored (as DeepSpeed ignores it)\n", x->file, path);
+        }
     }
     return 0;
 }
@@ -429,7 +500,10 @@ static inline int ds_engine(const DsCtx *x, const cJSON *root) {
         {"progressive_layer_drop", "progressive layer drop", 1},
         {"sparse_attention", "sparse attention", 1},
         {"torch_autocast", "torch.autocast mixed precision (use fp16 or bf16)", 1},
-        {"autotuning", "autotuning (DeepSpeed's launcher runs experiments; this trains the configuration as written)", 0},
+        // the autotuner picks the micro batch (so the batch) and the stage by experiments; DeepSpeed's
+        // engine given "enabled": true profiles and stops after end_profile_step + 1 steps
+        {"autotuning", "DeepSpeed's autotuner (it chooses the micro batch, accumulation and ZeRO stage by running "
+                       "experiments; autotuning.enabled false trains the file as written)", 1},
         {"tensor_parallel", "tensor parallelism (data parallelism only)", 0},
         {"sequence_parallel_size", "sequence parallelism (data parallelism only)", 0},
         {"compile", "torch.compile / DeepCompile", 0},
@@ -941,7 +1015,7 @@ static inline int ds_config_apply_text(TrainConfig *c, const char *name, const c
                                            "compression_training", "data_efficiency", "curriculum_learning",
                                            "progressive_layer_drop", "sparse_attention", "torch_autocast", "autotuning",
                                            "tensor_parallel", "sequence_parallel_size", "compile"};
-        if (ds_known_keys(&x, root, "", keys, 27)) goto done;
+        if (ds_top_keys(&x, root, keys, 27)) goto done;
     }
     if (ds_option(&x, root, CK_GRAD_CLIP) || ds_option(&x, root, CK_PRINT_EVERY)) goto done;
     if (ds_extra_key(&x, root, DSX_WALL_CLOCK_BREAKDOWN, NULL)) goto done;
