@@ -7,7 +7,8 @@
 # (deepspeed/runtime/config.py) and the command-line rules of docs/deepspeed_config.md; the
 # trainer's resolution (test/ds_batch_cli.c: config_parse, ds_config_apply, config_validate, as the
 # trainer runs them) must give the same micro batch, accumulation and tokens per step, or an error
-# (one line) exactly where the rules say so.
+# (one line) exactly where the rules say so. Then the same for the triple of each of
+# DeepSpeedExamples' configs (test/ds_examples) on 1, 2, 4 and 8 processes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make -s test/bin/ds_batch_cli || exit 1
@@ -103,6 +104,39 @@ for vals in itertools.product(*states.values()):
 for f in fails[:30]:
     print("FAIL", f)
 print(f"{ok} of {cases} cases agree with DeepSpeed's rules ({errors} of them errors)")
+# DeepSpeedExamples' own triples (test/ds_examples, those that are JSON): each file's three keys
+# as it writes them (a number, "auto" or absent; the rest of the file is left out, since many are
+# refused for a feature), resolved on 1, 2, 4 and 8 processes with nothing typed
+examples = agree = 0
+n0 = len(fails)
+for root, _, names in sorted(os.walk("test/ds_examples")):
+    for name in sorted(names):
+        if not name.endswith(".json"):
+            continue
+        try:
+            cfg = json.load(open(os.path.join(root, name)))
+        except ValueError:
+            continue
+        file = {k: cfg.get(k) for k in states}
+        text = json.dumps({k: v for k, v in file.items() if v is not None})
+        path = os.path.join(d, "example.json")
+        with open(path, "w") as f:
+            f.write(text)
+        for world in (1, 2, 4, 8):
+            p = subprocess.run(["test/bin/ds_batch_cli", str(world), path, "--seq-len", str(T)], capture_output=True, text=True)
+            want = expected(file, {}, world)
+            got = tuple(int(x) for x in p.stdout.split()) if p.returncode == 0 else None
+            lines = [l for l in p.stderr.splitlines() if l.strip()]
+            good = got == want if want else (p.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "))
+            examples += 1
+            if good:
+                agree += 1
+            else:
+                fails.append(f"{os.path.join(root, name)} ({text}) world {world}: expected {want or 'an error'}, "
+                             f"got rc={p.returncode} {p.stdout.strip()} {p.stderr.strip()}")
+for f in fails[n0:n0 + 10]:
+    print("FAIL", f)
+print(f"DeepSpeedExamples' triples: {agree} of {examples} (file, world size) agree with DeepSpeed's rules")
 # the issue's case: train_batch_size alone, --batch's default 8 must not outrank it
 for world, want in ((1, (1, 1, 16)), (2, None)):
     with open(os.path.join(d, "tb1.json"), "w") as f:

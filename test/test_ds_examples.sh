@@ -9,9 +9,9 @@
 #     the branches that add them land: either refused so, or trained), never for anything else
 #     (a batch default, an unknown key); the counts are asserted, and at least 90% of those that
 #     train print no warning (the two that warn are named: tensor and sequence parallelism).
-#  2. Each that plans is trained for one step on a tiny model (one token per sequence, so that a
-#     config's own batch, up to 256 sequences, stays small), two at a time: it must train, and
-#     print the error and warning lines the plan printed.
+#  2. Each that plans is trained for one step on a tiny model (a 512-token vocabulary and 4 tokens
+#     per sequence, so that a config's own batch, up to 256 sequences, stays small), two at a time:
+#     it must train, and print the error and warning lines the plan printed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu || exit 1
@@ -65,6 +65,7 @@ grep -q "^note: .*cuda_visible_devices: not a DeepSpeed key; ignored" $d/plan/tr
 
 echo "== 2. one training step of each that plans"
 mkdir -p $d/run
+${PYTHON:-python3} test/zero_check.py shard $d/train.bin 20000 512 1
 awk -F'\t' '$1 == "trains" || $1 == "warns" { print $3 }' $S > $d/trainable.txt
 # a config whose own batch is over 1024 sequences (LAMB's 64k, once it trains) is left to the survey
 while read -r f; do
@@ -73,8 +74,8 @@ while read -r f; do
 done < $d/trainable.txt > $d/run.txt
 run_one() {
   local f=$1 n; n=$(echo "$1" | tr / _)
-  ./train_gpt_cpu --deepspeed "test/ds_examples/$f" --layers 1 --channels 32 --heads 1 --max-seq-len 8 --seq-len 1 \
-    --steps 1 --val-every 0 --sample-every 0 --log "$d/run/$n.jsonl" > "$d/run/$n.out" 2> "$d/run/$n.err"
+  ./train_gpt_cpu --deepspeed "test/ds_examples/$f" --layers 1 --channels 32 --heads 1 --vocab-size 512 \
+    --max-seq-len 8 --seq-len 4 --train-data "$d/train.bin" --steps 1 --val-every 0 --sample-every 0 --log "$d/run/$n.jsonl" > "$d/run/$n.out" 2> "$d/run/$n.err"
   echo $? > "$d/run/$n.rc"
 }
 export -f run_one; export d
