@@ -65,7 +65,7 @@ grep -q "^note: .*cuda_visible_devices: not a DeepSpeed key; ignored" $d/plan/tr
 
 echo "== 2. one training step of each that plans"
 mkdir -p $d/run
-${PYTHON:-python3} test/zero_check.py shard $d/train.bin 20000 512 1
+${PYTHON:-/usr/bin/python3} test/zero_check.py shard $d/train.bin 20000 512 1
 awk -F'\t' '$1 == "trains" || $1 == "warns" { print $3 }' $S > $d/trainable.txt
 # a config whose own batch is over 1024 sequences (LAMB's 64k, once it trains) is left to the survey
 while read -r f; do

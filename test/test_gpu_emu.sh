@@ -27,6 +27,8 @@
 #      hs 64 runs gpu/flash2.cuh's mma.sync kernels (the default ATTENTION=flash2 build, emulated
 #      through gpu/mma16.cuh's portable fragment code), hs 16 the WMMA flash kernels (tiles partly
 #      past T), hs 24 the matmul path; hs 64 again with the ATTENTION=flash build (the WMMA kernels).
+#   8. DeepSpeed's prescale_gradients / gradient_predivide_factor in the GPU trainer: where the
+#      mean over 2 ranks divides, against the run without them and one process (fp32).
 #   6. a run with validation and sampling on the embedded data, fp32: the emulated GPU trainer
 #      prints the CPU trainer's losses, validation losses and sample text (its own sampler path:
 #      a logits row copied from the device).
@@ -147,6 +149,33 @@ for ch_nh in "128 2" "96 4" "64 4" "128 2 flash"; do
     echo "ok   $k: loss cpu $lc, gpu $lg; gradients: $(tail -n 1 "$d/c7_$k.txt")"
   else cat "$d/c7_$k.txt" 2>/dev/null; fail "$k: loss cpu '$lc', gpu '$lg', or gradients"; fi
 done
+
+echo "== 8. prescale_gradients / gradient_predivide_factor: where the mean over ranks divides (fp32)"
+# run/trainer.h's train_step, shared with the CPU trainer (test_ds_config checks it there): DeepSpeed's
+# 1/f before the sum and f/world after. On 2 ranks x 2 sequences: f = world and prescale true are
+# the run without the keys bit for bit, f = 3 is the one-process mean of all 4 within rounding.
+$PY test/zero_check.py shard $d/pm.bin 20000 512 1 > /dev/null
+pm=(--layers 2 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16 --seq-len 16 --val-every 0 --sample-every 0
+    --train-data $d/pm.bin --steps 4 --seed 3 --lr 1e-2)
+traj() { grep '"loss"' "$1" | grep -o '"loss":[^,]*\|"grad_norm":[^,]*' | cut -d: -f2 | tr '\n' ' '; }
+OMP_NUM_THREADS=1 test/bin/train_gpt_emu_fp32 "${pm[@]}" --batch 4 --log $d/pm_one.jsonl > $d/pm_one.out 2>&1 || fail "pm_one: $(tail -n 3 $d/pm_one.out)"
+for name in none f2 true f3; do
+  case $name in none) ds=();; f2) ds=(--deepspeed $d/pm_f2.json);; true) ds=(--deepspeed $d/pm_true.json);; f3) ds=(--deepspeed $d/pm_f3.json);; esac
+  echo '{"gradient_predivide_factor": 2}' > $d/pm_f2.json; echo '{"prescale_gradients": true}' > $d/pm_true.json
+  echo '{"gradient_predivide_factor": 3}' > $d/pm_f3.json
+  OMP_NUM_THREADS=1 mpirun -np 2 test/bin/train_gpt_emu_fp32 "${pm[@]}" --batch 2 "${ds[@]}" --log $d/pm_$name.jsonl \
+    > $d/pm_$name.out 2>&1 || fail "pm_$name: $(tail -n 3 $d/pm_$name.out)"
+done
+for name in f2 true; do
+  [ "$(traj $d/pm_$name.jsonl)" = "$(traj $d/pm_none.jsonl)" ] && echo "ok   pm_$name: bit for bit the run without the keys" \
+    || fail "pm_$name: $(traj $d/pm_$name.jsonl) != $(traj $d/pm_none.jsonl)"
+done
+$PY - "$(traj $d/pm_one.jsonl)" "$(traj $d/pm_f3.jsonl)" "$(traj $d/pm_none.jsonl)" <<'PY' && echo "ok   pm_f3: the one-process mean within rounding, and not the run without the key" || fail "pm_f3"
+import sys
+a, b, c = [list(map(float, s.split())) for s in sys.argv[1:4]]
+assert len(a) == len(b) == 8 and all(abs(x - y) <= 2e-5 * abs(x) for x, y in zip(a, b)), (a, b)
+assert b != c, "f = 3 changed nothing"
+PY
 
 echo "$fails failures"
 [ $fails -eq 0 ]
