@@ -37,6 +37,7 @@ reason() {
     *"--offload-param"*"needs --offload-optimizer"*) echo "offload-param-alone";;
     *data_efficiency*) echo "data-efficiency";;
     *progressive_layer_drop*) echo "progressive-layer-drop";;
+    *sparse_attention*) echo "sparse-attention";;
     *zenflow*) echo "zenflow";;
     *bf16_master_weights_and_grads*) echo "bf16-master-weights";;
     *"autotuning:"*) echo "autotuning";;

@@ -212,6 +212,10 @@ json quiet '{"prescale_gradients": false, "gradient_predivide_factor": 1.0, "zer
   "zero_optimization": {"stage": 1, "gather_16bit_weights_on_model_save": true}}'
 expect_run quiet "${np1[@]}" "${tiny[@]}" --steps 1 --deepspeed $d/quiet.json --strict \
   && { [ -s $d/quiet.err ] && fail "quiet: $(cat $d/quiet.err)" || echo "ok   quiet: nothing on stderr under --strict"; }
+json gds '{"aio": {"use_gds": true}}'
+./train_gpt_cpu --plan --layers 2 --channels 32 --heads 2 --deepspeed $d/gds.json > $d/gds.out 2> $d/gds.err \
+  && grep -q "^warning: $d/gds.json: aio.use_gds: true: GPUDirect Storage is not implemented" $d/gds.err \
+  && echo "ok   aio.use_gds true warns" || fail "gds: $(cat $d/gds.err)"
 json comm16 '{"communication_data_type": "bf16"}'
 expect_run comm16 "${np1[@]}" "${tiny[@]}" --steps 1 --deepspeed $d/comm16.json \
   && grep -q 'communication_data_type: "bf16": not implemented; the collectives run in the training precision, fp32' $d/comm16.err \
