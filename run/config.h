@@ -121,7 +121,7 @@ enum { DSX_T_BOOL, DSX_T_SIZE, DSX_T_REAL }; // REAL: a number > 0
     DS_ROW(FP16_AUTO_CAST, "fp16.auto_cast", DSX_T_BOOL, 0, \
            "nothing to cast: DeepSpeed casts floating-point inputs only, and this model's inputs are token ids") \
     DS_ROW(AIO_USE_GDS, "aio.use_gds", DSX_T_BOOL, 0, \
-           "not used: NVMe files are read and written with direct I/O through host buffers (true is ignored)") \
+           "not used: NVMe files are read and written with direct I/O through host buffers (true warns)") \
     DS_ROW(AIO_INTRA_OP_PARALLELISM, "aio.intra_op_parallelism", DSX_T_SIZE, 1, \
            "not used: --aio-threads x --aio-queue-depth requests run at once")
 #define DS_ROW(key, ...) DSX_##key,
