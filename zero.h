@@ -149,6 +149,9 @@ typedef struct {
     // accounting
     size_t mem[MEM_KINDS];         // bytes allocated, by kind (where[kind] says where)
     double comm[ZC_NUM_COLLECTIVES]; // bytes moved this step, ring model
+    // ZeRO++ (zero_pp_*): qwZ on, hpZ's group (1: off), qgZ's bits (0: off), the block, ranks per host
+    int qwz, hpz, qgz, per_host;
+    size_t block;
 } Zero;
 
 // --- partition arithmetic -------------------------------------------------------------
@@ -168,6 +171,46 @@ static inline int zero_is_layer(const Zero *z, int u) { return u >= 1 && u < gpt
 // Element i of a buffer of the model's element type.
 static inline void *zero_at(const Zero *z, const void *p, size_t i) { return p ? (char *)p + i * z->esize : NULL; }
 
+// --- ZeRO++: what it needs of the job ---------------------------------------------------
+
+// NULL when ZeRO++'s options (ZeroOptions' zeropp_*) can run on this backend over `world` ranks,
+// else why not, in buf (one line for the caller to print once).
+static inline const char *zero_pp_problem(const ZeroOptions *o, const ZeroBackend *be, int world, char *buf, size_t n) {
+    int on = o->zeropp_qwz || o->zeropp_hpz > 1 || o->zeropp_qgz;
+    if (!on) return NULL;
+    if (!be->host_size || !be->group_all_gather || !be->group_all_to_all || !be->quantize || !be->dequantize ||
+        !be->dequantize_add || !be->convert) {
+        snprintf(buf, n, "ZeRO++ (--zeropp-qwz / --zeropp-hpz / --zeropp-qgz) is not implemented by this trainer's "
+                         "communication backend yet");
+        return buf;
+    }
+    int per_host = o->zeropp_per_host > 0 ? o->zeropp_per_host : be->host_size(be->ctx);
+    if ((o->zeropp_hpz > 1 || o->zeropp_qgz) && world > 1 && per_host < 1) {
+        snprintf(buf, n, "ZeRO++'s %s needs every host to run as many ranks, consecutive ranks filling each host "
+                         "(mpirun's default --map-by slot); this job's hosts do not (ZERO_HOST_ID, cpu/mpi_backend.h)",
+                 o->zeropp_hpz > 1 ? "--zeropp-hpz" : "--zeropp-qgz");
+        return buf;
+    }
+    if (o->zeropp_hpz > 1 && (per_host % o->zeropp_hpz || world % o->zeropp_hpz)) {
+        snprintf(buf, n, "--zeropp-hpz %d does not divide the %d ranks per host (hpZ's group stays inside a host)",
+                 o->zeropp_hpz, per_host);
+        return buf;
+    }
+    return NULL;
+}
+
+// ZeRO++'s settings into z (zero_init; the planner calls it on its own Zero): each only where its
+// stage has what it changes and there is more than one rank.
+static inline void zero_pp_setup(Zero *z, const ZeroOptions *o) {
+    int multi = z->world > 1;
+    z->qwz = multi && z->stage == 3 && o->zeropp_qwz;
+    z->hpz = multi && z->stage == 3 && o->zeropp_hpz > 1 ? o->zeropp_hpz : 1;
+    z->qgz = multi && z->stage >= 2 ? o->zeropp_qgz : 0;
+    z->block = o->zeropp_block > 0 ? (size_t)o->zeropp_block : 2048;
+    z->per_host = o->zeropp_per_host > 0 ? o->zeropp_per_host : z->be.host_size ? z->be.host_size(z->be.ctx) : 0;
+    if (z->per_host < 1 || z->world % z->per_host) z->per_host = z->world;
+}
+
 // Sets up the partition and allocates this rank's model states and buffers (ZeroOptions: the
 // stage, the element type, the optimizer, what is offloaded, and where NVMe files go).
 static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world, const ZeroOptions *o, ZeroBackend be) {
@@ -177,6 +220,7 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world
     z->dtype = dtype; z->esize = zc_dtype_size(dtype);
     z->optimizer = o->optimizer;
     z->nstate = optimizer_info(o->optimizer)->slices;
+    zero_pp_setup(z, o);
     zero_placement(o, be.unified, z->where);
     if (!be.unified && z->where[MEM_PARAMS] != LOC_DEVICE && z->where[MEM_MASTER] == LOC_DEVICE)
         be.fatal(be.ctx, "--offload-param needs the optimizer offloaded as well (the update that writes the offloaded "

@@ -319,9 +319,19 @@ static int setup(Run *r, int argc, char **argv) {
     zo.offload_optimizer = c->offload_optimizer; zo.offload_param = c->offload_param; zo.pin_memory = c->pin_memory;
     zo.nvme_dir = nvme_dir; zo.nvme_buffers = c->nvme_buffers; zo.nvme_piece = (size_t)c->nvme_buffer_size;
     zo.nvme_threads = c->aio_threads * c->aio_queue_depth; zo.nvme_block = (size_t)c->aio_block_size;
+    zo.zeropp_qwz = c->zeropp_qwz; zo.zeropp_hpz = c->zeropp_hpz; zo.zeropp_qgz = c->zeropp_qgz;
+    zo.zeropp_block = c->zeropp_block;
+    ZeroBackend be = trainer_backend(r);
+    char why[320];
+    if (zero_pp_problem(&zo, &be, r->world, why, sizeof(why))) {
+        if (r->rank == 0) fprintf(stderr, "error: %s\n", why);
+        if (init) fclose(init);
+        free(resume);
+        return -1;
+    }
     if (c->trace_path) MPI_Barrier(MPI_COMM_WORLD); // the ranks' trace clocks start together
     trace_init(&r->trace, r->rank, c->trace_path != NULL);
-    gpt2_build(&r->model, &c->model, c->batch, c->seq_len, r->rank, r->world, &zo, config_recompute(c), trainer_backend(r));
+    gpt2_build(&r->model, &c->model, c->batch, c->seq_len, r->rank, r->world, &zo, config_recompute(c), be);
     r->model.z.trace = &r->trace;
     hang_start(&r->hang, &r->model.z, MPI_COMM_WORLD, r->nodes, c->log_path, c->comm_timeout, c->check_collectives);
     if (r->rank == 0 && r->model.z.st.nvme && !r->model.z.st.nvme->direct)
