@@ -333,6 +333,12 @@ static int setup(Run *r, int argc, char **argv) {
     trace_init(&r->trace, r->rank, c->trace_path != NULL);
     gpt2_build(&r->model, &c->model, c->batch, c->seq_len, r->rank, r->world, &zo, config_recompute(c), be);
     r->model.z.trace = &r->trace;
+    if (r->rank == 0 && (r->model.z.qwz || r->model.z.hpz > 1 || r->model.z.qgz)) {
+        const Zero *z = &r->model.z;
+        printf("ZeRO++: qwZ %s, hpZ %s%d, qgZ %s%d; blocks of %zu; %d host%s x %d ranks\n", z->qwz ? "int8" : "off",
+               z->hpz > 1 ? "groups of " : "off ", z->hpz > 1 ? z->hpz : 1, z->qgz ? "int" : "off ", z->qgz ? z->qgz : 0,
+               z->block, r->world / z->per_host, r->world / z->per_host == 1 ? "" : "s", z->per_host);
+    }
     hang_start(&r->hang, &r->model.z, MPI_COMM_WORLD, r->nodes, c->log_path, c->comm_timeout, c->check_collectives);
     if (r->rank == 0 && r->model.z.st.nvme && !r->model.z.st.nvme->direct)
         printf("note: --nvme-path %s does not take direct I/O (O_DIRECT; ramfs and older tmpfs do not): the NVMe files go through "
