@@ -821,4 +821,19 @@ static inline double zero_theory_comm(int stage, double P, int N, double elem_by
     return (stage == 3 ? 3.0 : 2.0) * P * elem_bytes * (N - 1) / N;
 }
 
+// Bytes a rank sends across hosts per micro-step, as the ZeRO++ paper reasons (Wang et al. 2023,
+// section 3): with Psi the model's parameters in the element type, ZeRO-3 sends a forward
+// all-gather, a backward all-gather and a gradient reduce-scatter, each Psi (N-L)/N across hosts
+// (what comes from the ranks off the host): 3 Psi. qwZ sends the forward's in int8 (Psi/2 from
+// 16 bits), hpZ keeps the backward's inside the host (0), qgZ sends gradients in int4 (Psi/4):
+// 0.75 Psi. Stage 2 has no parameter gathers beyond the update's (Psi). The measured bytes are
+// lower still for qgZ with several ranks per host: its level 2 sends each rank's 1/L of the
+// host's sum (zero/pp.h).
+static inline double zero_theory_across(const Zero *z) {
+    double P = (double)z->lay.num_params, e = (double)z->esize, N = z->world, L = z->per_host;
+    double fwd = P * (z->qwz ? 1.0 : e), bwd = z->stage == 3 && z->hpz == 1 ? P * e : 0.0;
+    double grad = P * (z->qgz ? z->qgz / 8.0 : e);
+    return (fwd + bwd + grad) * (N - L) / N;
+}
+
 #endif // ZERO_H

@@ -478,20 +478,36 @@ static void report_memory(Run *r) {
 }
 
 // Bytes each rank moved this step, per collective (ring model), beside the textbook figure.
+// Each rank's bytes also split by where they went: inside its host, or across hosts (zero.h's
+// comm_inside / comm_across), with the textbook's bytes across hosts beside them (ZeRO-3's 3 Psi,
+// ZeRO++'s 0.75 Psi: zero_theory_across).
+enum { COMM_INSIDE = ZC_NUM_COLLECTIVES, COMM_ACROSS, COMM_FIELDS };
 static void report_comm(Run *r, int step) {
     Zero *z = &r->model.z;
-    double *all = gather_to_all(r, z->comm, ZC_NUM_COLLECTIVES, NULL);
+    double mine[COMM_FIELDS];
+    for (int k = 0; k < ZC_NUM_COLLECTIVES; k++) mine[k] = z->comm[k];
+    mine[COMM_INSIDE] = z->comm_inside; mine[COMM_ACROSS] = z->comm_across;
+    double *all = gather_to_all(r, mine, COMM_FIELDS, NULL);
     if (r->rank == 0) {
         for (int q = 0; q < r->world && r->log; q++) {
-            double *x = all + q * ZC_NUM_COLLECTIVES;
+            double *x = all + q * COMM_FIELDS;
             fprintf(r->log, "{\"event\":\"comm\",\"step\":%d,\"rank\":%d,\"all_reduce\":%.0f,\"reduce_scatter\":%.0f,"
-                            "\"all_gather\":%.0f}\n", step, q, x[ZC_ALL_REDUCE], x[ZC_REDUCE_SCATTER], x[ZC_ALL_GATHER]);
+                            "\"all_gather\":%.0f,\"inside_host\":%.0f,\"across_hosts\":%.0f}\n", step, q, x[ZC_ALL_REDUCE],
+                    x[ZC_REDUCE_SCATTER], x[ZC_ALL_GATHER], x[COMM_INSIDE], x[COMM_ACROSS]);
         }
         if (step == 1 && r->world > 1) {
             double total = all[0] + all[1] + all[2], mib = 1024.0 * 1024.0;
             printf("communication per rank in step 1, MiB: all_reduce %.2f, reduce_scatter %.2f, all_gather %.2f = %.2f "
                    "(textbook for one micro-step: %.2f)\n", all[0] / mib, all[1] / mib, all[2] / mib, total / mib,
                    zero_theory_comm(z->stage, (double)z->lay.num_params, r->world, (double)z->esize) / mib);
+            int L = z->per_host, H = r->world / L;
+            if (H > 1 || z->qwz || z->hpz > 1 || z->qgz) {
+                double psi = (double)z->lay.num_params * (double)z->esize;
+                printf("  of which inside the host %.2f, across hosts %.2f (%d host%s x %d ranks); textbook across hosts: "
+                       "%.2f = %.2f Psi (Psi: the model's %zu-byte parameters; ZeRO-3 3 Psi, ZeRO++ 0.75 Psi, each x "
+                       "(N-L)/N)\n", all[COMM_INSIDE] / mib, all[COMM_ACROSS] / mib, H, H == 1 ? "" : "s", L,
+                       zero_theory_across(z) / mib, zero_theory_across(z) / psi, z->esize);
+            }
         }
     }
     free(all);
