@@ -54,12 +54,24 @@
 //     One rank: a collective over one rank is the identity, so none is issued: stages 0 and 1
 //              leave the gradient where it is, stages 2 and 3 add each bucket straight into the
 //              shard, and stage 3 computes from its shard in place (unless it is offloaded).
+//   ZeRO++ (zero/pp.h has the mechanics and their contract; ZeroOptions' zeropp_*). qwZ: stage
+//     3's parameter all-gathers send int8 blocks, dequantized on arrival; the owner's slice is
+//     exact. hpZ: the forward's gather of a unit also fills this rank's part of the secondary
+//     shard (MEM_HPZ, partitioned over hpZ's group of consecutive ranks inside a host), and any
+//     later gather of the unit within the same forward (the backward's, a recompute's) is an
+//     all-gather of those parts inside the group. qgZ: stages 2 and 3 reduce each bucket by a
+//     two-level all-to-all of quantized slices (inside the host, then across hosts), started where
+//     the reduce-scatter was and finished in zero_finish_reduce; the result lands in the receive
+//     slice and is added to the shard as before. Each is off with one rank, and refused where
+//     the backend lacks ZeRO++'s entries or the hosts do not fit (zero_pp_problem).
 //   Accounting. Every collective's bytes are counted in the ring model (all-gather or
-//   reduce-scatter of M bytes over N ranks: M(N-1)/N; all-reduce: twice that), and every
+//   reduce-scatter of M bytes over N ranks: M(N-1)/N; all-reduce: twice that; ZeRO++'s: the
+//   messages a rank sends), split into inside the host and across hosts (a world collective: the
+//   pieces from the L - 1 ranks of the host and from the N - L others), and every
 //   buffer this header asks the backend to allocate is counted by kind and by where it lives.
 //   Timeline (core/trace.h, z->trace, NULL: none). Each collective is a span from its issue to
 //   its completion (as the backend's wait reports it), named all_gather, reduce_scatter or
-//   all_reduce, with its unit and the bytes counted above; the time the caller's thread spends
+//   all_reduce, with its unit and the bytes counted above, inside the host and across hosts; the time the caller's thread spends
 //   blocked in a wait (or in a progress poke while collectives are in flight: MPI moves data
 //   inside those calls) is a "wait" span; each unit's update is an "update" span (the stores'
 //   own spans: zero/store.h).
@@ -165,6 +177,8 @@ typedef struct {
     unsigned long hp_have[GPT2_MAX_UNITS]; // 1 + the forward whose gather filled it (0: none)
     int qg_todo[GPT2_MAX_UNITS];   // a qgZ reduction started: zero_finish_reduce finishes it
     double comm_inside, comm_across; // this step's bytes sent inside the host and across hosts
+    double last_across;              // ... of the collective counted last
+    double pending_across[GPT2_MAX_UNITS]; // the unit's collective in flight: its bytes across hosts
 } Zero;
 
 // --- partition arithmetic -------------------------------------------------------------
@@ -356,12 +370,14 @@ static inline double zero_count(Zero *z, int kind, size_t n_full) {
     double in = 0.0, out = 0.0; // each rank's piece from every other: inside the host or across
     zpp_split_world(&z->pp, (double)n_full * z->esize / z->world * (kind == ZC_ALL_REDUCE ? 2.0 : 1.0), &in, &out);
     z->comm_inside += in; z->comm_across += out;
+    z->last_across = out;
     return bytes;
 }
 // A ZeRO++ collective's bytes (zero/pp.h's accounting): sent, of which inside the host and across.
 static inline double zero_count_pp(Zero *z, int kind, double inside, double across) {
     z->comm[kind] += inside + across;
     z->comm_inside += inside; z->comm_across += across;
+    z->last_across = across;
     return inside + across;
 }
 
@@ -377,6 +393,7 @@ static inline void zero_issued_as(Zero *z, int u, int kind, size_t n_full, doubl
     z->pending[u] = handle;
     z->pending_kind[u] = kind;
     z->pending_bytes[u] = bytes;
+    z->pending_across[u] = z->last_across; // (bytes: the count just made)
     z->issued[u] = t_issue;
 }
 static inline void zero_issued(Zero *z, int u, int kind, size_t n_full, double t_issue, int handle) {
@@ -413,7 +430,8 @@ static inline void zero_wait(Zero *z, int u, const char *what) {
     flight_done(z->flight, z->pending_seq[u]);
     if (kind == ZC_ALL_GATHER) zero_pp_landed(z, u);
     trace_end(z->trace, w0);
-    trace_span(z->trace, zero_collective_names[kind], TRACE_COMM, u, z->pending_bytes[u], z->issued[u], done);
+    trace_span_split(z->trace, zero_collective_names[kind], TRACE_COMM, u, z->pending_bytes[u], z->pending_across[u],
+                     z->issued[u], done);
     z->pending[u] = -1;
 }
 
