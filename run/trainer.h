@@ -321,7 +321,9 @@ static int setup(Run *r, int argc, char **argv) {
     zo.nvme_threads = c->aio_threads * c->aio_queue_depth; zo.nvme_block = (size_t)c->aio_block_size;
     zo.zeropp_qwz = c->zeropp_qwz; zo.zeropp_hpz = c->zeropp_hpz; zo.zeropp_qgz = c->zeropp_qgz;
     zo.zeropp_block = c->zeropp_block;
-    ZeroBackend be = trainer_backend(r);
+    if (c->trace_path) MPI_Barrier(MPI_COMM_WORLD); // the ranks' trace clocks start together
+    trace_init(&r->trace, r->rank, c->trace_path != NULL);
+    ZeroBackend be = trainer_backend(r); // (after trace_init: a backend may set the trace's clock sync)
     char why[320];
     if (zero_pp_problem(&zo, &be, r->world, why, sizeof(why))) {
         if (r->rank == 0) fprintf(stderr, "error: %s\n", why);
@@ -329,14 +331,14 @@ static int setup(Run *r, int argc, char **argv) {
         free(resume);
         return -1;
     }
-    if (c->trace_path) MPI_Barrier(MPI_COMM_WORLD); // the ranks' trace clocks start together
-    trace_init(&r->trace, r->rank, c->trace_path != NULL);
     gpt2_build(&r->model, &c->model, c->batch, c->seq_len, r->rank, r->world, &zo, config_recompute(c), be);
     r->model.z.trace = &r->trace;
     if (r->rank == 0 && (r->model.z.qwz || r->model.z.hpz > 1 || r->model.z.qgz)) {
         const Zero *z = &r->model.z;
-        printf("ZeRO++: qwZ %s, hpZ %s%d, qgZ %s%d; blocks of %zu; %d host%s x %d ranks\n", z->qwz ? "int8" : "off",
-               z->hpz > 1 ? "groups of " : "off ", z->hpz > 1 ? z->hpz : 1, z->qgz ? "int" : "off ", z->qgz ? z->qgz : 0,
+        char hp[32] = "off", qg[32] = "off";
+        if (z->hpz > 1) snprintf(hp, sizeof(hp), "groups of %d", z->hpz);
+        if (z->qgz) snprintf(qg, sizeof(qg), "int%d", z->qgz);
+        printf("ZeRO++: qwZ %s, hpZ %s, qgZ %s; blocks of %zu; %d host%s x %d ranks\n", z->qwz ? "int8" : "off", hp, qg,
                z->block, r->world / z->per_host, r->world / z->per_host == 1 ? "" : "s", z->per_host);
     }
     hang_start(&r->hang, &r->model.z, MPI_COMM_WORLD, r->nodes, c->log_path, c->comm_timeout, c->check_collectives);

@@ -50,7 +50,7 @@ run base 1 4 --steps 4
 run hpz2 1 4 --steps 4 --zeropp-hpz 2
 run h2_hpz2 2 2 --steps 4 --zeropp-hpz 2
 same base hpz2; same base h2_hpz2
-grep -q "ZeRO++: qwZ off, hpZ groups of 2, qgZ off 0; blocks of 2048; 2 hosts x 2 ranks" $d/h2_hpz2.out ||
+grep -q "ZeRO++: qwZ off, hpZ groups of 2, qgZ off; blocks of 2048; 2 hosts x 2 ranks" $d/h2_hpz2.out ||
   fail "the run does not say it runs hpZ on 2 hosts x 2 ranks"
 run qwz 1 4 --steps 4 --zeropp-qwz 1
 run h2_qwz 2 2 --steps 4 --zeropp-qwz 1
