@@ -15,6 +15,8 @@
 //     failed: No space left on device", a short read of a truncated file, ...).
 //   nvme_check(io): the files are still there at their size (a file deleted or truncated under
 //     a running job would otherwise go unnoticed until it is read); 0 or -1 (io->err).
+//   nvme_done(io, ticket): whether the transfer has finished, without blocking (the caller polls
+//     to start a transfer that must follow it without waiting for it).
 //   A ticket is a handle: waiting for it again, or for one whose transfer finished long ago,
 //     returns at once (its slot's generation says so), whatever the slot now carries.
 //   io->trace (core/trace.h; NULL: none): each transfer, when its last request finishes, is a
@@ -211,6 +213,15 @@ static inline int nvme_wait(Nvme *io, int ticket) {
     io->exposed_s += nvme_now() - t0;
     pthread_mutex_unlock(&io->mu);
     return bad ? -1 : 0;
+}
+
+static inline int nvme_done(Nvme *io, int ticket) {
+    if (ticket < 0) return 1;
+    int t = ticket % NVME_TICKETS, g = ticket / NVME_TICKETS;
+    pthread_mutex_lock(&io->mu);
+    int done = io->gen[t] != g || !io->pending[t];
+    pthread_mutex_unlock(&io->mu);
+    return done;
 }
 
 static inline int nvme_check(Nvme *io) {

@@ -135,6 +135,7 @@ typedef struct {
     int offload_param;     // LOC_*: where stage 3's parameter shard lives
     int nvme_buffers;      // NVMe: buffer sets and the piece in elements (zero/store.h's ZeroOptions; 0: its defaults)
     size_t nvme_piece;
+    double nvme_host_cache; // NVMe: bytes of the optimizer state kept in host memory (zero/store.h's host tier)
     int threads;           // the CPU trainer's OpenMP threads per rank (its matmul scratch);
                            // 0: as it picks them with all ranks on this machine (planner_threads)
     const PlanBackend *backend; // the trainer's activations and workspace (NULL: unknown)
@@ -185,6 +186,7 @@ static inline PlanInput planner_input_from_train_config(const TrainConfig *c, in
     in.offload_param = c->offload_param;
     in.nvme_buffers = c->nvme_buffers;
     in.nvme_piece = (size_t)c->nvme_buffer_size;
+    in.nvme_host_cache = c->nvme_host_cache_bytes > 0 ? c->nvme_host_cache_bytes : 0.0; // (auto: planner_host_cache_auto)
     in.threads = c->plan.threads;
     in.backend = backend;
     return in;
@@ -296,7 +298,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
     // where each kind lives: as zero.h places them for this trainer (a bare count models a GPU)
     ZeroOptions zo = zero_options(S, in->precision, in->optimizer);
     zo.offload_optimizer = in->offload_optimizer; zo.offload_param = in->offload_param;
-    zo.nvme_buffers = in->nvme_buffers; zo.nvme_piece = in->nvme_piece;
+    zo.nvme_buffers = in->nvme_buffers; zo.nvme_piece = in->nvme_piece; zo.nvme_host_cache = (size_t)in->nvme_host_cache;
     int unified = in->params_count > 0 || !in->backend ? 0 : in->backend->unified;
     zero_placement(&zo, unified, p->where);
     if (p->where[MEM_MASTER] != LOC_DEVICE || p->where[MEM_PARAMS] != LOC_DEVICE)
@@ -918,6 +920,31 @@ static inline int planner_time(const TrainConfig *c, const MemoryPlan *p) {
 }
 
 // Returns the process exit code: 0 (plan printed, or --help), 1 (bad options: one line on stderr).
+// --nvme-host-cache auto: per rank, what this machine's available memory (/proc/meminfo's
+// MemAvailable) leaves after nlocal ranks' plans without the host tier and a margin (a tenth of
+// MemTotal, at least 2 GiB), in whole 256 MiB (so that ranks reading it apart agree); 0 where
+// the memory is unknown.
+static inline double planner_host_cache_auto(const PlanInput *in, int nlocal) {
+    PlanInput base = *in;
+    base.nvme_host_cache = 0.0;
+    MemoryPlan p;
+    if (planner_plan(&base, &p) != 0) return 0.0;
+    int unified = in->backend && in->backend->unified;
+    double used = p.host_total + (unified ? p.total : 0.0), avail = -1.0, total = -1.0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof(line), f)) {
+        double kb;
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) avail = kb * 1024.0;
+        if (sscanf(line, "MemTotal: %lf kB", &kb) == 1) total = kb * 1024.0;
+    }
+    if (f) fclose(f);
+    if (avail < 0.0 || total < 0.0 || nlocal < 1) return 0.0;
+    double margin = total / 10.0 > 2147483648.0 ? total / 10.0 : 2147483648.0;
+    double left = (avail - margin) / nlocal - used, unit = 268435456.0;
+    return left > unit ? floor(left / unit) * unit : 0.0;
+}
+
 static inline int planner_main(int argc, char **argv, const PlanBackend *backend) {
     TrainConfig c;
     config_defaults(&c);
@@ -928,6 +955,7 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
     if (rc || planner_settle(&c)) return 1;
     if (c.plan.calibrate) return planner_calibrate(&c);
     PlanInput in = planner_input_from_train_config(&c, c.world, backend);
+    if (c.nvme_host_cache_bytes < 0) in.nvme_host_cache = planner_host_cache_auto(&in, c.world); // (all on this machine)
     const char *why = planner_input_problem(&in);
     if (why) { fprintf(stderr, "error: %s%s\n", why[0] == '-' ? "" : "model options: ", why); return 1; }
     if (c.plan.partitions) {
