@@ -21,7 +21,16 @@
 //   Each unit's slice starts at an NVME_ALIGN-aligned offset, and everything is read and written
 //   with direct I/O (core/nvme.h) in pieces of at most `piece` elements: the update streams the
 //   pieces through `nbuf` host buffer sets, reading ahead nbuf - 2 pieces while it updates one
-//   and writes the last one behind. A shard on NVMe is read into a host slot per gather buffer
+//   and writes the last one behind. Across the step boundary: the optimizer state's last writes
+//   drain behind the next forward (zero_stream_end waits only for the parameters' writes, which
+//   the next gathers read), and zero_store_poll, called at every unit boundary of the forward
+//   and backward, starts the next update's reads of its first nbuf - 1 pieces as soon as their
+//   buffer sets' writes are done, without blocking; the update then finds them in flight or
+//   done. A checkpoint's get or put first waits for every transfer and drops those reads (a
+//   put changes the files under them; the poll starts them again). The host tier
+//   (nvme_host_cache bytes): the last units' slices of the master weights and state arrays (the
+//   first whole pieces of one more slice) stay in host memory, counted as staging, and the
+//   update works on them in place; the files hold only the rest. A shard on NVMe is read into a host slot per gather buffer
 //   before its all-gather, the next unit's read issued while this one computes. Host memory for
 //   all this is the staging kind, bounded by the buffer settings; the files' bytes are counted
 //   per kind, where = nvme. An I/O error, or a file deleted or truncated under the job, ends it
@@ -573,7 +582,8 @@ static inline void zero_store_landing(ZeroStore *s) {
 // Frees the staging and landing slices and closes (removes: scratch) the NVMe files.
 static inline void zero_store_close(ZeroStore *s) {
     const ZeroLocation *st = zero_store_of(s, MEM_STAGING);
-    if (s->nvme) zero_nvme_quiesce(s); // (writes behind may still read the buffers)
+    for (int b = 0; b < s->nbuf && s->nvme; b++) // writes behind may still read the buffers (the trace may be gone)
+        for (int k = 0; k < 2 + OPT_MAX_SLICES; k++) { nvme_wait(s->nvme, s->buf_read[b][k]); nvme_wait(s->nvme, s->buf_write[b][k]); }
     for (int k = 0; k < 1 + OPT_MAX_SLICES; k++) st->free(s, s->cache[k]);
     for (int i = 0; i < 2; i++) { st->free(s, s->stage_grad[i]); st->free(s, s->stage_param[i]); }
     for (int b = 0; b < s->nbuf; b++) {
