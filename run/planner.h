@@ -28,7 +28,8 @@
 //     host memory). Unknown amounts are null and not in total.
 //   - planner_input_from_train_config() makes a plan's input from the one settings struct
 //     (TrainConfig), and planner_time_input() the time model's: the trainer's report and --plan
-//     both come through them.
+//     both come through them. --nvme-host-cache auto is settled by planner_host_cache_auto (this
+//     machine's available memory less the plan; the trainer's rank 0 asks it for all ranks).
 //   - planner_main(argc, argv, backend) is the command line (`train_gpt_cpu --plan ...`): the
 //     option table's rows that --plan takes (config.h: every trainer option that changes the
 //     memory or the step time, with the trainer's meaning, ranges and errors, and --plan's own),
@@ -542,7 +543,8 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
                 p->buffers_known ? &d[MEM_BUFFERS] : NULL, A, R, PLANNER_KIND(MEM_BUFFERS));
     if (p->bytes[MEM_STAGING] > 0.0)
         planner_row(f, p->where[MEM_MASTER] == LOC_NVME || p->where[MEM_PARAMS] == LOC_NVME
-                           ? "staging (offload, NVMe buffer sets)" : "staging (offload: 2+2 pieces)",
+                           ? (p->in.nvme_host_cache > 0 ? "staging (NVMe buffers, host tier)" : "staging (offload, NVMe buffer sets)")
+                           : "staging (offload: 2+2 pieces)",
                     "zero_staging_bytes", W(MEM_STAGING), &d[MEM_STAGING], A, R, PLANNER_KIND(MEM_STAGING));
     int rc = in->recompute.mode != RECOMPUTE_NONE;
     if (p->exact && rc) snprintf(lab, sizeof(lab), "activations (recompute %s)", gpt2_recompute_names[in->recompute.mode]);
@@ -919,11 +921,10 @@ static inline int planner_time(const TrainConfig *c, const MemoryPlan *p) {
     return 0;
 }
 
-// Returns the process exit code: 0 (plan printed, or --help), 1 (bad options: one line on stderr).
 // --nvme-host-cache auto: per rank, what this machine's available memory (/proc/meminfo's
-// MemAvailable) leaves after nlocal ranks' plans without the host tier and a margin (a tenth of
-// MemTotal, at least 2 GiB), in whole 256 MiB (so that ranks reading it apart agree); 0 where
-// the memory is unknown.
+// MemAvailable) leaves after nlocal ranks' plans without the host tier and a margin (a fifth of
+// MemTotal, at least 4 GiB: other processes grow too), in whole 256 MiB (so that ranks reading
+// it apart agree); 0 where the memory is unknown.
 static inline double planner_host_cache_auto(const PlanInput *in, int nlocal) {
     PlanInput base = *in;
     base.nvme_host_cache = 0.0;
@@ -940,11 +941,12 @@ static inline double planner_host_cache_auto(const PlanInput *in, int nlocal) {
     }
     if (f) fclose(f);
     if (avail < 0.0 || total < 0.0 || nlocal < 1) return 0.0;
-    double margin = total / 10.0 > 2147483648.0 ? total / 10.0 : 2147483648.0;
+    double margin = total / 5.0 > 4294967296.0 ? total / 5.0 : 4294967296.0;
     double left = (avail - margin) / nlocal - used, unit = 268435456.0;
     return left > unit ? floor(left / unit) * unit : 0.0;
 }
 
+// Returns the process exit code: 0 (plan printed, or --help), 1 (bad options: one line on stderr).
 static inline int planner_main(int argc, char **argv, const PlanBackend *backend) {
     TrainConfig c;
     config_defaults(&c);

@@ -10,7 +10,8 @@
 #
 #   NVME_PATH=DIR   where the files go (default /var/tmp/zeroc_nvme; ~19 GB free per run)
 #   STEPS=N         steps per run (default 3)   T=N  sequence length (default 256)
-#   CACHE=BYTES     the host tier's budget (default auto)
+#   CACHE=BYTES     the host tier's budget (default auto), with the default 4 buffer sets
+#   CASES="..."     which runs, of: before buffers4 buffers16 cache (default all)
 #   OUT=DIR         logs (default bench/out/nvme_overlap)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,7 +58,11 @@ print(f"  floors: compute alone {compute/1e3:.2f} s, the bytes at bench_nvme's r
       f"step / max = {ms/max(compute, disk):.2f}")
 PY
 }
-[ -n "${BEFORE:-}" ] && run before "$BEFORE"
-run buffers4 ./train_gpt_cpu
-run buffers16 ./train_gpt_cpu --nvme-buffers 16
-run buffers16_cache ./train_gpt_cpu --nvme-buffers 16 --nvme-host-cache "$CACHE"
+for c in ${CASES:-before buffers4 buffers16 cache}; do
+  case $c in
+    before) [ -n "${BEFORE:-}" ] && run before "$BEFORE" ;;
+    buffers4) run buffers4 ./train_gpt_cpu ;;
+    buffers16) run buffers16 ./train_gpt_cpu --nvme-buffers 16 ;;
+    cache) run cache ./train_gpt_cpu --nvme-host-cache "$CACHE" ;;
+  esac
+done

@@ -82,7 +82,7 @@ done
 echo "== 1b. the host tier: part and all of the optimizer state in host memory"
 mem_json() { grep '"event":"memory"' "$1" | head -1 | $PYTHON -c "import json,sys; m=json.load(sys.stdin); print(int(m['nvme']), int(m['$2']))"; }
 plan_json() { ./train_gpt_cpu --plan $model --seq-len 16 --batch 2 --world 2 "$@" --json | $PYTHON -c \
-  'import json,sys; p=json.load(sys.stdin); print(int(p["nvme"]), int(p["bytes"]["staging"]))'; }
+  'import json,sys; p=json.load(sys.stdin); print(int(p["nvme"]), int(p["staging"]))'; }
 for cfg in "bf16 1 none" "fp32 3 nvme" "fp16 2 none"; do
   set -- $cfg; p=$1; s=$2; op=$3; k=${p}_$s
   [ -d $d/m_$k ] || continue
@@ -91,7 +91,7 @@ for cfg in "bf16 1 none" "fp32 3 nvme" "fp16 2 none"; do
     cpu $common --steps 5 $o --nvme-path $d/nvme --nvme-buffers 3 --nvme-host-cache $hc --out $d/c_${k}_$hc \
       --log $d/c_${k}_$hc.jsonl > $d/c_${k}_$hc.out 2>&1 || { tail -3 $d/c_${k}_$hc.out; fail "$k host tier $hc"; continue; }
     grep -q "plan vs allocated: every kind on every rank matches exactly" $d/c_${k}_$hc.out || fail "$k $hc: plan and allocation differ"
-    got=$(mem_json $d/c_${k}_$hc.jsonl staging); want=$(plan_json $o --nvme-host-cache $hc)
+    got=$(mem_json $d/c_${k}_$hc.jsonl staging); want=$(plan_json $o --nvme-buffers 3 --nvme-host-cache $hc)
     [ "$got" = "$want" ] || fail "$k $hc: the memory log's nvme, staging ($got) differ from the planner's ($want)"
     base=$(mem_json $d/n_$k.jsonl staging | cut -d' ' -f1); now=${got% *}
     rd=$(grep -o '"nvme_read":[0-9]*' $d/c_${k}_$hc.jsonl | cut -d: -f2 | paste -sd+ | bc)
