@@ -69,6 +69,7 @@ good = {
     "offload-param": (["--offload-param", "cpu"], ["--zero-stage", "3", "--offload-optimizer", "cpu"], "where params live"),
     "nvme-buffers": (["--nvme-buffers", "6"], ["--zero-stage", "1", "--offload-optimizer", "nvme"], "staging"),
     "nvme-buffer-size": (["--nvme-buffer-size", "4096"], ["--zero-stage", "1", "--offload-optimizer", "nvme"], "staging"),
+    "nvme-host-cache": (["--nvme-host-cache", "1e6"], ["--zero-stage", "1", "--offload-optimizer", "nvme"], "the host tier: staging, nvme"),
     "deepspeed": (["--deepspeed", f"{d}/ds.json"], [], "the file sets stage, batch, offload, precision"),
     "strict": (["--strict"], ["--deepspeed", f"{d}/ds.json"], "decides which --deepspeed files run"),
 }
