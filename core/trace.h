@@ -21,7 +21,7 @@
 //     double t0 = trace_begin(t, name, cat, unit, bytes); ...; trace_end(t, t0);
 //         a span of the thread that runs the step (the rank's "compute" lane); spans nest (LIFO).
 //         trace_end returns the span's seconds.
-//     trace_span(t, name, cat, unit, bytes, start, end);
+//     trace_span(t, name, cat, unit, bytes, start, end);  (trace_span_of(t, step, ...): of that step)
 //         work that overlaps that thread, with the times whoever knows them took (a collective
 //         from issue to completion, an asynchronous copy, an I/O on a helper thread); drawn on
 //         lanes of their own. Safe from any thread.
@@ -205,12 +205,15 @@ static inline double trace_end(Trace *t, double t0) {
     return s;
 }
 
-// Work with its own times, overlapping the step's thread. Any thread.
-static inline void trace_span(Trace *t, const char *name, int cat, int unit, double bytes, double start, double end) {
+// Work with its own times, overlapping the step's thread. Any thread. trace_span_of: of the
+// given step (work started in one step and finished in the next: NVMe's writes behind).
+static inline void trace_span_of(Trace *t, int step, const char *name, int cat, int unit, double bytes, double start,
+                                 double end) {
     if (!t) return;
     if (end < start) end = start;
     trace_lock(t);
-    trace_push(t, name, cat, TRACE_KIND_SPAN, unit, bytes, start, end - start);
+    long k = trace_push(t, name, cat, TRACE_KIND_SPAN, unit, bytes, start, end - start);
+    if (k >= 0) t->ev[k].step = step;
     if (t->niv == t->civ) {
         size_t c = t->civ ? 2 * t->civ : 256;
         TraceInterval *iv = (TraceInterval *)realloc(t->iv, c * sizeof(TraceInterval));
@@ -218,6 +221,10 @@ static inline void trace_span(Trace *t, const char *name, int cat, int unit, dou
     }
     if (t->niv < t->civ) { t->iv[t->niv].a = start; t->iv[t->niv].b = end; t->iv[t->niv].cat = cat; t->niv++; }
     trace_unlock(t);
+}
+
+static inline void trace_span(Trace *t, const char *name, int cat, int unit, double bytes, double start, double end) {
+    if (t) trace_span_of(t, t->step, name, cat, unit, bytes, start, end);
 }
 
 static inline void trace_instant(Trace *t, const char *name, int cat, int unit, double value) {
