@@ -23,7 +23,7 @@ TMP      = $@.$$$$.part
 HEADERS  := $(wildcard *.h core/*.h zero/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
-.PHONY: planner-web all test test-docs-long bench bench-ranks bench-optimizer bench-recompute zeropp-quality nvme-demo setup clean data fuzz gpu_check gpu_pack gpu_session soak docs-figures FORCE
+.PHONY: planner-web all test test-docs-long bench bench-ranks bench-optimizer bench-recompute zeropp-quality nvme-demo nvme-overlap setup clean data fuzz gpu_check gpu_pack gpu_session soak docs-figures FORCE
 all: train_gpt_cpu
 
 # The planner as a web page (docs/planner/, issue 43): `train_gpt_cpu --plan` compiled to
@@ -210,6 +210,11 @@ bench-optimizer: test/bin/bench_optimizer
 # NVME_PATH=DIR, ~23 GB free there; minutes per step on a laptop-class disk).
 nvme-demo: train_gpt_cpu test/bin/bench_nvme
 	bash scripts/nvme_demo.sh
+
+# Issue 41: d48 at T=256 with the optimizer on NVMe: exposed I/O before (BEFORE=binary) and now,
+# with more buffer sets and with the host tier (CACHE=auto or bytes); scripts/nvme_overlap.sh.
+nvme-overlap: train_gpt_cpu test/bin/bench_nvme
+	bash scripts/nvme_overlap.sh
 
 # Not in the suite (minutes): 2 ranks, ZeRO-3, fp16 through random kills, stops and restarts until
 # SOAK_STEPS (3000) are done; the final weights must equal an uninterrupted run's (test/soak.sh).

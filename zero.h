@@ -453,6 +453,7 @@ static inline void zero_progress(Zero *z, int u) {
     double t0 = busy ? trace_begin(z->trace, "progress", TRACE_WAIT, u, 0.0) : 0.0;
     z->be.progress(z->be.ctx);
     if (busy) trace_end(z->trace, t0);
+    zero_store_poll(&z->st); // the next update's NVMe reads, as their buffers free up
 }
 
 // A blocking all-reduce of n doubles, numbered in the flight recorder (unit -1). Everything that
@@ -755,8 +756,8 @@ static inline void zero_update_streamed(Zero *z, const OptStep *step) {
         zero_stream_close(&z->st, pc, i);
         if (pc->lo + pc->n == zero_slice(z, u)) { trace_end(z->trace, t_unit); zero_gather_updated_unit(z, u); }
     }
+    zero_stream_end(&z->st, pcs, P);
     free(pcs);
-    zero_stream_end(&z->st);
     for (int u = 0; u < z->lay.num_units; u++) zero_wait(z, u, "all_gather (updated parameters)");
 }
 

@@ -15,12 +15,16 @@
 //     failed: No space left on device", a short read of a truncated file, ...).
 //   nvme_check(io): the files are still there at their size (a file deleted or truncated under
 //     a running job would otherwise go unnoticed until it is read); 0 or -1 (io->err).
+//   nvme_done(io, ticket): whether the transfer has finished, without blocking (the caller polls
+//     to start a transfer that must follow it without waiting for it).
 //   A ticket is a handle: waiting for it again, or for one whose transfer finished long ago,
 //     returns at once (its slot's generation says so), whatever the slot now carries.
 //   io->trace (core/trace.h; NULL: none): each transfer, when its last request finishes, is a
 //     span from its submission ("nvme read"/"nvme write", category nvme, with its bytes and
-//     the `tag` nvme_submit was given), drawn by the I/O thread that finished it.
-//   Accounting: bytes read and written, time with any request in flight (busy), and time the
+//     the `tag` nvme_submit was given), drawn by the I/O thread that finished it, in the step
+//     that submitted it.
+//   Accounting: bytes read and written (counted when submitted: a transfer is its step's even
+//     when it finishes in the next), time with any request in flight (busy), and time the
 //     caller spent blocked in nvme_wait (exposed); nvme_take_stats() returns and resets them.
 //   nvme_close(io, remove): joins the threads, closes the files, and with remove deletes them
 //     and the directory (scratch: removed at a clean exit).
@@ -63,7 +67,8 @@ typedef struct {
     int pending[NVME_TICKETS];                // requests left per ticket (0: free or done)
     int gen[NVME_TICKETS];                    // each slot's generation: a ticket is gen * NVME_TICKETS + slot
     double submitted[NVME_TICKETS], bytes[NVME_TICKETS]; // each slot's transfer, for the trace:
-    int tag[NVME_TICKETS], writing[NVME_TICKETS];        // when, how many bytes, tag, direction
+    int tag[NVME_TICKETS], writing[NVME_TICKETS];        // when, how many bytes, tag, direction,
+    int step[NVME_TICKETS];                              // the trace's step then
     Trace *trace;
     int failed;                               // an error happened (err says which)
     char err[1024];                           // the first error (a path in it cut at 800 characters)
@@ -97,8 +102,6 @@ static void *nvme_thread(void *arg) {
             done += (size_t)k;
         }
         pthread_mutex_lock(&io->mu);
-        if (r.writing) io->bytes_written += (double)done;
-        else io->bytes_read += (double)done;
         if (e && !io->failed) {
             io->failed = 1;
             snprintf(io->err, sizeof(io->err), "%.800s: %s of %zu bytes at offset %zu failed: %s", io->path[r.file],
@@ -107,8 +110,8 @@ static void *nvme_thread(void *arg) {
         }
         if (--io->running == 0) io->busy_s += nvme_now() - io->busy_since;
         if (--io->pending[r.ticket] == 0 && io->trace)
-            trace_span(io->trace, io->writing[r.ticket] ? "nvme write" : "nvme read", TRACE_NVME, io->tag[r.ticket],
-                       io->bytes[r.ticket], io->submitted[r.ticket], nvme_now());
+            trace_span_of(io->trace, io->step[r.ticket], io->writing[r.ticket] ? "nvme write" : "nvme read", TRACE_NVME,
+                          io->tag[r.ticket], io->bytes[r.ticket], io->submitted[r.ticket], nvme_now());
         pthread_cond_broadcast(&io->done);
     }
     pthread_mutex_unlock(&io->mu);
@@ -185,6 +188,9 @@ static inline int nvme_submit(Nvme *io, int file, void *buf, size_t bytes, size_
     io->pending[t] = 1; // held while the requests are queued
     io->gen[t] = (io->gen[t] + 1) % (1 << 22);
     io->submitted[t] = nvme_now(); io->bytes[t] = (double)bytes; io->tag[t] = tag; io->writing[t] = writing;
+    io->step[t] = io->trace ? io->trace->step : 0;
+    if (writing) io->bytes_written += (double)bytes;
+    else io->bytes_read += (double)bytes;
     for (size_t at = 0; at < bytes; at += io->block) {
         while (io->count == NVME_QUEUE) pthread_cond_wait(&io->done, &io->mu);
         NvmeRequest *r = &io->q[(io->head + io->count) % NVME_QUEUE];
@@ -195,7 +201,8 @@ static inline int nvme_submit(Nvme *io, int file, void *buf, size_t bytes, size_
         pthread_cond_signal(&io->work);
     }
     if (--io->pending[t] == 0 && io->trace) // (every request already done)
-        trace_span(io->trace, writing ? "nvme write" : "nvme read", TRACE_NVME, tag, (double)bytes, io->submitted[t], nvme_now());
+        trace_span_of(io->trace, io->step[t], writing ? "nvme write" : "nvme read", TRACE_NVME, tag, (double)bytes,
+                      io->submitted[t], nvme_now());
     pthread_cond_broadcast(&io->work);
     pthread_mutex_unlock(&io->mu);
     return io->gen[t] * NVME_TICKETS + t;
@@ -211,6 +218,15 @@ static inline int nvme_wait(Nvme *io, int ticket) {
     io->exposed_s += nvme_now() - t0;
     pthread_mutex_unlock(&io->mu);
     return bad ? -1 : 0;
+}
+
+static inline int nvme_done(Nvme *io, int ticket) {
+    if (ticket < 0) return 1;
+    int t = ticket % NVME_TICKETS, g = ticket / NVME_TICKETS;
+    pthread_mutex_lock(&io->mu);
+    int done = io->gen[t] != g || !io->pending[t];
+    pthread_mutex_unlock(&io->mu);
+    return done;
 }
 
 static inline int nvme_check(Nvme *io) {

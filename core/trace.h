@@ -21,7 +21,7 @@
 //     double t0 = trace_begin(t, name, cat, unit, bytes); ...; trace_end(t, t0);
 //         a span of the thread that runs the step (the rank's "compute" lane); spans nest (LIFO).
 //         trace_end returns the span's seconds.
-//     trace_span(t, name, cat, unit, bytes, start, end);
+//     trace_span(t, name, cat, unit, bytes, start, end);  (trace_span_of(t, step, ...): of that step)
 //         work that overlaps that thread, with the times whoever knows them took (a collective
 //         from issue to completion, an asynchronous copy, an I/O on a helper thread); drawn on
 //         lanes of their own. Safe from any thread.
@@ -209,14 +209,17 @@ static inline double trace_end(Trace *t, double t0) {
     return s;
 }
 
-// Work with its own times, overlapping the step's thread. Any thread.
-static inline void trace_span_split(Trace *t, const char *name, int cat, int unit, double bytes, double across,
-                                    double start, double end) {
+// Work with its own times, overlapping the step's thread. Any thread. trace_span_at: of the given
+// step (work started in one step and finished in the next: NVMe's writes behind), with the bytes
+// of it that crossed hosts (ZeRO++'s split; < 0: not a collective's); trace_span_of: of the given
+// step; trace_span_split: of this step, with the bytes across hosts.
+static inline void trace_span_at(Trace *t, int step, const char *name, int cat, int unit, double bytes, double across,
+                                 double start, double end) {
     if (!t) return;
     if (end < start) end = start;
     trace_lock(t);
     long e = trace_push(t, name, cat, TRACE_KIND_SPAN, unit, bytes, start, end - start);
-    if (e >= 0) t->ev[e].across = across;
+    if (e >= 0) { t->ev[e].step = step; t->ev[e].across = across; }
     if (t->niv == t->civ) {
         size_t c = t->civ ? 2 * t->civ : 256;
         TraceInterval *iv = (TraceInterval *)realloc(t->iv, c * sizeof(TraceInterval));
@@ -227,7 +230,15 @@ static inline void trace_span_split(Trace *t, const char *name, int cat, int uni
 }
 
 static inline void trace_span(Trace *t, const char *name, int cat, int unit, double bytes, double start, double end) {
-    trace_span_split(t, name, cat, unit, bytes, -1.0, start, end);
+    if (t) trace_span_at(t, t->step, name, cat, unit, bytes, -1.0, start, end);
+}
+static inline void trace_span_of(Trace *t, int step, const char *name, int cat, int unit, double bytes, double start,
+                                 double end) {
+    trace_span_at(t, step, name, cat, unit, bytes, -1.0, start, end);
+}
+static inline void trace_span_split(Trace *t, const char *name, int cat, int unit, double bytes, double across,
+                                    double start, double end) {
+    if (t) trace_span_at(t, t->step, name, cat, unit, bytes, across, start, end);
 }
 
 static inline void trace_instant(Trace *t, const char *name, int cat, int unit, double value) {

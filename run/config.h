@@ -320,6 +320,10 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
     CO_NUM("nvme-buffer-size", NVME_BUFFER_SIZE, CU_TRAIN | CU_MEM, OT_LONG, nvme_buffer_size, 16777216, 2048, \
            1099511627776.0, NULL, "N", "elements per piece streamed to and from NVMe (rounded up to\n" \
            "a multiple of 2048; host memory grows with it)", "zero_optimization.offload_param.buffer_size", NULL) \
+    CO_STR("nvme-host-cache", NVME_HOST_CACHE, CU_TRAIN | CU_MEM, nvme_host_cache, NULL, NULL, "BYTES", \
+           "with --offload-optimizer nvme: keep BYTES of the optimizer state in host\n" \
+           "memory (the last units' slices), the rest on NVMe; auto: what the plan\n" \
+           "leaves of this machine's available memory, less a margin", NULL) \
     CO_NUM("aio-threads", AIO_THREADS, CU_TRAIN, OT_INT, aio_threads, 1, 1, 32, NULL, "N", \
            "NVMe I/O: threads x queue depth requests run at once (at most 32)", "aio.thread_count", NULL) \
     CO_NUM("aio-queue-depth", AIO_QUEUE_DEPTH, CU_TRAIN, OT_INT, aio_queue_depth, 8, 1, 32, NULL, "N", \
@@ -455,6 +459,8 @@ typedef struct TrainConfig {
     const char *nvme_path;
     int nvme_buffers;
     long nvme_buffer_size;
+    const char *nvme_host_cache;   // --nvme-host-cache as given: bytes or "auto"
+    double nvme_host_cache_bytes;  // ... as bytes (config_validate; -1: auto, for the trainer to settle)
     int aio_threads, aio_queue_depth;
     long aio_block_size;
     float comm_timeout;   // seconds a collective may take before the job is aborted
@@ -1062,6 +1068,21 @@ static inline int config_validate(TrainConfig *c, int world) {
         return -1;
     }
     if (config_validate_zeropp(c, world)) return -1;
+    c->nvme_host_cache_bytes = 0;
+    if (c->nvme_host_cache) {
+        char *e = NULL;
+        double v = strcmp(c->nvme_host_cache, "auto") ? strtod(c->nvme_host_cache, &e) : -1.0;
+        if (e && (e == c->nvme_host_cache || *e || !(v >= 0.0 && v < 1e18))) {
+            fprintf(stderr, "error: --nvme-host-cache %s: not a byte count or auto\n", c->nvme_host_cache);
+            return -1;
+        }
+        if (v != 0.0 && c->offload_optimizer != LOC_NVME) {
+            fprintf(stderr, "error: --nvme-host-cache %s needs --offload-optimizer nvme (it keeps part of the "
+                            "optimizer state NVMe would hold)\n", c->nvme_host_cache);
+            return -1;
+        }
+        c->nvme_host_cache_bytes = v < 0.0 ? -1.0 : floor(v);
+    }
     if (c->aio_block_size % 4096) {
         fprintf(stderr, "error: --aio-block-size %ld is not a multiple of 4096 (direct I/O's alignment)\n", c->aio_block_size);
         return -1;

@@ -28,7 +28,8 @@
 //     host memory). Unknown amounts are null and not in total.
 //   - planner_input_from_train_config() makes a plan's input from the one settings struct
 //     (TrainConfig), and planner_time_input() the time model's: the trainer's report and --plan
-//     both come through them.
+//     both come through them. --nvme-host-cache auto is settled by planner_host_cache_auto (this
+//     machine's available memory less the plan; the trainer's rank 0 asks it for all ranks).
 //   - planner_main(argc, argv, backend) is the command line (`train_gpt_cpu --plan ...`): the
 //     option table's rows that --plan takes (config.h: every trainer option that changes the
 //     memory or the step time, with the trainer's meaning, ranges and errors, and --plan's own),
@@ -138,6 +139,7 @@ typedef struct {
     // ZeRO++ (zero/pp.h): qwZ, hpZ's group, qgZ's bits, the block; the ranks per host qgZ's
     // levels use (0: every rank on one host): its buffers and hpZ's secondary shard (MEM_HPZ)
     int zeropp_qwz, zeropp_hpz, zeropp_qgz, zeropp_block, zeropp_per_host;
+    double nvme_host_cache; // NVMe: bytes of the optimizer state kept in host memory (zero/store.h's host tier)
     int threads;           // the CPU trainer's OpenMP threads per rank (its matmul scratch);
                            // 0: as it picks them with all ranks on this machine (planner_threads)
     const PlanBackend *backend; // the trainer's activations and workspace (NULL: unknown)
@@ -188,6 +190,7 @@ static inline PlanInput planner_input_from_train_config(const TrainConfig *c, in
     in.offload_param = c->offload_param;
     in.nvme_buffers = c->nvme_buffers;
     in.nvme_piece = (size_t)c->nvme_buffer_size;
+    in.nvme_host_cache = c->nvme_host_cache_bytes > 0 ? c->nvme_host_cache_bytes : 0.0; // (auto: planner_host_cache_auto)
     in.threads = c->plan.threads;
     in.backend = backend;
     in.zeropp_qwz = c->zeropp_qwz; in.zeropp_hpz = c->zeropp_hpz; in.zeropp_qgz = c->zeropp_qgz;
@@ -301,10 +304,10 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
     // where each kind lives: as zero.h places them for this trainer (a bare count models a GPU)
     ZeroOptions zo = zero_options(S, in->precision, in->optimizer);
     zo.offload_optimizer = in->offload_optimizer; zo.offload_param = in->offload_param;
-    zo.nvme_buffers = in->nvme_buffers; zo.nvme_piece = in->nvme_piece;
     zo.zeropp_qwz = in->zeropp_qwz; zo.zeropp_hpz = in->zeropp_hpz; zo.zeropp_qgz = in->zeropp_qgz;
     zo.zeropp_block = in->zeropp_block;
     zo.zeropp_per_host = in->zeropp_per_host > 0 && in->world % in->zeropp_per_host == 0 ? in->zeropp_per_host : in->world;
+    zo.nvme_buffers = in->nvme_buffers; zo.nvme_piece = in->nvme_piece; zo.nvme_host_cache = (size_t)in->nvme_host_cache;
     int unified = in->params_count > 0 || !in->backend ? 0 : in->backend->unified;
     zero_placement(&zo, unified, p->where);
     if (p->where[MEM_MASTER] != LOC_DEVICE || p->where[MEM_PARAMS] != LOC_DEVICE)
@@ -552,7 +555,8 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
                 p->buffers_known ? &d[MEM_BUFFERS] : NULL, A, R, PLANNER_KIND(MEM_BUFFERS));
     if (p->bytes[MEM_STAGING] > 0.0)
         planner_row(f, p->where[MEM_MASTER] == LOC_NVME || p->where[MEM_PARAMS] == LOC_NVME
-                           ? "staging (offload, NVMe buffer sets)" : "staging (offload: 2+2 pieces)",
+                           ? (p->in.nvme_host_cache > 0 ? "staging (NVMe buffers, host tier)" : "staging (offload, NVMe buffer sets)")
+                           : "staging (offload: 2+2 pieces)",
                     "zero_staging_bytes", W(MEM_STAGING), &d[MEM_STAGING], A, R, PLANNER_KIND(MEM_STAGING));
     if (p->bytes[MEM_HPZ] > 0.0) // ZeRO++ hpZ's secondary parameter shard
         planner_row(f, "hpZ secondary shard", "p P / G", W(MEM_HPZ), &d[MEM_HPZ], A, R, PLANNER_KIND(MEM_HPZ));
@@ -931,6 +935,31 @@ static inline int planner_time(const TrainConfig *c, const MemoryPlan *p) {
     return 0;
 }
 
+// --nvme-host-cache auto: per rank, what this machine's available memory (/proc/meminfo's
+// MemAvailable) leaves after nlocal ranks' plans without the host tier and a margin (a fifth of
+// MemTotal, at least 4 GiB: other processes grow too), in whole 256 MiB (so that ranks reading
+// it apart agree); 0 where the memory is unknown.
+static inline double planner_host_cache_auto(const PlanInput *in, int nlocal) {
+    PlanInput base = *in;
+    base.nvme_host_cache = 0.0;
+    MemoryPlan p;
+    if (planner_plan(&base, &p) != 0) return 0.0;
+    int unified = in->backend && in->backend->unified;
+    double used = p.host_total + (unified ? p.total : 0.0), avail = -1.0, total = -1.0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof(line), f)) {
+        double kb;
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) avail = kb * 1024.0;
+        if (sscanf(line, "MemTotal: %lf kB", &kb) == 1) total = kb * 1024.0;
+    }
+    if (f) fclose(f);
+    if (avail < 0.0 || total < 0.0 || nlocal < 1) return 0.0;
+    double margin = total / 5.0 > 4294967296.0 ? total / 5.0 : 4294967296.0;
+    double left = (avail - margin) / nlocal - used, unit = 268435456.0;
+    return left > unit ? floor(left / unit) * unit : 0.0;
+}
+
 // Returns the process exit code: 0 (plan printed, or --help), 1 (bad options: one line on stderr).
 static inline int planner_main(int argc, char **argv, const PlanBackend *backend) {
     TrainConfig c;
@@ -942,6 +971,7 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
     if (rc || planner_settle(&c)) return 1;
     if (c.plan.calibrate) return planner_calibrate(&c);
     PlanInput in = planner_input_from_train_config(&c, c.world, backend);
+    if (c.nvme_host_cache_bytes < 0) in.nvme_host_cache = planner_host_cache_auto(&in, c.world); // (all on this machine)
     const char *why = planner_input_problem(&in);
     if (why) { fprintf(stderr, "error: %s%s\n", why[0] == '-' ? "" : "model options: ", why); return 1; }
     if (c.plan.partitions) {

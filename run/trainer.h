@@ -312,6 +312,13 @@ static int setup(Run *r, int argc, char **argv) {
     if (r->rank == 0 && c->ds_config_path) config_print_resolved(stdout, c);
 
     r->accum = config_accum_steps(c, r->world);
+    if (c->nvme_host_cache_bytes < 0) { // auto: rank 0 settles it for all (the plan is everyone's)
+        PlanInput in = planner_input_from_train_config(c, r->world, r->plan_backend);
+        double b = r->rank == 0 ? planner_host_cache_auto(&in, r->world / (r->nodes > 0 ? r->nodes : 1)) : 0.0;
+        MPI_Bcast(&b, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        c->nvme_host_cache_bytes = b;
+        if (r->rank == 0) printf("--nvme-host-cache auto: %.0f bytes (%.2f GB) of the optimizer state per rank in host memory\n", b, b / 1e9);
+    }
     char nvme_dir[4500] = "";
     int nvme = c->offload_optimizer == LOC_NVME || c->offload_param == LOC_NVME;
     if (nvme && nvme_prepare(r, nvme_dir, sizeof(nvme_dir))) { if (init) fclose(init); free(resume); return -1; }
@@ -321,6 +328,7 @@ static int setup(Run *r, int argc, char **argv) {
     zo.nvme_threads = c->aio_threads * c->aio_queue_depth; zo.nvme_block = (size_t)c->aio_block_size;
     zo.zeropp_qwz = c->zeropp_qwz; zo.zeropp_hpz = c->zeropp_hpz; zo.zeropp_qgz = c->zeropp_qgz;
     zo.zeropp_block = c->zeropp_block;
+    zo.nvme_host_cache = (size_t)c->nvme_host_cache_bytes;
     if (c->trace_path) MPI_Barrier(MPI_COMM_WORLD); // the ranks' trace clocks start together
     trace_init(&r->trace, r->rank, c->trace_path != NULL);
     ZeroBackend be = trainer_backend(r); // (after trace_init: a backend may set the trace's clock sync)

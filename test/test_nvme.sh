@@ -7,11 +7,16 @@
 #      read-ahead and write-behind wrap around many times a step. The scratch directories are gone
 #      after a clean exit; the memory log's nvme bytes equal the planner's (--plan --json) and
 #      the files' sizes while it runs.
+#   1b. The host tier (--nvme-host-cache): budgets part (~40% of the optimizer state) and all,
+#      bf16 ZeRO-1, fp32 ZeRO-3 with parameters on NVMe, fp16 ZeRO-2: bit for bit equal to memory
+#      as above (the update reads the next step's first pieces ahead across the step boundary in
+#      every NVMe run); the NVMe bytes fall by the cached share, the planner's nvme and staging
+#      equal the memory log's, all cached reads nothing; auto runs; a bad budget is one line.
 #   2. The GPU trainer on the CUDA emulator (host staging between NVMe and the device), 2 ranks:
 #      bf16 ZeRO-2, fp16 ZeRO-3 with parameters on NVMe, fp32 ZeRO-1: equal to no offload.
 #   3. Resume across placements: saved with NVMe, resumed in memory, and the reverse (to another
 #      path): the resumed steps equal the uninterrupted run's.
-#   4. kill -9 mid-run, then --resume: the checkpoint loads, the killed run's scratch directories
+#   4. kill -9 mid-run (with a host tier and the next update's reads ahead), then --resume: the checkpoint loads, the killed run's scratch directories
 #      are removed (a note says so), and the resumed steps equal the uninterrupted run's.
 #   5. Faults, each one line naming the path and a non-zero exit: a missing --nvme-path, a file
 #      given for it, a read-only filesystem, a filesystem without the planned bytes free (a 1 MB
@@ -74,6 +79,44 @@ for cfg in "bf16 3 nvme" "fp32 1 none"; do
     || fail "$1 ZeRO-$2: planner nvme $want, memory log $got"
 done
 
+echo "== 1b. the host tier: part and all of the optimizer state in host memory"
+mem_json() { grep '"event":"memory"' "$1" | head -1 | $PYTHON -c "import json,sys; m=json.load(sys.stdin); print(int(m['nvme']), int(m['$2']))"; }
+plan_json() { ./train_gpt_cpu --plan $model --seq-len 16 --batch 2 --world 2 "$@" --json | $PYTHON -c \
+  'import json,sys; p=json.load(sys.stdin); print(int(p["nvme"]), int(p["staging"]))'; }
+for cfg in "bf16 1 none" "fp32 3 nvme" "fp16 2 none"; do
+  set -- $cfg; p=$1; s=$2; op=$3; k=${p}_$s
+  [ -d $d/m_$k ] || continue
+  for hc in 100000 1e9; do
+    o="--precision $p --zero-stage $s --offload-optimizer nvme --offload-param $op --nvme-buffer-size 2048"
+    cpu $common --steps 5 $o --nvme-path $d/nvme --nvme-buffers 3 --nvme-host-cache $hc --out $d/c_${k}_$hc \
+      --log $d/c_${k}_$hc.jsonl > $d/c_${k}_$hc.out 2>&1 || { tail -3 $d/c_${k}_$hc.out; fail "$k host tier $hc"; continue; }
+    grep -q "plan vs allocated: every kind on every rank matches exactly" $d/c_${k}_$hc.out || fail "$k $hc: plan and allocation differ"
+    got=$(mem_json $d/c_${k}_$hc.jsonl staging); want=$(plan_json $o --nvme-buffers 3 --nvme-host-cache $hc)
+    [ "$got" = "$want" ] || fail "$k $hc: the memory log's nvme, staging ($got) differ from the planner's ($want)"
+    base=$(mem_json $d/n_$k.jsonl staging | cut -d' ' -f1); now=${got% *}
+    rd=$(grep -o '"nvme_read":[0-9]*' $d/c_${k}_$hc.jsonl | cut -d: -f2 | paste -sd+ | bc)
+    if [ $hc = 1e9 ] && [ $op = none ]; then [ "$rd" = 0 ] && [ "$now" = 0 ] || fail "$k all cached: NVMe still read $rd bytes, files $now"
+    else [ "$now" -lt "$base" ] && [ "$now" -gt 0 ] || fail "$k cached: files $now bytes against $base without the tier"; fi
+    if same_steps $d/m_$k.jsonl $d/c_${k}_$hc.jsonl && same_ckpt $d/m_$k $d/c_${k}_$hc; then
+      echo "ok   $p ZeRO-$s, host tier $hc bytes: NVMe files $now bytes (without: $base), identical to memory"
+    else fail "$k host tier $hc: differs from memory"; fi
+  done
+done
+cpu $common --steps 5 --precision bf16 --zero-stage 1 --offload-optimizer nvme --nvme-path $d/nvme --nvme-buffer-size 2048 \
+  --nvme-host-cache auto --log $d/c_auto.jsonl > $d/c_auto.out 2>&1 || fail "--nvme-host-cache auto"
+grep -q '^--nvme-host-cache auto: [0-9]* bytes' $d/c_auto.out && same_steps $d/m_bf16_1.jsonl $d/c_auto.jsonl \
+  && grep -q "plan vs allocated: every kind on every rank matches exactly" $d/c_auto.out \
+  && echo "ok   --nvme-host-cache auto: $(grep -o '^--nvme-host-cache auto: [0-9]* bytes' $d/c_auto.out | cut -d' ' -f3-), identical to memory" \
+  || fail "--nvme-host-cache auto"
+for bad in "12x|not a byte count" "1e30|not a byte count"; do
+  ./train_gpt_cpu $common --steps 1 --offload-optimizer nvme --zero-stage 1 --nvme-path $d/nvme --nvme-host-cache ${bad%|*} > $d/f.out 2>&1
+  [ $? -ne 0 ] && [ "$(grep -c '^error' $d/f.out)" = 1 ] && grep -q "^error: --nvme-host-cache .*${bad#*|}" $d/f.out \
+    && echo "ok   --nvme-host-cache ${bad%|*}: $(grep '^error' $d/f.out)" || fail "--nvme-host-cache ${bad%|*} accepted"
+done
+./train_gpt_cpu $common --steps 1 --zero-stage 1 --nvme-host-cache 1000 > $d/f.out 2>&1
+[ $? -ne 0 ] && grep -q "^error: --nvme-host-cache 1000 needs --offload-optimizer nvme" $d/f.out && echo "ok   --nvme-host-cache without NVMe: one line" \
+  || fail "--nvme-host-cache without NVMe accepted"
+
 echo "== 2. GPU trainer (emulated): NVMe = memory"
 for cfg in "bf16 2 none" "fp16 3 nvme" "fp32 1 none"; do
   set -- $cfg; p=$1; s=$2; op=$3
@@ -100,7 +143,7 @@ for first in nvme memory; do
 done
 
 echo "== 4. kill -9 mid-run, then --resume"
-long="$run --precision bf16 --zero-stage 2 $nv --offload-param none --nvme-path $d/nvme"
+long="$run --precision bf16 --zero-stage 2 $nv --offload-param none --nvme-path $d/nvme --nvme-host-cache 100000"
 cpu $common --steps 120 --precision bf16 --zero-stage 2 --log $d/k_full.jsonl > /dev/null 2>&1 || fail "uninterrupted run (4)"
 cpu $model $long --steps 120 --out $d/killed --save-every 2 --log $d/k1.jsonl > $d/k1.out 2>&1 &
 pid=$!

@@ -38,8 +38,8 @@ run bf16 2 --zero-stage 3 --precision bf16 && check "2 ranks, stage 3, bf16" 2 1
 
 # recompute and NVMe in the timeline: stage 3, full recompute, optimizer and parameters on NVMe
 # in pieces of 2048 elements. Besides the checks above: one "recompute" span per layer and
-# micro-step; the "nvme write" spans' bytes add up to the step log's nvme_write (every write is
-# waited for within its step's update) and the reads' to no more than its nvme_read, each wait
+# micro-step; the "nvme write" spans' bytes add up to the step log's nvme_write (a transfer is
+# the step's that submitted it, even when it drains behind the next forward) and the reads' to no more than its nvme_read, each wait
 # for NVMe on the compute lane, and the log's exposed_io_ms (core/nvme.h's own timing of its
 # waits, inside those spans) not above rank 0's "wait nvme" spans.
 mkdir -p $d/nvme

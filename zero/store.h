@@ -21,7 +21,16 @@
 //   Each unit's slice starts at an NVME_ALIGN-aligned offset, and everything is read and written
 //   with direct I/O (core/nvme.h) in pieces of at most `piece` elements: the update streams the
 //   pieces through `nbuf` host buffer sets, reading ahead nbuf - 2 pieces while it updates one
-//   and writes the last one behind. A shard on NVMe is read into a host slot per gather buffer
+//   and writes the last one behind. Across the step boundary: the optimizer state's last writes
+//   drain behind the next forward (zero_stream_end waits only for the parameters' writes, which
+//   the next gathers read), and zero_store_poll, called at every unit boundary of the forward
+//   and backward, starts the next update's reads of its first nbuf - 1 pieces as soon as their
+//   buffer sets' writes are done, without blocking; the update then finds them in flight or
+//   done. A checkpoint's get or put first waits for every transfer and drops those reads (a
+//   put changes the files under them; the poll starts them again). The host tier
+//   (nvme_host_cache bytes): the last units' slices of the master weights and state arrays (the
+//   first whole pieces of one more slice) stay in host memory, counted as staging, and the
+//   update works on them in place; the files hold only the rest. A shard on NVMe is read into a host slot per gather buffer
 //   before its all-gather, the next unit's read issued while this one computes. Host memory for
 //   all this is the staging kind, bounded by the buffer settings; the files' bytes are counted
 //   per kind, where = nvme. An I/O error, or a file deleted or truncated under the job, ends it
@@ -95,6 +104,8 @@ typedef struct {
     // consecutive ranks (<= 1: off), qgZ's bits (0: off, 4, 8), the block (0: 2048), and the ranks
     // per host qgZ's hierarchy uses (0: the backend's host_size)
     int zeropp_qwz, zeropp_hpz, zeropp_qgz, zeropp_block, zeropp_per_host;
+    // NVMe's host tier: bytes of the optimizer state kept in host memory instead of its files
+    size_t nvme_host_cache;
 } ZeroOptions;
 // Nothing offloaded; the rest as given.
 static inline ZeroOptions zero_options(int stage, int dtype, int optimizer) {
@@ -143,7 +154,16 @@ struct ZeroStore {
     // for a shard on NVMe (the unit it holds, its read and the copy that reads it, tickets/handles)
     Nvme *nvme;
     int file[MEM_KINDS];
-    size_t off4[GPT2_MAX_UNITS + 1], offp[GPT2_MAX_UNITS + 1];
+    size_t offo[GPT2_MAX_UNITS + 1], offp[GPT2_MAX_UNITS + 1];
+    // the host tier: unit u's first cached[u] elements of the master weights and state arrays
+    // live in host memory (cache[0]: master, cache[1 + k]: state k, from element cache_at[u]),
+    // the rest in the files (offo: each unit's file part's byte offset)
+    size_t cached[GPT2_MAX_UNITS], cache_at[GPT2_MAX_UNITS + 1];
+    float *cache[1 + OPT_MAX_SLICES];
+    // across the step boundary: the next update's first pieces (nnext) and how many of their
+    // reads have started (prefetched), each once its buffer set's write behind is done
+    ZeroPiece next[ZERO_MAX_BUFS];
+    int nnext, prefetched;
     size_t piece;
     int nbuf;
     float *buf_master[ZERO_MAX_BUFS], *buf_state[ZERO_MAX_BUFS][OPT_MAX_SLICES];
@@ -207,11 +227,29 @@ static inline void zero_store_pieces(ZeroStore *s, const ZeroOptions *o) {
     size_t want = o->nvme_piece ? o->nvme_piece : (size_t)1 << 24;
     s->piece = zero_on_nvme(s->where) ? zero_round(want < slice ? want : slice, 2048) : slice;
     s->nbuf = o->nvme_buffers < 2 ? 2 : o->nvme_buffers > ZERO_MAX_BUFS ? ZERO_MAX_BUFS : o->nvme_buffers;
+    // the host tier, from the last unit back: whole slices while the budget lasts, then the first
+    // whole pieces of one more slice (so that every piece is either cached or in its file)
+    size_t left = s->where[MEM_MASTER] == LOC_NVME ? o->nvme_host_cache / (4 * (1 + (size_t)s->nstate)) : 0;
+    for (int u = s->lay->num_units - 1; u >= 0; u--) {
+        size_t n = zero_store_slice(s, u), c = n <= left ? n : left / s->piece * s->piece;
+        s->cached[u] = c;
+        left -= c;
+    }
+    s->cache_at[0] = 0;
+    for (int u = 0; u < s->lay->num_units; u++) s->cache_at[u + 1] = s->cache_at[u] + s->cached[u];
+}
+// Elements of the host tier per array (master weights, each state array).
+static inline size_t zero_cache_elems(const ZeroStore *s) { return s->cache_at[s->lay->num_units]; }
+// Where element lo of unit u's slice of a kind is in the host tier; NULL when in its file.
+static inline float *zero_cache_at(const ZeroStore *s, int kind, int u, size_t lo) {
+    if (kind < MEM_MASTER || kind >= MEM_BUFFERS || lo >= s->cached[u]) return NULL;
+    return s->cache[kind - MEM_MASTER] + s->cache_at[u] + lo;
 }
 // Bytes of the host staging these placements need (the planner predicts with it):
 //   a device's offloaded update: two pieces of gradients, and two of parameters unless the
 //     parameter shard is off the device;
-//   the optimizer state on NVMe: nbuf sets of (master + state arrays) pieces;
+//   the optimizer state on NVMe: nbuf sets of (master + state arrays) pieces, and the host tier
+//     (master + state arrays of the cached elements);
 //   a shard on NVMe: nbuf pieces of parameters (the update writes them there), and one slice per
 //     gather buffer (embeddings, final LayerNorm, two layers).
 static inline size_t zero_staging_bytes(const ZeroStore *s, int unified) {
@@ -219,7 +257,7 @@ static inline size_t zero_staging_bytes(const ZeroStore *s, int unified) {
     size_t b = 0, piece = s->piece, e = s->esize;
     if (!unified && where[MEM_MASTER] != LOC_DEVICE)
         b += 2 * piece * e + (where[MEM_PARAMS] == LOC_DEVICE ? 2 * piece * e : 0);
-    if (where[MEM_MASTER] == LOC_NVME) b += (size_t)s->nbuf * piece * 4 * (1 + (size_t)s->nstate);
+    if (where[MEM_MASTER] == LOC_NVME) b += ((size_t)s->nbuf * piece + zero_cache_elems(s)) * 4 * (1 + (size_t)s->nstate);
     if (where[MEM_PARAMS] == LOC_NVME) {
         b += (size_t)s->nbuf * piece * e;
         b += zero_round(zero_store_slice(s, UNIT_EMBED) * e, NVME_ALIGN) +
@@ -234,16 +272,21 @@ static inline size_t zero_landing_floats(const ZeroStore *s, int unified) {
     if (unified || s->where[MEM_PARAMS] == LOC_DEVICE) return 0;
     return zero_store_slice(s, UNIT_EMBED) + zero_store_slice(s, gpt2_final_unit(s->lay)) + 2 * zero_store_layer_slice(s);
 }
-// A kind's file on NVMe: this rank's slices of every unit, each padded to NVME_ALIGN (the planner
-// asks too, before any Zero is initialised); and each slice's byte offset in it.
-static inline size_t zero_nvme_file_bytes(const ZeroStore *s, int kind) {
-    size_t e = zero_store_elem(s, kind), b = 0;
-    for (int u = 0; u < s->lay->num_units; u++) b += zero_round(zero_store_slice(s, u) * e, NVME_ALIGN);
-    return b;
+// A kind's file on NVMe: this rank's slices of every unit (less what the host tier keeps), each
+// padded to NVME_ALIGN (the planner asks too, before any Zero is initialised); and each slice's
+// byte offset in it.
+static inline size_t zero_nvme_filed(const ZeroStore *s, int kind, int u) {
+    return zero_store_slice(s, u) - (kind == MEM_PARAMS ? 0 : s->cached[u]);
 }
-static inline void zero_nvme_offsets(const ZeroStore *s, size_t e, size_t *off) {
+static inline void zero_nvme_offsets(const ZeroStore *s, int kind, size_t *off) {
     off[0] = 0;
-    for (int u = 0; u < s->lay->num_units; u++) off[u + 1] = off[u] + zero_round(zero_store_slice(s, u) * e, NVME_ALIGN);
+    for (int u = 0; u < s->lay->num_units; u++)
+        off[u + 1] = off[u] + zero_round(zero_nvme_filed(s, kind, u) * zero_store_elem(s, kind), NVME_ALIGN);
+}
+static inline size_t zero_nvme_file_bytes(const ZeroStore *s, int kind) {
+    size_t off[GPT2_MAX_UNITS + 1];
+    zero_nvme_offsets(s, kind, off);
+    return off[s->lay->num_units];
 }
 
 // --- NVMe and copies ---------------------------------------------------------------------
@@ -258,7 +301,8 @@ static inline void zero_nvme_fail(ZeroStore *s) {
 static inline int zero_nvme_io(ZeroStore *s, int kind, int u, size_t lo, size_t n, void *buf, int writing) {
     size_t e = zero_store_elem(s, kind), bytes = zero_round(n * e, NVME_ALIGN);
     s->nvme->trace = *s->trace; // (core/nvme.h draws each transfer in the trace as it completes)
-    return nvme_submit(s->nvme, s->file[kind], buf, bytes, (e == 4 ? s->off4 : s->offp)[u] + lo * e, writing, u);
+    size_t at = kind == MEM_PARAMS ? s->offp[u] + lo * e : s->offo[u] + (lo - s->cached[u]) * e;
+    return nvme_submit(s->nvme, s->file[kind], buf, bytes, at, writing, u);
 }
 // Waits for a transfer (-1: none; one waited for before: at once); in the trace, the time it
 // blocked the caller ("wait nvme": exposed I/O).
@@ -363,15 +407,35 @@ static inline void zero_nvme_free(ZeroStore *s, void *p) { (void)s; (void)p; }
 static inline void *zero_nvme_buf(ZeroStore *s, int kind, int b) {
     return kind == MEM_PARAMS ? s->buf_param[b] : kind == MEM_MASTER ? (void *)s->buf_master[b] : (void *)s->buf_state[b][kind - MEM_STATE];
 }
+// Every buffer set's reads and writes done; the next update's reads started ahead are dropped
+// (started again by zero_store_poll): a checkpoint goes through buffer set 0, and a load changes
+// the files under them.
+static inline void zero_nvme_quiesce(ZeroStore *s) {
+    for (int b = 0; b < s->nbuf; b++)
+        for (int k = 0; k < 2 + OPT_MAX_SLICES; k++) {
+            zero_nvme_wait(s, s->buf_read[b][k]);
+            zero_nvme_wait(s, s->buf_write[b][k]);
+            s->buf_read[b][k] = s->buf_write[b][k] = -1;
+        }
+    s->prefetched = 0;
+}
 static inline void zero_nvme_sync(ZeroStore *s, int kind, int u, size_t lo, float *host, size_t n, int dtype, int writing) {
     void *buf = zero_nvme_buf(s, kind, 0);
+    zero_nvme_quiesce(s);
     for (int q = 0; q < 4 && writing && kind == MEM_PARAMS; q++) { // what the slots hold is stale now
         if (s->pslot_read[q] >= 0) zero_nvme_wait(s, s->pslot_read[q]);
         s->pslot_read[q] = -1;
         s->pslot_unit[q] = -1;
     }
-    for (size_t at = 0; at < n; at += s->piece) {
-        size_t m = n - at < s->piece ? n - at : s->piece;
+    for (size_t at = 0, m; at < n; at += m) {
+        m = n - at < s->piece ? n - at : s->piece;
+        float *c = zero_cache_at(s, kind, u, lo + at);
+        if (c) { // in the host tier (up to its end in this slice)
+            if (m > s->cached[u] - (lo + at)) m = s->cached[u] - (lo + at);
+            if (writing) zc_narrow(c, host + at, m, dtype);
+            else zc_widen(host + at, c, m, dtype);
+            continue;
+        }
         if (writing) zc_narrow(buf, host + at, m, dtype);
         zero_nvme_wait(s, zero_nvme_io(s, kind, u, lo + at, m, buf, writing));
         if (!writing) zc_widen(host + at, buf, m, dtype);
@@ -411,19 +475,21 @@ static inline const void *zero_nvme_send(ZeroStore *s, int u, const void *at) {
 // the set's last write is done) and written back behind; the parameters written into it (once
 // its last parameter write is done) and to their file.
 static inline void zero_nvme_fetch(ZeroStore *s, int kind, const ZeroPiece *pc, int i) {
-    if (kind == MEM_PARAMS) return;
+    if (kind == MEM_PARAMS || zero_cache_at(s, kind, pc->u, pc->lo)) return;
     int b = i % s->nbuf, q = zero_store_bufslot(kind);
     zero_nvme_wait(s, s->buf_write[b][q]);
     s->buf_write[b][q] = -1;
     s->buf_read[b][q] = zero_nvme_io(s, kind, pc->u, pc->lo, pc->n, zero_nvme_buf(s, kind, b), 0);
 }
 static inline void *zero_nvme_open(ZeroStore *s, int kind, const ZeroPiece *pc, int i) {
-    (void)pc;
+    float *c = zero_cache_at(s, kind, pc->u, pc->lo);
+    if (c) return c; // the host tier: updated in place
     int b = i % s->nbuf, q = zero_store_bufslot(kind);
     zero_nvme_wait(s, kind == MEM_PARAMS ? s->buf_write[b][q] : s->buf_read[b][q]);
     return zero_nvme_buf(s, kind, b);
 }
 static inline void zero_nvme_close(ZeroStore *s, int kind, const ZeroPiece *pc, int i) {
+    if (zero_cache_at(s, kind, pc->u, pc->lo)) return;
     int b = i % s->nbuf;
     s->buf_write[b][zero_store_bufslot(kind)] = zero_nvme_io(s, kind, pc->u, pc->lo, pc->n, zero_nvme_buf(s, kind, b), 1);
 }
@@ -470,12 +536,12 @@ static inline void zero_store_init(ZeroStore *s, const ZeroBackend *be, Trace *c
         snprintf(msg, sizeof(msg), "NVMe offload: %s", s->nvme ? err : "out of memory");
         be->fatal(be->ctx, msg);
     }
-    zero_nvme_offsets(s, 4, s->off4);
-    zero_nvme_offsets(s, esize, s->offp);
+    zero_nvme_offsets(s, MEM_MASTER, s->offo);
+    zero_nvme_offsets(s, MEM_PARAMS, s->offp);
     static const char *const names[MEM_KINDS] = {"params.bin", "grads.bin", "master.bin", "state0.bin", "state1.bin"};
     for (int k = MEM_PARAMS; k < MEM_BUFFERS; k++) {
         if (where[k] != LOC_NVME || (k >= MEM_STATE && k - MEM_STATE >= nstate)) continue;
-        s->file[k] = nvme_file(s->nvme, names[k], (zero_store_elem(s, k) == 4 ? s->off4 : s->offp)[lay->num_units]);
+        s->file[k] = nvme_file(s->nvme, names[k], (k == MEM_PARAMS ? s->offp : s->offo)[lay->num_units]);
         if (s->file[k] < 0) zero_nvme_fail(s);
     }
 }
@@ -502,6 +568,10 @@ static inline void zero_store_staging(ZeroStore *s) {
         }
         if (s->where[MEM_PARAMS] == LOC_NVME) s->buf_param[b] = st->alloc(s, MEM_STAGING, piece * e);
     }
+    for (int k = 0; k < 1 + s->nstate && zero_cache_elems(s); k++) { // the host tier (initialised by put)
+        s->cache[k] = (float *)st->alloc(s, MEM_STAGING, zero_cache_elems(s) * 4);
+        memset(s->cache[k], 0, zero_cache_elems(s) * 4);
+    }
     if (s->where[MEM_PARAMS] == LOC_NVME) {
         size_t n[4] = {zero_store_slice(s, UNIT_EMBED), zero_store_slice(s, gpt2_final_unit(s->lay)),
                        zero_store_layer_slice(s), zero_store_layer_slice(s)};
@@ -517,6 +587,9 @@ static inline void zero_store_landing(ZeroStore *s) {
 // Frees the staging and landing slices and closes (removes: scratch) the NVMe files.
 static inline void zero_store_close(ZeroStore *s) {
     const ZeroLocation *st = zero_store_of(s, MEM_STAGING);
+    for (int b = 0; b < s->nbuf && s->nvme; b++) // writes behind may still read the buffers (the trace may be gone)
+        for (int k = 0; k < 2 + OPT_MAX_SLICES; k++) { nvme_wait(s->nvme, s->buf_read[b][k]); nvme_wait(s->nvme, s->buf_write[b][k]); }
+    for (int k = 0; k < 1 + OPT_MAX_SLICES; k++) st->free(s, s->cache[k]);
     for (int i = 0; i < 2; i++) { st->free(s, s->stage_grad[i]); st->free(s, s->stage_param[i]); }
     for (int b = 0; b < s->nbuf; b++) {
         st->free(s, s->buf_master[b]);
@@ -563,6 +636,9 @@ static inline void zero_stream_begin(ZeroStore *s) {
     for (int q = 0; q < 4; q++)
         if (s->pslot_read[q] >= 0) { zero_nvme_wait(s, s->pslot_read[q]); s->pslot_read[q] = -1; s->pslot_unit[q] = -1; }
     for (int k = 0; k < MEM_KINDS; k++) s->fetched[k] = 0;
+    for (int k = MEM_MASTER; k < MEM_MASTER + 1 + s->nstate; k++) // read ahead across the step boundary
+        if (s->where[k] == LOC_NVME) s->fetched[k] = s->prefetched;
+    s->nnext = s->prefetched = 0;
     s->d2h[0] = s->d2h[1] = s->h2d[0] = s->h2d[1] = -1;
 }
 static inline void zero_stream_open(ZeroStore *s, const ZeroPiece *pcs, int P, int i, void *at[MEM_BUFFERS]) {
@@ -579,12 +655,35 @@ static inline void zero_stream_close(ZeroStore *s, const ZeroPiece *pc, int i) {
     int kinds[3 + OPT_MAX_SLICES], K = zero_stream_kinds(s, kinds);
     for (int j = 1; j < K; j++) zero_store_of(s, kinds[j])->close(s, kinds[j], pc, i); // (the gradient is only read)
 }
-static inline void zero_stream_end(ZeroStore *s) {
-    for (int b = 0; b < s->nbuf; b++)
-        for (int k = 0; k < 2 + OPT_MAX_SLICES; k++) { zero_nvme_wait(s, s->buf_write[b][k]); s->buf_write[b][k] = -1; }
+static inline void zero_store_poll(ZeroStore *s);
+static inline void zero_stream_end(ZeroStore *s, const ZeroPiece *pcs, int P) {
+    if (s->where[MEM_PARAMS] == LOC_NVME) // the parameters' writes land before the next gathers read them
+        for (int b = 0; b < s->nbuf; b++) {
+            int q = zero_store_bufslot(MEM_PARAMS);
+            zero_nvme_wait(s, s->buf_write[b][q]);
+            s->buf_write[b][q] = -1;
+        }
     for (int q = 0; q < 2; q++)
         if (s->h2d[q] >= 0) zero_store_host_wait(s, s->h2d[q], "a parameter piece's copy to the device");
     s->updates++;
+    // the optimizer state's writes drain behind the next forward; the next update's first pieces
+    // are read ahead into the buffer sets they free (all but one: the update's own read-ahead
+    // starts its next piece there)
+    s->nnext = s->where[MEM_MASTER] == LOC_NVME ? (P < s->nbuf - 1 ? P : s->nbuf - 1) : 0;
+    for (int i = 0; i < s->nnext; i++) s->next[i] = pcs[i];
+    s->prefetched = 0;
+    zero_store_poll(s);
+}
+// At a unit boundary of the forward and backward: the next update's reads whose buffer sets are
+// free start, in order, without waiting.
+static inline void zero_store_poll(ZeroStore *s) {
+    while (s->nvme && s->prefetched < s->nnext) {
+        int i = s->prefetched, b = i % s->nbuf, free = 1;
+        for (int k = 0; k < 1 + s->nstate; k++) free = free && nvme_done(s->nvme, s->buf_write[b][k]);
+        if (!free) return;
+        for (int k = 0; k < 1 + s->nstate; k++) zero_nvme_fetch(s, MEM_MASTER + k, &s->next[i], i);
+        s->prefetched++;
+    }
 }
 
 // NVMe traffic since the last call: bytes read and written, ms with I/O in flight, and ms the
