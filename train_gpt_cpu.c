@@ -507,6 +507,7 @@ static ZeroBackend trainer_backend(Run *r) {
     mpi_handle_errors(b);
     MPI_Op_create(mpi_sum_bf16, 1, &b->sum16[ZC_BF16]);
     MPI_Op_create(mpi_sum_fp16, 1, &b->sum16[ZC_FP16]);
+    mpi_find_hosts(b);
     return mpi_backend(b);
 }
 
@@ -549,6 +550,7 @@ int main(int argc, char **argv) {
     run.backend = &mpi;
     run.plan_backend = &cpu_plan_backend;
     int rc = trainer_run(&run, argc, argv);
+    mpi_free_groups(&mpi);
     MPI_Finalize();
     return rc;
 }

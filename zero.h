@@ -54,12 +54,24 @@
 //     One rank: a collective over one rank is the identity, so none is issued: stages 0 and 1
 //              leave the gradient where it is, stages 2 and 3 add each bucket straight into the
 //              shard, and stage 3 computes from its shard in place (unless it is offloaded).
+//   ZeRO++ (zero/pp.h has the mechanics and their contract; ZeroOptions' zeropp_*). qwZ: stage
+//     3's parameter all-gathers send int8 blocks, dequantized on arrival; the owner's slice is
+//     exact. hpZ: the forward's gather of a unit also fills this rank's part of the secondary
+//     shard (MEM_HPZ, partitioned over hpZ's group of consecutive ranks inside a host), and any
+//     later gather of the unit within the same forward (the backward's, a recompute's) is an
+//     all-gather of those parts inside the group. qgZ: stages 2 and 3 reduce each bucket by a
+//     two-level all-to-all of quantized slices (inside the host, then across hosts), started where
+//     the reduce-scatter was and finished in zero_finish_reduce; the result lands in the receive
+//     slice and is added to the shard as before. Each is off with one rank, and refused where
+//     the backend lacks ZeRO++'s entries or the hosts do not fit (zero_pp_problem).
 //   Accounting. Every collective's bytes are counted in the ring model (all-gather or
-//   reduce-scatter of M bytes over N ranks: M(N-1)/N; all-reduce: twice that), and every
+//   reduce-scatter of M bytes over N ranks: M(N-1)/N; all-reduce: twice that; ZeRO++'s: the
+//   messages a rank sends), split into inside the host and across hosts (a world collective: the
+//   pieces from the L - 1 ranks of the host and from the N - L others), and every
 //   buffer this header asks the backend to allocate is counted by kind and by where it lives.
 //   Timeline (core/trace.h, z->trace, NULL: none). Each collective is a span from its issue to
 //   its completion (as the backend's wait reports it), named all_gather, reduce_scatter or
-//   all_reduce, with its unit and the bytes counted above; the time the caller's thread spends
+//   all_reduce, with its unit and the bytes counted above, inside the host and across hosts; the time the caller's thread spends
 //   blocked in a wait (or in a progress poke while collectives are in flight: MPI moves data
 //   inside those calls) is a "wait" span; each unit's update is an "update" span (the stores'
 //   own spans: zero/store.h).
@@ -101,6 +113,7 @@
 #include "core/trace.h"
 #include "core/flight.h"
 #include "zero/store.h"
+#include "zero/pp.h"
 
 #define ZERO_ALIGN 16 // elements: every slice starts on a 64-byte boundary in fp32
 
@@ -149,6 +162,23 @@ typedef struct {
     // accounting
     size_t mem[MEM_KINDS];         // bytes allocated, by kind (where[kind] says where)
     double comm[ZC_NUM_COLLECTIVES]; // bytes moved this step, ring model
+    // ZeRO++ (zero/pp.h): qwZ on, hpZ's group (1: off), qgZ's bits (0: off), the block, ranks per host
+    int qwz, hpz, qgz, per_host;
+    size_t block;
+    ZeroPPShape pp;
+    void *qw_buf[4];               // qwZ's messages, per gather buffer (embeddings, final, the two layers')
+    void *hp_second;               // hpZ's secondary shard (MEM_HPZ)
+    void *qg_slot[3];              // qgZ's level 1, per receive slot; its sums and level 2, shared
+    float *qg_sums;
+    void *qg_shared;
+    void *pp_dst[GPT2_MAX_UNITS];  // where a unit's gather lands
+    int qw_land[GPT2_MAX_UNITS];   // its qwZ messages to dequantize there on arrival (the buffer's index + 1)
+    int hp_keep[GPT2_MAX_UNITS];   // its arrival fills the unit's secondary part
+    unsigned long hp_have[GPT2_MAX_UNITS]; // 1 + the forward whose gather filled it (0: none)
+    int qg_todo[GPT2_MAX_UNITS];   // a qgZ reduction started: zero_finish_reduce finishes it
+    double comm_inside, comm_across; // this step's bytes sent inside the host and across hosts
+    double last_across;              // ... of the collective counted last
+    double pending_across[GPT2_MAX_UNITS]; // the unit's collective in flight: its bytes across hosts
 } Zero;
 
 // --- partition arithmetic -------------------------------------------------------------
@@ -168,6 +198,82 @@ static inline int zero_is_layer(const Zero *z, int u) { return u >= 1 && u < gpt
 // Element i of a buffer of the model's element type.
 static inline void *zero_at(const Zero *z, const void *p, size_t i) { return p ? (char *)p + i * z->esize : NULL; }
 
+// --- ZeRO++: what it needs of the job ---------------------------------------------------
+
+// NULL when ZeRO++'s options (ZeroOptions' zeropp_*) can run on this backend over `world` ranks,
+// else why not, in buf (one line for the caller to print once).
+static inline const char *zero_pp_problem(const ZeroOptions *o, const ZeroBackend *be, int world, char *buf, size_t n) {
+    int on = o->zeropp_qwz || o->zeropp_hpz > 1 || o->zeropp_qgz;
+    if (!on) return NULL;
+    if (!be->host_size || !be->group_all_gather || !be->group_all_to_all || !be->quantize || !be->dequantize ||
+        !be->dequantize_add || !be->convert) {
+        snprintf(buf, n, "ZeRO++ (--zeropp-qwz / --zeropp-hpz / --zeropp-qgz) is not implemented by this trainer's "
+                         "communication backend yet");
+        return buf;
+    }
+    int per_host = o->zeropp_per_host > 0 ? o->zeropp_per_host : be->host_size(be->ctx);
+    if ((o->zeropp_hpz > 1 || o->zeropp_qgz) && world > 1 && per_host < 1) {
+        snprintf(buf, n, "ZeRO++'s %s needs every host to run as many ranks, consecutive ranks filling each host "
+                         "(mpirun's default --map-by slot); this job's hosts do not (ZERO_HOST_ID, cpu/mpi_backend.h)",
+                 o->zeropp_hpz > 1 ? "--zeropp-hpz" : "--zeropp-qgz");
+        return buf;
+    }
+    if (o->zeropp_hpz > 1 && (per_host % o->zeropp_hpz || world % o->zeropp_hpz)) {
+        snprintf(buf, n, "--zeropp-hpz %d does not divide the %d ranks per host (hpZ's group stays inside a host)",
+                 o->zeropp_hpz, per_host);
+        return buf;
+    }
+    return NULL;
+}
+
+// ZeRO++'s settings into z (zero_init; the planner calls it on its own Zero): each only where its
+// stage has what it changes and there is more than one rank.
+static inline void zero_pp_setup(Zero *z, const ZeroOptions *o) {
+    int multi = z->world > 1;
+    z->qwz = multi && z->stage == 3 && o->zeropp_qwz;
+    z->hpz = multi && z->stage == 3 && o->zeropp_hpz > 1 ? o->zeropp_hpz : 1;
+    z->qgz = multi && z->stage >= 2 ? o->zeropp_qgz : 0;
+    z->block = o->zeropp_block > 0 ? (size_t)o->zeropp_block : 2048;
+    z->per_host = o->zeropp_per_host > 0 ? o->zeropp_per_host : z->be.host_size ? z->be.host_size(z->be.ctx) : 0;
+    if (z->per_host < 1 || z->world % z->per_host) z->per_host = z->world;
+    ZeroPPShape *p = &z->pp;
+    p->qwz = z->qwz; p->hpz = z->hpz; p->qgz = z->qgz; p->rank = z->rank; p->world = z->world;
+    p->per_host = z->per_host; p->dtype = z->dtype; p->esize = z->esize; p->block = z->block;
+}
+// ZeRO++'s buffers, in elements of the element type (zero_init allocates them as such):
+// per gather buffer qwZ's messages, per receive slot qgZ's level 1, qgZ's shared part; and hpZ's
+// secondary shard (MEM_HPZ), apart.
+static inline size_t zero_pp_elems(const Zero *z, size_t bytes) { return (bytes + z->esize - 1) / z->esize; }
+static inline size_t zero_pp_buffer_elems(const Zero *z) {
+    size_t se = zero_slice(z, UNIT_EMBED), sf = zero_slice(z, gpt2_final_unit(&z->lay)), sl = zero_max_layer(z) / z->world;
+    size_t n = 0, s0 = se > sf ? se : sf, smax = s0 > sl ? s0 : sl;
+    if (z->qwz) n += zero_pp_elems(z, zpp_qw_bytes(&z->pp, se)) + zero_pp_elems(z, zpp_qw_bytes(&z->pp, sf)) +
+                     2 * zero_pp_elems(z, zpp_qw_bytes(&z->pp, sl));
+    if (z->qgz) n += zero_pp_elems(z, zpp_qg_slot_bytes(&z->pp, s0)) + 2 * zero_pp_elems(z, zpp_qg_slot_bytes(&z->pp, sl)) +
+                     zero_pp_elems(z, zpp_qg_sums_bytes(&z->pp, smax)) +
+                     zero_pp_elems(z, zpp_qg_shared_bytes(&z->pp, smax) - zpp_qg_sums_bytes(&z->pp, smax));
+    return n;
+}
+static inline size_t zero_hpz_elems(const Zero *z) { return z->hpz > 1 ? z->lay.num_flat / (size_t)z->hpz : 0; }
+static inline void zero_pp_alloc(Zero *z) {
+    ZeroStore *st = &z->st;
+    size_t se = zero_slice(z, UNIT_EMBED), sf = zero_slice(z, gpt2_final_unit(&z->lay)), sl = zero_max_layer(z) / z->world;
+    size_t s0 = se > sf ? se : sf, smax = s0 > sl ? s0 : sl;
+    if (z->qwz) {
+        size_t s[4] = {se, sf, sl, sl};
+        for (int i = 0; i < 4; i++) z->qw_buf[i] = zero_store_alloc(st, MEM_BUFFERS, zero_pp_elems(z, zpp_qw_bytes(&z->pp, s[i])));
+    }
+    if (z->qgz) {
+        size_t s[3] = {s0, sl, sl};
+        for (int i = 0; i < 3; i++)
+            if (zpp_qg_slot_bytes(&z->pp, s[i])) z->qg_slot[i] = zero_store_alloc(st, MEM_BUFFERS, zero_pp_elems(z, zpp_qg_slot_bytes(&z->pp, s[i])));
+        z->qg_sums = (float *)zero_store_alloc(st, MEM_BUFFERS, zero_pp_elems(z, zpp_qg_sums_bytes(&z->pp, smax)));
+        size_t two = zpp_qg_shared_bytes(&z->pp, smax) - zpp_qg_sums_bytes(&z->pp, smax);
+        if (two) z->qg_shared = zero_store_alloc(st, MEM_BUFFERS, zero_pp_elems(z, two));
+    }
+    if (z->hpz > 1) z->hp_second = zero_store_alloc(st, MEM_HPZ, zero_hpz_elems(z));
+}
+
 // Sets up the partition and allocates this rank's model states and buffers (ZeroOptions: the
 // stage, the element type, the optimizer, what is offloaded, and where NVMe files go).
 static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world, const ZeroOptions *o, ZeroBackend be) {
@@ -177,6 +283,7 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world
     z->dtype = dtype; z->esize = zc_dtype_size(dtype);
     z->optimizer = o->optimizer;
     z->nstate = optimizer_info(o->optimizer)->slices;
+    zero_pp_setup(z, o);
     zero_placement(o, be.unified, z->where);
     if (!be.unified && z->where[MEM_PARAMS] != LOC_DEVICE && z->where[MEM_MASTER] == LOC_DEVICE)
         be.fatal(be.ctx, "--offload-param needs the optimizer offloaded as well (the update that writes the offloaded "
@@ -206,6 +313,7 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world
         z->gather_final = zero_store_alloc(st, MEM_BUFFERS, gpt2_unit_padded(&z->lay, F));
         for (int i = 0; i < 2; i++) z->gather_layer[i] = zero_store_alloc(st, MEM_BUFFERS, zero_max_layer(z));
     }
+    zero_pp_alloc(z);
     zero_store_landing(st); // a host or NVMe shard's slice lands there before its gather
     for (int u = 0; u < GPT2_MAX_UNITS; u++) z->pending[u] = -1;
     z->buffer_layer[0] = z->buffer_layer[1] = z->in_use = -1;
@@ -220,6 +328,7 @@ static inline size_t zero_buffer_floats(const Zero *z, int unified) {
     if (z->stage >= 2) n += embed + fin + 2 * zero_max_layer(z)                          // buckets
                             + zero_slice(z, UNIT_EMBED) + 2 * (zero_max_layer(z) / z->world); // receive slices
     if (z->stage == 3) n += embed + fin + 2 * zero_max_layer(z);                         // gather buffers
+    n += zero_pp_buffer_elems(z);                                                        // ZeRO++'s (zero/pp.h)
     return n + zero_landing_floats(&z->st, unified);                                     // landing slices
 }
 
@@ -230,8 +339,10 @@ static inline void zero_free(Zero *z) {
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) zero_store_free(st, kind[i], all[i]);
     void *buffers[] = {z->gather_embed, z->gather_final, z->gather_layer[0], z->gather_layer[1], z->bucket_embed,
                        z->bucket_final, z->bucket_layer[0], z->bucket_layer[1], z->scatter_recv[0], z->scatter_recv[1],
-                       z->scatter_recv[2]};
+                       z->scatter_recv[2], z->qw_buf[0], z->qw_buf[1], z->qw_buf[2], z->qw_buf[3], z->qg_slot[0],
+                       z->qg_slot[1], z->qg_slot[2], z->qg_sums, z->qg_shared};
     for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) zero_store_free(st, MEM_BUFFERS, buffers[i]);
+    zero_store_free(st, MEM_HPZ, z->hp_second);
     zero_store_close(st);
 }
 
@@ -256,7 +367,18 @@ static inline double zero_ring_bytes(const Zero *z, int kind, double M) {
 static inline double zero_count(Zero *z, int kind, size_t n_full) {
     double bytes = zero_ring_bytes(z, kind, (double)n_full * z->esize);
     z->comm[kind] += bytes;
+    double in = 0.0, out = 0.0; // each rank's piece from every other: inside the host or across
+    zpp_split_world(&z->pp, (double)n_full * z->esize / z->world * (kind == ZC_ALL_REDUCE ? 2.0 : 1.0), &in, &out);
+    z->comm_inside += in; z->comm_across += out;
+    z->last_across = out;
     return bytes;
+}
+// A ZeRO++ collective's bytes (zero/pp.h's accounting): sent, of which inside the host and across.
+static inline double zero_count_pp(Zero *z, int kind, double inside, double across) {
+    z->comm[kind] += inside + across;
+    z->comm_inside += inside; z->comm_across += across;
+    z->last_across = across;
+    return inside + across;
 }
 
 // Unit u's collective `kind` is about to start (its padded elements): 0 when it is not to be
@@ -266,13 +388,17 @@ static inline int zero_starts(Zero *z, int kind, int u) {
 }
 // Unit u's collective `kind` over its n_full padded elements was started at t_issue: it is in
 // flight (handle), counted, and remembered for the trace until zero_wait.
-static inline void zero_issued(Zero *z, int u, int kind, size_t n_full, double t_issue, int handle) {
-    if (handle < 0) return; // skipped (core/flight.h's test-only fault hook): nothing in flight
+static inline void zero_issued_as(Zero *z, int u, int kind, size_t n_full, double t_issue, int handle, double bytes) {
     z->pending_seq[u] = flight_issue(z->flight, kind, u, (double)n_full * z->esize, z->dtype, z->step, z->micro);
     z->pending[u] = handle;
     z->pending_kind[u] = kind;
-    z->pending_bytes[u] = zero_count(z, kind, n_full);
+    z->pending_bytes[u] = bytes;
+    z->pending_across[u] = z->last_across; // (bytes: the count just made)
     z->issued[u] = t_issue;
+}
+static inline void zero_issued(Zero *z, int u, int kind, size_t n_full, double t_issue, int handle) {
+    if (handle < 0) return; // skipped (core/flight.h's test-only fault hook): nothing in flight
+    zero_issued_as(z, u, kind, n_full, t_issue, handle, zero_count(z, kind, n_full));
 }
 
 // "all_gather of unit 3 (layer 2)": what a watchdog says when a collective never completes.
@@ -280,6 +406,17 @@ static inline void zero_describe(const Zero *z, char *buf, size_t n, const char 
     if (u == UNIT_EMBED) snprintf(buf, n, "%s of unit 0 (embeddings)", what);
     else if (u == gpt2_final_unit(&z->lay)) snprintf(buf, n, "%s of unit %d (final layernorm)", what, u);
     else snprintf(buf, n, "%s of unit %d (layer %d)", what, u, u - 1);
+}
+
+// Stage 3: unit u's gather landed: qwZ's messages dequantized into it, hpZ's part kept.
+static inline void zero_pp_landed(Zero *z, int u) {
+    if (z->qw_land[u]) zpp_qw_land(&z->pp, &z->be, z->pp_dst[u], zero_slice(z, u), z->qw_buf[z->qw_land[u] - 1]);
+    if (z->hp_keep[u]) {
+        zpp_hp_keep(&z->pp, &z->be, zero_at(z, z->hp_second, z->lay.unit_offset[u] / (size_t)z->hpz), z->pp_dst[u],
+                    gpt2_unit_padded(&z->lay, u));
+        z->hp_have[u] = z->forwards + 1;
+    }
+    z->qw_land[u] = z->hp_keep[u] = 0;
 }
 
 static inline void zero_wait(Zero *z, int u, const char *what) {
@@ -291,8 +428,10 @@ static inline void zero_wait(Zero *z, int u, const char *what) {
     flight_wait(z->flight, z->pending_seq[u]);
     double done = z->be.wait(z->be.ctx, z->pending[u], desc);
     flight_done(z->flight, z->pending_seq[u]);
+    if (kind == ZC_ALL_GATHER) zero_pp_landed(z, u);
     trace_end(z->trace, w0);
-    trace_span(z->trace, zero_collective_names[kind], TRACE_COMM, u, z->pending_bytes[u], z->issued[u], done);
+    trace_span_split(z->trace, zero_collective_names[kind], TRACE_COMM, u, z->pending_bytes[u], z->pending_across[u],
+                     z->issued[u], done);
     z->pending[u] = -1;
 }
 
@@ -336,6 +475,32 @@ static inline void zero_sum_scalars(Zero *z, double *x, int n) {
                zero_ring_bytes(z, ZC_ALL_REDUCE, (double)n * sizeof(double)), t0, trace_clock(z->trace));
 }
 
+// Stage 3 with qwZ or hpZ: unit u's gather. A re-gather within the forward whose gather filled
+// its secondary part (hpZ) runs inside the host; otherwise the world's, quantized with qwZ.
+static inline void zero_pp_prefetch(Zero *z, int u, const void *send, double t0) {
+    void *dst = zero_gather_buffer(z, u);
+    size_t pad = gpt2_unit_padded(&z->lay, u), s = zero_slice(z, u);
+    z->pp_dst[u] = dst;
+    if (!zero_starts(z, ZC_ALL_GATHER, u)) return;
+    if (z->hpz > 1 && z->hp_have[u] == z->forwards + 1) {
+        int h = zpp_hp_gather(&z->pp, &z->be, zero_at(z, z->hp_second, z->lay.unit_offset[u] / (size_t)z->hpz), dst, pad);
+        zero_issued_as(z, u, ZC_ALL_GATHER, pad, t0, h,
+                       zero_count_pp(z, ZC_ALL_GATHER, (double)(z->hpz - 1) * (pad / z->hpz) * z->esize, 0.0));
+        return;
+    }
+    z->hp_keep[u] = z->hpz > 1;
+    if (!z->qwz) {
+        zero_issued(z, u, ZC_ALL_GATHER, pad, t0, z->be.all_gather(z->be.ctx, send, dst, s, z->dtype));
+        return;
+    }
+    int b = u == UNIT_EMBED ? 0 : u == gpt2_final_unit(&z->lay) ? 1 : 2 + z->layer_buffer[u];
+    int h = zpp_qw_start(&z->pp, &z->be, send, dst, s, z->qw_buf[b]);
+    z->qw_land[u] = b + 1;
+    double in = 0.0, out = 0.0;
+    zpp_split_world(&z->pp, (double)zpp_qw_msg(&z->pp, s), &in, &out);
+    zero_issued_as(z, u, ZC_ALL_GATHER, pad, t0, h, zero_count_pp(z, ZC_ALL_GATHER, in, out));
+}
+
 // Stage 3: start gathering unit u's parameters into its buffer, unless already there.
 static inline void zero_prefetch(Zero *z, int u) {
     if (z->stage != 3 || u < 0 || u >= z->lay.num_units || z->gathered[u]) return;
@@ -350,8 +515,11 @@ static inline void zero_prefetch(Zero *z, int u) {
     zero_read_ahead(z, u); // its store sends the slice from where the all-gather reads it
     const void *send = zero_store_send(&z->st, u, z->params ? zero_at(z, z->params, zero_shard_offset(z, u)) : NULL);
     double t0 = trace_clock(z->trace);
-    int h = !zero_starts(z, ZC_ALL_GATHER, u) ? -1 : z->be.all_gather(z->be.ctx, send, zero_gather_buffer(z, u), zero_slice(z, u), z->dtype);
-    zero_issued(z, u, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u), t0, h);
+    if (z->qwz || z->hpz > 1) zero_pp_prefetch(z, u, send, t0);
+    else {
+        int h = !zero_starts(z, ZC_ALL_GATHER, u) ? -1 : z->be.all_gather(z->be.ctx, send, zero_gather_buffer(z, u), zero_slice(z, u), z->dtype);
+        zero_issued(z, u, ZC_ALL_GATHER, gpt2_unit_padded(&z->lay, u), t0, h);
+    }
     z->gathered[u] = 1;
 }
 
@@ -389,9 +557,17 @@ static inline void *zero_params(Zero *z, int u, int next) {
 // Finish unit u's reduction in flight: wait, and for stages 2 and 3 add the received slice
 // into this rank's gradient shard (micro-steps accumulate there).
 static inline void zero_finish_reduce(Zero *z, int u) {
-    if (z->pending[u] < 0) return;
+    if (z->pending[u] < 0 && !z->qg_todo[u]) return;
     zero_wait(z, u, z->stage == 0 ? "all_reduce" : "reduce_scatter");
     if (z->stage < 2) return;
+    if (z->qg_todo[u]) { // qgZ: level 1 landed; level 2 and the rounding into the receive slice
+        char desc[96];
+        zero_describe(z, desc, sizeof(desc), "all_to_all across hosts (qgZ)", u);
+        int r = z->pending_recv[u];
+        zpp_qg_finish(&z->pp, &z->be, zero_bucket(z, u), zero_slice(z, u), z->qg_slot[r], z->qg_sums, z->qg_shared,
+                      z->scatter_recv[r], desc);
+        z->qg_todo[u] = 0;
+    }
     z->be.add(z->be.ctx, zero_at(z, z->grads, zero_shard_offset(z, u)), z->scatter_recv[z->pending_recv[u]],
               zero_slice(z, u), z->dtype);
 }
@@ -437,6 +613,16 @@ static inline void zero_grads_done(Zero *z, int u) {
     int r = u == UNIT_EMBED || u == gpt2_final_unit(&z->lay) ? 0 : 1 + u % 2;
     z->pending_recv[u] = r;
     double t0 = trace_clock(z->trace);
+    if (z->qgz) { // qgZ (zero/pp.h): level 1 starts now, the rest in zero_finish_reduce
+        if (!zero_starts(z, ZC_REDUCE_SCATTER, u)) return;
+        size_t s = zero_slice(z, u), m = zpp_qg_msg(&z->pp, s);
+        int L = z->per_host, H = z->world / L, h = zpp_qg_start(&z->pp, &z->be, zero_bucket(z, u), s, z->qg_slot[r]);
+        double bytes = zero_count_pp(z, ZC_REDUCE_SCATTER, (double)(L - 1) * H * m, (double)(H - 1) * m);
+        z->qg_todo[u] = 1;
+        if (h >= 0) zero_issued_as(z, u, ZC_REDUCE_SCATTER, n, t0, h, bytes);
+        if (u == gpt2_final_unit(&z->lay)) zero_finish_reduce(z, u);
+        return;
+    }
     int h = !zero_starts(z, ZC_REDUCE_SCATTER, u) ? -1 : z->be.reduce_scatter(z->be.ctx, zero_bucket(z, u), z->scatter_recv[r], zero_slice(z, u), z->dtype);
     zero_issued(z, u, ZC_REDUCE_SCATTER, n, t0, h);
     if (u == gpt2_final_unit(&z->lay)) zero_finish_reduce(z, u); // it shares scatter_recv[0]
@@ -638,6 +824,7 @@ static inline void zero_begin_step(Zero *z, int step) {
     if (z->stage >= 2 || !z->grads_written)
         z->be.zero(z->be.ctx, z->grads, (z->stage >= 2 ? zero_shard_size(z) : z->lay.num_flat) * z->esize);
     for (int k = 0; k < ZC_NUM_COLLECTIVES; k++) z->comm[k] = 0.0;
+    z->comm_inside = z->comm_across = 0.0;
     zero_store_check(&z->st); // an NVMe file deleted or truncated under the job
 }
 
@@ -650,6 +837,21 @@ static inline ZeroNvmeStats zero_nvme_stats(Zero *z) { return zero_store_nvme_st
 // stages 0-2, 3P(N-1)/N for stage 3, of elem_bytes each.
 static inline double zero_theory_comm(int stage, double P, int N, double elem_bytes) {
     return (stage == 3 ? 3.0 : 2.0) * P * elem_bytes * (N - 1) / N;
+}
+
+// Bytes a rank sends across hosts per micro-step, as the ZeRO++ paper reasons (Wang et al. 2023,
+// section 3): with Psi the model's parameters in the element type, ZeRO-3 sends a forward
+// all-gather, a backward all-gather and a gradient reduce-scatter, each Psi (N-L)/N across hosts
+// (what comes from the ranks off the host): 3 Psi. qwZ sends the forward's in int8 (Psi/2 from
+// 16 bits), hpZ keeps the backward's inside the host (0), qgZ sends gradients in int4 (Psi/4):
+// 0.75 Psi. Stage 2 has no parameter gathers beyond the update's (Psi). The measured bytes are
+// lower still for qgZ with several ranks per host: its level 2 sends each rank's 1/L of the
+// host's sum (zero/pp.h).
+static inline double zero_theory_across(const Zero *z) {
+    double P = (double)z->lay.num_params, e = (double)z->esize, N = z->world, L = z->per_host;
+    double fwd = P * (z->qwz ? 1.0 : e), bwd = z->stage == 3 && z->hpz == 1 ? P * e : 0.0;
+    double grad = P * (z->qgz ? z->qgz / 8.0 : e);
+    return (fwd + bwd + grad) * (N - L) / N;
 }
 
 #endif // ZERO_H

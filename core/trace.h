@@ -25,6 +25,9 @@
 //         work that overlaps that thread, with the times whoever knows them took (a collective
 //         from issue to completion, an asynchronous copy, an I/O on a helper thread); drawn on
 //         lanes of their own. Safe from any thread.
+//     trace_span_split(t, name, cat, unit, bytes, across, start, end);
+//         the same, for a collective whose bytes split by where they went: `across` of them
+//         across hosts, the rest inside the host (the JSON's inside_host and across_hosts).
 //     trace_instant(t, name, cat, unit, value);  a moment (a skipped step, a dropped buffer).
 //   Steps: trace_step_begin(t, step) when an optimizer step starts, trace_set_micro(t, micro)
 //   at each micro-step, trace_step_end(t, &s) when it ends. TraceStep then holds, per category,
@@ -42,7 +45,7 @@
 //   completion times are real (1; the GPU trainer clears it when not recording, since its host
 //   does not wait for collectives then).
 //
-//   Bounded: at most TRACE_MAX_EVENTS events per rank are kept (48 bytes each); later ones are
+//   Bounded: at most TRACE_MAX_EVENTS events per rank are kept (56 bytes each); later ones are
 //   counted as dropped and the file says so.
 // C11 and C++ (the GPU trainer); no global state.
 #ifndef CORE_TRACE_H
@@ -71,6 +74,7 @@ enum { TRACE_KIND_LANE, TRACE_KIND_SPAN, TRACE_KIND_INSTANT };
 typedef struct {
     double ts, dur;          // seconds from the epoch; dur < 0 while a lane span is open
     double bytes;            // bytes moved (an instant's value)
+    double across;           // of those, across hosts (trace_span_split), or -1: not split
     int32_t name, unit, step;
     int16_t micro;
     int8_t cat, kind;        // TRACE_*, TRACE_KIND_*
@@ -165,7 +169,7 @@ static inline long trace_push(Trace *t, const char *name, int cat, int kind, int
         t->cap = cap;
     }
     TraceEvent *e = &t->ev[t->n];
-    e->ts = ts - t->epoch; e->dur = dur; e->bytes = bytes;
+    e->ts = ts - t->epoch; e->dur = dur; e->bytes = bytes; e->across = -1.0;
     e->name = trace_name_id(t, name); e->unit = unit; e->step = t->step;
     e->micro = (int16_t)t->micro; e->cat = (int8_t)cat; e->kind = (int8_t)kind; e->pad = 0;
     return (long)t->n++;
@@ -206,11 +210,13 @@ static inline double trace_end(Trace *t, double t0) {
 }
 
 // Work with its own times, overlapping the step's thread. Any thread.
-static inline void trace_span(Trace *t, const char *name, int cat, int unit, double bytes, double start, double end) {
+static inline void trace_span_split(Trace *t, const char *name, int cat, int unit, double bytes, double across,
+                                    double start, double end) {
     if (!t) return;
     if (end < start) end = start;
     trace_lock(t);
-    trace_push(t, name, cat, TRACE_KIND_SPAN, unit, bytes, start, end - start);
+    long e = trace_push(t, name, cat, TRACE_KIND_SPAN, unit, bytes, start, end - start);
+    if (e >= 0) t->ev[e].across = across;
     if (t->niv == t->civ) {
         size_t c = t->civ ? 2 * t->civ : 256;
         TraceInterval *iv = (TraceInterval *)realloc(t->iv, c * sizeof(TraceInterval));
@@ -218,6 +224,10 @@ static inline void trace_span(Trace *t, const char *name, int cat, int unit, dou
     }
     if (t->niv < t->civ) { t->iv[t->niv].a = start; t->iv[t->niv].b = end; t->iv[t->niv].cat = cat; t->niv++; }
     trace_unlock(t);
+}
+
+static inline void trace_span(Trace *t, const char *name, int cat, int unit, double bytes, double start, double end) {
+    trace_span_split(t, name, cat, unit, bytes, -1.0, start, end);
 }
 
 static inline void trace_instant(Trace *t, const char *name, int cat, int unit, double value) {
@@ -381,6 +391,8 @@ static inline void trace_write_rank(FILE *f, TraceRank *k, int first) {
         if (e->unit >= 0) fprintf(f, ",\"unit\":%d", e->unit);
         if (e->kind == TRACE_KIND_INSTANT) fprintf(f, ",\"value\":%.17g", e->bytes);
         else if (e->bytes > 0) fprintf(f, ",\"bytes\":%.0f", e->bytes);
+        if (e->kind != TRACE_KIND_INSTANT && e->across >= 0)
+            fprintf(f, ",\"inside_host\":%.0f,\"across_hosts\":%.0f", e->bytes - e->across, e->across);
         fprintf(f, "}}");
     }
 }

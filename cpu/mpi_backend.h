@@ -1,13 +1,16 @@
 // cpu/mpi_backend.h: the ZeroBackend of the CPU trainer: MPI's non-blocking collectives (16-bit
 // elements summed by our own MPI operations), the watchdog, and its compute memory (the host's:
 // a unified backend) with the optimizer's update. It performs what zero.h hands it and decides
-// nothing.
+// nothing. ZeRO++'s part: which ranks share a host (MPI's shared-memory split, or ZERO_HOST_ID
+// per rank, for tests posing as several hosts: mpi_find_hosts), communicators for its groups,
+// byte all-gathers and all-to-alls, and core/quant.h's format on the host.
 #ifndef CPU_MPI_BACKEND_H
 #define CPU_MPI_BACKEND_H
 
 #include <malloc.h>
 #include <mpi.h>
 #include "core/optimizer_engine.h"
+#include "core/quant.h"
 #include "zero.h"
 #include "run/job.h"
 #include "cpu/memory.h"
@@ -30,6 +33,12 @@ typedef struct {
     size_t move_bytes[MAX_PENDING];                      // leaves the result at the top
     double done_at[MAX_PENDING];   // when a test first found the collective complete (trace_now), 0 before
     MPI_Op sum16[3];                                     // sums of bf16 / fp16 elements
+    // ZeRO++: ranks per host (mpi_find_hosts; 0: hosts not uniform and consecutive), and the
+    // communicators of its groups, made the first time each is used (every rank uses them in
+    // the same order: zero.h's schedule is the same on all)
+    int host_size;
+    int ngroups;
+    struct { int group, g; MPI_Comm comm; } groups[8];
 } MpiBackend;
 
 // MPI has no 16-bit float types: 16-bit elements travel as MPI_UINT16_T and are summed by
@@ -126,6 +135,74 @@ static void mpi_sum_doubles(void *ctx, double *x, int n) {
     mpi_wait_request(b, &req, "all_reduce of scalars (loss, norm, reports)");
 }
 static void mpi_set_step(void *ctx, int step) { ((MpiBackend *)ctx)->step = step; }
+
+// ----------------------------------------------------------------------------------------
+// ZeRO++: hosts, groups, all-to-all and byte all-gathers (zero/backend.h)
+
+// Which host each rank is on: ZERO_HOST_ID (an integer, set per rank: mpirun's MPMD form
+// `mpirun -np 2 -x ZERO_HOST_ID=0 prog : -np 2 -x ZERO_HOST_ID=1 prog`) when every rank has it, so
+// tests can pose as several hosts on one; else the ranks that share memory (MPI_COMM_TYPE_SHARED:
+// OpenMPI's nodes, told apart by hostname, as test_multihost's namespaces are). host_size is the
+// ranks per host when every host has as many and consecutive ranks fill each, else 0. Collective.
+static void mpi_find_hosts(MpiBackend *b) {
+    const char *env = getenv("ZERO_HOST_ID");
+    int id = env && *env ? atoi(env) : -1, all_env = id >= 0;
+    MPI_Allreduce(MPI_IN_PLACE, &all_env, 1, MPI_INT, MPI_MIN, b->comm);
+    if (!all_env) { // the world rank of the lowest rank sharing this rank's memory
+        MPI_Comm local;
+        MPI_Comm_split_type(b->comm, MPI_COMM_TYPE_SHARED, b->rank, MPI_INFO_NULL, &local);
+        id = b->rank;
+        MPI_Allreduce(MPI_IN_PLACE, &id, 1, MPI_INT, MPI_MIN, local);
+        MPI_Comm_free(&local);
+    }
+    int *ids = (int *)malloc((size_t)b->world * sizeof(int));
+    MPI_Allgather(&id, 1, MPI_INT, ids, 1, MPI_INT, b->comm);
+    int g = 1;
+    while (g < b->world && ids[g] == ids[0]) g++;
+    int ok = b->world % g == 0;
+    for (int r = 0; ok && r < b->world; r++) // each block of g one host, and no host twice
+        ok = ids[r] == ids[r - r % g] && (r % g || r == 0 || ids[r] != ids[r - 1]);
+    for (int r = 0; ok && r < b->world; r += g)
+        for (int q = 0; ok && q < r; q += g) ok = ids[q] != ids[r];
+    free(ids);
+    b->host_size = ok ? g : 0;
+}
+static int mpi_host_size(void *ctx) { return ((MpiBackend *)ctx)->host_size; }
+
+static MPI_Comm mpi_group(MpiBackend *b, int group, int g) {
+    if (group == ZB_WORLD) return b->comm;
+    for (int i = 0; i < b->ngroups; i++)
+        if (b->groups[i].group == group && b->groups[i].g == g) return b->groups[i].comm;
+    if (b->ngroups == 8 || g < 1 || b->world % g) {
+        fprintf(stderr, "error: rank %d: ZeRO++ group of %d ranks over a world of %d (or more than 8 groups)\n",
+                b->rank, g, b->world);
+        job_abort(b->comm, b->nodes, 1);
+    }
+    MPI_Comm c;
+    int color = group == ZB_INNER ? b->rank / g : b->rank % g, key = group == ZB_INNER ? b->rank % g : b->rank / g;
+    MPI_Comm_split(b->comm, color, key, &c);
+    b->groups[b->ngroups].group = group; b->groups[b->ngroups].g = g; b->groups[b->ngroups].comm = c;
+    b->ngroups++;
+    return c;
+}
+static int mpi_group_all_gather(void *ctx, int group, int g, const void *send, void *recv, size_t bytes) {
+    MpiBackend *b = (MpiBackend *)ctx;
+    MPI_Comm c = mpi_group(b, group, g);
+    int h = mpi_slot(b);
+    MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c, &b->req[h]);
+    return h;
+}
+static int mpi_group_all_to_all(void *ctx, int group, int g, const void *send, void *recv, size_t bytes) {
+    MpiBackend *b = (MpiBackend *)ctx;
+    MPI_Comm c = mpi_group(b, group, g);
+    int h = mpi_slot(b);
+    MPI_Ialltoall(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c, &b->req[h]);
+    return h;
+}
+static void mpi_free_groups(MpiBackend *b) {
+    for (int i = 0; i < b->ngroups; i++) MPI_Comm_free(&b->groups[i].comm);
+    b->ngroups = 0;
+}
 // ----------------------------------------------------------------------------------------
 // Compute memory: ZeroBackend's alloc, free, zero, add, to_host, from_host and update. The CPU
 // computes in the host's memory, so these are plain host memory, and to_host / from_host convert
@@ -141,6 +218,27 @@ static void compute_add(void *ctx, void *dst, const void *src, size_t n, int dty
 }
 static void compute_to_host(void *ctx, float *host, const void *src, size_t n, int dtype) { (void)ctx; zc_widen(host, src, n, dtype); }
 static void compute_from_host(void *ctx, void *dst, const float *host, size_t n, int dtype) { (void)ctx; zc_narrow(dst, host, n, dtype); }
+
+// ZeRO++'s quantization (core/quant.h) where the CPU computes: in place of a device's kernels.
+static void compute_quantize(void *ctx, void *msg, const void *src, size_t n, int dtype, size_t block, int bits) {
+    (void)ctx;
+    zq_quantize(msg, src, n, dtype, block, bits);
+}
+static void compute_dequantize(void *ctx, void *dst, int dtype, const void *msg, size_t n, size_t block, int bits) {
+    (void)ctx;
+    zq_dequantize(dst, dtype, msg, n, block, bits);
+}
+static void compute_dequantize_add(void *ctx, float *acc, const void *msg, size_t n, size_t block, int bits) {
+    (void)ctx;
+    zq_dequantize_add(acc, msg, n, block, bits);
+}
+static void compute_convert(void *ctx, void *dst, int dst_dtype, const void *src, int src_dtype, size_t n) {
+    (void)ctx;
+    if (dst_dtype == src_dtype) memcpy(dst, src, n * zc_dtype_size(src_dtype));
+    else if (dst_dtype == ZC_F32) zc_widen((float *)dst, src, n, src_dtype);
+    else if (src_dtype == ZC_F32) zc_narrow(dst, (const float *)src, n, dst_dtype);
+    else for (size_t i = 0; i < n; i++) zc_store(dst, i, zc_load(src, i, src_dtype), dst_dtype);
+}
 
 // The optimizer over one run of elements of one kind (zero.h walks the runs this rank owns):
 // the CPU optimizer engine (core/optimizer_engine.h) on the arrays where they are.
@@ -242,7 +340,8 @@ static ZeroBackend mpi_backend(MpiBackend *b) {
     ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_set_step, mpi_progress, mpi_sum_doubles,
                       compute_alloc, compute_free, compute_zero, compute_add, compute_to_host, compute_from_host, compute_update,
                       1, NULL, NULL, NULL, NULL, NULL, NULL, // unified (above): no host slots
-                      mpi_fatal};
+                      mpi_fatal, mpi_host_size, mpi_group_all_gather, mpi_group_all_to_all, compute_quantize,
+                      compute_dequantize, compute_dequantize_add, compute_convert};
     return be;
 }
 

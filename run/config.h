@@ -291,6 +291,22 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
     CO_CHOICE("offload-param", OFFLOAD_PARAM, CU_TRAIN | CU_MEM | CU_TIME, offload_param, LOC_DEVICE, zero_offload_names, \
               LOC_KINDS, NULL, "D", "none | cpu | nvme: stage 3's 16-bit parameter shard lives in host memory", \
               "zero_optimization.offload_param.device", "\"none\", \"cpu\" or \"nvme\"") \
+    CO_NUM("zeropp-qwz", ZEROPP_QWZ, CU_TRAIN | CU_MEM | CU_TIME, OT_INT, zeropp_qwz, 0, 0, 1, NULL, "0|1", \
+           "ZeRO++ qwZ (stage 3): parameter all-gathers send\n" \
+           "int8 blocks (an fp32 scale per --zeropp-block elements);\n" \
+           "the owner keeps its own shard exact", NULL, NULL) \
+    CO_NUM("zeropp-hpz", ZEROPP_HPZ, CU_TRAIN | CU_MEM | CU_TIME, OT_INT, zeropp_hpz, 1, 1, 1 << 20, NULL, "G", \
+           "ZeRO++ hpZ (stage 3): from the forward's all-gather\n" \
+           "keep a secondary parameter shard over groups of G consecutive\n" \
+           "ranks (a host's), so the backward re-gathers inside the host;\n" \
+           "G divides the ranks per host (1: off)", NULL, NULL) \
+    CO_NUM("zeropp-qgz", ZEROPP_QGZ, CU_TRAIN | CU_MEM | CU_TIME, OT_INT, zeropp_qgz, 0, 0, 8, NULL, "0|4|8", \
+           "ZeRO++ qgZ (stages 2, 3): gradients reduced by a\n" \
+           "hierarchical all-to-all of int4 (4) or int8 (8) blocks, inside\n" \
+           "the host then across hosts, summed in fp32 at each level (0: off)", NULL, NULL) \
+    CO_NUM("zeropp-block", ZEROPP_BLOCK, CU_TRAIN | CU_MEM | CU_TIME, OT_INT, zeropp_block, 2048, 2, 1 << 24, NULL, "N", \
+           "ZeRO++: elements per quantization block (even: int4\n" \
+           "codes pack two a byte)", NULL, NULL) \
     CO_FLAG("pin-memory", PIN_MEMORY, CU_TRAIN, pin_memory, NULL, \
             "offloaded host memory is page-locked (DeepSpeed's pin_memory)", \
             "zero_optimization.offload_optimizer.pin_memory") \
@@ -431,6 +447,8 @@ typedef struct TrainConfig {
     int zero_stage;       // 0-3, see zero.h
     int offload_optimizer, offload_param; // where they live: zero/location.h's LOC_* (LOC_DEVICE: not offloaded)
     int pin_memory;       // offloaded host memory page-locked
+    // ZeRO++ (zero.h): qwZ on/off, hpZ's group of ranks (1: off), qgZ's bits (0: off), the quantization block
+    int zeropp_qwz, zeropp_hpz, zeropp_qgz, zeropp_block;
     // NVMe (zero/store.h's ZeroOptions): the directory under which each rank makes its own, the buffer
     // sets and the piece (elements) the update streams through, the I/O pool (threads x queue
     // depth requests at once) and bytes per request
@@ -921,6 +939,46 @@ static inline GPT2Recompute config_recompute(const TrainConfig *c) {
     return r;
 }
 
+// ZeRO++'s settings against the stage and the world. Ranks per host are the backend's to know:
+// zero.h's zero_pp_problem checks those once the job runs (and --plan's --gpus-per-node).
+static inline int config_validate_zeropp(const TrainConfig *c, int world) {
+    if (c->zeropp_qwz && c->zero_stage != 3) {
+        fprintf(stderr, "error: --zeropp-qwz 1 needs --zero-stage 3 (it quantizes stage 3's parameter all-gather; "
+                        "--zero-stage is %d)\n", c->zero_stage);
+        return -1;
+    }
+    if (c->zeropp_hpz > 1 && c->zero_stage != 3) {
+        fprintf(stderr, "error: --zeropp-hpz %d needs --zero-stage 3 (its secondary shard is of stage 3's partitioned "
+                        "parameters; --zero-stage is %d)\n", c->zeropp_hpz, c->zero_stage);
+        return -1;
+    }
+    if (c->zeropp_qgz != 0 && c->zeropp_qgz != 4 && c->zeropp_qgz != 8) {
+        fprintf(stderr, "error: --zeropp-qgz %d: expected 0 (off), 4 or 8 (bits per gradient element)\n", c->zeropp_qgz);
+        return -1;
+    }
+    if (c->zeropp_qgz && c->zero_stage < 2) {
+        fprintf(stderr, "error: --zeropp-qgz %d needs --zero-stage 2 or 3 (it replaces their gradient reduce-scatter; "
+                        "--zero-stage is %d)\n", c->zeropp_qgz, c->zero_stage);
+        return -1;
+    }
+    if (c->zeropp_block % 2) {
+        fprintf(stderr, "error: --zeropp-block %d is odd: int4 codes pack two a byte, so a block must be even\n",
+                c->zeropp_block);
+        return -1;
+    }
+    if (c->zeropp_hpz > 1 && world % c->zeropp_hpz) {
+        fprintf(stderr, "error: --zeropp-hpz %d does not divide the %d ranks (hpZ's groups are G consecutive ranks of "
+                        "a host)\n", c->zeropp_hpz, world);
+        return -1;
+    }
+    if (c->zeropp_hpz > 1 && c->program == CU_PLAN && c->plan.per_node > 0 && c->plan.per_node % c->zeropp_hpz) {
+        fprintf(stderr, "error: --zeropp-hpz %d does not divide --gpus-per-node %d (hpZ's group stays inside a host)\n",
+                c->zeropp_hpz, c->plan.per_node);
+        return -1;
+    }
+    return 0;
+}
+
 // Checks the options against each other and the model (known once --init's header is read).
 // world: processes in the job. Fills total_batch, grad_accum and lr_total_steps when they were
 // left to their defaults.
@@ -1003,6 +1061,7 @@ static inline int config_validate(TrainConfig *c, int world) {
                 c->offload_optimizer == LOC_NVME ? "optimizer" : "param");
         return -1;
     }
+    if (config_validate_zeropp(c, world)) return -1;
     if (c->aio_block_size % 4096) {
         fprintf(stderr, "error: --aio-block-size %ld is not a multiple of 4096 (direct I/O's alignment)\n", c->aio_block_size);
         return -1;

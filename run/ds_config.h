@@ -664,6 +664,25 @@ static inline int ds_precision(const DsCtx *x, const cJSON *root) {
     return 0;
 }
 
+// ZeRO++'s keys (zero.h): zero_quantized_weights (--zeropp-qwz), zero_hpz_partition_size
+// (--zeropp-hpz), zero_quantized_gradients (true: --zeropp-qgz 4, DeepSpeed's int4; a command
+// line's 8 agrees with true).
+static inline int ds_zeropp(const DsCtx *x, const cJSON *z) {
+    TrainConfig *c = x->c;
+    if (ds_bool_key(x, z, "zero_optimization.zero_quantized_weights", CK_ZEROPP_QWZ, &c->zeropp_qwz)) return -1;
+    if (ds_int_key(x, z, "zero_optimization.zero_hpz_partition_size", CK_ZEROPP_HPZ, 1, 1 << 20, NULL, &c->zeropp_hpz))
+        return -1;
+    const char *path = "zero_optimization.zero_quantized_gradients";
+    int v = 0, st = ds_boolean(x, z, path, &v);
+    if (st == DS_ERROR) return -1;
+    if (st == DS_AUTO) ds_auto(x, CK_ZEROPP_QGZ, path);
+    if (st != DS_VALUE) return 0;
+    if (ds_settle(x, CK_ZEROPP_QGZ, path, v ? "true" : "false", v == (c->zeropp_qgz != 0))) return -1;
+    if (!v) c->zeropp_qgz = 0;
+    else if (!c->zeropp_qgz) c->zeropp_qgz = 4;
+    return 0;
+}
+
 static inline int ds_zero(const DsCtx *x, const cJSON *root) {
     const cJSON *z, *oo = NULL, *op = NULL;
     if (ds_object(x, root, "zero_optimization", &z) == DS_ERROR) return -1;
@@ -676,11 +695,13 @@ static inline int ds_zero(const DsCtx *x, const cJSON *root) {
                                        "stage3_gather_fp16_weights_on_model_save", // DeepSpeed's older name
                                        "sub_group_size", "offload_optimizer", "offload_param",
                                        "gather_16bit_weights_on_model_save", // (and DeepSpeed's newest name)
-                                       "zenflow"};
-    if (ds_known_keys(x, z, "zero_optimization", keys, 18)) return -1;
+                                       "zenflow", "zero_quantized_weights", "zero_hpz_partition_size",
+                                       "zero_quantized_gradients"};
+    if (ds_known_keys(x, z, "zero_optimization", keys, 21)) return -1;
     if (ds_feature(x, z, "zero_optimization.zenflow", "ZenFlow's stale, top-k updates (they change the result)", 1))
         return -1;
     if (ds_option(x, z, CK_ZERO_STAGE)) return -1;
+    if (ds_zeropp(x, z)) return -1;
     for (int k = DSX_OVERLAP_COMM; k <= DSX_SUB_GROUP_SIZE; k++) {
         const char *alias = NULL;
         if (k == DSX_GATHER_16BIT_WEIGHTS_ON_MODEL_SAVE &&

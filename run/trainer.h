@@ -319,10 +319,28 @@ static int setup(Run *r, int argc, char **argv) {
     zo.offload_optimizer = c->offload_optimizer; zo.offload_param = c->offload_param; zo.pin_memory = c->pin_memory;
     zo.nvme_dir = nvme_dir; zo.nvme_buffers = c->nvme_buffers; zo.nvme_piece = (size_t)c->nvme_buffer_size;
     zo.nvme_threads = c->aio_threads * c->aio_queue_depth; zo.nvme_block = (size_t)c->aio_block_size;
+    zo.zeropp_qwz = c->zeropp_qwz; zo.zeropp_hpz = c->zeropp_hpz; zo.zeropp_qgz = c->zeropp_qgz;
+    zo.zeropp_block = c->zeropp_block;
     if (c->trace_path) MPI_Barrier(MPI_COMM_WORLD); // the ranks' trace clocks start together
     trace_init(&r->trace, r->rank, c->trace_path != NULL);
-    gpt2_build(&r->model, &c->model, c->batch, c->seq_len, r->rank, r->world, &zo, config_recompute(c), trainer_backend(r));
+    ZeroBackend be = trainer_backend(r); // (after trace_init: a backend may set the trace's clock sync)
+    char why[320];
+    if (zero_pp_problem(&zo, &be, r->world, why, sizeof(why))) {
+        if (r->rank == 0) fprintf(stderr, "error: %s\n", why);
+        if (init) fclose(init);
+        free(resume);
+        return -1;
+    }
+    gpt2_build(&r->model, &c->model, c->batch, c->seq_len, r->rank, r->world, &zo, config_recompute(c), be);
     r->model.z.trace = &r->trace;
+    if (r->rank == 0 && (r->model.z.qwz || r->model.z.hpz > 1 || r->model.z.qgz)) {
+        const Zero *z = &r->model.z;
+        char hp[32] = "off", qg[32] = "off";
+        if (z->hpz > 1) snprintf(hp, sizeof(hp), "groups of %d", z->hpz);
+        if (z->qgz) snprintf(qg, sizeof(qg), "int%d", z->qgz);
+        printf("ZeRO++: qwZ %s, hpZ %s, qgZ %s; blocks of %zu; %d host%s x %d ranks\n", z->qwz ? "int8" : "off", hp, qg,
+               z->block, r->world / z->per_host, r->world / z->per_host == 1 ? "" : "s", z->per_host);
+    }
     hang_start(&r->hang, &r->model.z, MPI_COMM_WORLD, r->nodes, c->log_path, c->comm_timeout, c->check_collectives);
     if (r->rank == 0 && r->model.z.st.nvme && !r->model.z.st.nvme->direct)
         printf("note: --nvme-path %s does not take direct I/O (O_DIRECT; ramfs and older tmpfs do not): the NVMe files go through "
@@ -462,20 +480,36 @@ static void report_memory(Run *r) {
 }
 
 // Bytes each rank moved this step, per collective (ring model), beside the textbook figure.
+// Each rank's bytes also split by where they went: inside its host, or across hosts (zero.h's
+// comm_inside / comm_across), with the textbook's bytes across hosts beside them (ZeRO-3's 3 Psi,
+// ZeRO++'s 0.75 Psi: zero_theory_across).
+enum { COMM_INSIDE = ZC_NUM_COLLECTIVES, COMM_ACROSS, COMM_FIELDS };
 static void report_comm(Run *r, int step) {
     Zero *z = &r->model.z;
-    double *all = gather_to_all(r, z->comm, ZC_NUM_COLLECTIVES, NULL);
+    double mine[COMM_FIELDS];
+    for (int k = 0; k < ZC_NUM_COLLECTIVES; k++) mine[k] = z->comm[k];
+    mine[COMM_INSIDE] = z->comm_inside; mine[COMM_ACROSS] = z->comm_across;
+    double *all = gather_to_all(r, mine, COMM_FIELDS, NULL);
     if (r->rank == 0) {
         for (int q = 0; q < r->world && r->log; q++) {
-            double *x = all + q * ZC_NUM_COLLECTIVES;
+            double *x = all + q * COMM_FIELDS;
             fprintf(r->log, "{\"event\":\"comm\",\"step\":%d,\"rank\":%d,\"all_reduce\":%.0f,\"reduce_scatter\":%.0f,"
-                            "\"all_gather\":%.0f}\n", step, q, x[ZC_ALL_REDUCE], x[ZC_REDUCE_SCATTER], x[ZC_ALL_GATHER]);
+                            "\"all_gather\":%.0f,\"inside_host\":%.0f,\"across_hosts\":%.0f}\n", step, q, x[ZC_ALL_REDUCE],
+                    x[ZC_REDUCE_SCATTER], x[ZC_ALL_GATHER], x[COMM_INSIDE], x[COMM_ACROSS]);
         }
         if (step == 1 && r->world > 1) {
             double total = all[0] + all[1] + all[2], mib = 1024.0 * 1024.0;
             printf("communication per rank in step 1, MiB: all_reduce %.2f, reduce_scatter %.2f, all_gather %.2f = %.2f "
                    "(textbook for one micro-step: %.2f)\n", all[0] / mib, all[1] / mib, all[2] / mib, total / mib,
                    zero_theory_comm(z->stage, (double)z->lay.num_params, r->world, (double)z->esize) / mib);
+            int L = z->per_host, H = r->world / L;
+            if (H > 1 || z->qwz || z->hpz > 1 || z->qgz) {
+                double psi = (double)z->lay.num_params * (double)z->esize;
+                printf("  of which inside the host %.2f, across hosts %.2f (%d host%s x %d ranks); textbook across hosts: "
+                       "%.2f = %.2f Psi (Psi: the model's %zu-byte parameters; ZeRO-3 3 Psi, ZeRO++ 0.75 Psi, each x "
+                       "(N-L)/N)\n", all[COMM_INSIDE] / mib, all[COMM_ACROSS] / mib, H, H == 1 ? "" : "s", L,
+                       zero_theory_across(z) / mib, zero_theory_across(z) / psi, z->esize);
+            }
         }
     }
     free(all);

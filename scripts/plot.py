@@ -30,11 +30,12 @@ import matplotlib.pyplot as plt
 
 COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "state": "#8fbf7f", "buffers": "#8172b3",
           "activations": "#937860", "workspace": "#bbbbbb", "staging": "#e5ae38", "host_activations": "#a6761d",
+          "hpz": "#c44e52",
           # collectives: three hues far from each other and from the compute lane's (waits are red)
           "all_reduce": "#e377c2", "reduce_scatter": "#17807e", "all_gather": "#8172b3",
           "forward": "#4c72b0", "backward": "#dd8452", "optimizer": "#55a868", "wait": "#d62728", "data": "#999999",
           "recompute": "#64b5cd", "offload": "#ccb974", "nvme": "#8c613c", "checkpoint": "#333333", "other": "#dddddd"}
-KNOWN_KINDS = ["params", "grads", "master", "buffers", "staging", "activations", "workspace", "host_activations"]
+KNOWN_KINDS = ["params", "grads", "master", "buffers", "staging", "activations", "workspace", "host_activations", "hpz"]
 NOT_KINDS = ("event", "rank", "world", "zero_stage", "num_params", "padded_params", "device", "host", "nvme", "where")
 
 
@@ -118,7 +119,8 @@ def plot_memory(runs, labels, out):
             parts = [("params", mem.get("params", 0)), ("grads", mem.get("grads", 0)), ("master", mem.get("master", 0)),
                      ("state", sum(mem[k] for k in state_kinds(mem))), ("buffers", mem.get("buffers", 0)),
                      ("staging", mem.get("staging", 0)), ("activations", mem.get("activations", 0)),
-                     ("workspace", mem.get("workspace", 0)), ("host_activations", mem.get("host_activations", 0))]
+                     ("workspace", mem.get("workspace", 0)), ("host_activations", mem.get("host_activations", 0)),
+                     ("hpz", mem.get("hpz", 0))]
             for kind, b in parts:
                 if b <= 0: continue
                 name = "optimizer state" if kind == "state" else "master weights" if kind == "master" else kind

@@ -73,6 +73,33 @@ typedef struct {
     // Ends the job after printing one line ("error: rank R: " + msg): what zero.h cannot recover
     // from (an NVMe file that fails under a running job).
     void (*fatal)(void *ctx, const char *msg);
+    // ZeRO++ (zero.h's qwZ, hpZ, qgZ). NULL in a backend without them: zero_init then refuses
+    // ZeRO++ in one line (zero_pp_problem).
+    //   host_size: ranks per host, where every host has as many and consecutive ranks fill each
+    //     host (rank r on host r / host_size); 0 when the hosts are not laid out so. The MPI backend
+    //     asks MPI (MPI_Comm_split_type shared), or reads ZERO_HOST_ID (cpu/mpi_backend.h).
+    //   Groups, for a group size g dividing the world: ZB_INNER, the g consecutive ranks
+    //     r - r % g .. r - r % g + g - 1 (a host's, with g = host_size); ZB_OUTER, the world / g
+    //     ranks r % g, r % g + g, ... (one per host). A member's index in its group: r % g (inner),
+    //     r / g (outer). ZB_WORLD: every rank (g ignored).
+    //   group_all_gather: each member's `bytes` bytes of send land at recv + index * bytes on every
+    //     member (raw bytes: quantized messages, or 16-bit elements); send may not overlap recv.
+    //   group_all_to_all: send holds one `bytes`-byte message per member, in index order; the one
+    //     for member j reaches j, and member i's for this rank lands at recv + i * bytes.
+    //   Both are non-blocking and return a handle waited for with wait(), as the collectives above.
+    int (*host_size)(void *ctx);
+    int (*group_all_gather)(void *ctx, int group, int g, const void *send, void *recv, size_t bytes);
+    int (*group_all_to_all)(void *ctx, int group, int g, const void *send, void *recv, size_t bytes);
+    // core/quant.h's format, on buffers in compute memory, complete when they return (or ordered
+    // before the next collective on a device backend): msg <- n elements of src (dtype);
+    // dst (dtype) <- msg; acc (fp32) += msg's values. convert: n elements of src (src_dtype) into
+    // dst (dst_dtype), widened exactly or rounded to nearest even (qgZ's fp32 sums and back).
+    void (*quantize)(void *ctx, void *msg, const void *src, size_t n, int dtype, size_t block, int bits);
+    void (*dequantize)(void *ctx, void *dst, int dtype, const void *msg, size_t n, size_t block, int bits);
+    void (*dequantize_add)(void *ctx, float *acc, const void *msg, size_t n, size_t block, int bits);
+    void (*convert)(void *ctx, void *dst, int dst_dtype, const void *src, int src_dtype, size_t n);
 } ZeroBackend;
+
+enum { ZB_WORLD, ZB_INNER, ZB_OUTER }; // ZeRO++'s groups (above)
 
 #endif // ZERO_BACKEND_H

@@ -63,13 +63,14 @@
 // host memory. activations and workspace (what a trainer needs beyond these to compute: the CPU
 // trainer's fp32 working copies in 16-bit runs) are counted by the trainer, and so are the
 // activations a device trainer keeps in host memory (host_activations: the GPU trainer's
-// checkpoints with cpu_checkpointing).
+// checkpoints with cpu_checkpointing). hpz: ZeRO++ hpZ's secondary parameter shard (zero.h), the
+// parameters partitioned over a host's group of ranks, in the element type.
 enum { MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_BUFFERS = MEM_STATE + OPT_MAX_SLICES, MEM_STAGING,
-       MEM_ACTIVATIONS, MEM_WORKSPACE, MEM_HOST_ACTIVATIONS, MEM_KINDS };
+       MEM_ACTIVATIONS, MEM_WORKSPACE, MEM_HOST_ACTIVATIONS, MEM_HPZ, MEM_KINDS };
 // The kind's name in logs and plans; NULL for a state array the optimizer does not keep.
 static inline const char *zero_memory_name(int optimizer, int kind) {
     static const char *const names[MEM_KINDS] = {"params", "grads", "master", "state0", "state1", "buffers", "staging",
-                                                 "activations", "workspace", "host_activations"};
+                                                 "activations", "workspace", "host_activations", "hpz"};
     if (kind >= MEM_STATE && kind < MEM_STATE + OPT_MAX_SLICES) return optimizer_info(optimizer)->slice_names[kind - MEM_STATE];
     return names[kind];
 }
@@ -90,6 +91,10 @@ typedef struct {
     size_t nvme_piece;
     int nvme_threads;
     size_t nvme_block;
+    // ZeRO++ (zero.h): qwZ (1: stage 3's parameter all-gathers in int8 blocks), hpZ's group of
+    // consecutive ranks (<= 1: off), qgZ's bits (0: off, 4, 8), the block (0: 2048), and the ranks
+    // per host qgZ's hierarchy uses (0: the backend's host_size)
+    int zeropp_qwz, zeropp_hpz, zeropp_qgz, zeropp_block, zeropp_per_host;
 } ZeroOptions;
 // Nothing offloaded; the rest as given.
 static inline ZeroOptions zero_options(int stage, int dtype, int optimizer) {
