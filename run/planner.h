@@ -135,6 +135,9 @@ typedef struct {
     int offload_param;     // LOC_*: where stage 3's parameter shard lives
     int nvme_buffers;      // NVMe: buffer sets and the piece in elements (zero/store.h's ZeroOptions; 0: its defaults)
     size_t nvme_piece;
+    // ZeRO++ (zero/pp.h): qwZ, hpZ's group, qgZ's bits, the block; the ranks per host qgZ's
+    // levels use (0: every rank on one host): its buffers and hpZ's secondary shard (MEM_HPZ)
+    int zeropp_qwz, zeropp_hpz, zeropp_qgz, zeropp_block, zeropp_per_host;
     int threads;           // the CPU trainer's OpenMP threads per rank (its matmul scratch);
                            // 0: as it picks them with all ranks on this machine (planner_threads)
     const PlanBackend *backend; // the trainer's activations and workspace (NULL: unknown)
@@ -187,6 +190,8 @@ static inline PlanInput planner_input_from_train_config(const TrainConfig *c, in
     in.nvme_piece = (size_t)c->nvme_buffer_size;
     in.threads = c->plan.threads;
     in.backend = backend;
+    in.zeropp_qwz = c->zeropp_qwz; in.zeropp_hpz = c->zeropp_hpz; in.zeropp_qgz = c->zeropp_qgz;
+    in.zeropp_block = c->zeropp_block; in.zeropp_per_host = c->plan.per_node;
     return in;
 }
 // ... and of its step time (after config_validate: grad_accum is known).
@@ -297,6 +302,9 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
     ZeroOptions zo = zero_options(S, in->precision, in->optimizer);
     zo.offload_optimizer = in->offload_optimizer; zo.offload_param = in->offload_param;
     zo.nvme_buffers = in->nvme_buffers; zo.nvme_piece = in->nvme_piece;
+    zo.zeropp_qwz = in->zeropp_qwz; zo.zeropp_hpz = in->zeropp_hpz; zo.zeropp_qgz = in->zeropp_qgz;
+    zo.zeropp_block = in->zeropp_block;
+    zo.zeropp_per_host = in->zeropp_per_host > 0 && in->world % in->zeropp_per_host == 0 ? in->zeropp_per_host : in->world;
     int unified = in->params_count > 0 || !in->backend ? 0 : in->backend->unified;
     zero_placement(&zo, unified, p->where);
     if (p->where[MEM_MASTER] != LOC_DEVICE || p->where[MEM_PARAMS] != LOC_DEVICE)
@@ -313,6 +321,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         double opt_elems = S == 0 ? P : P / N;
         dev[MEM_MASTER] = p->bytes_master * opt_elems;
         for (int k = 0; k < OPT_MAX_SLICES; k++) dev[MEM_STATE + k] = p->bytes_state[k] * opt_elems;
+        if (S == 3 && N > 1 && in->zeropp_hpz > 1) dev[MEM_HPZ] = p->bytes_param * P / in->zeropp_hpz; // hpZ: 2 Psi / G
         p->buffers_known = 0;
         p->activations_known = in->shape_known;
     } else { // exact: the trainer's layout, zero.h's partition
@@ -322,6 +331,8 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         z.esize = zc_dtype_size(in->precision); z.nstate = optimizer_info(in->optimizer)->slices;
         memcpy(z.where, p->where, sizeof(z.where));
         gpt2_layout_init(&z.lay, &in->cfg, (size_t)in->world * ZERO_ALIGN);
+        z.dtype = in->precision;
+        zero_pp_setup(&z, &zo); // ZeRO++'s buffers (in zero_buffer_floats) and hpZ's shard
         zero_store_shape(&z.st, &z.lay, z.where, 0, in->world, z.esize, z.nstate);
         zero_store_pieces(&z.st, &zo);
         double full = (double)z.lay.num_flat, shard = (double)zero_shard_size(&z);
@@ -336,6 +347,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         for (int k = MEM_PARAMS; k < MEM_BUFFERS; k++) // a file on NVMe: its slices padded (zero/store.h)
             if (p->where[k] == LOC_NVME && dev[k] > 0) dev[k] = (double)zero_nvme_file_bytes(&z.st, k);
         dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z, unified);
+        dev[MEM_HPZ] = p->bytes_param * (double)zero_hpz_elems(&z);
         dev[MEM_STAGING] = (double)zero_staging_bytes(&z.st, unified);
         p->buffers_known = 1;
         if (in->backend) { // the trainer's own layout
@@ -542,6 +554,8 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
         planner_row(f, p->where[MEM_MASTER] == LOC_NVME || p->where[MEM_PARAMS] == LOC_NVME
                            ? "staging (offload, NVMe buffer sets)" : "staging (offload: 2+2 pieces)",
                     "zero_staging_bytes", W(MEM_STAGING), &d[MEM_STAGING], A, R, PLANNER_KIND(MEM_STAGING));
+    if (p->bytes[MEM_HPZ] > 0.0) // ZeRO++ hpZ's secondary parameter shard
+        planner_row(f, "hpZ secondary shard", "p P / G", W(MEM_HPZ), &d[MEM_HPZ], A, R, PLANNER_KIND(MEM_HPZ));
     int rc = in->recompute.mode != RECOMPUTE_NONE;
     if (p->exact && rc) snprintf(lab, sizeof(lab), "activations (recompute %s)", gpt2_recompute_names[in->recompute.mode]);
     else snprintf(lab, sizeof(lab), "activations (%s%s)", p->exact ? "this trainer" : "textbook", rc ? ", recompute" : "");

@@ -455,6 +455,7 @@ static void report_memory(Run *r) {
     if (r->rank == 0) {
         PlanInput in = planner_input_from_train_config(&r->cfg, r->world, r->plan_backend);
         in.threads = omp_get_max_threads(); // rank 0's, as share_cores gave every rank
+        in.zeropp_per_host = z->per_host;   // the hosts the backend found
         MemoryPlan plan;
         if (planner_plan(&in, &plan) == 0) planner_print_table(stdout, &plan, all, r->world);
         for (int q = 0; q < r->world && r->log; q++) {

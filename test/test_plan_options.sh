@@ -69,6 +69,11 @@ good = {
     "offload-param": (["--offload-param", "cpu"], ["--zero-stage", "3", "--offload-optimizer", "cpu"], "where params live"),
     "nvme-buffers": (["--nvme-buffers", "6"], ["--zero-stage", "1", "--offload-optimizer", "nvme"], "staging"),
     "nvme-buffer-size": (["--nvme-buffer-size", "4096"], ["--zero-stage", "1", "--offload-optimizer", "nvme"], "staging"),
+    "zeropp-qwz": (["--zeropp-qwz", "1"], ["--zero-stage", "3", "--world", "2"], "qwZ's message buffers"),
+    "zeropp-hpz": (["--zeropp-hpz", "2"], ["--zero-stage", "3", "--world", "2"], "hpZ's secondary shard"),
+    "zeropp-qgz": (["--zeropp-qgz", "4"], ["--zero-stage", "2", "--world", "2"], "qgZ's message buffers"),
+    "zeropp-block": (["--zeropp-block", "1024"], ["--zero-stage", "3", "--world", "2", "--zeropp-qwz", "1"],
+                     "the messages' scales"),
     "deepspeed": (["--deepspeed", f"{d}/ds.json"], [], "the file sets stage, batch, offload, precision"),
     "strict": (["--strict"], ["--deepspeed", f"{d}/ds.json"], "decides which --deepspeed files run"),
 }

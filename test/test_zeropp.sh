@@ -8,6 +8,8 @@
 #     qwZ on 2 hosts x 2 bit-identical to qwZ on 1 host x 4 (its math does not depend on hosts);
 #   - a checkpoint saved with ZeRO++ resumes with it bit for bit and without it, and one saved
 #     without resumes with hpZ bit for bit;
+#   - the memory plan (run/planner.h) equals what every rank allocated, ZeRO++'s buffers and hpZ's
+#     shard included;
 #   - bad settings: one line naming the culprit, a non-zero exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,6 +67,10 @@ echo "bytes across hosts per rank, step 2: ZeRO-3 $(across h2_base), hpZ $(acros
 echo "--- checkpoints"
 pp="--zeropp-qwz 1 --zeropp-hpz 2 --zeropp-qgz 4"
 run all 2 2 --steps 4 $pp --out $d/ck_pp --save-every 2
+for t in all h2_hpz2 qwz; do # ZeRO++'s buffers and hpZ's shard: the plan equals what each rank allocated
+  grep -q "plan vs allocated: every kind on every rank matches exactly" $d/$t.out || { grep -A3 "plan vs" $d/$t.out; fail "$t: plan != allocation"; }
+done
+echo "plan = allocation to the byte on every rank (all three on 2 hosts x 2; hpZ; qwZ)"
 run all_resumed 2 2 --steps 4 $pp --resume $d/ck_pp/step_00000002
 tail_steps() { log_steps $d/$1.jsonl | grep -v '"step":[12],'; }
 cmp -s <(tail_steps all) <(tail_steps all_resumed) || fail "resumed with ZeRO++: steps 3-4 differ from the uninterrupted run's"
