@@ -23,7 +23,7 @@ cleanup() {
   for ns in $A $B; do ip netns pids $ns 2>/dev/null | xargs -r kill -9 2>/dev/null; done
   sleep 0.2
   for ns in $A $B; do ip netns del $ns 2>/dev/null; done
-  rm -rf /tmp/ompi.$A.* /tmp/ompi.$B.*; [ -n "${KEEP:-}" ] || rm -rf "$d"
+  rm -rf /tmp/ompi.$A.* /tmp/ompi.$B.* "${TMPDIR:-/tmp}"/ompi.$A.* "${TMPDIR:-/tmp}"/ompi.$B.*; [ -n "${KEEP:-}" ] || rm -rf "$d"
 }
 trap cleanup EXIT
 ip netns add $A && ip netns add $B || { echo "bench-zeropp: cannot create network namespaces"; exit 1; }
