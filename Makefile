@@ -23,7 +23,7 @@ TMP      = $@.$$$$.part
 HEADERS  := $(wildcard *.h core/*.h zero/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
-.PHONY: planner-web all test test-docs-long bench bench-ranks bench-optimizer bench-recompute zeropp-quality nvme-demo nvme-overlap setup clean data fuzz gpu_check gpu_pack gpu_session soak docs-figures FORCE
+.PHONY: planner-web all test test-docs-long bench bench-ranks bench-optimizer bench-recompute bench-zeropp zeropp-quality nvme-demo nvme-overlap setup clean data fuzz gpu_check gpu_pack gpu_session soak docs-figures FORCE
 all: train_gpt_cpu
 
 # The planner as a web page (docs/planner/, issue 43): `train_gpt_cpu --plan` compiled to
@@ -179,6 +179,11 @@ test/bin/cuda_emu_selftest: test/cuda_emu_selftest.cu $(EMU_HEADERS) gpu/mma16.c
 	@mkdir -p test/bin
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
 	$(EMU_CXX) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
+# gpu/quant.cuh against core/quant.h on the emulator (test_gpu_quant)
+test/bin/gpu_quant_emu: test/gpu_quant_emu.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
+	@mkdir -p test/bin
+	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
+	$(EMU_CXX) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 
 # Unit-test programs: test/foo.c -> test/bin/foo (normal) and test/bin/foo_asan (sanitized).
 test/bin/%: test/%.c $(HEADERS) .blas_dir
@@ -201,6 +206,11 @@ bench: train_gpt_cpu test/bin/test_gemm_bf16
 # (scripts/bench_ranks.sh).
 bench-ranks: train_gpt_cpu
 	bash scripts/bench_ranks.sh
+
+# ZeRO-3 against ZeRO++ (qwZ, hpZ, qgZ, all three) on 2 simulated hosts x 2 ranks, the link
+# throttled to 1 Gbit/s, bytes from the link's counters (scripts/bench_zeropp.sh; root).
+bench-zeropp: train_gpt_cpu
+	bash scripts/bench_zeropp.sh
 
 # The CPU optimizer engine against torch.optim.AdamW (scripts/bench_optimizer.sh).
 bench-optimizer: test/bin/bench_optimizer

@@ -697,6 +697,7 @@ static ZeroBackend trainer_backend(Run *r) {
         if (r->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
         MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
         NCCL_CHECK(ncclCommInitRank(&b->comm, r->world, id, r->rank));
+        b->host_size = job_host_size(MPI_COMM_WORLD); // ZeRO++'s hosts
         CUDA_CHECK(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
         CUDA_CHECK(cudaStreamCreateWithFlags(&b->copy_stream, cudaStreamNonBlocking));
         CUDA_CHECK(cudaEventCreateWithFlags(&b->copy_ready, cudaEventDisableTiming));
@@ -773,6 +774,7 @@ static void gpu_shutdown(NcclBackend *b) {
     Gpu *gpu = b->gpu;
     if (!gpu->lt) return;
     if (b->comm) {
+        nccl_free_groups(b);
         ncclCommDestroy(b->comm);
         cudaStreamDestroy(b->stream);
         cudaStreamDestroy(b->copy_stream);

@@ -144,29 +144,7 @@ static void mpi_set_step(void *ctx, int step) { ((MpiBackend *)ctx)->step = step
 // tests can pose as several hosts on one; else the ranks that share memory (MPI_COMM_TYPE_SHARED:
 // OpenMPI's nodes, told apart by hostname, as test_multihost's namespaces are). host_size is the
 // ranks per host when every host has as many and consecutive ranks fill each, else 0. Collective.
-static void mpi_find_hosts(MpiBackend *b) {
-    const char *env = getenv("ZERO_HOST_ID");
-    int id = env && *env ? atoi(env) : -1, all_env = id >= 0;
-    MPI_Allreduce(MPI_IN_PLACE, &all_env, 1, MPI_INT, MPI_MIN, b->comm);
-    if (!all_env) { // the world rank of the lowest rank sharing this rank's memory
-        MPI_Comm local;
-        MPI_Comm_split_type(b->comm, MPI_COMM_TYPE_SHARED, b->rank, MPI_INFO_NULL, &local);
-        id = b->rank;
-        MPI_Allreduce(MPI_IN_PLACE, &id, 1, MPI_INT, MPI_MIN, local);
-        MPI_Comm_free(&local);
-    }
-    int *ids = (int *)malloc((size_t)b->world * sizeof(int));
-    MPI_Allgather(&id, 1, MPI_INT, ids, 1, MPI_INT, b->comm);
-    int g = 1;
-    while (g < b->world && ids[g] == ids[0]) g++;
-    int ok = b->world % g == 0;
-    for (int r = 0; ok && r < b->world; r++) // each block of g one host, and no host twice
-        ok = ids[r] == ids[r - r % g] && (r % g || r == 0 || ids[r] != ids[r - 1]);
-    for (int r = 0; ok && r < b->world; r += g)
-        for (int q = 0; ok && q < r; q += g) ok = ids[q] != ids[r];
-    free(ids);
-    b->host_size = ok ? g : 0;
-}
+static void mpi_find_hosts(MpiBackend *b) { b->host_size = job_host_size(b->comm); } // run/job.h: the rule, shared with the GPU trainer
 static int mpi_host_size(void *ctx) { return ((MpiBackend *)ctx)->host_size; }
 
 static MPI_Comm mpi_group(MpiBackend *b, int group, int g) {

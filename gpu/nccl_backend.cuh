@@ -4,6 +4,7 @@
 #ifndef GPU_NCCL_BACKEND_CUH
 #define GPU_NCCL_BACKEND_CUH
 #include "gpu/kernels.cuh"
+#include "gpu/quant.cuh"
 #include "run/job.h"
 #include "run/verdict.h"
 
@@ -24,6 +25,15 @@
 // device does not get there in time, it names the oldest collective that has not completed,
 // in the CPU trainer's words, and aborts the job (ncclCommAbort, then job_abort). NCCL's
 // asynchronous errors (a peer gone) are checked at every poll and unit boundary.
+//
+// ZeRO++ (zero/backend.h's host_size, group_all_gather, group_all_to_all, quantize, dequantize,
+// dequantize_add, convert). Hosts: run/job.h's job_host_size (ZERO_HOST_ID, or shared memory).
+// A group's communicator is split from the world's (ncclCommSplit) the first time it is used
+// (every rank uses them in the schedule's order); its collectives are issued on the same
+// communication stream as the others, so the one order holds. The all-to-all is grouped
+// ncclSend/ncclRecv of bytes, one pair per member. The quantization kernels (gpu/quant.cuh) run
+// on the compute stream, so a message is written before the collective that sends it starts,
+// and is read after the wait() that orders the compute stream behind its arrival.
 
 #define MAX_PENDING (GPT2_MAX_UNITS + 8)
 #define MAX_COPIES 64
@@ -52,6 +62,9 @@ typedef struct NcclBackend {
     int copy_busy[MAX_COPIES];
     int block_waits;               // --trace: wait() blocks the host until the collective completes,
                                    // so that the trace's times are the device's
+    int host_size;                 // ZeRO++: ranks per host (job_host_size), set with the communicator
+    int ngroups;                   // ZeRO++'s group communicators, split from comm on first use
+    struct { int group, g; ncclComm_t comm; } groups[8];
 } NcclBackend;
 
 // waited: how long the host waited for it (the verdict's; an asynchronous error: the timeout)
@@ -357,12 +370,74 @@ static void dev_fatal(void *ctx, const char *msg) {
     job_abort(MPI_COMM_WORLD, b->nodes, 1);
 }
 
+// ZeRO++: hosts, groups (zero/backend.h), quantization on the device (gpu/quant.cuh)
+static int nccl_host_size(void *ctx) { return ((NcclBackend *)ctx)->host_size; }
+static ncclComm_t nccl_group(NcclBackend *b, int group, int g) {
+    if (group == ZB_WORLD) return b->comm;
+    for (int i = 0; i < b->ngroups; i++)
+        if (b->groups[i].group == group && b->groups[i].g == g) return b->groups[i].comm;
+    if (b->ngroups == 8 || g < 1 || b->world % g) {
+        fprintf(stderr, "error: rank %d: ZeRO++ group of %d ranks over a world of %d (or more than 8 groups)\n",
+                b->rank, g, b->world);
+        job_abort(MPI_COMM_WORLD, b->nodes, 1);
+    }
+    int color = group == ZB_INNER ? b->rank / g : b->rank % g, key = group == ZB_INNER ? b->rank % g : b->rank / g;
+    ncclComm_t c;
+    NCCL_CHECK(ncclCommSplit(b->comm, color, key, &c, NULL));
+    b->groups[b->ngroups].group = group; b->groups[b->ngroups].g = g; b->groups[b->ngroups].comm = c;
+    b->ngroups++;
+    return c;
+}
+static int nccl_group_size(NcclBackend *b, int group, int g) {
+    return group == ZB_WORLD ? b->world : group == ZB_INNER ? g : b->world / g;
+}
+static int nccl_group_all_gather(void *ctx, int group, int g, const void *send, void *recv, size_t bytes) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    ncclComm_t c = nccl_group(b, group, g);
+    int h = comm_begin(b, "all_gather (ZeRO++)");
+    NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, c, b->stream));
+    return comm_end(b, h);
+}
+static int nccl_group_all_to_all(void *ctx, int group, int g, const void *send, void *recv, size_t bytes) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    ncclComm_t c = nccl_group(b, group, g);
+    int n = nccl_group_size(b, group, g), h = comm_begin(b, "all_to_all (ZeRO++)");
+    NCCL_CHECK(ncclGroupStart());
+    for (int j = 0; j < n; j++) {
+        NCCL_CHECK(ncclSend((const char *)send + (size_t)j * bytes, bytes, ncclUint8, j, c, b->stream));
+        NCCL_CHECK(ncclRecv((char *)recv + (size_t)j * bytes, bytes, ncclUint8, j, c, b->stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+    return comm_end(b, h);
+}
+static void nccl_free_groups(NcclBackend *b) {
+    for (int i = 0; i < b->ngroups; i++) ncclCommDestroy(b->groups[i].comm);
+    b->ngroups = 0;
+}
+static void dev_quantize(void *ctx, void *msg, const void *src, size_t n, int dtype, size_t block, int bits) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    gq_quantize(b->gpu, b->gpu->compute, msg, src, n, dtype, block, bits);
+}
+static void dev_dequantize(void *ctx, void *dst, int dtype, const void *msg, size_t n, size_t block, int bits) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    gq_dequantize(b->gpu, b->gpu->compute, dst, dtype, msg, n, block, bits);
+}
+static void dev_dequantize_add(void *ctx, float *acc, const void *msg, size_t n, size_t block, int bits) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    gq_dequantize_add(b->gpu, b->gpu->compute, acc, msg, n, block, bits);
+}
+static void dev_convert(void *ctx, void *dst, int dst_dtype, const void *src, int src_dtype, size_t n) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    gq_convert(b->gpu, b->gpu->compute, dst, dst_dtype, src, src_dtype, n);
+}
+
 static ZeroBackend nccl_backend(NcclBackend *b) {
     ZeroBackend be = {b, nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_wait, nccl_set_step, nccl_progress,
                       nccl_sum_doubles, dev_alloc, dev_free, dev_zero, dev_add, dev_to_host, dev_from_host, dev_update,
                       0, host_mem_alloc, host_mem_free, dev_copy_to_host, dev_copy_to_device, dev_host_wait, dev_device_wait,
                       dev_fatal,
-                      NULL, NULL, NULL, NULL, NULL, NULL, NULL}; // ZeRO++'s entries: none yet (zero_init refuses ZeRO++)
+                      nccl_host_size, nccl_group_all_gather, nccl_group_all_to_all, dev_quantize, dev_dequantize,
+                      dev_dequantize_add, dev_convert};
     return be;
 }
 

@@ -13,7 +13,10 @@
 //   preempt_signal() is this rank's signal (0: none); preempt_signal_name() names one.
 //
 //   job_local(comm, &local_rank, &local_size): this rank among the ranks on its host;
-//   job_nodes(comm) counts the hosts the job spans (both collective). job_abort(comm, nodes, code)
+//   job_nodes(comm) counts the hosts the job spans (both collective). job_host_size(comm)
+//   (collective): ZeRO++'s ranks per host, when every host has as many and consecutive ranks fill
+//   each, else 0; a host is ZERO_HOST_ID's value when every rank has it set (tests posing as
+//   several hosts on one), else the ranks sharing memory (MPI_COMM_TYPE_SHARED). job_abort(comm, nodes, code)
 //   ends the job after the watchdog has said why (--comm-timeout). On one host that is
 //   MPI_Abort. Across hosts a rank cannot tell a stuck peer from a lost network, and MPI_Abort
 //   over a lost network leaves mpirun waiting forever for the daemon it cannot reach (OpenMPI
@@ -106,6 +109,32 @@ static inline int job_nodes(MPI_Comm comm) {
 // Under OpenMPI's mpirun (which passes its MCA parameters on in the environment): the seconds
 // after which its daemons notice a host that stopped answering, at least (lo) and at most (hi).
 // 0 when not under OpenMPI; infinite when keepalive is off.
+static inline int job_host_size(MPI_Comm comm) {
+    int rank, world;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &world);
+    const char *env = getenv("ZERO_HOST_ID");
+    int id = env && *env ? atoi(env) : -1, all_env = id >= 0;
+    MPI_Allreduce(MPI_IN_PLACE, &all_env, 1, MPI_INT, MPI_MIN, comm);
+    if (!all_env) { // the lowest rank sharing this rank's memory
+        MPI_Comm local;
+        MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+        id = rank;
+        MPI_Allreduce(MPI_IN_PLACE, &id, 1, MPI_INT, MPI_MIN, local);
+        MPI_Comm_free(&local);
+    }
+    int *ids = (int *)malloc((size_t)world * sizeof(int));
+    MPI_Allgather(&id, 1, MPI_INT, ids, 1, MPI_INT, comm);
+    int g = 1;
+    while (g < world && ids[g] == ids[0]) g++;
+    int ok = world % g == 0;
+    for (int r = 0; ok && r < world; r++) // each block of g one host, and no host twice
+        ok = ids[r] == ids[r - r % g] && (r % g || r == 0 || ids[r] != ids[r - 1]);
+    for (int r = 0; ok && r < world; r += g)
+        for (int q = 0; ok && q < r; q += g) ok = ids[q] != ids[r];
+    free(ids);
+    return ok ? g : 0;
+}
 static inline int job_openmpi(void) { return getenv("OMPI_COMM_WORLD_SIZE") != NULL; }
 static inline double job_env(const char *name, double otherwise) {
     const char *v = getenv(name);

@@ -200,7 +200,8 @@ static inline PlanInput planner_input_from_train_config(const TrainConfig *c, in
 // ... and of its step time (after config_validate: grad_accum is known).
 static inline TimeInput planner_time_input(const TrainConfig *c) {
     TimeInput ti = {c->model, c->precision, c->optimizer, c->zero_stage, c->world, c->plan.per_node,
-                    c->batch, c->seq_len, c->grad_accum, c->recompute != RECOMPUTE_NONE, c->offload_optimizer};
+                    c->batch, c->seq_len, c->grad_accum, c->recompute != RECOMPUTE_NONE, c->offload_optimizer,
+                    c->zeropp_qwz, c->zeropp_hpz, c->zeropp_qgz, c->zeropp_block};
     return ti;
 }
 

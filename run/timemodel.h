@@ -47,6 +47,13 @@
 //       down PCIe, and the 16-bit parameters go back up; with NVMe the state (the fp32 weights
 //       and each state array, 4 bytes each) is read and written at NVMe bandwidth, overlapped
 //       with the host's update. Not overlapped with the backward (DeepSpeed can do better).
+//     ZeRO++ (TimeInput's zeropp_*; a host is a node): its collectives are zero/pp.h's own, so
+//       their bytes are zero.h's count, split inside the node and across nodes. A group
+//       all-gather of M bytes over m members, gn of them per node, is the ring above over m ranks
+//       gn per node (hpZ's group inside a node: only the inside link); an all-to-all of `bytes` to
+//       each of m members sends (gn - 1) of them over the inside link and m - gn across, one
+//       latency per level used (tm_all_to_all_seconds). Quantizing reads the elements and writes
+//       the message; dequantizing (and adding) reads the message (and the sums) and writes.
 //     shared devices: a rank's compute and memory time scale with the ranks on the node (they
 //       share the cores); a collective's with max(1, ranks on the node / cores).
 //   A Trace (core/trace.h) on the simulated clock records it all, so a prediction has the step
@@ -72,6 +79,7 @@ typedef struct {
     int precision, optimizer, stage, world, per_node; // per_node 0: the hardware's devices per node
     int batch, seq_len, accum, recompute;
     int offload_optimizer; // zero/location.h's LOC_*: where the optimizer state and its update live
+    int zeropp_qwz, zeropp_hpz, zeropp_qgz, zeropp_block; // ZeRO++ (zero.h; 0: off, block 0: 2048)
 } TimeInput;
 
 typedef struct {
@@ -263,6 +271,18 @@ static inline double tm_collective_seconds(const Hardware *hw, int kind, double 
     return kind == ZC_ALL_REDUCE ? 2.0 * t : t;
 }
 
+// An all-to-all: `bytes` to each of m members, gn of them per node (ZeRO++'s qgZ).
+static inline double tm_all_to_all_seconds(const Hardware *hw, double bytes, int m, int gn) {
+    if (m <= 1) return 0.0;
+    if (gn < 1) gn = 1;
+    if (gn > m) gn = m;
+    double slow = hw->shared && hw->cores > 0 && gn > hw->cores ? (double)gn / hw->cores : 1.0;
+    double t = 0.0;
+    if (gn > 1) t += hw->intra_lat + bytes * (gn - 1) / hw->intra_bw * slow;
+    if (m > gn) t += hw->inter_lat + bytes * (m - gn) / hw->inter_bw * slow;
+    return t;
+}
+
 // ----------------------------------------------------------------------------------------
 // The simulated backend
 
@@ -306,15 +326,21 @@ static inline void tm_comm_charge(TimeSim *s, double work, double lat) {
     if (s->phase == TM_PHASE_OTHER) { s->comm_out_s += work; s->comm_out_lat_s += lat; }
     if (s->phase == TM_PHASE_OPT) { s->comm_opt_s += work; s->comm_opt_lat_s += lat; }
 }
-static inline int tm_issue(TimeSim *s, int kind, double M) {
+// kind -1: an all-to-all of M bytes to each member. m members, gn per node.
+static inline int tm_issue_group(TimeSim *s, int kind, double M, int m, int gn) {
     s->now += s->hw->launch_lat; // the issuing thread's call
     s->launch_s += s->hw->launch_lat;
     int h = s->next;
     s->next = (s->next + 1) % TM_HANDLES;
     Hardware nolat = *s->hw;
     nolat.intra_lat = nolat.inter_lat = 0.0;
-    s->work[h] = tm_collective_seconds(s->hw, kind, M, s->in->world, s->per_node);
-    s->lat[h] = s->work[h] - tm_collective_seconds(&nolat, kind, M, s->in->world, s->per_node);
+    if (kind < 0) {
+        s->work[h] = tm_all_to_all_seconds(s->hw, M, m, gn);
+        s->lat[h] = s->work[h] - tm_all_to_all_seconds(&nolat, M, m, gn);
+    } else {
+        s->work[h] = tm_collective_seconds(s->hw, kind, M, m, gn);
+        s->lat[h] = s->work[h] - tm_collective_seconds(&nolat, kind, M, m, gn);
+    }
     if (!s->hw->inline_comm) {
         double start = s->now > s->comm_free ? s->now : s->comm_free;
         s->done[h] = s->comm_free = start + s->work[h];
@@ -322,6 +348,7 @@ static inline int tm_issue(TimeSim *s, int kind, double M) {
     }
     return h;
 }
+static inline int tm_issue(TimeSim *s, int kind, double M) { return tm_issue_group(s, kind, M, s->in->world, s->per_node); }
 static inline int tm_all_reduce(void *ctx, void *buf, size_t n, int dtype) {
     (void)buf;
     return tm_issue((TimeSim *)ctx, ZC_ALL_REDUCE, (double)n * zc_dtype_size(dtype));
@@ -404,6 +431,45 @@ static inline void tm_update(void *ctx, const OptStep *step, float *p, float *co
     trace_end(tr, t0);
 }
 
+// ZeRO++ (zero/backend.h): a node is a host; a group's members and how many share a node.
+static inline int tm_host_size(void *ctx) { return ((TimeSim *)ctx)->per_node; }
+static inline void tm_group_shape(const TimeSim *s, int group, int g, int *m, int *gn) {
+    int world = s->in->world, L = s->per_node;
+    if (group == ZB_WORLD) { *m = world; *gn = L; return; }
+    if (group == ZB_INNER) { *m = g; *gn = g < L ? g : L; return; }
+    *m = world / g; *gn = g >= L ? 1 : L / g; // ranks r % g + k g: L / g of them on each node
+}
+static inline int tm_group_all_gather(void *ctx, int group, int g, const void *send, void *recv, size_t bytes) {
+    (void)send; (void)recv;
+    TimeSim *s = (TimeSim *)ctx;
+    int m, gn;
+    tm_group_shape(s, group, g, &m, &gn);
+    return tm_issue_group(s, ZC_ALL_GATHER, (double)bytes * m, m, gn);
+}
+static inline int tm_group_all_to_all(void *ctx, int group, int g, const void *send, void *recv, size_t bytes) {
+    (void)send; (void)recv;
+    TimeSim *s = (TimeSim *)ctx;
+    int m, gn;
+    tm_group_shape(s, group, g, &m, &gn);
+    return tm_issue_group(s, -1, (double)bytes, m, gn);
+}
+static inline void tm_quantize(void *ctx, void *msg, const void *src, size_t n, int dtype, size_t block, int bits) {
+    (void)msg; (void)src;
+    tm_bytes((TimeSim *)ctx, (double)n * zc_dtype_size(dtype) + (double)zq_bytes(n, block, bits));
+}
+static inline void tm_dequantize(void *ctx, void *dst, int dtype, const void *msg, size_t n, size_t block, int bits) {
+    (void)dst; (void)msg;
+    tm_bytes((TimeSim *)ctx, (double)n * zc_dtype_size(dtype) + (double)zq_bytes(n, block, bits));
+}
+static inline void tm_dequantize_add(void *ctx, float *acc, const void *msg, size_t n, size_t block, int bits) {
+    (void)acc; (void)msg;
+    tm_bytes((TimeSim *)ctx, 8.0 * n + (double)zq_bytes(n, block, bits));
+}
+static inline void tm_convert(void *ctx, void *dst, int dst_dtype, const void *src, int src_dtype, size_t n) {
+    (void)dst; (void)src;
+    tm_bytes((TimeSim *)ctx, (double)n * (zc_dtype_size(dst_dtype) + zc_dtype_size(src_dtype)));
+}
+
 static inline void tm_fatal(void *ctx, const char *msg) {
     (void)ctx;
     fprintf(stderr, "error: the step-time model: %s\n", msg);
@@ -418,6 +484,8 @@ static inline ZeroBackend tm_backend(TimeSim *s) {
     be.wait = tm_wait; be.set_step = tm_set_step; be.progress = tm_progress; be.sum_doubles = tm_sum_doubles;
     be.alloc = tm_alloc; be.free = tm_free; be.zero = tm_zero; be.add = tm_add; be.to_host = tm_to_host;
     be.from_host = tm_from_host; be.update = tm_update; be.unified = 1; be.fatal = tm_fatal;
+    be.host_size = tm_host_size; be.group_all_gather = tm_group_all_gather; be.group_all_to_all = tm_group_all_to_all;
+    be.quantize = tm_quantize; be.dequantize = tm_dequantize; be.dequantize_add = tm_dequantize_add; be.convert = tm_convert;
     return be;
 }
 
@@ -552,6 +620,7 @@ typedef struct {
     double matmul, memory, comm_work, offload, nvme; // seconds of each kind of work (comm_work: summed)
     double launch;                                 // seconds starting collectives
     double bytes[ZC_NUM_COLLECTIVES];              // per rank per step, zero.h's count
+    double bytes_inside, bytes_across, theory_across; // of all of them: inside a node, across nodes; the ZeRO++ paper's across
     double flops, tokens;                          // this rank's matmul FLOPs; tokens per step, all ranks
     double model_flops;                            // 6P + 12 L C T per token, all ranks: for MFU
     int per_node;
@@ -588,6 +657,8 @@ static inline int timemodel_step(const TimeInput *in, const Hardware *hw, TimeRe
     if (!trace) trace_init(tr, 0, 0);
     trace_set_clock(tr, tm_clock, s);
     ZeroOptions zo = zero_options(in->stage, in->precision, in->optimizer);
+    zo.zeropp_qwz = in->zeropp_qwz; zo.zeropp_hpz = in->zeropp_hpz; zo.zeropp_qgz = in->zeropp_qgz;
+    zo.zeropp_block = in->zeropp_block; zo.zeropp_per_host = s->per_node;
     zero_init(z, &in->cfg, 0, in->world, &zo, tm_backend(s));
     z->trace = tr;
     trace_step_begin(tr, 1);
@@ -608,6 +679,8 @@ static inline int timemodel_step(const TimeInput *in, const Hardware *hw, TimeRe
     out->nvme = s->nvme_s;
     out->launch = s->launch_s;
     for (int k = 0; k < ZC_NUM_COLLECTIVES; k++) out->bytes[k] = z->comm[k];
+    out->bytes_inside = z->comm_inside; out->bytes_across = z->comm_across;
+    out->theory_across = zero_theory_across(z) * in->accum;
     out->flops = s->flops;
     out->tokens = (double)in->batch * in->seq_len * in->accum * in->world;
     out->model_flops = out->tokens * (6.0 * z->lay.num_params + 12.0 * in->cfg.num_layers * in->cfg.channels * in->seq_len);
@@ -677,6 +750,10 @@ static inline void timemodel_print(FILE *f, const TimeInput *in, const Hardware 
     if (in->offload_optimizer != LOC_DEVICE) fprintf(f, ", offload %.2f ms (NVMe %.2f ms)", r->offload * ms, r->nvme * ms);
     fprintf(f, "\n  communication per rank: all_reduce %.2f MiB, reduce_scatter %.2f MiB, all_gather %.2f MiB\n",
             r->bytes[ZC_ALL_REDUCE] / mib, r->bytes[ZC_REDUCE_SCATTER] / mib, r->bytes[ZC_ALL_GATHER] / mib);
+    if (in->world > g)
+        fprintf(f, "  of which inside a node %.2f MiB, across nodes %.2f MiB (textbook across: %.2f MiB; ZeRO++ %s)\n",
+                r->bytes_inside / mib, r->bytes_across / mib, r->theory_across / mib,
+                in->zeropp_qwz || in->zeropp_hpz > 1 || in->zeropp_qgz ? "on" : "off");
     fprintf(f, "  collectives in flight %.2f ms, compute waiting for them %.2f ms", r->comm * ms, r->exposed * ms);
     if (r->comm > 0) fprintf(f, ": overlap %.0f%%", 100.0 * (1.0 - r->exposed / r->comm));
     fprintf(f, "\n");
@@ -689,11 +766,12 @@ static inline void timemodel_json(FILE *f, const TimeInput *in, const Hardware *
     fprintf(f, ",\"per_node\":%d,\"grad_accum\":%d,\"offload\":\"%s\",\"step_ms\":%.6g,\"fwd_ms\":%.6g,\"bwd_ms\":%.6g,"
                "\"optim_ms\":%.6g,\"comm_ms\":%.6g,\"exposed_comm_ms\":%.6g,\"matmul_ms\":%.6g,\"memory_ms\":%.6g,"
                "\"comm_work_ms\":%.6g,\"offload_ms\":%.6g,\"nvme_ms\":%.6g,\"all_reduce_bytes\":%.17g,"
-               "\"reduce_scatter_bytes\":%.17g,\"all_gather_bytes\":%.17g,\"tokens_per_s\":%.6g,\"mfu\":%.6g",
+               "\"reduce_scatter_bytes\":%.17g,\"all_gather_bytes\":%.17g,\"inside_bytes\":%.17g,\"across_bytes\":%.17g,\"textbook_across_bytes\":%.17g,\"tokens_per_s\":%.6g,\"mfu\":%.6g",
             r->per_node, in->accum, zero_offload_names[in->offload_optimizer],
             r->step * 1e3, r->fwd * 1e3, r->bwd * 1e3, r->optim * 1e3, r->comm * 1e3, r->exposed * 1e3, r->matmul * 1e3,
             r->memory * 1e3, r->comm_work * 1e3, r->offload * 1e3, r->nvme * 1e3, r->bytes[ZC_ALL_REDUCE],
-            r->bytes[ZC_REDUCE_SCATTER], r->bytes[ZC_ALL_GATHER], r->tokens / r->step,
+            r->bytes[ZC_REDUCE_SCATTER], r->bytes[ZC_ALL_GATHER], r->bytes_inside, r->bytes_across, r->theory_across,
+            r->tokens / r->step,
             r->model_flops / r->step / tm_peak_total(in, hw));
 }
 

@@ -3,6 +3,10 @@
 // counts within them, and in-place only in NCCL's exact layouts (all-reduce: send == recv;
 // reduce-scatter: recv == send + rank * count; all-gather: send == recv + rank * count); any
 // other overlap is an error. 16-bit sums are computed in fp32 and rounded per pair.
+// ZeRO++'s pieces: ncclCommSplit (MPI_Comm_split over a control communicator the host alone uses,
+// so no split can interleave with a queued collective), bytes (ncclInt8/ncclUint8) for
+// all-gathers, and ncclSend/ncclRecv between ncclGroupStart and ncclGroupEnd, run as one queued
+// item (non-blocking MPI sends and receives, then a wait for all) on the group's one stream.
 #pragma once
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1 // MPI's C API only
@@ -18,7 +22,8 @@ typedef enum { ncclInt8 = 0, ncclUint8 = 1, ncclInt32 = 2, ncclUint32 = 3, ncclI
                ncclHalf = 6, ncclFloat32 = 7, ncclFloat = 7, ncclFloat64 = 8, ncclDouble = 8, ncclBfloat16 = 9 } ncclDataType_t;
 typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
 typedef struct { char internal[128]; } ncclUniqueId;
-struct EmuNcclComm { MPI_Comm comm; int rank, nranks; };
+struct EmuNcclComm { MPI_Comm comm, ctl; int rank, nranks; };
+typedef struct { int emulated; } ncclConfig_t;
 typedef EmuNcclComm *ncclComm_t;
 
 static inline const char *ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "emulated NCCL error"; }
@@ -29,11 +34,29 @@ static inline ncclResult_t ncclCommInitRank(ncclComm_t *c, int nranks, ncclUniqu
     MPI_Comm_rank(MPI_COMM_WORLD, &wr);
     MPI_Comm_size(MPI_COMM_WORLD, &ws);
     if (wr != rank || ws != nranks) emu_fatal("ncclCommInitRank(%d of %d) in MPI rank %d of %d", rank, nranks, wr, ws);
-    *c = new EmuNcclComm{MPI_COMM_NULL, rank, nranks};
+    *c = new EmuNcclComm{MPI_COMM_NULL, MPI_COMM_NULL, rank, nranks};
     MPI_Comm_dup(MPI_COMM_WORLD, &(*c)->comm);
+    MPI_Comm_dup(MPI_COMM_WORLD, &(*c)->ctl);
     return ncclSuccess;
 }
-static inline ncclResult_t ncclCommDestroy(ncclComm_t c) { emu_drain_all("ncclCommDestroy"); MPI_Comm_free(&c->comm); delete c; return ncclSuccess; }
+static inline ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, ncclConfig_t *config) {
+    (void)config;
+    MPI_Comm sub;
+    MPI_Comm_split(c->ctl, color, key, &sub);
+    int r, n;
+    MPI_Comm_rank(sub, &r);
+    MPI_Comm_size(sub, &n);
+    *out = new EmuNcclComm{sub, MPI_COMM_NULL, r, n};
+    MPI_Comm_dup(sub, &(*out)->ctl);
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclCommDestroy(ncclComm_t c) {
+    emu_drain_all("ncclCommDestroy");
+    MPI_Comm_free(&c->comm);
+    MPI_Comm_free(&c->ctl);
+    delete c;
+    return ncclSuccess;
+}
 static inline ncclResult_t ncclCommAbort(ncclComm_t c) { (void)c; return ncclSuccess; }
 static inline ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r) { (void)c; *r = ncclSuccess; return ncclSuccess; }
 
@@ -52,15 +75,17 @@ static inline size_t emu_nccl_size(ncclDataType_t t) {
     case ncclFloat: return 4;
     case ncclDouble: return 8;
     case ncclBfloat16: case ncclHalf: return 2;
+    case ncclInt8: case ncclUint8: return 1;
     default: emu_fatal("NCCL data type %d is not emulated", (int)t);
     }
 }
 static inline MPI_Datatype emu_nccl_mpi_type(ncclDataType_t t) {
-    return t == ncclFloat ? MPI_FLOAT : t == ncclDouble ? MPI_DOUBLE : MPI_UINT16_T;
+    return t == ncclFloat ? MPI_FLOAT : t == ncclDouble ? MPI_DOUBLE : t == ncclInt8 || t == ncclUint8 ? MPI_BYTE : MPI_UINT16_T;
 }
 static inline MPI_Op emu_nccl_op(ncclDataType_t t, ncclRedOp_t op) {
     static MPI_Op bf16 = MPI_OP_NULL, fp16 = MPI_OP_NULL;
     if (op != ncclSum) emu_fatal("NCCL reduction %d is not emulated", (int)op);
+    if (t == ncclInt8 || t == ncclUint8) emu_fatal("NCCL sums of bytes are not emulated");
     if (t == ncclBfloat16) { if (bf16 == MPI_OP_NULL) MPI_Op_create(emu_sum_bf16, 1, &bf16); return bf16; }
     if (t == ncclHalf) { if (fp16 == MPI_OP_NULL) MPI_Op_create(emu_sum_fp16, 1, &fp16); return fp16; }
     return MPI_SUM;
@@ -109,4 +134,47 @@ static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t co
         else MPI_Allgather(send, (int)count, mt, recv, (int)count, mt, c->comm);
     });
     return ncclSuccess;
+}
+
+// Point-to-point, grouped: every ncclSend / ncclRecv between ncclGroupStart and ncclGroupEnd is
+// collected and queued as one item (outside a group, each is a group of its own).
+struct EmuP2p { int send; void *buf; size_t bytes; int peer; ncclComm_t comm; cudaStream_t stream; };
+static inline std::vector<EmuP2p> &emu_p2p_ops() { static thread_local std::vector<EmuP2p> ops; return ops; }
+static inline int &emu_group_depth() { static thread_local int depth = 0; return depth; }
+static inline ncclResult_t ncclGroupStart() { emu_group_depth()++; return ncclSuccess; }
+static inline ncclResult_t ncclGroupEnd() {
+    if (emu_group_depth() == 0) emu_fatal("ncclGroupEnd without ncclGroupStart");
+    if (--emu_group_depth()) return ncclSuccess;
+    std::vector<EmuP2p> ops;
+    ops.swap(emu_p2p_ops());
+    if (ops.empty()) return ncclSuccess;
+    for (const EmuP2p &o : ops)
+        if (o.stream != ops[0].stream) emu_fatal("ncclGroupEnd: sends and receives on several streams are not emulated");
+    emu_enqueue(ops[0].stream, [ops] {
+        std::vector<MPI_Request> req(ops.size());
+        for (size_t k = 0; k < ops.size(); k++) {
+            const EmuP2p &o = ops[k];
+            if (o.send) MPI_Isend(o.buf, (int)o.bytes, MPI_BYTE, o.peer, 77, o.comm->comm, &req[k]);
+            else MPI_Irecv(o.buf, (int)o.bytes, MPI_BYTE, o.peer, 77, o.comm->comm, &req[k]);
+        }
+        MPI_Waitall((int)req.size(), req.data(), MPI_STATUSES_IGNORE);
+    });
+    return ncclSuccess;
+}
+static inline ncclResult_t emu_p2p(int send, const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c,
+                                   cudaStream_t s) {
+    const char *fn = send ? "ncclSend" : "ncclRecv";
+    size_t bytes = count * emu_nccl_size(t);
+    if (count_too_big(bytes)) emu_fatal("%s: counts beyond INT_MAX are not emulated", fn);
+    if (peer < 0 || peer >= c->nranks) emu_fatal("%s: peer %d of a communicator of %d", fn, peer, c->nranks);
+    if (bytes) emu_check_range(buf, bytes, 1, fn, send ? "send buffer" : "receive buffer");
+    ncclGroupStart();
+    emu_p2p_ops().push_back(EmuP2p{send, (void *)buf, bytes, peer, c, s});
+    return ncclGroupEnd();
+}
+static inline ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s) {
+    return emu_p2p(1, buf, count, t, peer, c, s);
+}
+static inline ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s) {
+    return emu_p2p(0, buf, count, t, peer, c, s);
 }
