@@ -87,7 +87,9 @@
 //   (zero_update_streamed: whole slices, or at most `piece` elements with NVMe), each piece's
 //   gradient, master weights, state arrays and parameters opened where the host addresses them,
 //   updated by the CPU optimizer engine (optimizer_engine.h) and closed back; after a unit's last
-//   piece, stages 1 and 2 start its all-gather.
+//   piece, stages 1 and 2 start its all-gather. With only the parameter shard off a device the
+//   host cannot address (offload_param alone), the update stays on the device and each unit's
+//   new parameters are written back through the store (zero_update: zero_store_write_back).
 //
 //   The backend (ZeroBackend, zero/backend.h) performs what it is handed and never decides what
 //   to communicate.
@@ -285,16 +287,13 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world
     z->nstate = optimizer_info(o->optimizer)->slices;
     zero_pp_setup(z, o);
     zero_placement(o, be.unified, z->where);
-    if (!be.unified && z->where[MEM_PARAMS] != LOC_DEVICE && z->where[MEM_MASTER] == LOC_DEVICE)
-        be.fatal(be.ctx, "--offload-param needs the optimizer offloaded as well (the update that writes the offloaded "
-                         "parameters runs where the optimizer state is)");
     gpt2_layout_init(&z->lay, cfg, (size_t)world * ZERO_ALIGN);
     ZeroStore *st = &z->st;
     zero_store_init(st, &z->be, &z->trace, &z->lay, z->where, z->mem, rank, world, z->esize, z->nstate, o);
     size_t full = z->lay.num_flat, shard = zero_shard_size(z);
     z->params = zero_store_alloc(st, MEM_PARAMS, stage == 3 ? shard : full);
     z->grads = zero_store_alloc(st, MEM_GRADS, stage >= 2 ? shard : full);
-    z->has_master = dtype != ZC_F32 || zero_streams(z->where); // a streamed update needs its fp32 weights in its memory
+    z->has_master = dtype != ZC_F32 || zero_streams(z->where); // an update off the shard's memory needs its fp32 weights
     if (z->has_master) z->master = (float *)zero_store_alloc(st, MEM_MASTER, stage == 0 ? full : shard);
     for (int k = 0; k < z->nstate; k++) z->state[k] = (float *)zero_store_alloc(st, MEM_STATE + k, stage == 0 ? full : shard);
     zero_store_staging(st);
@@ -761,19 +760,34 @@ static inline void zero_update_streamed(Zero *z, const OptStep *step) {
     for (int u = 0; u < z->lay.num_units; u++) zero_wait(z, u, "all_gather (updated parameters)");
 }
 
+// The device update with the parameter shard off the device (offload_param alone): the new
+// 16-bit parameters are rounded into the unit's landing slice (frozen runs zeroed there: the slice
+// last held another unit's), which zero/store.h then writes back where the shard lives.
+static inline void zero_update_back_segment(const ParamSegment *seg, void *ctx) {
+    ZeroUpdateRun *r = (ZeroUpdateRun *)ctx;
+    Zero *z = r->z;
+    if (seg->kind == SEG_FROZEN)
+        z->be.zero(z->be.ctx, zero_at(z, r->p16, seg->begin - r->base), (seg->end - seg->begin) * z->esize);
+    else zero_update_segment(seg, ctx);
+}
 static inline void zero_update(Zero *z, const OptStep *step) {
-    if (zero_streams(z->where)) { zero_update_streamed(z, step); return; }
+    if (zero_update_on_host(z->where, z->be.unified)) { zero_update_streamed(z, step); return; }
+    int back = z->where[MEM_PARAMS] != LOC_DEVICE; // the shard is off the device: written back unit by unit
+    if (back) zero_stream_begin(&z->st);
     for (int u = 0; u < z->lay.num_units; u++) {
         double t0 = trace_begin(z->trace, "update", TRACE_OPTIMIZER, u,
                                 zero_update_bytes_per_element(z) * (double)zero_update_count(z, u));
         size_t begin = zero_update_begin(z, u);
         void *p = zero_update_params(z, u);
         ZeroUpdateRun r = {z, begin, z->master ? zero_update_moment(z, z->master, u) : (float *)p, {NULL},
-                           zero_update_grads(z, u), z->master ? p : NULL, step};
+                           zero_update_grads(z, u), back ? zero_store_landing_of(&z->st, u) : z->master ? p : NULL, step};
         for (int k = 0; k < z->nstate; k++) r.state[k] = zero_update_moment(z, z->state[k], u);
-        gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u), zero_update_segment, &r);
+        gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u),
+                              back ? zero_update_back_segment : zero_update_segment, &r);
+        if (back) zero_store_write_back(&z->st, u, p, r.p16);
         trace_end(z->trace, t0);
     }
+    if (back) zero_stream_end(&z->st);
     zero_gather_updated_params(z);
 }
 

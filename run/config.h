@@ -1057,11 +1057,6 @@ static inline int config_validate(TrainConfig *c, int world) {
                 zero_offload_names[c->offload_param]);
         return -1;
     }
-    if (c->offload_param != LOC_DEVICE && c->offload_optimizer == LOC_DEVICE) {
-        fprintf(stderr, "error: --offload-param %s needs --offload-optimizer cpu or nvme (the update that writes the "
-                        "offloaded parameters runs where the optimizer state is)\n", zero_offload_names[c->offload_param]);
-        return -1;
-    }
     if ((c->offload_optimizer == LOC_NVME || c->offload_param == LOC_NVME) && !c->nvme_path && config_takes(c, CK_NVME_PATH)) {
         fprintf(stderr, "error: --offload-%s nvme needs --nvme-path DIR (DeepSpeed's nvme_path)\n",
                 c->offload_optimizer == LOC_NVME ? "optimizer" : "param");

@@ -6,7 +6,8 @@
 #      on NVMe too), fp16 at stage 2; small pieces (2048 elements) and 2 or 5 buffer sets, so the
 #      read-ahead and write-behind wrap around many times a step. The scratch directories are gone
 #      after a clean exit; the memory log's nvme bytes equal the planner's (--plan --json) and
-#      the files' sizes while it runs.
+#      the files' sizes while it runs. offload_param alone (stage 3, bf16 and fp32, on NVMe and on
+#      the host: here a note that it moves nothing) equals memory too, planned to the byte.
 #   1b. The host tier (--nvme-host-cache): budgets part (~40% of the optimizer state) and all,
 #      bf16 ZeRO-1, fp32 ZeRO-3 with parameters on NVMe, fp16 ZeRO-2: bit for bit equal to memory
 #      as above (the update reads the next step's first pieces ahead across the step boundary in
@@ -23,7 +24,8 @@
 #      tmpfs in a private mount namespace); a file deleted, and one truncated, under a running job.
 #      A ramfs (no O_DIRECT; tmpfs takes it since Linux 6.6) runs with a note, bitwise the same.
 #   6. A DeepSpeed file with offload_optimizer/offload_param on nvme, buffer_count, buffer_size and
-#      an aio section runs as given and equals the command line's run.
+#      an aio section runs as given and equals the command line's run; one with only offload_param
+#      runs with the optimizer in memory and equals the run without offload.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
@@ -67,6 +69,23 @@ for cfg in "bf16 1 none 2" "bf16 2 none 5" "bf16 3 nvme 2" "fp32 1 none 5" "fp32
   if same_steps $d/m_$k.jsonl $d/n_$k.jsonl && same_ckpt $d/m_$k $d/n_$k; then
     echo "ok   $p ZeRO-$s (parameters on $op, $nb buffer sets): losses, norms, weights and optimizer state identical"
   else fail "$k: NVMe differs from memory"; diff <(steps $d/m_$k.jsonl) <(steps $d/n_$k.jsonl) | head -4; fi
+done
+# offload_param alone (the optimizer stays in memory; DeepSpeed takes it): the parameters on NVMe,
+# or on the host (which moves nothing here, and says so), equal to section 1's memory runs
+for cfg in "bf16 nvme" "fp32 nvme" "bf16 cpu" "fp32 cpu"; do
+  set -- $cfg; p=$1; op=$2; k=${p}_3
+  cpu $common --steps 5 --precision $p --zero-stage 3 --offload-param $op --nvme-path $d/nvme --nvme-buffers 3 \
+    --nvme-buffer-size 2048 --out $d/p_${k}_$op --log $d/p_${k}_$op.jsonl > $d/p_${k}_$op.out 2>&1 \
+    || { tail -3 $d/p_${k}_$op.out; fail "$k parameters alone on $op"; continue; }
+  grep -q "plan vs allocated: every kind on every rank matches exactly" $d/p_${k}_$op.out || fail "$k $op alone: plan and allocation differ"
+  grep -q '"master":"device"' $d/p_${k}_$op.jsonl || fail "$k $op alone: the optimizer left the device"
+  if [ $op = nvme ]; then grep -q '"params":"nvme"' $d/p_${k}_$op.jsonl && grep -q '"nvme_read":[1-9]' $d/p_${k}_$op.jsonl \
+    || fail "$k: parameters alone not on NVMe"
+  else grep -q "offload-param cpu: this trainer keeps every model state in host memory already, so cpu moves nothing" \
+    $d/p_${k}_$op.out || fail "$k: no note that --offload-param cpu moves nothing here"; fi
+  if same_steps $d/m_$k.jsonl $d/p_${k}_$op.jsonl && same_ckpt $d/m_$k $d/p_${k}_$op; then
+    echo "ok   $p ZeRO-3, parameters alone on $op (optimizer in memory): losses, norms, weights and optimizer state identical"
+  else fail "$k: parameters alone on $op differ from memory"; diff <(steps $d/m_$k.jsonl) <(steps $d/p_${k}_$op.jsonl) | head -4; fi
 done
 left=$(ls $d/nvme); [ -z "$left" ] && echo "ok   the scratch directories are removed at a clean exit" || fail "left behind: $left"
 # the planner's nvme bytes (the files, slices padded to 4096) = the memory log's
@@ -226,6 +245,19 @@ grep -q '"nvme-buffers":{"value":3,"source":"file"' $d/ds.jsonl && grep -q '"aio
 # (the file's run also equals section 1's memory run at stage 3: offload changes nothing)
 same_steps $d/ds.jsonl $d/m_bf16_3.jsonl && [ $r = 0 ] && echo "ok   the file's nvme_path, buffer_count, buffer_size and aio settings are honoured, no warnings, same losses" \
   || { fail "DeepSpeed NVMe file"; grep -E "^(warning|error)" $d/ds.out | head -3; }
+
+# a file with only offload_param (DeepSpeed's ZeRO-3 parameter offload with the optimizer on the device)
+cat > $d/dsp.json <<EOF
+{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 3,
+   "offload_param": {"device": "nvme", "nvme_path": "$d/nvme", "pin_memory": true, "buffer_count": 5, "buffer_size": 4096}}}
+EOF
+cpu $common --steps 5 --deepspeed $d/dsp.json --log $d/dsp.jsonl > $d/dsp.out 2>&1 || { tail -3 $d/dsp.out; fail "DeepSpeed file with offload_param alone"; }
+grep -q '"offload-param":{"value":"nvme","source":"file"' $d/dsp.jsonl && grep -q '"offload-optimizer":{"value":"none"' $d/dsp.jsonl \
+  && grep -q '"params":"nvme"' $d/dsp.jsonl && grep -q '"master":"device"' $d/dsp.jsonl && ! grep -q "^warning" $d/dsp.out \
+  && same_steps $d/dsp.jsonl $d/m_bf16_3.jsonl \
+  && echo "ok   a file with only offload_param: parameters on NVMe, optimizer in memory, no warnings, same losses as in memory" \
+  || { fail "DeepSpeed file with offload_param alone"; grep -E "^(warning|error)" $d/dsp.out | head -3; grep -o '"offload-[a-z]*":{[^}]*}' $d/dsp.jsonl; }
 
 echo "$fails failed"
 [ $fails = 0 ]

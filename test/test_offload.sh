@@ -5,6 +5,9 @@
 #      fp16 at ZeRO-3 with optimizer and parameters on the host, through overflow-skipped steps and
 #      updates after them (an initial loss scale of 2^20 overflows until it has halved enough); fp32 at ZeRO-1 (an offloaded fp32 update keeps fp32
 #      master weights on the host);
+#   1b. offload_param alone (the optimizer and its update on the device, the updated shard written
+#      back): parameters on the host or on NVMe = no offload, bit for bit, bf16 and fp32 at ZeRO-3,
+#      planned to the byte;
 #   2. a step skipped for overflow leaves the host state as it was: the checkpoint after one
 #      skipped step holds exactly the initial weights;
 #   3. save with offload and resume without, and the reverse: the resumed steps equal the
@@ -49,6 +52,26 @@ for cfg in "bf16 2 cpu none" "fp16 3 cpu cpu --initial-scale-power 20 --hysteres
 done
 sk=$(grep -c '"skipped":true' $d/l_fp16_1.jsonl)
 [ "$sk" -ge 1 ] && [ "$sk" -lt 5 ] || fail "fp16: $sk of 5 steps skipped: the skip path and the update after it were not both exercised"
+
+echo "== 1b. offload_param alone: the optimizer on the device, the parameter shard on the host or NVMe"
+mkdir -p $d/nvme
+for p in bf16 fp32; do
+  for op in none cpu nvme; do
+    emu $p $common --steps 4 --zero-stage 3 --offload-param $op --nvme-path $d/nvme --nvme-buffer-size 2048 --pin-memory \
+      --out $d/p_${p}_$op --log $d/p_${p}_$op.jsonl > $d/p_${p}_$op.out 2>&1 || { tail -5 $d/p_${p}_$op.out; fail "$p parameters on $op"; }
+  done
+  for op in cpu nvme; do
+    want=host; [ $op = nvme ] && want=nvme
+    grep -q "plan vs allocated: every kind on every rank matches exactly" $d/p_${p}_$op.out || fail "$p $op: plan and allocation differ"
+    grep -q "\"params\":\"$want\"" $d/p_${p}_$op.jsonl && grep -q '"master":"device"' $d/p_${p}_$op.jsonl \
+      || fail "$p $op: the memory log does not put the parameters on $want and the optimizer on the device"
+    a=$(steps $d/p_${p}_none.jsonl); b=$(steps $d/p_${p}_$op.jsonl); same=1
+    for f in $(cd $d/p_${p}_none && ls model_*.bin step_*/*_rank*.bin); do cmp -s $d/p_${p}_none/$f $d/p_${p}_$op/$f || { same=0; echo "differs: $f"; }; done
+    [ -n "$a" ] && [ "$a" = "$b" ] && [ $same = 1 ] \
+      && echo "ok   $p ZeRO-3, parameters alone on $want: losses, norms, weights and optimizer state identical to no offload" \
+      || { fail "$p ZeRO-3: parameters alone on $want differ"; diff <(echo "$a") <(echo "$b") | head -5; }
+  done
+done
 
 echo "== 2. a skipped step changes nothing on the host"
 # the initial weights as an fp32 model file (the CPU trainer writes it), then one step that overflows

@@ -6,7 +6,7 @@
 #   2. for each of them --plan accepts a good value (and the value reaches the plan: its output
 #      changes), and a bad value gets from --plan the very line the trainer prints (rc non-zero,
 #      one line on stderr), the trainer run here on the same arguments;
-#   3. the checks across options (--offload-param without --offload-optimizer, --total-batch not a
+#   3. the checks across options (--offload-param below stage 3, --total-batch not a
 #      multiple of B x T x processes, recompute's, the model's, a --deepspeed file's conflict) give
 #      the trainer's line;
 #   4. every other trainer option is refused by --plan with one line naming it, every --plan-only
@@ -66,7 +66,7 @@ good = {
     "trace": (["--trace", f"{d}/pred.json"], ["--time"], "the predicted step's timeline"),
     "zero-stage": (["--zero-stage", "3"], ["--world", "2"], "partitions"),
     "offload-optimizer": (["--offload-optimizer", "cpu"], ["--zero-stage", "1"], "where the state lives"),
-    "offload-param": (["--offload-param", "cpu"], ["--zero-stage", "3", "--offload-optimizer", "cpu"], "where params live"),
+    "offload-param": (["--offload-param", "nvme"], ["--zero-stage", "3"], "where params live (alone: DeepSpeed takes it)"),
     "nvme-buffers": (["--nvme-buffers", "6"], ["--zero-stage", "1", "--offload-optimizer", "nvme"], "staging"),
     "nvme-buffer-size": (["--nvme-buffer-size", "4096"], ["--zero-stage", "1", "--offload-optimizer", "nvme"], "staging"),
     "zeropp-qwz": (["--zeropp-qwz", "1"], ["--zero-stage", "3", "--world", "2"], "qwZ's message buffers"),
@@ -117,8 +117,7 @@ for name, (opt, need, why) in sorted(good.items()):
 print(f"{accepted} options accepted by --plan and changing its output; {same} bad values refused with the trainer's line")
 
 # 3. the checks across options
-cross = [["--zero-stage", "3", "--offload-param", "cpu"],           # needs --offload-optimizer
-         ["--zero-stage", "2", "--offload-param", "cpu", "--offload-optimizer", "cpu"],  # needs stage 3
+cross = [["--zero-stage", "2", "--offload-param", "cpu", "--offload-optimizer", "cpu"],  # needs stage 3
          ["--offload-optimizer", "cpu"],                             # needs a stage
          ["--total-batch", "1000"],                                  # not a multiple of 8 x 64 x 1
          ["--total-batch", "1024", "--grad-accum", "3"],             # disagree

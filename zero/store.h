@@ -11,7 +11,12 @@
 //   parameters copied back, the copies of the next piece in flight while the host updates this
 //   one. offload_param = host (stage 3) keeps this rank's 16-bit parameter shard in host memory
 //   too: before a unit's all-gather its slice is copied to a device landing slice, and the update
-//   writes the shard in place. The gradients stay on the device. A backend whose compute memory
+//   writes the shard in place. offload_param without offload_optimizer (host or NVMe; DeepSpeed
+//   takes it): the optimizer stays on the device with fp32 master weights (kept even in fp32
+//   runs, as with any shard off the device) and the update runs there, rounding each unit's new
+//   parameters into the unit's landing slice, which then goes where the shard lives, a piece at a
+//   time (zero_store_write_back: copied into the host shard, or through the NVMe buffer sets to
+//   the file). The gradients stay on the device. A backend whose compute memory
 //   is the host's (unified) offloads nothing to the host: there is nowhere to move to. Staging is
 //   bounded: two pieces of gradients and two of parameters on the host, one slice per gather
 //   buffer on the device.
@@ -208,8 +213,16 @@ static inline void zero_placement(const ZeroOptions *o, int unified, int where[M
         for (int k = MEM_MASTER; k < MEM_BUFFERS; k++) where[k] = opt;
     if (par != LOC_DEVICE && o->stage == 3) where[MEM_PARAMS] = par;
 }
-// The update streams (zero_update_streamed) when anything it reads or writes is off the device.
+// Anything the update reads or writes is off the device: then fp32 master weights are kept, even
+// in fp32 runs (the planner counts them too).
 static inline int zero_streams(const int where[MEM_KINDS]) { return where[MEM_MASTER] != LOC_DEVICE || where[MEM_PARAMS] != LOC_DEVICE; }
+// The update runs on the host, streamed (zero_update_streamed), when the optimizer state is off
+// the device, or the parameter shard is and the host addresses the device's memory (unified).
+// With only the shard off a device the host cannot address, it runs on the device and writes
+// the shard back (zero_store_write_back).
+static inline int zero_update_on_host(const int where[MEM_KINDS], int unified) {
+    return where[MEM_MASTER] != LOC_DEVICE || (unified && where[MEM_PARAMS] != LOC_DEVICE);
+}
 static inline int zero_on_nvme(const int where[MEM_KINDS]) { return where[MEM_MASTER] == LOC_NVME || where[MEM_PARAMS] == LOC_NVME; }
 
 // The geometry the arithmetic below needs, without binding a Zero (the planner's).
@@ -618,6 +631,28 @@ static inline int zero_store_holder(const ZeroStore *s, int u) {
 }
 static inline void zero_store_prefetch(ZeroStore *s, int u) { zero_store_of(s, MEM_PARAMS)->prefetch(s, MEM_PARAMS, u); }
 static inline const void *zero_store_send(ZeroStore *s, int u, const void *at) { return zero_store_of(s, MEM_PARAMS)->send(s, u, at); }
+
+// The device update's result for unit u's slice (dev: in the device's memory, the slice's
+// landing slice, zero_store_landing_of) to where the shard lives (at: the shard's slice in host
+// memory; NULL on NVMe), a piece at a time: each piece opened where the host addresses it, copied
+// into it from the device, and closed back (NVMe: written to the file behind, through the buffer
+// sets). Between zero_stream_begin and zero_stream_end, which waits for the writes.
+static inline void *zero_store_landing_of(const ZeroStore *s, int u) { return s->land[zero_store_slot(s, u)]; }
+static inline void zero_store_write_back(ZeroStore *s, int u, void *at, const void *dev) {
+    const ZeroLocation *l = zero_store_of(s, MEM_PARAMS);
+    size_t n = zero_store_slice(s, u);
+    for (size_t lo = 0; lo < n; lo += s->piece) {
+        ZeroPiece pc;
+        memset(&pc, 0, sizeof(pc));
+        pc.u = u; pc.lo = lo; pc.n = n - lo < s->piece ? n - lo : s->piece;
+        pc.at[MEM_PARAMS] = at ? (char *)at + lo * s->esize : NULL;
+        int i = s->fetched[MEM_PARAMS]++; // the pieces written so far this update: the buffer sets rotate
+        void *host = l->open(s, MEM_PARAMS, &pc, i);
+        int copy = s->be->copy_to_host(s->be->ctx, host, (const char *)dev + lo * s->esize, pc.n * s->esize);
+        zero_store_host_wait(s, copy, "an updated parameter piece's copy to the host");
+        l->close(s, MEM_PARAMS, &pc, i);
+    }
+}
 
 // The streamed update. begin: a parameter read in flight must not cross the update's writes.
 // open: piece i of every kind the update touches (gradients, master weights, state arrays,
