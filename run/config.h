@@ -180,7 +180,7 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
            "(0: --total-batch / (B*T*processes), else 1)", "gradient_accumulation_steps", NULL) \
     CO_NUM("steps", STEPS, CU_TRAIN, OT_INT, steps, 100, 0, 1 << 30, NULL, "N", "optimizer steps", NULL, NULL) \
     CO_CHOICE("optimizer", OPTIMIZER, CU_TRAIN | CU_MEM | CU_TIME, optimizer, OPT_ADAMW, optimizer_names, OPT_NUM, \
-              "optimizer", "O", "adamw | lion | sgd-momentum | sgd (optimizer.h)", NULL, NULL) \
+              "optimizer", "O", "adamw | lion | sgd-momentum | sgd | lamb (optimizer.h)", NULL, NULL) \
     CO_NUM("lr", LR, CU_TRAIN, OT_FLOAT, lr, 1e-3f, 0, 1e3, NULL, "X", "peak learning rate", \
            "optimizer.params.lr", NULL) \
     CO_CHOICE("lr-schedule", LR_SCHEDULE, CU_TRAIN, lr_schedule, LR_COSINE, lr_schedule_names, LR_NUM_SCHEDULES, NULL, \
@@ -209,6 +209,11 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
               "DeepSpeed's optimizer.params.bias_correction false, BERT's configs)", NULL, NULL) \
     CO_NUM("momentum", MOMENTUM, CU_TRAIN, OT_FLOAT, momentum, 0.9f, 0, 0.999999, NULL, "X", "sgd-momentum", \
            "optimizer.params.momentum", NULL) \
+    CO_NUM("max-coeff", MAX_COEFF, CU_TRAIN, OT_FLOAT, max_coeff, 10.0f, 0, 1e30, NULL, "X", \
+           "LAMB: the trust ratio |w|/|update| clamped to at most X (DeepSpeed's default)", \
+           "optimizer.params.max_coeff", NULL) \
+    CO_NUM("min-coeff", MIN_COEFF, CU_TRAIN, OT_FLOAT, min_coeff, 0.01f, 0, 1e30, NULL, "X", \
+           "LAMB: ... and at least X (DeepSpeed's default)", "optimizer.params.min_coeff", NULL) \
     CO_NUM("grad-clip", GRAD_CLIP, CU_TRAIN, OT_FLOAT, grad_clip, 1.0f, 0, 1e30, NULL, "X", \
            "clip the global gradient norm to X; 0 = off", "gradient_clipping", NULL) \
     CO_CHOICE("precision", PRECISION, CU_TRAIN | CU_MEM | CU_TIME, precision, ZC_F32, zc_dtype_names, ZC_NUM_DTYPES, \
@@ -401,6 +406,7 @@ typedef struct TrainConfig {
     // optimizer (optimizer.h) and its lr schedule
     int optimizer;
     float lr, min_lr_frac, weight_decay, beta1, beta2, eps, momentum, grad_clip;
+    float max_coeff, min_coeff; // LAMB's trust-ratio clamp
     int bias_correction;  // AdamW: 1 (torch's) divides the moments by 1 - beta^t, 0 does not (DeepSpeed's false)
     int lr_schedule, warmup;
     // DeepSpeed's schedules: warmup from warmup_min_lr (WarmupLR, WarmupDecayLR) or from
@@ -988,6 +994,11 @@ static inline int config_validate(TrainConfig *c, int world) {
                         "state a stage partitions)\n", zero_offload_names[c->offload_optimizer]);
         return -1;
     }
+    if (c->optimizer == OPT_LAMB && c->min_coeff > c->max_coeff) {
+        fprintf(stderr, "error: --min-coeff %g is above --max-coeff %g (LAMB's trust ratio is clamped between them)\n",
+                c->min_coeff, c->max_coeff);
+        return -1;
+    }
     if (c->offload_param != LOC_DEVICE && c->zero_stage != 3) {
         fprintf(stderr, "error: --offload-param %s needs --zero-stage 3 (only stage 3 partitions the parameters)\n",
                 zero_offload_names[c->offload_param]);
@@ -1037,6 +1048,7 @@ static inline OptimizerHyper config_optimizer(const TrainConfig *c) {
     OptimizerHyper h;
     h.kind = c->optimizer; h.beta1 = c->beta1; h.beta2 = c->beta2; h.eps = c->eps; h.weight_decay = c->weight_decay;
     h.momentum = c->momentum; h.grad_clip = c->grad_clip; h.bias_correction = c->bias_correction;
+    h.max_coeff = c->max_coeff; h.min_coeff = c->min_coeff;
     return h;
 }
 

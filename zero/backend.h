@@ -5,7 +5,8 @@
 // Contract
 //   The backend performs what it is handed: non-blocking collectives identified by a small
 //   integer, a wait and a progress poke, a blocking sum of a few doubles, memory (allocate, zero,
-//   add), copies to and from the host, the optimizer's element update, and for a backend whose
+//   add), copies to and from the host, the optimizer's element update and its per-tensor reduction
+//   pass (optional), and for a backend whose
 //   compute memory is not the host's, host memory and asynchronous copies. It never decides what
 //   to communicate, nor where a model state lives.
 // No global state; compiles as C11 and as CUDA C++.
@@ -73,6 +74,12 @@ typedef struct {
     // Ends the job after printing one line ("error: rank R: " + msg): what zero.h cannot recover
     // from (an NVMe file that fails under a running job).
     void (*fatal)(void *ctx, const char *msg);
+    // An optimizer's per-tensor reduction pass over n elements of one tensor (optimizer.h's
+    // reductions; optimizer_engine.h's optimizer_reduce_host and its block rule, phase included):
+    // adds its sums into acc (host memory), writing nothing else. NULL: the backend cannot, and
+    // an optimizer with reductions is refused (the GPU trainer's, today).
+    void (*reduce)(void *ctx, const OptStep *step, const float *p, float *const *state, const void *g, size_t n,
+                   int dtype, int decay, size_t phase, double *acc);
 } ZeroBackend;
 
 #endif // ZERO_BACKEND_H
