@@ -278,7 +278,8 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
     CO_NUM("peak-gbps", PEAK_GBPS, CU_TRAIN, OT_FLOAT, peak_gbps, 0, 0, 1e6, NULL, "X", \
            "the GPU's memory bandwidth for that table, GB/s", NULL, NULL) \
     CO_STR("dump-grads", DUMP_GRADS, CU_TRAIN, dump_grads_path, NULL, NULL, "FILE", \
-           "write the first step's gradients as a checkpoint-format file; for tests", NULL) \
+           "write the first step's gradients (this run's first, after --resume)\n" \
+           "as a checkpoint-format file; for tests", NULL) \
     CO_NUM("print-every", PRINT_EVERY, CU_TRAIN, OT_INT, print_every, 1, 1, 1 << 30, NULL, "N", \
            "print the step line every N steps, and the first and last", "steps_per_print", NULL) \
     CO_STR("resume", RESUME, CU_TRAIN | CU_MEM | CU_TIME, resume_path, NULL, NULL, "PATH", \
@@ -386,6 +387,7 @@ typedef struct {
     const char *refusal[ZC_NUM_DTYPES]; // what to say of each precision it does not run (NULL: a default)
     const char *help_note;      // --help's line on the precisions of other builds ("" for none)
     int kernel_profiler;        // --profile-kernels times this binary's kernels (the GPU trainer's)
+    int reductions;             // runs optimizers with per-tensor reductions (optimizer.h: LAMB)
 } ConfigBuild;
 
 typedef struct TrainConfig {
@@ -568,7 +570,7 @@ static inline const void *config_cfield(const TrainConfig *c, int key) { return 
 // ----------------------------------------------------------------------------------------
 // Defaults and the build
 
-static const ConfigBuild config_cpu_build = {(1u << ZC_F32) | (1u << ZC_BF16) | (1u << ZC_FP16), ZC_F32, {NULL, NULL, NULL}, "", 0};
+static const ConfigBuild config_cpu_build = {(1u << ZC_F32) | (1u << ZC_BF16) | (1u << ZC_FP16), ZC_F32, {NULL, NULL, NULL}, "", 0, 1};
 
 static inline void config_defaults(TrainConfig *c) {
     memset(c, 0, sizeof(*c));
@@ -992,6 +994,11 @@ static inline int config_validate(TrainConfig *c, int world) {
     if (c->offload_optimizer != LOC_DEVICE && c->zero_stage == 0) {
         fprintf(stderr, "error: --offload-optimizer %s needs --zero-stage 1, 2 or 3 (ZeRO-Offload moves the optimizer "
                         "state a stage partitions)\n", zero_offload_names[c->offload_optimizer]);
+        return -1;
+    }
+    if (optimizer_reductions(c->optimizer) && c->build && !c->build->reductions && c->program == CU_TRAIN) {
+        fprintf(stderr, "error: --optimizer %s needs a per-tensor reduction pass before its update, which this GPU "
+                        "trainer does not have yet: use train_gpt_cpu\n", optimizer_names[c->optimizer]);
         return -1;
     }
     if (c->optimizer == OPT_LAMB && c->min_coeff > c->max_coeff) {
