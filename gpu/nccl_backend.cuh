@@ -361,7 +361,7 @@ static ZeroBackend nccl_backend(NcclBackend *b) {
     ZeroBackend be = {b, nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_wait, nccl_set_step, nccl_progress,
                       nccl_sum_doubles, dev_alloc, dev_free, dev_zero, dev_add, dev_to_host, dev_from_host, dev_update,
                       0, host_mem_alloc, host_mem_free, dev_copy_to_host, dev_copy_to_device, dev_host_wait, dev_device_wait,
-                      dev_fatal};
+                      dev_fatal, NULL}; // no per-tensor reduction pass (LAMB): config.h refuses it for this trainer
     return be;
 }
 

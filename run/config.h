@@ -279,7 +279,8 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
            "the GPU's memory bandwidth for that table, GB/s", NULL, NULL) \
     CO_STR("dump-grads", DUMP_GRADS, CU_TRAIN, dump_grads_path, NULL, NULL, "FILE", \
            "write the first step's gradients (this run's first, after --resume)\n" \
-           "as a checkpoint-format file; for tests", NULL) \
+           "as a checkpoint-format file, or every step's if FILE has %d\n" \
+           "(replaced by the step); for tests", NULL) \
     CO_NUM("print-every", PRINT_EVERY, CU_TRAIN, OT_INT, print_every, 1, 1, 1 << 30, NULL, "N", \
            "print the step line every N steps, and the first and last", "steps_per_print", NULL) \
     CO_STR("resume", RESUME, CU_TRAIN | CU_MEM | CU_TIME, resume_path, NULL, NULL, "PATH", \
