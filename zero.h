@@ -77,6 +77,16 @@
 //   updated by the CPU optimizer engine (optimizer_engine.h) and closed back; after a unit's last
 //   piece, stages 1 and 2 start its all-gather.
 //
+//   Per-tensor reductions (an optimizer that declares them, optimizer.h: LAMB's sum p^2, sum u^2).
+//   Before the update, a read-only pass over the same elements (streamed over the same pieces when
+//   the update streams: with NVMe, the master weights and state arrays are read twice a step) adds
+//   each tensor's terms (ParamSegment.tensor) into `red`, R doubles per tensor of the model (host
+//   memory, counted among the buffers); stages 1-3 then sum it over the ranks, one all-reduce of
+//   R x tensors doubles (stage 0's ranks hold every tensor whole: their sums are already global);
+//   each tensor's run is updated with optimizer_step_for_tensor. The engine's block rule
+//   (optimizer_engine.h) and pieces that are multiples of its block make the sums, and so the
+//   update, the same bits streamed or in memory. A backend without `reduce` skips the pass (the
+//   step-time model charges its bytes in its update instead).
 //   The backend (ZeroBackend, zero/backend.h) performs what it is handed and never decides what
 //   to communicate.
 //   Mixed precision: the update reads the 16-bit gradient (times OptStep.grad_scale, which

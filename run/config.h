@@ -201,11 +201,11 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
            "WarmupCosineLR: warmup starts from X * lr", "scheduler.params.warmup_min_ratio", NULL) \
     CO_NUM("weight-decay", WEIGHT_DECAY, CU_TRAIN, OT_FLOAT, weight_decay, 0.1f, 0, 1e3, NULL, "X", \
            "on 2-D weights only (decoupled; SGD's is L2, as torch's)", "optimizer.params.weight_decay", NULL) \
-    CO_NUM("beta1", BETA1, CU_TRAIN, OT_FLOAT, beta1, 0.9f, 0, 0.999999, NULL, "X", "AdamW, Lion", NULL, NULL) \
-    CO_NUM("beta2", BETA2, CU_TRAIN, OT_FLOAT, beta2, 0.95f, 0, 0.999999999, NULL, "X", "AdamW, Lion", NULL, NULL) \
-    CO_NUM("eps", EPS, CU_TRAIN, OT_FLOAT, eps, 1e-8f, 1e-30, 1, NULL, "X", "AdamW", "optimizer.params.eps", NULL) \
+    CO_NUM("beta1", BETA1, CU_TRAIN, OT_FLOAT, beta1, 0.9f, 0, 0.999999, NULL, "X", "AdamW, Lion, LAMB", NULL, NULL) \
+    CO_NUM("beta2", BETA2, CU_TRAIN, OT_FLOAT, beta2, 0.95f, 0, 0.999999999, NULL, "X", "AdamW, Lion, LAMB", NULL, NULL) \
+    CO_NUM("eps", EPS, CU_TRAIN, OT_FLOAT, eps, 1e-8f, 1e-30, 1, NULL, "X", "AdamW, LAMB", "optimizer.params.eps", NULL) \
     CO_CHOICE("bias-correction", BIAS_CORRECTION, CU_TRAIN, bias_correction, 1, config_off_on_names, 2, \
-              NULL, "on|off", "AdamW: divide the moments by 1 - beta^t (on, torch's) or not (off:\n" \
+              NULL, "on|off", "AdamW, LAMB: divide the moments by 1 - beta^t (on, torch's) or not (off:\n" \
               "DeepSpeed's optimizer.params.bias_correction false, BERT's configs)", NULL, NULL) \
     CO_NUM("momentum", MOMENTUM, CU_TRAIN, OT_FLOAT, momentum, 0.9f, 0, 0.999999, NULL, "X", "sgd-momentum", \
            "optimizer.params.momentum", NULL) \
