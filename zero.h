@@ -91,6 +91,16 @@
 //   host cannot address (offload_param alone), the update stays on the device and each unit's
 //   new parameters are written back through the store (zero_update: zero_store_write_back).
 //
+//   Per-tensor reductions (an optimizer that declares them, optimizer.h: LAMB's sum p^2, sum u^2).
+//   Before the update, a read-only pass over the same elements (streamed over the same pieces when
+//   the update streams: with NVMe, the master weights and state arrays are read twice a step) adds
+//   each tensor's terms (ParamSegment.tensor) into `red`, R doubles per tensor of the model (host
+//   memory, counted among the buffers); stages 1-3 then sum it over the ranks, one all-reduce of
+//   R x tensors doubles (stage 0's ranks hold every tensor whole: their sums are already global);
+//   each tensor's run is updated with optimizer_step_for_tensor. The engine's block rule
+//   (optimizer_engine.h) and pieces that are multiples of its block make the sums, and so the
+//   update, the same bits streamed or in memory. A backend without `reduce` skips the pass (the
+//   step-time model charges its bytes in its update instead).
 //   The backend (ZeroBackend, zero/backend.h) performs what it is handed and never decides what
 //   to communicate.
 //   Mixed precision: the update reads the 16-bit gradient (times OptStep.grad_scale, which
@@ -137,6 +147,8 @@ typedef struct {
     int has_master;                // master weights are kept (wherever they are)
     int optimizer, nstate;         // optimizer.h's kind, and its number of state arrays
     float *state[OPT_MAX_SLICES];  // its state arrays: full (stage 0) or shard
+    double *red;                   // an optimizer with per-tensor reductions (LAMB): its R sums per tensor
+    int nred;                      // ... R x tensors of them (0: none)
     int where[MEM_KINDS];          // LOC_*: where each kind lives (zero_placement)
     ZeroStore st;                  // ... and each location's store (zero/store.h)
     // bounded buffers
@@ -276,6 +288,12 @@ static inline void zero_pp_alloc(Zero *z) {
     if (z->hpz > 1) z->hp_second = zero_store_alloc(st, MEM_HPZ, zero_hpz_elems(z));
 }
 
+// Elements (of the model's type) of the per-tensor sums vector of an optimizer with reductions:
+// R doubles per tensor of the model (optimizer.h, gpt2_num_tensors), whatever the stage.
+static inline size_t zero_reduction_elems(const Zero *z) {
+    size_t n = (size_t)optimizer_reductions(z->optimizer) * (size_t)gpt2_num_tensors(&z->lay);
+    return n * sizeof(double) / z->esize;
+}
 // Sets up the partition and allocates this rank's model states and buffers (ZeroOptions: the
 // stage, the element type, the optimizer, what is offloaded, and where NVMe files go).
 static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world, const ZeroOptions *o, ZeroBackend be) {
@@ -296,6 +314,8 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world
     z->has_master = dtype != ZC_F32 || zero_streams(z->where); // an update off the shard's memory needs its fp32 weights
     if (z->has_master) z->master = (float *)zero_store_alloc(st, MEM_MASTER, stage == 0 ? full : shard);
     for (int k = 0; k < z->nstate; k++) z->state[k] = (float *)zero_store_alloc(st, MEM_STATE + k, stage == 0 ? full : shard);
+    z->nred = optimizer_reductions(o->optimizer) * gpt2_num_tensors(&z->lay);
+    if (z->nred) z->red = (double *)zero_store_alloc(st, MEM_BUFFERS, zero_reduction_elems(z));
     zero_store_staging(st);
     int F = gpt2_final_unit(&z->lay);
     if (stage >= 2) {
@@ -320,7 +340,8 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world
 
 // Elements of the bounded buffers zero_init allocates: gradient buckets and reduce-scatter
 // receive slices (stages 2, 3), gather buffers (stage 3), the device slices a host or NVMe shard
-// is copied into before its gather. The planner predicts with it (z->st shaped by zero_store_shape).
+// is copied into before its gather, and an optimizer's per-tensor sums (zero_reduction_elems).
+// The planner predicts with it (z->st shaped by zero_store_shape, z->optimizer set).
 static inline size_t zero_buffer_floats(const Zero *z, int unified) {
     size_t embed = gpt2_unit_padded(&z->lay, UNIT_EMBED), fin = gpt2_unit_padded(&z->lay, gpt2_final_unit(&z->lay));
     size_t n = 0;
@@ -328,7 +349,8 @@ static inline size_t zero_buffer_floats(const Zero *z, int unified) {
                             + zero_slice(z, UNIT_EMBED) + 2 * (zero_max_layer(z) / z->world); // receive slices
     if (z->stage == 3) n += embed + fin + 2 * zero_max_layer(z);                         // gather buffers
     n += zero_pp_buffer_elems(z);                                                        // ZeRO++'s (zero/pp.h)
-    return n + zero_landing_floats(&z->st, unified);                                     // landing slices
+    return n + zero_landing_floats(&z->st, unified)                                      // landing slices
+           + zero_reduction_elems(z);                                                     // per-tensor sums
 }
 
 static inline void zero_free(Zero *z) {
@@ -336,6 +358,7 @@ static inline void zero_free(Zero *z) {
     void *all[] = {z->params, z->grads, z->master, z->state[0], z->state[1]};
     int kind[] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_STATE + 1};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) zero_store_free(st, kind[i], all[i]);
+    zero_store_free(st, MEM_BUFFERS, z->red);
     void *buffers[] = {z->gather_embed, z->gather_final, z->gather_layer[0], z->gather_layer[1], z->bucket_embed,
                        z->bucket_final, z->bucket_layer[0], z->bucket_layer[1], z->scatter_recv[0], z->scatter_recv[1],
                        z->scatter_recv[2], z->qw_buf[0], z->qw_buf[1], z->qw_buf[2], z->qw_buf[3], z->qg_slot[0],
@@ -678,7 +701,13 @@ static inline void zero_gather_updated_params(Zero *z) {
 // (decayed, not decayed, frozen: padding and unused vocabulary rows stay zero), because a
 // partition boundary can cut through any tensor; then the gather of the updated parameters.
 // Mixed precision: the fp32 master weights are updated and rounded into the 16-bit parameters.
-typedef struct { Zero *z; size_t base; float *p, *state[OPT_MAX_SLICES]; void *g, *p16; const OptStep *step; } ZeroUpdateRun;
+// origin: where the unit's elements this rank updates begin (the reduction pass's blocks count from it).
+typedef struct { Zero *z; size_t base; float *p, *state[OPT_MAX_SLICES]; void *g, *p16; const OptStep *step; size_t origin; } ZeroUpdateRun;
+// The step for a run of one tensor: with per-tensor reductions, its sums' factor in place (optimizer.h).
+static inline OptStep zero_tensor_step(const Zero *z, const OptStep *step, int tensor) {
+    if (!z->nred || !z->be.reduce || tensor < 0) return *step;
+    return optimizer_step_for_tensor(step, z->red + (size_t)tensor * optimizer_reductions(z->optimizer));
+}
 static inline void zero_update_segment(const ParamSegment *seg, void *ctx) {
     ZeroUpdateRun *r = (ZeroUpdateRun *)ctx;
     if (seg->kind == SEG_FROZEN) return;
@@ -686,8 +715,21 @@ static inline void zero_update_segment(const ParamSegment *seg, void *ctx) {
     Zero *z = r->z;
     float *state[OPT_MAX_SLICES] = {NULL};
     for (int k = 0; k < z->nstate; k++) state[k] = r->state[k] + lo;
-    z->be.update(z->be.ctx, r->step, r->p + lo, state, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL,
+    OptStep step = zero_tensor_step(z, r->step, seg->tensor);
+    z->be.update(z->be.ctx, &step, r->p + lo, state, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL,
                  seg->end - seg->begin, z->dtype, seg->kind == SEG_DECAY);
+}
+// The reduction pass's run: this tensor's terms added into its sums (nothing else written).
+static inline void zero_reduce_segment(const ParamSegment *seg, void *ctx) {
+    ZeroUpdateRun *r = (ZeroUpdateRun *)ctx;
+    if (seg->kind == SEG_FROZEN) return;
+    size_t lo = seg->begin - r->base;
+    Zero *z = r->z;
+    float *state[OPT_MAX_SLICES] = {NULL};
+    for (int k = 0; k < z->nstate; k++) state[k] = r->state[k] + lo;
+    z->be.reduce(z->be.ctx, r->step, r->p + lo, state, zero_at(z, r->g, lo), seg->end - seg->begin, z->dtype,
+                 seg->kind == SEG_DECAY, seg->begin - r->origin,
+                 z->red + (size_t)seg->tensor * optimizer_reductions(z->optimizer));
 }
 // Bytes the update reads and writes per element it owns: the fp32 weight (the master in mixed
 // precision) and each state array read and written, the gradient read, and in mixed precision
@@ -711,7 +753,8 @@ static inline void zero_update_host_segment(const ParamSegment *seg, void *ctx) 
     }
     float *state[OPT_MAX_SLICES] = {NULL};
     for (int k = 0; k < z->nstate; k++) state[k] = r->state[k] + lo;
-    optimizer_update_host(r->step, r->p + lo, state, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL, n,
+    OptStep step = zero_tensor_step(z, r->step, seg->tensor);
+    optimizer_update_host(&step, r->p + lo, state, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL, n,
                           z->dtype, seg->kind == SEG_DECAY);
 }
 // The pieces, unit by unit, with where each kind's elements are in memory (a malloc'd list of *count).
@@ -735,10 +778,29 @@ static inline ZeroPiece *zero_piece_list(const Zero *z, int *count) {
     *count = P;
     return list;
 }
+// The reduction pass over the same pieces, read only (zero/store.h's read pass: the gradient,
+// master weights and state arrays opened, nothing written back).
+static inline void zero_reduce_streamed(Zero *z, const OptStep *step) {
+    int P;
+    ZeroPiece *pcs = zero_piece_list(z, &P);
+    zero_stream_begin(&z->st, 1);
+    for (int i = 0; i < P; i++) {
+        const ZeroPiece *pc = &pcs[i];
+        void *at[MEM_BUFFERS] = {NULL};
+        zero_stream_open(&z->st, pcs, P, i, at);
+        ZeroUpdateRun r = {z, zero_update_begin(z, pc->u) + pc->lo, (float *)at[MEM_MASTER], {NULL}, at[MEM_GRADS], NULL,
+                           step, zero_update_begin(z, pc->u)};
+        for (int k = 0; k < z->nstate; k++) r.state[k] = (float *)at[MEM_STATE + k];
+        gpt2_for_each_segment(&z->lay, r.base, r.base + pc->n, zero_reduce_segment, &r);
+        zero_stream_close(&z->st, pc, i);
+    }
+    zero_stream_end(&z->st, pcs, P); // (with NVMe: the update's first pieces read ahead now)
+    free(pcs);
+}
 static inline void zero_update_streamed(Zero *z, const OptStep *step) {
     int P;
     ZeroPiece *pcs = zero_piece_list(z, &P);
-    zero_stream_begin(&z->st);
+    zero_stream_begin(&z->st, 0);
     double t_unit = 0.0;
     for (int i = 0; i < P; i++) {
         const ZeroPiece *pc = &pcs[i];
@@ -749,7 +811,7 @@ static inline void zero_update_streamed(Zero *z, const OptStep *step) {
         void *at[MEM_BUFFERS] = {NULL};
         zero_stream_open(&z->st, pcs, P, i, at);
         ZeroUpdateRun r = {z, zero_update_begin(z, u) + pc->lo, (float *)at[MEM_MASTER], {NULL}, at[MEM_GRADS],
-                           at[MEM_PARAMS], step};
+                           at[MEM_PARAMS], step, zero_update_begin(z, u)};
         for (int k = 0; k < z->nstate; k++) r.state[k] = (float *)at[MEM_STATE + k];
         gpt2_for_each_segment(&z->lay, r.base, r.base + pc->n, zero_update_host_segment, &r);
         zero_stream_close(&z->st, pc, i);
@@ -770,24 +832,48 @@ static inline void zero_update_back_segment(const ParamSegment *seg, void *ctx) 
         z->be.zero(z->be.ctx, zero_at(z, r->p16, seg->begin - r->base), (seg->end - seg->begin) * z->esize);
     else zero_update_segment(seg, ctx);
 }
+// An optimizer's per-tensor reductions (optimizer.h: LAMB's sum p^2 and sum u^2), before its
+// update: a pass over the elements this rank owns (read only; streamed like the update when it
+// streams, so with NVMe the master weights and state arrays are read twice a step), the sums
+// per tensor over its shard, then over the ranks: one all-reduce of R x tensors doubles (not
+// under stage 0, where every rank holds every tensor whole and computes the same sums).
+static inline void zero_reductions(Zero *z, const OptStep *step) {
+    if (!z->nred || !z->be.reduce) return;
+    double t0 = trace_begin(z->trace, "reductions", TRACE_OPTIMIZER, -1, 0.0);
+    memset(z->red, 0, (size_t)z->nred * sizeof(double));
+    if (zero_update_on_host(z->where, z->be.unified)) zero_reduce_streamed(z, step);
+    else
+        for (int u = 0; u < z->lay.num_units; u++) {
+            size_t begin = zero_update_begin(z, u);
+            void *p = zero_update_params(z, u);
+            ZeroUpdateRun r = {z, begin, z->master ? zero_update_moment(z, z->master, u) : (float *)p, {NULL},
+                               zero_update_grads(z, u), NULL, step, begin};
+            for (int k = 0; k < z->nstate; k++) r.state[k] = zero_update_moment(z, z->state[k], u);
+            gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u), zero_reduce_segment, &r);
+        }
+    if (z->stage > 0 && z->world > 1) zero_sum_scalars(z, z->red, z->nred);
+    trace_end(z->trace, t0);
+}
+
 static inline void zero_update(Zero *z, const OptStep *step) {
+    zero_reductions(z, step);
     if (zero_update_on_host(z->where, z->be.unified)) { zero_update_streamed(z, step); return; }
     int back = z->where[MEM_PARAMS] != LOC_DEVICE; // the shard is off the device: written back unit by unit
-    if (back) zero_stream_begin(&z->st);
+    if (back) zero_stream_begin(&z->st, 0);
     for (int u = 0; u < z->lay.num_units; u++) {
         double t0 = trace_begin(z->trace, "update", TRACE_OPTIMIZER, u,
                                 zero_update_bytes_per_element(z) * (double)zero_update_count(z, u));
         size_t begin = zero_update_begin(z, u);
         void *p = zero_update_params(z, u);
         ZeroUpdateRun r = {z, begin, z->master ? zero_update_moment(z, z->master, u) : (float *)p, {NULL},
-                           zero_update_grads(z, u), back ? zero_store_landing_of(&z->st, u) : z->master ? p : NULL, step};
+                           zero_update_grads(z, u), back ? zero_store_landing_of(&z->st, u) : z->master ? p : NULL, step, begin};
         for (int k = 0; k < z->nstate; k++) r.state[k] = zero_update_moment(z, z->state[k], u);
         gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u),
                               back ? zero_update_back_segment : zero_update_segment, &r);
         if (back) zero_store_write_back(&z->st, u, p, r.p16);
         trace_end(z->trace, t0);
     }
-    if (back) zero_stream_end(&z->st);
+    if (back) zero_stream_end(&z->st, NULL, 0);
     zero_gather_updated_params(z);
 }
 

@@ -171,10 +171,19 @@ static inline size_t gpt2_tensor_offset(const ParamLayout *lay, int t, int l) {
 
 // How the optimizer treats a run of flat elements. A ZeRO partition boundary can cut through
 // any tensor, so the update never asks "which tensor is this?"; it walks these runs instead.
+// `tensor` numbers the model's tensors as a framework holds them (each layer's own): wte 0, wpe 1,
+// layer l's tensor t at 2 + 12 l + (t - P_LN1W), then lnfw, lnfb; -1 for a unit's padding. An
+// optimizer with per-tensor reductions (optimizer.h: LAMB) sums by it.
 enum { SEG_DECAY, SEG_NO_DECAY, SEG_FROZEN };  // frozen: padding and padded vocabulary rows
-typedef struct { size_t begin, end; int kind; } ParamSegment;
+typedef struct { size_t begin, end; int kind, tensor; } ParamSegment;
 static inline ParamSegment gpt2_segment(size_t begin, size_t end, int kind) {
-    ParamSegment s; s.begin = begin; s.end = end; s.kind = kind; return s;
+    ParamSegment s; s.begin = begin; s.end = end; s.kind = kind; s.tensor = -1; return s;
+}
+static inline int gpt2_num_tensors(const ParamLayout *lay) { return 12 * lay->cfg.num_layers + 4; }
+static inline int gpt2_tensor_index(const ParamLayout *lay, int t, int u) {
+    if (u == UNIT_EMBED) return t - P_WTE;
+    if (u == gpt2_final_unit(lay)) return 2 + 12 * lay->cfg.num_layers + (t - P_LNFW);
+    return 2 + 12 * (u - 1) + (t - P_LN1W);
 }
 
 // Visits the runs of [begin, end) of the flat buffer in order.
@@ -201,6 +210,7 @@ static inline void gpt2_for_each_segment(const ParamLayout *lay, size_t begin, s
             }
             for (int r = 0; r < nruns; r++) {
                 ParamSegment s = runs[r];
+                if (t != gpt2_unit_end_tensor(lay, u)) s.tensor = gpt2_tensor_index(lay, t, u);
                 pos = s.end;
                 if (s.begin < begin) s.begin = begin;
                 if (s.end > end) s.end = end;

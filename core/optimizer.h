@@ -1,5 +1,5 @@
-// optimizer.h: the optimizers (AdamW, Lion, SGD) as elementwise updates over fp32 state slices,
-// and the learning-rate schedules. Shared by both trainers.
+// optimizer.h: the optimizers (AdamW, Lion, SGD, LAMB) as elementwise updates over fp32 state
+// slices, and the learning-rate schedules. Shared by both trainers.
 //
 // Contract
 //   - An optimizer is one row of optimizer_table(): its name (--optimizer), the DeepSpeed type
@@ -22,6 +22,22 @@
 //         c = b1 m + (1 - b1) g;  p = p (1 - lr wd) - lr sign(c);  m = b2 m + (1 - b2) g.
 //       SGD (torch.optim.SGD, dampening 0, not Nesterov): g += wd p;  with momentum mu:
 //         buf = mu buf + g, g = buf;  p -= lr g.
+//       LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning"), with DeepSpeed's
+//         FusedLamb arithmetic (csrc/lamb): m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//         u = m / (sqrt(v) + eps) + wd p   (uncorrected moments; p before this update);
+//         p -= step_size * trust * u,  step_size = lr sqrt(1 - b2^t) / (1 - b1^t) (lr without
+//         bias correction), trust = clamp(|p| / |u|, min_coeff, max_coeff) over the WHOLE tensor,
+//         and 1 when either norm is 0 (DeepSpeed's defaults: max_coeff 10, min_coeff 0.01).
+//   - Per-tensor reductions (optimizer_reductions() > 0: LAMB's 2, sum p^2 and sum u^2). The
+//     element update then needs numbers about the whole tensor it belongs to, and under ZeRO a
+//     tensor's elements are spread over the ranks' shards (and, offloaded, over pieces streamed
+//     from NVMe): this is what makes LAMB (and Adafactor-style factored optimizers, LARS) harder
+//     under ZeRO than AdamW, whose update of an element reads that element alone. So such an
+//     optimizer declares R sums per tensor, and its update is two passes: optimizer_reduce_element()
+//     adds one element's terms (from the state before the update, which it does not write), ZeRO
+//     (zero.h) sums them over its shard per tensor and then over the ranks (one all-reduce of
+//     R x tensors doubles per step), optimizer_trust() turns a tensor's sums into its factor, and
+//     the element update runs with OptStep.lamb_lr = step_size x that factor for the tensor.
 //     `decay` (0 or 1) says whether this element takes weight decay (2-D weights do; biases and
 //     LayerNorm parameters do not): the caller knows the tensors, this header does not.
 //   - LrSchedule + lr_at_step(): linear warmup, then constant / linear / cosine down to
@@ -44,11 +60,12 @@
 // ----------------------------------------------------------------------------------------
 // The optimizers
 
-enum { OPT_ADAMW, OPT_LION, OPT_SGD_MOMENTUM, OPT_SGD, OPT_NUM };
+enum { OPT_ADAMW, OPT_LION, OPT_SGD_MOMENTUM, OPT_SGD, OPT_LAMB, OPT_NUM };
 #define OPT_MAX_SLICES 2
-static const char *const optimizer_names[OPT_NUM] = {"adamw", "lion", "sgd-momentum", "sgd"}; // --optimizer
+#define OPT_MAX_REDUCTIONS 2
+static const char *const optimizer_names[OPT_NUM] = {"adamw", "lion", "sgd-momentum", "sgd", "lamb"}; // --optimizer
 // Which hyperparameters of OptimizerHyper an optimizer reads (besides the lr and weight decay).
-enum { OPT_USES_BETAS = 1, OPT_USES_EPS = 2, OPT_USES_MOMENTUM = 4 };
+enum { OPT_USES_BETAS = 1, OPT_USES_EPS = 2, OPT_USES_MOMENTUM = 4, OPT_USES_TRUST = 8 };
 
 typedef struct {
     const char *name;                          // optimizer_names[kind]
@@ -65,10 +82,14 @@ static inline const OptimizerInfo *optimizer_table(void) {
         {"lion", {"Lion", NULL}, OPT_USES_BETAS, 1, {"lion_m", NULL}, {"Lion m", NULL}},
         {"sgd-momentum", {NULL, NULL}, OPT_USES_MOMENTUM, 1, {"momentum", NULL}, {"momentum buffer", NULL}},
         {"sgd", {"SGD", NULL}, 0, 0, {NULL, NULL}, {NULL, NULL}}, // DeepSpeed's "SGD" with momentum > 0: sgd-momentum
+        {"lamb", {"Lamb", NULL}, OPT_USES_BETAS | OPT_USES_EPS | OPT_USES_TRUST, 2, {"lamb_m", "lamb_v"},
+         {"LAMB m", "LAMB v"}},
     };
     return t;
 }
 static inline const OptimizerInfo *optimizer_info(int kind) { return &optimizer_table()[kind]; }
+// Sums per tensor an optimizer's update needs before it runs (0: none; LAMB: sum p^2, sum u^2).
+static inline int optimizer_reductions(int kind) { return kind == OPT_LAMB ? 2 : 0; }
 
 typedef struct {
     int kind;                         // OPT_*
@@ -76,7 +97,8 @@ typedef struct {
     float momentum;                   // sgd-momentum's mu
     float grad_clip;                  // clip the global gradient norm to this; 0: off
     int bias_correction;              // AdamW: 1 divides the moments by 1 - beta^t (torch's); 0 does not
-                                      // (DeepSpeed's Adam with bias_correction false)
+                                      // (DeepSpeed's Adam with bias_correction false); LAMB: the same
+    float max_coeff, min_coeff;       // LAMB: the trust ratio's clamp (DeepSpeed's max_coeff, min_coeff)
 } OptimizerHyper;
 
 // The per-step scalars every element of one update shares.
@@ -86,6 +108,9 @@ typedef struct {
     float bias_correction1, bias_correction2_sqrt; // AdamW: 1 - beta1^t, sqrt(1 - beta2^t); both 1 without
                                                    // bias correction (dividing by 1 is exact: the same element update)
     float grad_scale; // multiplies every gradient: global-norm clipping (and loss-scale removal)
+    float max_coeff, min_coeff; // LAMB: the trust ratio's clamp
+    float lamb_step;  // LAMB: lr sqrt(1 - beta2^t) / (1 - beta1^t) (lr without bias correction)
+    float lamb_lr;    // LAMB: lamb_step x the trust ratio of the tensor being updated (set per tensor)
 } OptStep;
 
 // t: the number of this update, counting from 1 (steps skipped for overflow do not count).
@@ -99,7 +124,28 @@ static inline OptStep optimizer_step_begin(const OptimizerHyper *h, float lr, in
     s.bias_correction2_sqrt = h->bias_correction ? (float)sqrt(1.0 - pow(h->beta2, t)) : 1.0f;
     s.grad_scale = 1.0f;
     if (h->grad_clip > 0.0f && grad_norm > h->grad_clip) s.grad_scale = h->grad_clip / grad_norm;
+    s.max_coeff = h->max_coeff; s.min_coeff = h->min_coeff;
+    s.lamb_step = lr * s.bias_correction2_sqrt / s.bias_correction1; // (both 1 without bias correction)
+    s.lamb_lr = s.lamb_step;
     return s;
+}
+
+// LAMB's trust ratio of one tensor from its sums over all ranks (sum p^2, sum u^2), as
+// DeepSpeed's FusedLamb: |p| / |u| clamped to [min_coeff, max_coeff], 1 when either norm is 0.
+static inline float optimizer_trust(const OptStep *s, const double *sums) {
+    double w = sqrt(sums[0]), u = sqrt(sums[1]);
+    if (w == 0.0 || u == 0.0) return 1.0f;
+    double r = w / u;
+    if (r > s->max_coeff) r = s->max_coeff;
+    if (r < s->min_coeff) r = s->min_coeff;
+    return (float)r;
+}
+// The step with tensor-level numbers in place for the elements of one tensor (sums: its R sums
+// over all ranks): LAMB's lamb_lr = lamb_step x trust; other optimizers' step unchanged.
+static inline OptStep optimizer_step_for_tensor(const OptStep *s, const double *sums) {
+    OptStep t = *s;
+    if (s->kind == OPT_LAMB) t.lamb_lr = s->lamb_step * optimizer_trust(s, sums);
+    return t;
 }
 
 // The element updates' arithmetic, one IEEE operation at a time. On the GPU each is an
@@ -148,11 +194,37 @@ ZC_HD static inline void sgd_element(const OptStep *s, float *p, float *buf, flo
     if (buf) { g = OPT_ADD(g, OPT_MUL(s->momentum, *buf)); *buf = g; }
     *p = OPT_SUB(param, OPT_MUL(s->lr, g));
 }
+// LAMB's direction u for one element, and its new moments (not stored: the reduction pass and
+// the update pass both call this, and must agree to the bit).
+ZC_HD static inline float lamb_direction(const OptStep *s, float p, float m, float v, float g, int decay, float *mt,
+                                         float *vt) {
+    g = OPT_MUL(g, s->grad_scale);
+    *mt = OPT_ADD(OPT_MUL(s->beta1, m), OPT_MUL(OPT_SUB(1.0f, s->beta1), g));
+    *vt = OPT_ADD(OPT_MUL(s->beta2, v), OPT_MUL(OPT_MUL(OPT_SUB(1.0f, s->beta2), g), g));
+    float u = OPT_DIV(*mt, OPT_ADD(OPT_SQRT(*vt), s->eps));
+    if (decay) u = OPT_ADD(u, OPT_MUL(s->weight_decay, p));
+    return u;
+}
+ZC_HD static inline void lamb_element(const OptStep *s, float *p, float *m, float *v, float g, int decay) {
+    float mt, vt, u = lamb_direction(s, *p, *m, *v, g, decay, &mt, &vt);
+    *p = OPT_SUB(*p, OPT_MUL(s->lamb_lr, u));
+    *m = mt; *v = vt;
+}
+// The per-tensor terms of one element (optimizer_reductions() of them), from the state before
+// the update: LAMB's p^2 and u^2, in double (a float's square is exact there).
+ZC_HD static inline void optimizer_reduce_element(const OptStep *s, float p, const float *s0, const float *s1, float g,
+                                                  int decay, double *terms) {
+    float mt, vt, u = lamb_direction(s, p, *s0, *s1, g, decay, &mt, &vt);
+    (void)mt; (void)vt;
+    terms[0] = (double)p * (double)p;
+    terms[1] = (double)u * (double)u;
+}
 ZC_HD static inline void optimizer_element(const OptStep *s, float *p, float *s0, float *s1, float g, int decay) {
     switch (s->kind) {
     case OPT_LION: lion_element(s, p, s0, g, decay); break;
     case OPT_SGD_MOMENTUM: sgd_element(s, p, s0, g, decay); break;
     case OPT_SGD: sgd_element(s, p, (float *)0, g, decay); break;
+    case OPT_LAMB: lamb_element(s, p, s0, s1, g, decay); break;
     default: adamw_element(s, p, s0, s1, g, decay); break;
     }
 }

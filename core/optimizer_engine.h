@@ -16,11 +16,22 @@
 //   explicitly rounded operations): the GPU trainer's offloaded update equals its on-device one.
 //   Both trainers use it: the CPU trainer for every update, the GPU trainer for an update
 //   offloaded to host memory (zero/store.h).
+//   optimizer_reduce_host(step, p, state, g, n, dtype, decay, phase, acc): an optimizer's
+//     per-tensor reduction pass (optimizer.h: LAMB's sum p^2, sum u^2) over one run of one tensor,
+//     added into acc[0..R). Its bits depend on the elements alone, never on how a caller cut the
+//     tensor into runs at block boundaries, nor on threads or alignment: the run is cut into blocks
+//     of OPT_REDUCE_BLOCK elements counted from `phase` elements before p (block boundaries where
+//     (phase + i) % OPT_REDUCE_BLOCK == 0), each block summed in 8 lanes (element i into lane i % 8
+//     of its block) combined in a fixed order, and the block sums added into acc in order. So a
+//     caller whose runs are cut only at block boundaries (zero.h: a piece of a streamed update is
+//     a multiple of the block) gets the same sums streamed from NVMe or updated in memory.
 // Host only (C11 and C++); no global state.
 #ifndef OPTIMIZER_ENGINE_H
 #define OPTIMIZER_ENGINE_H
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include "mixed_precision.h"
 #include "core/optimizer.h"
 
@@ -54,6 +65,7 @@
     case OPT_LION: OPT_ENGINE_LOOP(lion_element(&sc, &p[i], &s0[i], LOAD, decay), STORE) break;                  \
     case OPT_SGD_MOMENTUM: OPT_ENGINE_LOOP(sgd_element(&sc, &p[i], &s0[i], LOAD, decay), STORE) break;           \
     case OPT_SGD: OPT_ENGINE_LOOP(sgd_element(&sc, &p[i], NULL, LOAD, decay), STORE) break;                       \
+    case OPT_LAMB: OPT_ENGINE_LOOP(lamb_element(&sc, &p[i], &s0[i], &s1[i], LOAD, decay), STORE) break;         \
     default: OPT_ENGINE_LOOP(adamw_element(&sc, &p[i], &s0[i], &s1[i], LOAD, decay), STORE) break;               \
     }
 // The GPU trainer's host code is compiled for any x86-64 (it runs on whatever CPU hosts the GPU),
@@ -85,5 +97,45 @@ static inline void optimizer_update_host(const OptStep *step, float *p, float *c
 }
 #undef OPT_ENGINE_KINDS
 #undef OPT_ENGINE_LOOP
+
+#define OPT_REDUCE_BLOCK 2048 // divides every streamed piece (zero/store.h: multiples of 2048 elements)
+static inline float opt_engine_load(const void *g, size_t i, int dtype) {
+    if (dtype == ZC_F32) return ((const float *)g)[i];
+    if (dtype == ZC_BF16) return bf16_to_f32(((const bf16_t *)g)[i]);
+    return fp16_to_f32(((const fp16_t *)g)[i]);
+}
+// One block [lo, hi) of a run: its R sums into out.
+static inline void opt_reduce_block(const OptStep *step, const float *p, float *const *state, const void *g, size_t lo,
+                                    size_t hi, int dtype, int decay, int R, double *out) {
+    double lane[OPT_MAX_REDUCTIONS][8] = {{0}};
+    const float *s0 = state[0], *s1 = state[1];
+    for (size_t i = lo; i < hi; i++) {
+        double t[OPT_MAX_REDUCTIONS];
+        optimizer_reduce_element(step, p[i], s0 ? &s0[i] : NULL, s1 ? &s1[i] : NULL, opt_engine_load(g, i, dtype), decay, t);
+        for (int k = 0; k < R; k++) lane[k][(i - lo) % 8] += t[k];
+    }
+    for (int k = 0; k < R; k++)
+        out[k] = ((lane[k][0] + lane[k][1]) + (lane[k][2] + lane[k][3])) + ((lane[k][4] + lane[k][5]) + (lane[k][6] + lane[k][7]));
+}
+static inline void optimizer_reduce_host(const OptStep *step, const float *p, float *const *state, const void *g, size_t n,
+                                         int dtype, int decay, size_t phase, double *acc) {
+    int R = optimizer_reductions(step->kind);
+    if (R <= 0 || n == 0) return;
+    size_t B = OPT_REDUCE_BLOCK, first = (B - phase % B) % B; // elements before the first boundary
+    if (first > n) first = n;
+    size_t nb = (first ? 1 : 0) + (n - first + B - 1) / B;
+    double *part = (double *)malloc(nb * OPT_MAX_REDUCTIONS * sizeof(double));
+    if (!part) { fprintf(stderr, "error: out of memory in the optimizer's reduction pass\n"); exit(1); }
+    OPT_ENGINE_PRAGMA(omp parallel for schedule(static) if (n >= OPT_ENGINE_OMP_MIN))
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b == 0 ? 0 : first + (b - (first ? 1 : 0)) * B;
+        size_t hi = b == 0 && first ? first : lo + B;
+        if (hi > n) hi = n;
+        opt_reduce_block(step, p, state, g, lo, hi, dtype, decay, R, part + b * OPT_MAX_REDUCTIONS);
+    }
+    for (size_t b = 0; b < nb; b++)
+        for (int k = 0; k < R; k++) acc[k] += part[b * OPT_MAX_REDUCTIONS + k];
+    free(part);
+}
 
 #endif // OPTIMIZER_ENGINE_H

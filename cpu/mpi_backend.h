@@ -225,6 +225,12 @@ static void compute_update(void *ctx, const OptStep *step, float *p, float *cons
     (void)ctx;
     optimizer_update_host(step, p, state, g, p16, n, dtype, decay);
 }
+// An optimizer's per-tensor reduction pass over one run (LAMB's norms): the same engine.
+static void compute_reduce(void *ctx, const OptStep *step, const float *p, float *const *state, const void *g, size_t n,
+                           int dtype, int decay, size_t phase, double *acc) {
+    (void)ctx;
+    optimizer_reduce_host(step, p, state, g, n, dtype, decay, phase, acc);
+}
 
 // What zero.h cannot recover from (an NVMe file failing under the job): one line, every rank ends.
 static void mpi_fatal(void *ctx, const char *msg) {
@@ -319,7 +325,7 @@ static ZeroBackend mpi_backend(MpiBackend *b) {
                       compute_alloc, compute_free, compute_zero, compute_add, compute_to_host, compute_from_host, compute_update,
                       1, NULL, NULL, NULL, NULL, NULL, NULL, // unified (above): no host slots
                       mpi_fatal, mpi_host_size, mpi_group_all_gather, mpi_group_all_to_all, compute_quantize,
-                      compute_dequantize, compute_dequantize_add, compute_convert};
+                      compute_dequantize, compute_dequantize_add, compute_convert, compute_reduce};
     return be;
 }
 

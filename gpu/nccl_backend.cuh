@@ -437,7 +437,8 @@ static ZeroBackend nccl_backend(NcclBackend *b) {
                       0, host_mem_alloc, host_mem_free, dev_copy_to_host, dev_copy_to_device, dev_host_wait, dev_device_wait,
                       dev_fatal,
                       nccl_host_size, nccl_group_all_gather, nccl_group_all_to_all, dev_quantize, dev_dequantize,
-                      dev_dequantize_add, dev_convert};
+                      dev_dequantize_add, dev_convert,
+                      NULL}; // no per-tensor reduction pass (LAMB): config.h refuses it for this trainer
     return be;
 }
 

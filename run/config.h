@@ -180,7 +180,7 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
            "(0: --total-batch / (B*T*processes), else 1)", "gradient_accumulation_steps", NULL) \
     CO_NUM("steps", STEPS, CU_TRAIN, OT_INT, steps, 100, 0, 1 << 30, NULL, "N", "optimizer steps", NULL, NULL) \
     CO_CHOICE("optimizer", OPTIMIZER, CU_TRAIN | CU_MEM | CU_TIME, optimizer, OPT_ADAMW, optimizer_names, OPT_NUM, \
-              "optimizer", "O", "adamw | lion | sgd-momentum | sgd (optimizer.h)", NULL, NULL) \
+              "optimizer", "O", "adamw | lion | sgd-momentum | sgd | lamb (optimizer.h)", NULL, NULL) \
     CO_NUM("lr", LR, CU_TRAIN, OT_FLOAT, lr, 1e-3f, 0, 1e3, NULL, "X", "peak learning rate", \
            "optimizer.params.lr", NULL) \
     CO_CHOICE("lr-schedule", LR_SCHEDULE, CU_TRAIN, lr_schedule, LR_COSINE, lr_schedule_names, LR_NUM_SCHEDULES, NULL, \
@@ -201,14 +201,19 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
            "WarmupCosineLR: warmup starts from X * lr", "scheduler.params.warmup_min_ratio", NULL) \
     CO_NUM("weight-decay", WEIGHT_DECAY, CU_TRAIN, OT_FLOAT, weight_decay, 0.1f, 0, 1e3, NULL, "X", \
            "on 2-D weights only (decoupled; SGD's is L2, as torch's)", "optimizer.params.weight_decay", NULL) \
-    CO_NUM("beta1", BETA1, CU_TRAIN, OT_FLOAT, beta1, 0.9f, 0, 0.999999, NULL, "X", "AdamW, Lion", NULL, NULL) \
-    CO_NUM("beta2", BETA2, CU_TRAIN, OT_FLOAT, beta2, 0.95f, 0, 0.999999999, NULL, "X", "AdamW, Lion", NULL, NULL) \
-    CO_NUM("eps", EPS, CU_TRAIN, OT_FLOAT, eps, 1e-8f, 1e-30, 1, NULL, "X", "AdamW", "optimizer.params.eps", NULL) \
+    CO_NUM("beta1", BETA1, CU_TRAIN, OT_FLOAT, beta1, 0.9f, 0, 0.999999, NULL, "X", "AdamW, Lion, LAMB", NULL, NULL) \
+    CO_NUM("beta2", BETA2, CU_TRAIN, OT_FLOAT, beta2, 0.95f, 0, 0.999999999, NULL, "X", "AdamW, Lion, LAMB", NULL, NULL) \
+    CO_NUM("eps", EPS, CU_TRAIN, OT_FLOAT, eps, 1e-8f, 1e-30, 1, NULL, "X", "AdamW, LAMB", "optimizer.params.eps", NULL) \
     CO_CHOICE("bias-correction", BIAS_CORRECTION, CU_TRAIN, bias_correction, 1, config_off_on_names, 2, \
-              NULL, "on|off", "AdamW: divide the moments by 1 - beta^t (on, torch's) or not (off:\n" \
+              NULL, "on|off", "AdamW, LAMB: divide the moments by 1 - beta^t (on, torch's) or not (off:\n" \
               "DeepSpeed's optimizer.params.bias_correction false, BERT's configs)", NULL, NULL) \
     CO_NUM("momentum", MOMENTUM, CU_TRAIN, OT_FLOAT, momentum, 0.9f, 0, 0.999999, NULL, "X", "sgd-momentum", \
            "optimizer.params.momentum", NULL) \
+    CO_NUM("max-coeff", MAX_COEFF, CU_TRAIN, OT_FLOAT, max_coeff, 10.0f, 0, 1e30, NULL, "X", \
+           "LAMB: the trust ratio |w|/|update| clamped to at most X (DeepSpeed's default)", \
+           "optimizer.params.max_coeff", NULL) \
+    CO_NUM("min-coeff", MIN_COEFF, CU_TRAIN, OT_FLOAT, min_coeff, 0.01f, 0, 1e30, NULL, "X", \
+           "LAMB: ... and at least X (DeepSpeed's default)", "optimizer.params.min_coeff", NULL) \
     CO_NUM("grad-clip", GRAD_CLIP, CU_TRAIN, OT_FLOAT, grad_clip, 1.0f, 0, 1e30, NULL, "X", \
            "clip the global gradient norm to X; 0 = off", "gradient_clipping", NULL) \
     CO_CHOICE("precision", PRECISION, CU_TRAIN | CU_MEM | CU_TIME, precision, ZC_F32, zc_dtype_names, ZC_NUM_DTYPES, \
@@ -273,7 +278,9 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
     CO_NUM("peak-gbps", PEAK_GBPS, CU_TRAIN, OT_FLOAT, peak_gbps, 0, 0, 1e6, NULL, "X", \
            "the GPU's memory bandwidth for that table, GB/s", NULL, NULL) \
     CO_STR("dump-grads", DUMP_GRADS, CU_TRAIN, dump_grads_path, NULL, NULL, "FILE", \
-           "write the first step's gradients as a checkpoint-format file; for tests", NULL) \
+           "write the first step's gradients (this run's first, after --resume)\n" \
+           "as a checkpoint-format file, or every step's if FILE has %d\n" \
+           "(replaced by the step); for tests", NULL) \
     CO_NUM("print-every", PRINT_EVERY, CU_TRAIN, OT_INT, print_every, 1, 1, 1 << 30, NULL, "N", \
            "print the step line every N steps, and the first and last", "steps_per_print", NULL) \
     CO_STR("resume", RESUME, CU_TRAIN | CU_MEM | CU_TIME, resume_path, NULL, NULL, "PATH", \
@@ -401,6 +408,7 @@ typedef struct {
     const char *refusal[ZC_NUM_DTYPES]; // what to say of each precision it does not run (NULL: a default)
     const char *help_note;      // --help's line on the precisions of other builds ("" for none)
     int kernel_profiler;        // --profile-kernels times this binary's kernels (the GPU trainer's)
+    int reductions;             // runs optimizers with per-tensor reductions (optimizer.h: LAMB)
 } ConfigBuild;
 
 typedef struct TrainConfig {
@@ -421,6 +429,7 @@ typedef struct TrainConfig {
     // optimizer (optimizer.h) and its lr schedule
     int optimizer;
     float lr, min_lr_frac, weight_decay, beta1, beta2, eps, momentum, grad_clip;
+    float max_coeff, min_coeff; // LAMB's trust-ratio clamp
     int bias_correction;  // AdamW: 1 (torch's) divides the moments by 1 - beta^t, 0 does not (DeepSpeed's false)
     int lr_schedule, warmup;
     // DeepSpeed's schedules: warmup from warmup_min_lr (WarmupLR, WarmupDecayLR) or from
@@ -586,7 +595,7 @@ static inline const void *config_cfield(const TrainConfig *c, int key) { return 
 // ----------------------------------------------------------------------------------------
 // Defaults and the build
 
-static const ConfigBuild config_cpu_build = {(1u << ZC_F32) | (1u << ZC_BF16) | (1u << ZC_FP16), ZC_F32, {NULL, NULL, NULL}, "", 0};
+static const ConfigBuild config_cpu_build = {(1u << ZC_F32) | (1u << ZC_BF16) | (1u << ZC_FP16), ZC_F32, {NULL, NULL, NULL}, "", 0, 1};
 
 static inline void config_defaults(TrainConfig *c) {
     memset(c, 0, sizeof(*c));
@@ -1052,6 +1061,16 @@ static inline int config_validate(TrainConfig *c, int world) {
                         "state a stage partitions)\n", zero_offload_names[c->offload_optimizer]);
         return -1;
     }
+    if (optimizer_reductions(c->optimizer) && c->build && !c->build->reductions && c->program == CU_TRAIN) {
+        fprintf(stderr, "error: --optimizer %s needs a per-tensor reduction pass before its update, which this GPU "
+                        "trainer does not have yet: use train_gpt_cpu\n", optimizer_names[c->optimizer]);
+        return -1;
+    }
+    if (c->optimizer == OPT_LAMB && c->min_coeff > c->max_coeff) {
+        fprintf(stderr, "error: --min-coeff %g is above --max-coeff %g (LAMB's trust ratio is clamped between them)\n",
+                c->min_coeff, c->max_coeff);
+        return -1;
+    }
     if (c->offload_param != LOC_DEVICE && c->zero_stage != 3) {
         fprintf(stderr, "error: --offload-param %s needs --zero-stage 3 (only stage 3 partitions the parameters)\n",
                 zero_offload_names[c->offload_param]);
@@ -1112,6 +1131,7 @@ static inline OptimizerHyper config_optimizer(const TrainConfig *c) {
     OptimizerHyper h;
     h.kind = c->optimizer; h.beta1 = c->beta1; h.beta2 = c->beta2; h.eps = c->eps; h.weight_decay = c->weight_decay;
     h.momentum = c->momentum; h.grad_clip = c->grad_clip; h.bias_correction = c->bias_correction;
+    h.max_coeff = c->max_coeff; h.min_coeff = c->min_coeff;
     return h;
 }
 

@@ -534,7 +534,7 @@ static inline int ds_optimizer(const DsCtx *x, const cJSON *root) {
         for (int i = 0; i < 2; i++)
             if (optimizer_info(k)->ds_types[i]) { types[ntypes] = optimizer_info(k)->ds_types[i]; kinds[ntypes++] = k; }
     int type = 0, st = ds_choice(x, opt, "optimizer.type", types, ntypes, 1,
-                                 "\"AdamW\", \"Adam\", \"Lion\" or \"SGD\" (others are not implemented in this trainer)", &type);
+                                 "\"AdamW\", \"Adam\", \"Lion\", \"SGD\" or \"Lamb\" (others are not implemented in this trainer)", &type);
     if (st == DS_ERROR) return -1;
     if (ds_object(x, opt, "optimizer.params", &params) == DS_ERROR) return -1;
     int kind = st == DS_VALUE ? kinds[type] : c->optimizer, is_adam = st == DS_VALUE && !strcmp(types[type], "Adam");
@@ -563,6 +563,10 @@ static inline int ds_optimizer(const DsCtx *x, const cJSON *root) {
     if (uses & OPT_USES_MOMENTUM || sgd) pkeys[np++] = "momentum";
     if (kind == OPT_ADAMW) { pkeys[np++] = "adam_w_mode"; pkeys[np++] = "torch_adam"; pkeys[np++] = "bias_correction"; pkeys[np++] = "amsgrad"; }
     if (sgd) { pkeys[np++] = "dampening"; pkeys[np++] = "nesterov"; }
+    if (kind == OPT_LAMB) { // DeepSpeed's FusedLamb's arguments
+        pkeys[np++] = "bias_correction"; pkeys[np++] = "max_coeff"; pkeys[np++] = "min_coeff";
+        pkeys[np++] = "eps_inside_sqrt"; pkeys[np++] = "max_grad_norm"; pkeys[np++] = "amsgrad";
+    }
     if (ds_known_keys(x, params, "optimizer.params", pkeys, np)) return -1;
     if (ds_option(x, params, CK_LR) || ds_option(x, params, CK_WEIGHT_DECAY)) return -1;
     if ((uses & OPT_USES_EPS) && ds_option(x, params, CK_EPS)) return -1;
@@ -609,6 +613,29 @@ static inline int ds_optimizer(const DsCtx *x, const cJSON *root) {
             if (ds_settle(x, CK_BETA1 + i, "optimizer.params.betas", s, (float)v == *field[i])) return -1;
             *field[i] = (float)v;
         }
+    }
+    if (kind == OPT_LAMB) {
+        int flag = 0;
+        double v = 0.0;
+        if (ds_bool_key(x, params, "optimizer.params.bias_correction", CK_BIAS_CORRECTION, &c->bias_correction)) return -1;
+        if (ds_option(x, params, CK_MAX_COEFF) || ds_option(x, params, CK_MIN_COEFF)) return -1;
+        if ((st = ds_boolean(x, params, "optimizer.params.eps_inside_sqrt", &flag)) == DS_ERROR) return -1;
+        if (st == DS_VALUE && flag) {
+            ds_error(x, "optimizer.params.eps_inside_sqrt", "true is not implemented in this trainer (eps is added to sqrt(v))");
+            return -1;
+        }
+        if ((st = ds_boolean(x, params, "optimizer.params.amsgrad", &flag)) == DS_ERROR) return -1;
+        if (st == DS_VALUE && flag) {
+            ds_error(x, "optimizer.params.amsgrad", "true is not implemented (nor in DeepSpeed's FusedLamb)");
+            return -1;
+        }
+        if ((st = ds_number(x, params, "optimizer.params.max_grad_norm", 0, 1e30, 0, NULL, &v)) == DS_ERROR) return -1;
+        if (st == DS_VALUE && v != 0.0) {
+            ds_error(x, "optimizer.params.max_grad_norm", "the optimizer's own clipping is not implemented in this "
+                                                          "trainer; use gradient_clipping");
+            return -1;
+        }
+        return 0;
     }
     if (kind != OPT_ADAMW) return 0;
     int flag = 0;

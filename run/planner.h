@@ -333,6 +333,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         memset(&z, 0, sizeof(z));
         z.stage = S; z.rank = 0; z.world = in->world;
         z.esize = zc_dtype_size(in->precision); z.nstate = optimizer_info(in->optimizer)->slices;
+        z.optimizer = in->optimizer; // (an optimizer's per-tensor sums are among the buffers)
         memcpy(z.where, p->where, sizeof(z.where));
         gpt2_layout_init(&z.lay, &in->cfg, (size_t)in->world * ZERO_ALIGN);
         z.dtype = in->precision;
@@ -512,7 +513,7 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
     }
     fprintf(f, "  training  %s, %s, ZeRO stage %d, N = %d ranks\n", planner_mode_name(in->precision),
             in->optimizer == OPT_ADAMW ? "AdamW" : in->optimizer == OPT_LION ? "Lion"
-            : in->optimizer == OPT_SGD_MOMENTUM ? "SGD with momentum" : "plain SGD",
+            : in->optimizer == OPT_SGD_MOMENTUM ? "SGD with momentum" : in->optimizer == OPT_LAMB ? "LAMB" : "plain SGD",
             S, in->world);
     char rn[80];
     fprintf(f, "            micro-batch B = %d, T = %d, activation recompute %s, optimizer state on the %s, "
@@ -551,7 +552,8 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
                 PLANNER_KIND(MEM_PARAMS) | PLANNER_KIND(MEM_GRADS) | OPT);
     planner_row(f, !p->buffers_known ? "ZeRO buffers"
                    : S == 3 ? "ZeRO buffers (buckets, recv, gathers)"
-                   : S == 2 ? "ZeRO buffers (buckets, recv slices)" : "ZeRO buffers (none below stage 2)",
+                   : S == 2 ? "ZeRO buffers (buckets, recv slices)"
+                   : optimizer_reductions(in->optimizer) ? "ZeRO buffers (LAMB's per-tensor sums)" : "ZeRO buffers (none below stage 2)",
                 p->buffers_known ? "zero_init's units" : "not modelled", W(MEM_BUFFERS),
                 p->buffers_known ? &d[MEM_BUFFERS] : NULL, A, R, PLANNER_KIND(MEM_BUFFERS));
     if (p->bytes[MEM_STAGING] > 0.0)

@@ -410,6 +410,10 @@ static inline void tm_update(void *ctx, const OptStep *step, float *p, float *co
     (void)step; (void)p; (void)state; (void)g; (void)p16; (void)decay;
     TimeSim *s = (TimeSim *)ctx;
     double bytes = zero_update_bytes_per_element(s->z) * n;
+    // an optimizer with per-tensor reductions (LAMB) reads the gradient, weights and state once
+    // more before its update (zero.h's reduction pass; the backend here has no reduce: charged here)
+    int reads_twice = optimizer_reductions(s->z->optimizer) > 0;
+    if (reads_twice) bytes += (4.0 + 4.0 * s->z->nstate + (double)zc_dtype_size(dtype)) * n;
     if (s->in->offload_optimizer == LOC_DEVICE) { tm_bytes(s, bytes); return; }
     const Hardware *hw = s->hw;
     Trace *tr = s->z->trace;
@@ -418,8 +422,9 @@ static inline void tm_update(void *ctx, const OptStep *step, float *p, float *co
     double host = bytes / (hw->host_bw * hw->mem_eff * s->share);
     double nvme = 0.0;
     if (s->in->offload_optimizer == LOC_NVME) { // the fp32 weights and the state arrays, read and written
-        nvme = 2.0 * 4.0 * (1 + s->z->nstate) * n / (hw->nvme_bw * s->share);
-        double n0 = trace_begin(tr, "nvme", TRACE_NVME, -1, 2.0 * 4.0 * (1 + s->z->nstate) * n);
+        double io = (2.0 + reads_twice) * 4.0 * (1 + s->z->nstate) * n;
+        nvme = io / (hw->nvme_bw * s->share);
+        double n0 = trace_begin(tr, "nvme", TRACE_NVME, -1, io);
         s->now += nvme > host ? nvme : host;
         trace_end(tr, n0);
         s->nvme_s += nvme;

@@ -89,7 +89,8 @@ static int gpt2_save(GPT2 *m, const char *path, char *why, size_t n) {
     return ok == (double)z->world ? 0 : -1;
 }
 
-// The first step's gradient in checkpoint format: the same header and tensor order as a model
+// The first step's gradient (of this run: after --resume, the step after the checkpoint's; every
+// step's when the path has "%d", replaced by the step) in checkpoint format: the same header and tensor order as a model
 // file, so any tool that reads models reads it (test/reference_gpt2.py does). Needs the whole
 // gradient on this rank: one process, or ZeRO-0 (config_validate says so).
 static int dump_grads(const char *path, GPT2 *m) {
@@ -674,7 +675,13 @@ static StepResult train_step(Run *r, int step) {
     zero_sum_scalars(&m->z, &loss, 1);
     double opt = trace_begin(tr, "optimizer", TRACE_OPTIMIZER, -1, 0.0);
     float norm = gpt2_grad_norm(m); // of the scaled gradient
-    if (step == 1 && c->dump_grads_path && r->rank == 0 && dump_grads(c->dump_grads_path, m)) die();
+    if (c->dump_grads_path && r->rank == 0 && (step == r->first_step || strstr(c->dump_grads_path, "%d"))) {
+        char path[4096]; // "%d" in the path: every step's, under its number
+        const char *at = strstr(c->dump_grads_path, "%d");
+        if (at) snprintf(path, sizeof(path), "%.*s%d%s", (int)(at - c->dump_grads_path), c->dump_grads_path, step, at + 2);
+        else snprintf(path, sizeof(path), "%s", c->dump_grads_path);
+        if (dump_grads(path, m)) die();
+    }
     LrSchedule sched = config_lr_schedule(c);
     StepResult res = {(float)(loss / ((double)r->accum * r->world)), norm / scale * post, lr_at_step(&sched, (int)r->applied),
                       scale, 0};

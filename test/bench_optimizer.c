@@ -68,7 +68,7 @@ static void free_arrays(Arrays *a) { free(a->p); free(a->m); free(a->v); free(a-
 // One step over the model's units. whole: the arrays hold the whole model at its flat offsets;
 // else one unit's worth, reused for each unit.
 static double step_ms(const ParamLayout *lay, Arrays *a, int dtype, int whole, int t) {
-    OptimizerHyper h = {OPT_ADAMW, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f, 1.0f, 1};
+    OptimizerHyper h = {OPT_ADAMW, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f, 1.0f, 1, 10.0f, 0.01f};
     OptStep s = optimizer_step_begin(&h, 1e-4f, t, 0.5f);
     double t0 = now();
     for (int u = 0; u < lay->num_units; u++) {
@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
                 if (whole) { // the arithmetic alone: one cache-sized slice updated over and over
                     const size_t n = 65536; // 1 MB of arrays: each thread's half in its L2
                     Arrays in = arrays(n, dtype);
-                    OptimizerHyper h = {OPT_ADAMW, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f, 1.0f, 1};
+                    OptimizerHyper h = {OPT_ADAMW, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f, 1.0f, 1, 10.0f, 0.01f};
                     OptStep st = optimizer_step_begin(&h, 1e-4f, 1, 0.5f);
                     float *state[OPT_MAX_SLICES] = {in.m, in.v};
                     size_t reps = lay.num_params / n;

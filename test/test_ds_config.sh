@@ -259,7 +259,7 @@ betas_one|{"optimizer": {"params": {"betas": [0.9]}}}|optimizer.params.betas: ex
 beta_range|{"optimizer": {"params": {"betas": [0.9, 1.5]}}}|optimizer.params.betas\[1\]: expected a number in \[0,
 fp16_yes|{"fp16": {"enabled": "yes"}}|fp16.enabled: expected true, false or "auto", got "yes"
 sched_type|{"scheduler": {"type": "OneCycle"}}|scheduler.type: expected "WarmupLR", "WarmupDecayLR" or "WarmupCosineLR"
-opt_type|{"optimizer": {"type": "Lamb"}}|optimizer.type: expected "AdamW", "Adam", "Lion" or "SGD"
+opt_type|{"optimizer": {"type": "OneBitLamb"}}|optimizer.type: expected "AdamW", "Adam", "Lion", "SGD" or "Lamb"
 zero_num|{"zero_optimization": 3}|zero_optimization: expected an object, got 3
 tb_half|{"train_batch_size": 2.5}|train_batch_size: expected a whole number in \[1,
 device|{"zero_optimization": {"offload_optimizer": {"device": "gpu"}}}|zero_optimization.offload_optimizer.device: expected "none", "cpu" or "nvme", got "gpu"

@@ -692,7 +692,7 @@ static void local_fatal(void *ctx, const char *msg) { (void)ctx; fprintf(stderr,
 static ZeroBackend local_backend(void) {
     ZeroBackend be = {NULL, no_all_reduce, no_reduce_scatter, no_all_gather, no_wait, no_set_step, no_progress, no_sum_doubles,
                       compute_alloc, compute_free, compute_zero, compute_add, compute_to_host, compute_from_host, compute_update,
-                      1, NULL, NULL, NULL, NULL, NULL, NULL, local_fatal, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                      1, NULL, NULL, NULL, NULL, NULL, NULL, local_fatal, NULL, NULL, NULL, NULL, NULL, NULL, NULL, compute_reduce};
     return be;
 }
 

@@ -5,7 +5,8 @@
 // Contract
 //   The backend performs what it is handed: non-blocking collectives identified by a small
 //   integer, a wait and a progress poke, a blocking sum of a few doubles, memory (allocate, zero,
-//   add), copies to and from the host, the optimizer's element update, and for a backend whose
+//   add), copies to and from the host, the optimizer's element update and its per-tensor reduction
+//   pass (optional), and for a backend whose
 //   compute memory is not the host's, host memory and asynchronous copies. It never decides what
 //   to communicate, nor where a model state lives.
 // No global state; compiles as C11 and as CUDA C++.
@@ -98,6 +99,12 @@ typedef struct {
     void (*dequantize)(void *ctx, void *dst, int dtype, const void *msg, size_t n, size_t block, int bits);
     void (*dequantize_add)(void *ctx, float *acc, const void *msg, size_t n, size_t block, int bits);
     void (*convert)(void *ctx, void *dst, int dst_dtype, const void *src, int src_dtype, size_t n);
+    // An optimizer's per-tensor reduction pass over n elements of one tensor (optimizer.h's
+    // reductions; optimizer_engine.h's optimizer_reduce_host and its block rule, phase included):
+    // adds its sums into acc (host memory), writing nothing else. NULL: the backend cannot, and
+    // an optimizer with reductions is refused (the GPU trainer's, today).
+    void (*reduce)(void *ctx, const OptStep *step, const float *p, float *const *state, const void *g, size_t n,
+                   int dtype, int decay, size_t phase, double *acc);
 } ZeroBackend;
 
 enum { ZB_WORLD, ZB_INNER, ZB_OUTER }; // ZeRO++'s groups (above)

@@ -174,6 +174,7 @@ struct ZeroStore {
     float *buf_master[ZERO_MAX_BUFS], *buf_state[ZERO_MAX_BUFS][OPT_MAX_SLICES];
     void *buf_param[ZERO_MAX_BUFS];
     int buf_read[ZERO_MAX_BUFS][2 + OPT_MAX_SLICES], buf_write[ZERO_MAX_BUFS][2 + OPT_MAX_SLICES];
+    int reading;                   // the stream is a read pass (an optimizer's reductions): nothing written
     int fetched[MEM_KINDS];        // the streamed update: pieces fetched so far, per kind,
     int ahead[LOC_KINDS];          // and how far ahead of the one updated, per location
     void *pslot[4];
@@ -659,15 +660,19 @@ static inline void zero_store_write_back(ZeroStore *s, int u, void *at, const vo
 // parameters) where the host addresses it, each kind's next pieces fetched ahead (two staging
 // pieces: one ahead; nbuf buffer sets: nbuf - 2). close: piece i goes back where it lives.
 // end: every write and copy has landed.
+// A read pass (reading: an optimizer's per-tensor reductions before its update) opens the gradient,
+// master weights and state arrays the same way, leaves the parameters alone and closes nothing
+// back: with NVMe it reads the master weights and state arrays once more, and writes nothing.
 static inline int zero_stream_kinds(const ZeroStore *s, int *kinds) {
     int n = 0;
     kinds[n++] = MEM_GRADS;
     kinds[n++] = MEM_MASTER;
     for (int k = 0; k < s->nstate; k++) kinds[n++] = MEM_STATE + k;
-    kinds[n++] = MEM_PARAMS;
+    if (!s->reading) kinds[n++] = MEM_PARAMS;
     return n;
 }
-static inline void zero_stream_begin(ZeroStore *s) {
+static inline void zero_stream_begin(ZeroStore *s, int reading) {
+    s->reading = reading;
     for (int q = 0; q < 4; q++)
         if (s->pslot_read[q] >= 0) { zero_nvme_wait(s, s->pslot_read[q]); s->pslot_read[q] = -1; s->pslot_unit[q] = -1; }
     for (int k = 0; k < MEM_KINDS; k++) s->fetched[k] = 0;
@@ -687,7 +692,7 @@ static inline void zero_stream_open(ZeroStore *s, const ZeroPiece *pcs, int P, i
     for (int j = 0; j < K; j++) at[kinds[j]] = zero_store_of(s, kinds[j])->open(s, kinds[j], &pcs[i], i);
 }
 static inline void zero_stream_close(ZeroStore *s, const ZeroPiece *pc, int i) {
-    int kinds[3 + OPT_MAX_SLICES], K = zero_stream_kinds(s, kinds);
+    int kinds[3 + OPT_MAX_SLICES], K = s->reading ? 0 : zero_stream_kinds(s, kinds);
     for (int j = 1; j < K; j++) zero_store_of(s, kinds[j])->close(s, kinds[j], pc, i); // (the gradient is only read)
 }
 static inline void zero_store_poll(ZeroStore *s);
@@ -700,7 +705,8 @@ static inline void zero_stream_end(ZeroStore *s, const ZeroPiece *pcs, int P) {
         }
     for (int q = 0; q < 2; q++)
         if (s->h2d[q] >= 0) zero_store_host_wait(s, s->h2d[q], "a parameter piece's copy to the device");
-    s->updates++;
+    if (!s->reading) s->updates++; // (not the per-tensor reductions' read-only pass)
+    s->reading = 0;
     // the optimizer state's writes drain behind the next forward; the next update's first pieces
     // are read ahead into the buffer sets they free (all but one: the update's own read-ahead
     // starts its next piece there)
