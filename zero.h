@@ -122,6 +122,8 @@ typedef struct {
     int has_master;                // master weights are kept (wherever they are)
     int optimizer, nstate;         // optimizer.h's kind, and its number of state arrays
     float *state[OPT_MAX_SLICES];  // its state arrays: full (stage 0) or shard
+    float *twin_master, *twin_state[OPT_MAX_SLICES]; // Twin-Flow: the device part of an offloaded shard
+                                   // (units from st.host_units on; NULL without it): zero_opt_unit
     int where[MEM_KINDS];          // LOC_*: where each kind lives (zero_placement)
     ZeroStore st;                  // ... and each location's store (zero/store.h)
     // bounded buffers
@@ -184,12 +186,22 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world
     gpt2_layout_init(&z->lay, cfg, (size_t)world * ZERO_ALIGN);
     ZeroStore *st = &z->st;
     zero_store_init(st, &z->be, &z->trace, &z->lay, z->where, z->mem, rank, world, z->esize, z->nstate, o);
+    if (st->host_units < z->lay.num_units && z->where[MEM_PARAMS] != LOC_DEVICE)
+        be.fatal(be.ctx, "offload_optimizer.ratio below 1 (Twin-Flow) needs the parameters on the device (the device's "
+                         "part of the update writes them there)");
     size_t full = z->lay.num_flat, shard = zero_shard_size(z);
     z->params = zero_store_alloc(st, MEM_PARAMS, stage == 3 ? shard : full);
     z->grads = zero_store_alloc(st, MEM_GRADS, stage >= 2 ? shard : full);
     z->has_master = dtype != ZC_F32 || zero_streams(z->where); // a streamed update needs its fp32 weights in its memory
-    if (z->has_master) z->master = (float *)zero_store_alloc(st, MEM_MASTER, stage == 0 ? full : shard);
-    for (int k = 0; k < z->nstate; k++) z->state[k] = (float *)zero_store_alloc(st, MEM_STATE + k, stage == 0 ? full : shard);
+    // (Twin-Flow: the offloaded kinds' first st->host_elems of the shard where they live, the rest on the device)
+    size_t opt = stage == 0 ? full : st->host_elems, twin = stage == 0 ? 0 : shard - st->host_elems;
+    if (z->has_master && opt) z->master = (float *)zero_store_alloc(st, MEM_MASTER, opt);
+    for (int k = 0; k < z->nstate && opt; k++) z->state[k] = (float *)zero_store_alloc(st, MEM_STATE + k, opt);
+    if (twin) {
+        const ZeroLocation *dev = st->loc[LOC_DEVICE];
+        if (z->has_master) z->twin_master = (float *)dev->alloc(st, MEM_MASTER, twin * sizeof(float));
+        for (int k = 0; k < z->nstate; k++) z->twin_state[k] = (float *)dev->alloc(st, MEM_STATE + k, twin * sizeof(float));
+    }
     zero_store_staging(st);
     int F = gpt2_final_unit(&z->lay);
     if (stage >= 2) {
@@ -228,6 +240,8 @@ static inline void zero_free(Zero *z) {
     void *all[] = {z->params, z->grads, z->master, z->state[0], z->state[1]};
     int kind[] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_STATE + 1};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) zero_store_free(st, kind[i], all[i]);
+    st->loc[LOC_DEVICE]->free(st, z->twin_master);
+    for (int k = 0; k < OPT_MAX_SLICES; k++) st->loc[LOC_DEVICE]->free(st, z->twin_state[k]);
     void *buffers[] = {z->gather_embed, z->gather_final, z->gather_layer[0], z->gather_layer[1], z->bucket_embed,
                        z->bucket_final, z->bucket_layer[0], z->bucket_layer[1], z->scatter_recv[0], z->scatter_recv[1],
                        z->scatter_recv[2]};
@@ -459,10 +473,17 @@ static inline void *zero_update_grads(const Zero *z, int u) {
 static inline void *zero_update_params(const Zero *z, int u) {
     return z->params ? zero_at(z, z->params, z->stage == 3 ? zero_shard_offset(z, u) : zero_update_begin(z, u)) : NULL;
 }
-// The state arrays and master weights are laid out alike: in full under stage 0, else the shard.
-// (NULL for an array on NVMe: it has no address.)
-static inline float *zero_update_moment(const Zero *z, const float *moment, int u) {
-    return moment ? (float *)moment + (z->stage == 0 ? z->lay.unit_offset[u] : zero_shard_offset(z, u)) : NULL;
+// The state arrays and master weights are laid out alike: in full under stage 0, else the shard;
+// kind MEM_MASTER or MEM_STATE + k, unit u's first element (Twin-Flow: in the device part from
+// st.host_units on). NULL for an array on NVMe: it has no address.
+static inline float *zero_opt_unit(const Zero *z, int kind, int u) {
+    int k = kind - MEM_STATE;
+    if (u >= z->st.host_units) {
+        float *t = kind == MEM_MASTER ? z->twin_master : z->twin_state[k];
+        return t ? t + (zero_shard_offset(z, u) - z->st.host_elems) : NULL;
+    }
+    float *a = kind == MEM_MASTER ? z->master : z->state[k];
+    return a ? a + (z->stage == 0 ? z->lay.unit_offset[u] : zero_shard_offset(z, u)) : NULL;
 }
 
 // The global gradient norm from this rank's sum of squares over its zero_update_grads.
@@ -532,19 +553,19 @@ static inline void zero_update_host_segment(const ParamSegment *seg, void *ctx) 
 static inline ZeroPiece *zero_piece_list(const Zero *z, int *count) {
     int P = 0;
     size_t piece = z->st.piece;
-    for (int u = 0; u < z->lay.num_units; u++) P += (int)((zero_slice(z, u) + piece - 1) / piece);
+    int H = z->st.host_units; // (Twin-Flow: the units after them update on the device)
+    for (int u = 0; u < H; u++) P += (int)((zero_slice(z, u) + piece - 1) / piece);
     ZeroPiece *list = (ZeroPiece *)calloc((size_t)P, sizeof(ZeroPiece));
     if (!list) z->be.fatal(z->be.ctx, "out of host memory for the offloaded update's piece list");
     P = 0;
-    for (int u = 0; u < z->lay.num_units; u++)
+    for (int u = 0; u < H; u++)
         for (size_t lo = 0, n = zero_slice(z, u); lo < n; lo += piece) {
             ZeroPiece *pc = &list[P++];
-            size_t off = zero_shard_offset(z, u) + lo;
             pc->u = u; pc->lo = lo; pc->n = n - lo < piece ? n - lo : piece;
             pc->at[MEM_GRADS] = zero_at(z, zero_update_grads(z, u), lo);
             pc->at[MEM_PARAMS] = zero_at(z, zero_update_params(z, u), lo);
-            pc->at[MEM_MASTER] = z->master ? z->master + off : NULL;
-            for (int k = 0; k < z->nstate; k++) pc->at[MEM_STATE + k] = z->state[k] ? z->state[k] + off : NULL;
+            pc->at[MEM_MASTER] = z->master ? zero_opt_unit(z, MEM_MASTER, u) + lo : NULL;
+            for (int k = 0; k < z->nstate; k++) pc->at[MEM_STATE + k] = z->state[k] ? zero_opt_unit(z, MEM_STATE + k, u) + lo : NULL;
         }
     *count = P;
     return list;
@@ -574,20 +595,24 @@ static inline void zero_update_streamed(Zero *z, const OptStep *step) {
     for (int u = 0; u < z->lay.num_units; u++) zero_wait(z, u, "all_gather (updated parameters)");
 }
 
+// Twin-Flow: the device's units (from st.host_units on) are updated by the backend's kernel and
+// their all-gathers started first, so that the device works on them while the host streams its part.
 static inline void zero_update(Zero *z, const OptStep *step) {
-    if (zero_streams(z->where)) { zero_update_streamed(z, step); return; }
-    for (int u = 0; u < z->lay.num_units; u++) {
+    int streams = zero_streams(z->where), first = streams ? z->st.host_units : 0;
+    for (int u = first; u < z->lay.num_units; u++) {
         double t0 = trace_begin(z->trace, "update", TRACE_OPTIMIZER, u,
                                 zero_update_bytes_per_element(z) * (double)zero_update_count(z, u));
         size_t begin = zero_update_begin(z, u);
         void *p = zero_update_params(z, u);
-        ZeroUpdateRun r = {z, begin, z->master ? zero_update_moment(z, z->master, u) : (float *)p, {NULL},
-                           zero_update_grads(z, u), z->master ? p : NULL, step};
-        for (int k = 0; k < z->nstate; k++) r.state[k] = zero_update_moment(z, z->state[k], u);
+        float *master = z->has_master ? zero_opt_unit(z, MEM_MASTER, u) : NULL;
+        ZeroUpdateRun r = {z, begin, master ? master : (float *)p, {NULL}, zero_update_grads(z, u), master ? p : NULL, step};
+        for (int k = 0; k < z->nstate; k++) r.state[k] = zero_opt_unit(z, MEM_STATE + k, u);
         gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u), zero_update_segment, &r);
         trace_end(z->trace, t0);
+        if (streams) zero_gather_updated_unit(z, u);
     }
-    zero_gather_updated_params(z);
+    if (streams) zero_update_streamed(z, step); // (it waits for every unit's all-gather)
+    else zero_gather_updated_params(z);
 }
 
 // --- parameters in and out, one unit at a time through a host buffer ---------------------
@@ -599,8 +624,8 @@ static inline void zero_set_unit(Zero *z, int u, const float *unit_host) {
     if (z->stage == 3) zero_put(&z->st, MEM_PARAMS, u, 0, zero_at(z, z->params, zero_shard_offset(z, u)), unit_host + begin, n, z->dtype);
     else zero_put(&z->st, MEM_PARAMS, u, 0, zero_at(z, z->params, z->lay.unit_offset[u]), unit_host, padded, z->dtype);
     if (!z->has_master) return;
-    if (z->stage == 0) zero_put(&z->st, MEM_MASTER, u, 0, zero_update_moment(z, z->master, u), unit_host, padded, ZC_F32);
-    else zero_put(&z->st, MEM_MASTER, u, 0, zero_update_moment(z, z->master, u), unit_host + begin, n, ZC_F32);
+    if (z->stage == 0) zero_put(&z->st, MEM_MASTER, u, 0, zero_opt_unit(z, MEM_MASTER, u), unit_host, padded, ZC_F32);
+    else zero_put(&z->st, MEM_MASTER, u, 0, zero_opt_unit(z, MEM_MASTER, u), unit_host + begin, n, ZC_F32);
 }
 
 // This rank's slice of unit u's weights into host (fp32): the master weights in mixed
@@ -609,8 +634,8 @@ static inline void zero_set_unit(Zero *z, int u, const float *unit_host) {
 static inline void zero_get_slice(Zero *z, int u, float *host) {
     size_t n = zero_slice(z, u);
     if (z->has_master) {
-        size_t off = z->stage == 0 ? zero_slice_begin(z, u) : zero_shard_offset(z, u);
-        zero_get(&z->st, MEM_MASTER, u, 0, host, z->master ? z->master + off : NULL, n, ZC_F32);
+        float *m = zero_opt_unit(z, MEM_MASTER, u);
+        zero_get(&z->st, MEM_MASTER, u, 0, host, m && z->stage == 0 ? m + (size_t)z->rank * n : m, n, ZC_F32);
     } else {
         size_t off = z->stage == 3 ? zero_shard_offset(z, u) : zero_slice_begin(z, u);
         zero_get(&z->st, MEM_PARAMS, u, 0, host, z->params ? zero_at(z, z->params, off) : NULL, n, z->dtype);
@@ -620,14 +645,15 @@ static inline void zero_get_slice(Zero *z, int u, float *host) {
 // State array k's share of unit u: this rank's slice into host (fp32), and from a whole
 // padded unit (host, fp32) what this rank keeps (every element under stage 0, else its slice).
 static inline void zero_get_state_slice(Zero *z, int k, int u, float *host) {
-    size_t off = z->stage == 0 ? zero_slice_begin(z, u) : zero_shard_offset(z, u);
-    zero_get(&z->st, MEM_STATE + k, u, 0, host, z->state[k] ? z->state[k] + off : NULL, zero_slice(z, u), ZC_F32);
+    float *a = zero_opt_unit(z, MEM_STATE + k, u);
+    size_t n = zero_slice(z, u);
+    zero_get(&z->st, MEM_STATE + k, u, 0, host, a && z->stage == 0 ? a + (size_t)z->rank * n : a, n, ZC_F32);
 }
 static inline void zero_set_state_unit(Zero *z, int k, int u, const float *unit_host) {
     if (z->stage == 0)
-        zero_put(&z->st, MEM_STATE + k, u, 0, zero_update_moment(z, z->state[k], u), unit_host, gpt2_unit_padded(&z->lay, u), ZC_F32);
+        zero_put(&z->st, MEM_STATE + k, u, 0, zero_opt_unit(z, MEM_STATE + k, u), unit_host, gpt2_unit_padded(&z->lay, u), ZC_F32);
     else
-        zero_put(&z->st, MEM_STATE + k, u, 0, zero_update_moment(z, z->state[k], u), unit_host + (size_t)z->rank * zero_slice(z, u),
+        zero_put(&z->st, MEM_STATE + k, u, 0, zero_opt_unit(z, MEM_STATE + k, u), unit_host + (size_t)z->rank * zero_slice(z, u),
                         zero_slice(z, u), ZC_F32);
 }
 

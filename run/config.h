@@ -288,6 +288,11 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
               "none | cpu | nvme: the fp32 master weights and optimizer state live in\n" \
               "host memory and are updated there (ZeRO-Offload; stages 1-3)", \
               "zero_optimization.offload_optimizer.device", "\"none\", \"cpu\" or \"nvme\"") \
+    CO_NUM("offload-ratio", OFFLOAD_RATIO, CU_TRAIN | CU_MEM, OT_FLOAT, offload_ratio, 1, 0, 1, NULL, "R", \
+           "Twin-Flow, with --offload-optimizer cpu: the fraction of each rank's\n" \
+           "optimizer shard (to the nearest whole unit) kept and updated on the host;\n" \
+           "the rest stays on the GPU and updates there at the same time", \
+           "zero_optimization.offload_optimizer.ratio", NULL) \
     CO_CHOICE("offload-param", OFFLOAD_PARAM, CU_TRAIN | CU_MEM | CU_TIME, offload_param, LOC_DEVICE, zero_offload_names, \
               LOC_KINDS, NULL, "D", "none | cpu | nvme: stage 3's 16-bit parameter shard lives in host memory", \
               "zero_optimization.offload_param.device", "\"none\", \"cpu\" or \"nvme\"") \
@@ -431,6 +436,7 @@ typedef struct TrainConfig {
     int zero_stage;       // 0-3, see zero.h
     int offload_optimizer, offload_param; // where they live: zero/location.h's LOC_* (LOC_DEVICE: not offloaded)
     int pin_memory;       // offloaded host memory page-locked
+    float offload_ratio;  // Twin-Flow: the part of an offloaded (cpu) optimizer shard on the host (1: all)
     // NVMe (zero/store.h's ZeroOptions): the directory under which each rank makes its own, the buffer
     // sets and the piece (elements) the update streams through, the I/O pool (threads x queue
     // depth requests at once) and bytes per request
@@ -996,6 +1002,17 @@ static inline int config_validate(TrainConfig *c, int world) {
     if (c->offload_param != LOC_DEVICE && c->offload_optimizer == LOC_DEVICE) {
         fprintf(stderr, "error: --offload-param %s needs --offload-optimizer cpu or nvme (the update that writes the "
                         "offloaded parameters runs where the optimizer state is)\n", zero_offload_names[c->offload_param]);
+        return -1;
+    }
+    if (c->offload_ratio < 1.0f && c->offload_optimizer != LOC_HOST) {
+        fprintf(stderr, "error: --offload-ratio %g (offload_optimizer.ratio) needs --offload-optimizer cpu (Twin-Flow splits the "
+                        "optimizer state between the host and the GPU; here it is %s)\n", c->offload_ratio,
+                c->offload_optimizer == LOC_NVME ? "on NVMe" : "not offloaded");
+        return -1;
+    }
+    if (c->offload_ratio < 1.0f && c->offload_param != LOC_DEVICE) {
+        fprintf(stderr, "error: --offload-ratio %g (offload_optimizer.ratio) needs the parameters on the GPU (without "
+                        "--offload-param): the GPU's part of the update writes them there\n", c->offload_ratio);
         return -1;
     }
     if ((c->offload_optimizer == LOC_NVME || c->offload_param == LOC_NVME) && !c->nvme_path && config_takes(c, CK_NVME_PATH)) {

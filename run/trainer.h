@@ -317,6 +317,7 @@ static int setup(Run *r, int argc, char **argv) {
     if (nvme && nvme_prepare(r, nvme_dir, sizeof(nvme_dir))) { if (init) fclose(init); free(resume); return -1; }
     ZeroOptions zo = zero_options(c->zero_stage, c->precision, c->optimizer);
     zo.offload_optimizer = c->offload_optimizer; zo.offload_param = c->offload_param; zo.pin_memory = c->pin_memory;
+    zo.twin_device = 1.0 - (double)c->offload_ratio;
     zo.nvme_dir = nvme_dir; zo.nvme_buffers = c->nvme_buffers; zo.nvme_piece = (size_t)c->nvme_buffer_size;
     zo.nvme_threads = c->aio_threads * c->aio_queue_depth; zo.nvme_block = (size_t)c->aio_block_size;
     if (c->trace_path) MPI_Barrier(MPI_COMM_WORLD); // the ranks' trace clocks start together
@@ -329,7 +330,9 @@ static int setup(Run *r, int argc, char **argv) {
                "the page cache, which may keep them in memory\n", c->nvme_path);
     if (r->rank == 0 && r->model.z.be.unified && (c->offload_optimizer == LOC_HOST || c->offload_param == LOC_HOST))
         printf("note: --offload-optimizer %s / --offload-param %s: this trainer keeps every model state in host memory "
-               "already, so cpu moves nothing\n", zero_offload_names[c->offload_optimizer], zero_offload_names[c->offload_param]);
+               "already, so cpu moves nothing%s\n", zero_offload_names[c->offload_optimizer], zero_offload_names[c->offload_param],
+               c->offload_ratio < 1.0f ? "; --offload-ratio (Twin-Flow) has no device to keep a part on, so it changes "
+                                         "nothing either" : "");
     r->first_step = 1;
     r->sample_rng = c->seed ^ 0x5A3C1E;
     if (c->precision == ZC_FP16)
@@ -434,11 +437,13 @@ static double *gather_to_all(Run *r, const double *mine, int n, const size_t *mi
 static void report_memory(Run *r) {
     Zero *z = &r->model.z;
     double *all = gather_to_all(r, NULL, MEM_KINDS, z->mem);
+    size_t twin_mine = zero_twin_bytes(&z->st); // Twin-Flow: the offloaded kinds' bytes kept on the device
+    double *twin = gather_to_all(r, NULL, 1, &twin_mine);
     if (r->rank == 0) {
         PlanInput in = planner_input_from_train_config(&r->cfg, r->world, r->plan_backend);
         in.threads = omp_get_max_threads(); // rank 0's, as share_cores gave every rank
         MemoryPlan plan;
-        if (planner_plan(&in, &plan) == 0) planner_print_table(stdout, &plan, all, r->world);
+        if (planner_plan(&in, &plan) == 0) planner_print_table_twin(stdout, &plan, all, r->world, twin);
         for (int q = 0; q < r->world && r->log; q++) {
             fprintf(r->log, "{\"event\":\"memory\",\"rank\":%d,\"world\":%d,\"zero_stage\":%d,\"num_params\":%zu,"
                             "\"padded_params\":%zu", q, r->world, z->stage, z->lay.num_params, z->lay.num_flat);
@@ -447,7 +452,10 @@ static void report_memory(Run *r) {
                 at[z->where[k]] += all[q * MEM_KINDS + k];
                 if (zero_memory_name(z->optimizer, k)) fprintf(r->log, ",\"%s\":%.0f", zero_memory_name(z->optimizer, k), all[q * MEM_KINDS + k]);
             }
+            at[z->where[MEM_MASTER]] -= twin[q];
+            at[LOC_DEVICE] += twin[q];
             for (int l = 0; l < LOC_KINDS; l++) fprintf(r->log, ",\"%s\":%.0f", zero_location_names[l], at[l]);
+            fprintf(r->log, ",\"optimizer_on_device\":%.0f", twin[q]);
             fprintf(r->log, ",\"where\":{");
             for (int k = 0, first = 1; k < MEM_KINDS; k++)
                 if (zero_memory_name(z->optimizer, k)) {
@@ -459,6 +467,7 @@ static void report_memory(Run *r) {
         }
     }
     free(all);
+    free(twin);
 }
 
 // Bytes each rank moved this step, per collective (ring model), beside the textbook figure.
