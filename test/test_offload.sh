@@ -13,6 +13,11 @@
 #      update (a variant built with that wait defined away must die with the emulator's message);
 #   5. the DeepSpeed examples run as given, their offload honoured (the memory log says where
 #      each kind lives, and what the planner predicted per location was allocated).
+#   6. Twin-Flow (--offload-ratio R, offload_optimizer.ratio): R = 0, 0.5 and 1 equal no offload bit
+#      for bit (losses, norms, weights, optimizer state) on 2 ranks, bf16 at stages 1-3 (0.5 at each,
+#      0 and 1 at two of them), fp16 and fp32 at one stage each (0.5); each rank's memory entry equals the plan (--plan --json) per kind and
+#      per location, with R's share of the optimizer state on the host and the rest on the device;
+#      R outside [0, 1], R without cpu offload and R with offloaded parameters get one line each.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo; then
@@ -109,6 +114,56 @@ print(f"ok   ds_config_zero{z}.json: optimizer state{' and parameters' if z == 3
       f"({m['host']} bytes), the device keeps {m['device']} bytes")
 PY
   grep -q "offloading is not implemented" $d/ds$z.err && fail "zero$z: still warns that offload is not implemented"
+done
+
+echo "== 6. Twin-Flow: part of the optimizer state on the host, the rest on the GPU"
+# (each R at two stages or more, 0.5 at every stage and precision: the suite's time)
+for cfg in "bf16 1 0,0.5" "bf16 2 0.5,1" "bf16 3 0,0.5,1" "fp16 2 0.5 --initial-scale-power 20 --hysteresis 1" "fp32 3 0.5"; do
+  set -- $cfg; p=$1; s=$2; Rs=$3; shift 3
+  for R in none ${Rs//,/ }; do
+    o=(); [ $R != none ] && o=(--offload-optimizer cpu --offload-ratio $R)
+    pin=(); [ $R = 0.5 ] && pin=(--pin-memory)
+    tag=tw_${p}_${s}_$R
+    emu $p $common --steps 3 --zero-stage $s "${o[@]}" "${pin[@]}" "$@" --out $d/$tag --log $d/$tag.jsonl > $d/$tag.out 2>&1 \
+      || { tail -5 $d/$tag.out; fail "$tag run"; continue; }
+    [ $R = none ] && continue
+    grep -q "plan vs allocated: every kind on every rank matches exactly" $d/$tag.out || fail "$tag: plan != allocated"
+    a=$(steps $d/tw_${p}_${s}_none.jsonl); b=$(steps $d/$tag.jsonl)
+    [ -n "$a" ] && [ "$a" = "$b" ] || { fail "$tag: logs differ from no offload"; diff <(echo "$a") <(echo "$b") | head -5; }
+    same=1
+    for f in $(cd $d/tw_${p}_${s}_none && ls model_*.bin step_*/*_rank*.bin); do cmp -s $d/tw_${p}_${s}_none/$f $d/$tag/$f || { same=0; echo "differs: $f"; }; done
+    [ $same = 1 ] || fail "$tag: checkpoints differ from no offload"
+    test/bin/train_gpt_emu_$p --plan $model --seq-len 16 --batch 2 --world 2 --zero-stage $s "${o[@]}" --json > $d/$tag.plan 2> $d/$tag.plan.err \
+      || { cat $d/$tag.plan.err; fail "$tag: --plan"; continue; }
+    $PYTHON - $d/$tag.jsonl $d/$tag.plan $R <<'PY' || fail "$tag: memory against the plan"
+import json, sys
+mem = [json.loads(l) for l in open(sys.argv[1]) if '"event":"memory"' in l]
+plan = json.load(open(sys.argv[2])); R = float(sys.argv[3])
+assert len(mem) == 2, mem
+opt = ["master"] + [k for k in ("adam_m", "adam_v") if k in plan["kinds"]]
+for m in mem:
+    for k in plan["kinds"] + ["device", "host", "optimizer_on_device"]:
+        assert m[k] == plan[k], f"rank {m['rank']}: {k} allocated {m[k]} != planned {plan[k]}"
+    state = sum(m[k] for k in opt)
+    dev = m["optimizer_on_device"]
+    assert m["host"] == state - dev + m["staging"], m
+    # the split is whole units: the host holds the shard's first units, nearest to R of it
+    assert (dev == 0) == (R == 1) and (dev == state) == (R == 0), (R, dev, state)
+    assert abs((state - dev) / state - R) < 0.35, (R, dev, state)
+print(f"ok   memory = plan per kind and location at R = {R}: {state - dev} bytes of optimizer state on the host, {dev} on the device")
+PY
+  done
+  [ $fails -eq 0 ] && echo "ok   $p ZeRO-$s: offload ratio ${Rs//,/, } = no offload, bit for bit (losses, norms, weights, optimizer state)"
+done
+for bad in "--offload-optimizer cpu --offload-ratio 1.5|--offload-ratio" "--offload-optimizer cpu --offload-ratio -0.1|--offload-ratio" \
+           "--offload-ratio 0.5|needs --offload-optimizer cpu" "--offload-optimizer nvme --nvme-path $d --offload-ratio 0.5|needs --offload-optimizer cpu" \
+           "--offload-optimizer cpu --offload-param cpu --offload-ratio 0.5|needs the parameters on the GPU"; do
+  args=${bad%%|*}; want=${bad#*|}
+  # shellcheck disable=SC2086
+  test/bin/train_gpt_emu_bf16 $common --steps 1 --zero-stage 3 $args > $d/bad.out 2> $d/bad.err; rc=$?
+  n=$(grep -c . $d/bad.err)
+  [ $rc -ne 0 ] && [ "$n" = 1 ] && grep -q -- "$want" $d/bad.err && echo "ok   $args: $(cat $d/bad.err)" \
+    || { fail "bad input $args: rc $rc, $n lines"; cat $d/bad.err; }
 done
 
 echo "$fails failures"
