@@ -130,6 +130,12 @@ typedef struct {
     void *gather_embed, *gather_final, *gather_layer[2]; // stage 3
     void *bucket_embed, *bucket_final, *bucket_layer[2]; // stages 2, 3
     void *scatter_recv[3];         // a reduce-scatter's output before it is added to the shard
+    // the delayed parameter update: the gradients this rank updates, held for the next step's
+    // update (shard layout; counted as gradients), its OptStep, whether one is pending, and
+    // whether zero_update reads them (zero_take_held)
+    void *held;
+    OptStep held_step;
+    int held_pending, from_held;
     // schedule state
     int micro, accum;              // current micro-step (0-based) and how many per step
     int grads_written;             // set by the caller: its backward writes a fresh gradient (see above)
@@ -192,6 +198,8 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world
     size_t full = z->lay.num_flat, shard = zero_shard_size(z);
     z->params = zero_store_alloc(st, MEM_PARAMS, stage == 3 ? shard : full);
     z->grads = zero_store_alloc(st, MEM_GRADS, stage >= 2 ? shard : full);
+    if (o->delayed_update && stage == 0) be.fatal(be.ctx, "the delayed parameter update needs ZeRO stage 1-3 (offload)");
+    if (o->delayed_update) z->held = zero_store_alloc(st, MEM_GRADS, shard);
     z->has_master = dtype != ZC_F32 || zero_streams(z->where); // a streamed update needs its fp32 weights in its memory
     // (Twin-Flow: the offloaded kinds' first st->host_elems of the shard where they live, the rest on the device)
     size_t opt = stage == 0 ? full : st->host_elems, twin = stage == 0 ? 0 : shard - st->host_elems;
@@ -237,8 +245,8 @@ static inline size_t zero_buffer_floats(const Zero *z, int unified) {
 
 static inline void zero_free(Zero *z) {
     ZeroStore *st = &z->st;
-    void *all[] = {z->params, z->grads, z->master, z->state[0], z->state[1]};
-    int kind[] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_STATE + 1};
+    void *all[] = {z->params, z->grads, z->master, z->state[0], z->state[1], z->held};
+    int kind[] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_STATE + 1, MEM_GRADS};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) zero_store_free(st, kind[i], all[i]);
     st->loc[LOC_DEVICE]->free(st, z->twin_master);
     for (int k = 0; k < OPT_MAX_SLICES; k++) st->loc[LOC_DEVICE]->free(st, z->twin_state[k]);
@@ -468,6 +476,7 @@ static inline void zero_end_backward(Zero *z) {
 static inline size_t zero_update_begin(const Zero *z, int u) { return z->stage == 0 ? z->lay.unit_offset[u] : zero_slice_begin(z, u); }
 static inline size_t zero_update_count(const Zero *z, int u) { return z->stage == 0 ? gpt2_unit_padded(&z->lay, u) : zero_slice(z, u); }
 static inline void *zero_update_grads(const Zero *z, int u) {
+    if (z->from_held) return zero_at(z, z->held, zero_shard_offset(z, u)); // the delayed update's
     return zero_at(z, z->grads, z->stage < 2 ? zero_update_begin(z, u) : zero_shard_offset(z, u));
 }
 static inline void *zero_update_params(const Zero *z, int u) {
@@ -613,6 +622,28 @@ static inline void zero_update(Zero *z, const OptStep *step) {
     }
     if (streams) zero_update_streamed(z, step); // (it waits for every unit's all-gather)
     else zero_gather_updated_params(z);
+    z->from_held = 0;
+}
+
+// The delayed parameter update (ZeRO-Offload's DPU; docs/offload.md). Step i's update is held
+// instead of applied: its gradients (what zero_update would read) are copied into z->held with
+// its OptStep; the next step, after its forward and backward (which so compute with the
+// parameters from before update i), takes it: zero_take_held says whether one is pending, gives
+// its OptStep and makes the next zero_update read the held gradients. Without zero_init's
+// delayed_update there is nothing to hold into.
+static inline void zero_hold_update(Zero *z, const OptStep *step) {
+    z->be.zero(z->be.ctx, z->held, zero_shard_size(z) * z->esize);
+    for (int u = 0; u < z->lay.num_units; u++)
+        z->be.add(z->be.ctx, zero_at(z, z->held, zero_shard_offset(z, u)), zero_update_grads(z, u), zero_update_count(z, u), z->dtype);
+    z->held_step = *step;
+    z->held_pending = 1;
+}
+static inline int zero_take_held(Zero *z, OptStep *step) {
+    if (!z->held_pending) return 0;
+    *step = z->held_step;
+    z->held_pending = 0;
+    z->from_held = 1;
+    return 1;
 }
 
 // --- parameters in and out, one unit at a time through a host buffer ---------------------

@@ -293,6 +293,12 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
            "optimizer shard (to the nearest whole unit) kept and updated on the host;\n" \
            "the rest stays on the GPU and updates there at the same time", \
            "zero_optimization.offload_optimizer.ratio", NULL) \
+    CO_FLAG("offload-delayed-update", OFFLOAD_DELAYED_UPDATE, CU_TRAIN | CU_MEM, offload_delayed_update, NULL, \
+            "with --offload-optimizer cpu: step i's update is applied after step\n" \
+            "i+1's forward and backward, which use the parameters from before it\n" \
+            "(ZeRO-Offload's delayed parameter update; changes the result)", NULL) \
+    CO_NUM("offload-delay-warmup", OFFLOAD_DELAY_WARMUP, CU_TRAIN, OT_INT, offload_delay_warmup, 40, 0, 1 << 30, NULL, \
+           "N", "exact steps before the delayed update starts", NULL, NULL) \
     CO_CHOICE("offload-param", OFFLOAD_PARAM, CU_TRAIN | CU_MEM | CU_TIME, offload_param, LOC_DEVICE, zero_offload_names, \
               LOC_KINDS, NULL, "D", "none | cpu | nvme: stage 3's 16-bit parameter shard lives in host memory", \
               "zero_optimization.offload_param.device", "\"none\", \"cpu\" or \"nvme\"") \
@@ -437,6 +443,7 @@ typedef struct TrainConfig {
     int offload_optimizer, offload_param; // where they live: zero/location.h's LOC_* (LOC_DEVICE: not offloaded)
     int pin_memory;       // offloaded host memory page-locked
     float offload_ratio;  // Twin-Flow: the part of an offloaded (cpu) optimizer shard on the host (1: all)
+    int offload_delayed_update, offload_delay_warmup; // the delayed parameter update, after that many exact steps
     // NVMe (zero/store.h's ZeroOptions): the directory under which each rank makes its own, the buffer
     // sets and the piece (elements) the update streams through, the I/O pool (threads x queue
     // depth requests at once) and bytes per request
@@ -1008,6 +1015,11 @@ static inline int config_validate(TrainConfig *c, int world) {
         fprintf(stderr, "error: --offload-ratio %g (offload_optimizer.ratio) needs --offload-optimizer cpu (Twin-Flow splits the "
                         "optimizer state between the host and the GPU; here it is %s)\n", c->offload_ratio,
                 c->offload_optimizer == LOC_NVME ? "on NVMe" : "not offloaded");
+        return -1;
+    }
+    if (c->offload_delayed_update && c->offload_optimizer != LOC_HOST) {
+        fprintf(stderr, "error: --offload-delayed-update needs --offload-optimizer cpu (the update it delays is the host's; "
+                        "here the optimizer is %s)\n", c->offload_optimizer == LOC_NVME ? "on NVMe" : "not offloaded");
         return -1;
     }
     if (c->offload_ratio < 1.0f && c->offload_param != LOC_DEVICE) {

@@ -133,6 +133,7 @@ typedef struct {
     GPT2Recompute recompute; // activation recompute (gpt2.h): none, full every K layers, selective
     int offload_optimizer; // zero/location.h's LOC_*: where the master weights and optimizer state live (LOC_DEVICE: none)
     int offload_param;     // LOC_*: where stage 3's parameter shard lives
+    int delayed_update;    // the delayed parameter update: a second gradient shard (zero.h's held)
     double twin_device;    // Twin-Flow: 1 - offload_optimizer.ratio, the part of a cpu-offloaded optimizer shard
                            // kept on the device (0: none; zero/store.h's ZeroOptions)
     int nvme_buffers;      // NVMe: buffer sets and the piece in elements (zero/store.h's ZeroOptions; 0: its defaults)
@@ -187,6 +188,7 @@ static inline PlanInput planner_input_from_train_config(const TrainConfig *c, in
     in.offload_optimizer = c->offload_optimizer;
     in.offload_param = c->offload_param;
     in.twin_device = 1.0 - (double)c->offload_ratio;
+    in.delayed_update = c->offload_delayed_update;
     in.nvme_buffers = c->nvme_buffers;
     in.nvme_piece = (size_t)c->nvme_buffer_size;
     in.threads = c->plan.threads;
@@ -238,6 +240,8 @@ static inline const char *planner_input_problem(const PlanInput *in) {
     if (!(in->twin_device >= 0.0 && in->twin_device <= 1.0)) return "--offload-ratio must be between 0 and 1";
     if (in->twin_device > 0.0 && in->offload_optimizer != LOC_HOST)
         return "--offload-ratio (Twin-Flow) needs --offload-optimizer cpu";
+    if (in->delayed_update && in->offload_optimizer != LOC_HOST)
+        return "--offload-delayed-update needs --offload-optimizer cpu";
     if (in->twin_device > 0.0 && in->offload_param != LOC_DEVICE)
         return "--offload-ratio (Twin-Flow) needs the parameters on the device (no --offload-param)";
     if (in->params_count != in->params_count || in->params_count < 0) return "the parameter count must be positive";
@@ -319,7 +323,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         p->exact = 0;
         p->num_params = p->padded_params = P;
         dev[MEM_PARAMS] = p->bytes_param * (S == 3 ? P / N : P);
-        dev[MEM_GRADS] = p->bytes_grad * (S >= 2 ? P / N : P);
+        dev[MEM_GRADS] = p->bytes_grad * ((S >= 2 ? P / N : P) + (in->delayed_update ? P / N : 0.0));
         double opt_elems = S == 0 ? P : P / N;
         dev[MEM_MASTER] = p->bytes_master * opt_elems;
         for (int k = 0; k < OPT_MAX_SLICES; k++) dev[MEM_STATE + k] = p->bytes_state[k] * opt_elems;
@@ -340,7 +344,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         p->num_params = (double)z.lay.num_params;
         p->padded_params = full;
         dev[MEM_PARAMS] = p->bytes_param * (S == 3 ? shard : full);
-        dev[MEM_GRADS] = p->bytes_grad * (S >= 2 ? shard : full);
+        dev[MEM_GRADS] = p->bytes_grad * ((S >= 2 ? shard : full) + (in->delayed_update ? shard : 0.0));
         double opt_elems = S == 0 ? full : shard;
         dev[MEM_MASTER] = p->bytes_master * opt_elems;
         for (int k = 0; k < OPT_MAX_SLICES; k++) dev[MEM_STATE + k] = p->bytes_state[k] * opt_elems;

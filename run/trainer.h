@@ -318,6 +318,7 @@ static int setup(Run *r, int argc, char **argv) {
     ZeroOptions zo = zero_options(c->zero_stage, c->precision, c->optimizer);
     zo.offload_optimizer = c->offload_optimizer; zo.offload_param = c->offload_param; zo.pin_memory = c->pin_memory;
     zo.twin_device = 1.0 - (double)c->offload_ratio;
+    zo.delayed_update = c->offload_delayed_update;
     zo.nvme_dir = nvme_dir; zo.nvme_buffers = c->nvme_buffers; zo.nvme_piece = (size_t)c->nvme_buffer_size;
     zo.nvme_threads = c->aio_threads * c->aio_queue_depth; zo.nvme_block = (size_t)c->aio_block_size;
     if (c->trace_path) MPI_Barrier(MPI_COMM_WORLD); // the ranks' trace clocks start together
@@ -651,6 +652,12 @@ static StepResult train_step(Run *r, int step) {
         die();
     }
     res.skipped = action == ZC_STEP_SKIP;
+    // The delayed parameter update (zero.h): the previous step's update, which the rule runs
+    // during this step's forward and backward, lands now (after them: they used the parameters
+    // from before it); this step's is held for the next (the first --offload-delay-warmup steps
+    // are exact).
+    OptStep held;
+    if (zero_take_held(&m->z, &held)) gpt2_update(m, &held);
     if (res.skipped) { // no update, no optimizer state change, the schedule waits
         trace_instant(tr, "skipped step", TRACE_OPTIMIZER, -1, scale);
         trace_end(tr, opt);
@@ -661,7 +668,8 @@ static StepResult train_step(Run *r, int step) {
     OptStep upd = optimizer_step_begin(&hyper, res.lr, (int)r->applied, res.norm);
     upd.grad_scale /= scale;
     upd.grad_scale *= post;
-    gpt2_update(m, &upd);
+    if (c->offload_delayed_update && step > c->offload_delay_warmup && step < c->steps) zero_hold_update(&m->z, &upd);
+    else gpt2_update(m, &upd); // (the last step's update is not held: the run ends with every update applied)
     trace_end(tr, opt);
     return res;
 }
@@ -690,7 +698,11 @@ static float validate(Run *r) {
 // failed (a full disk, say): then one line says where and why and what happens next (the run
 // stops unless --on-save-error continue, and always after its final save), and nothing of this
 // save is left behind; `latest` and the checkpoints before are untouched.
+// A held update (the delayed parameter update) is applied first: a checkpoint holds every update
+// of the steps before it, so that resuming from it continues as the run did after the save.
 static int save(Run *r, int step, int final) {
+    OptStep held;
+    if (zero_take_held(&r->model.z, &held)) gpt2_update(&r->model, &held);
     const char *dir = r->cfg.out_dir;
     char path[4096], tmp[4104], why[CKPT_PATH + 256];
     TrainerState st;
