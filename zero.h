@@ -77,6 +77,14 @@
 //   updated by the CPU optimizer engine (optimizer_engine.h) and closed back; after a unit's last
 //   piece, stages 1 and 2 start its all-gather.
 //
+//   Twin-Flow (zero/store.h's split): with the optimizer offloaded to the host, the units from
+//   st.host_units on keep their master weights and state on the device (twin_master, twin_state;
+//   zero_opt_unit finds a unit's), and zero_update launches their kernel updates and all-gathers
+//   before it streams the host's units, so the two run at once.
+//   The delayed parameter update (ZeroOptions.delayed_update): zero_hold_update keeps a step's
+//   update gradients in a second shard (held, counted as gradients) with its OptStep instead of
+//   updating; zero_take_held hands it back, and the next zero_update reads the held gradients.
+//   The caller decides when (run/trainer.h: after the next step's forward and backward).
 //   The backend (ZeroBackend, zero/backend.h) performs what it is handed and never decides what
 //   to communicate.
 //   Mixed precision: the update reads the 16-bit gradient (times OptStep.grad_scale, which
