@@ -382,6 +382,8 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
         if (m->z.where[k] == LOC_HOST) host += m->z.mem[k];
         else if (k != MEM_ACTIVATIONS && k != MEM_WORKSPACE) states += m->z.mem[k];
     }
+    host -= zero_twin_bytes(&m->z.st); // Twin-Flow: the part of the offloaded kinds kept on the device
+    states += zero_twin_bytes(&m->z.st);
     if (rank == 0)
         printf("device memory, rank 0: model states + ZeRO buffers %.1f MiB (cudaMalloc'd %.1f MiB), activations %.1f MiB, "
                "outside the plan %.1f MiB (cuBLASLt workspace, norm partials, tokens, kernel scratch); device reports %.1f MiB more in use, "

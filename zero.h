@@ -101,6 +101,14 @@
 //   (optimizer_engine.h) and pieces that are multiples of its block make the sums, and so the
 //   update, the same bits streamed or in memory. A backend without `reduce` skips the pass (the
 //   step-time model charges its bytes in its update instead).
+//   Twin-Flow (zero/store.h's split): with the optimizer offloaded to the host, the units from
+//   st.host_units on keep their master weights and state on the device (twin_master, twin_state;
+//   zero_opt_unit finds a unit's), and zero_update launches their kernel updates and all-gathers
+//   before it streams the host's units, so the two run at once.
+//   The delayed parameter update (ZeroOptions.delayed_update): zero_hold_update keeps a step's
+//   update gradients in a second shard (held, counted as gradients) with its OptStep instead of
+//   updating; zero_take_held hands it back, and the next zero_update reads the held gradients.
+//   The caller decides when (run/trainer.h: after the next step's forward and backward).
 //   The backend (ZeroBackend, zero/backend.h) performs what it is handed and never decides what
 //   to communicate.
 //   Mixed precision: the update reads the 16-bit gradient (times OptStep.grad_scale, which
@@ -149,12 +157,20 @@ typedef struct {
     float *state[OPT_MAX_SLICES];  // its state arrays: full (stage 0) or shard
     double *red;                   // an optimizer with per-tensor reductions (LAMB): its R sums per tensor
     int nred;                      // ... R x tensors of them (0: none)
+    float *twin_master, *twin_state[OPT_MAX_SLICES]; // Twin-Flow: the device part of an offloaded shard
+                                   // (units from st.host_units on; NULL without it): zero_opt_unit
     int where[MEM_KINDS];          // LOC_*: where each kind lives (zero_placement)
     ZeroStore st;                  // ... and each location's store (zero/store.h)
     // bounded buffers
     void *gather_embed, *gather_final, *gather_layer[2]; // stage 3
     void *bucket_embed, *bucket_final, *bucket_layer[2]; // stages 2, 3
     void *scatter_recv[3];         // a reduce-scatter's output before it is added to the shard
+    // the delayed parameter update: the gradients this rank updates, held for the next step's
+    // update (shard layout; counted as gradients), its OptStep, whether one is pending, and
+    // whether zero_update reads them (zero_take_held)
+    void *held;
+    OptStep held_step;
+    int held_pending, from_held;
     // schedule state
     int micro, accum;              // current micro-step (0-based) and how many per step
     int grads_written;             // set by the caller: its backward writes a fresh gradient (see above)
@@ -308,12 +324,24 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world
     gpt2_layout_init(&z->lay, cfg, (size_t)world * ZERO_ALIGN);
     ZeroStore *st = &z->st;
     zero_store_init(st, &z->be, &z->trace, &z->lay, z->where, z->mem, rank, world, z->esize, z->nstate, o);
+    if (st->host_units < z->lay.num_units && z->where[MEM_PARAMS] != LOC_DEVICE)
+        be.fatal(be.ctx, "offload_optimizer.ratio below 1 (Twin-Flow) needs the parameters on the device (the device's "
+                         "part of the update writes them there)");
     size_t full = z->lay.num_flat, shard = zero_shard_size(z);
     z->params = zero_store_alloc(st, MEM_PARAMS, stage == 3 ? shard : full);
     z->grads = zero_store_alloc(st, MEM_GRADS, stage >= 2 ? shard : full);
-    z->has_master = dtype != ZC_F32 || zero_streams(z->where); // an update off the shard's memory needs its fp32 weights
-    if (z->has_master) z->master = (float *)zero_store_alloc(st, MEM_MASTER, stage == 0 ? full : shard);
-    for (int k = 0; k < z->nstate; k++) z->state[k] = (float *)zero_store_alloc(st, MEM_STATE + k, stage == 0 ? full : shard);
+    if (o->delayed_update && stage == 0) be.fatal(be.ctx, "the delayed parameter update needs ZeRO stage 1-3 (offload)");
+    if (o->delayed_update) z->held = zero_store_alloc(st, MEM_GRADS, shard);
+    z->has_master = dtype != ZC_F32 || zero_streams(z->where); // a streamed update needs its fp32 weights in its memory
+    // (Twin-Flow: the offloaded kinds' first st->host_elems of the shard where they live, the rest on the device)
+    size_t opt = stage == 0 ? full : st->host_elems, twin = stage == 0 ? 0 : shard - st->host_elems;
+    if (z->has_master && opt) z->master = (float *)zero_store_alloc(st, MEM_MASTER, opt);
+    for (int k = 0; k < z->nstate && opt; k++) z->state[k] = (float *)zero_store_alloc(st, MEM_STATE + k, opt);
+    if (twin) {
+        const ZeroLocation *dev = st->loc[LOC_DEVICE];
+        if (z->has_master) z->twin_master = (float *)dev->alloc(st, MEM_MASTER, twin * sizeof(float));
+        for (int k = 0; k < z->nstate; k++) z->twin_state[k] = (float *)dev->alloc(st, MEM_STATE + k, twin * sizeof(float));
+    }
     z->nred = optimizer_reductions(o->optimizer) * gpt2_num_tensors(&z->lay);
     if (z->nred) z->red = (double *)zero_store_alloc(st, MEM_BUFFERS, zero_reduction_elems(z));
     zero_store_staging(st);
@@ -355,10 +383,12 @@ static inline size_t zero_buffer_floats(const Zero *z, int unified) {
 
 static inline void zero_free(Zero *z) {
     ZeroStore *st = &z->st;
-    void *all[] = {z->params, z->grads, z->master, z->state[0], z->state[1]};
-    int kind[] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_STATE + 1};
+    void *all[] = {z->params, z->grads, z->master, z->state[0], z->state[1], z->held};
+    int kind[] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_STATE + 1, MEM_GRADS};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) zero_store_free(st, kind[i], all[i]);
     zero_store_free(st, MEM_BUFFERS, z->red);
+    st->loc[LOC_DEVICE]->free(st, z->twin_master);
+    for (int k = 0; k < OPT_MAX_SLICES; k++) st->loc[LOC_DEVICE]->free(st, z->twin_state[k]);
     void *buffers[] = {z->gather_embed, z->gather_final, z->gather_layer[0], z->gather_layer[1], z->bucket_embed,
                        z->bucket_final, z->bucket_layer[0], z->bucket_layer[1], z->scatter_recv[0], z->scatter_recv[1],
                        z->scatter_recv[2], z->qw_buf[0], z->qw_buf[1], z->qw_buf[2], z->qw_buf[3], z->qg_slot[0],
@@ -663,15 +693,23 @@ static inline void zero_end_backward(Zero *z) {
 static inline size_t zero_update_begin(const Zero *z, int u) { return z->stage == 0 ? z->lay.unit_offset[u] : zero_slice_begin(z, u); }
 static inline size_t zero_update_count(const Zero *z, int u) { return z->stage == 0 ? gpt2_unit_padded(&z->lay, u) : zero_slice(z, u); }
 static inline void *zero_update_grads(const Zero *z, int u) {
+    if (z->from_held) return zero_at(z, z->held, zero_shard_offset(z, u)); // the delayed update's
     return zero_at(z, z->grads, z->stage < 2 ? zero_update_begin(z, u) : zero_shard_offset(z, u));
 }
 static inline void *zero_update_params(const Zero *z, int u) {
     return z->params ? zero_at(z, z->params, z->stage == 3 ? zero_shard_offset(z, u) : zero_update_begin(z, u)) : NULL;
 }
-// The state arrays and master weights are laid out alike: in full under stage 0, else the shard.
-// (NULL for an array on NVMe: it has no address.)
-static inline float *zero_update_moment(const Zero *z, const float *moment, int u) {
-    return moment ? (float *)moment + (z->stage == 0 ? z->lay.unit_offset[u] : zero_shard_offset(z, u)) : NULL;
+// The state arrays and master weights are laid out alike: in full under stage 0, else the shard;
+// kind MEM_MASTER or MEM_STATE + k, unit u's first element (Twin-Flow: in the device part from
+// st.host_units on). NULL for an array on NVMe: it has no address.
+static inline float *zero_opt_unit(const Zero *z, int kind, int u) {
+    int k = kind - MEM_STATE;
+    if (u >= z->st.host_units) {
+        float *t = kind == MEM_MASTER ? z->twin_master : z->twin_state[k];
+        return t ? t + (zero_shard_offset(z, u) - z->st.host_elems) : NULL;
+    }
+    float *a = kind == MEM_MASTER ? z->master : z->state[k];
+    return a ? a + (z->stage == 0 ? z->lay.unit_offset[u] : zero_shard_offset(z, u)) : NULL;
 }
 
 // The global gradient norm from this rank's sum of squares over its zero_update_grads.
@@ -761,19 +799,19 @@ static inline void zero_update_host_segment(const ParamSegment *seg, void *ctx) 
 static inline ZeroPiece *zero_piece_list(const Zero *z, int *count) {
     int P = 0;
     size_t piece = z->st.piece;
-    for (int u = 0; u < z->lay.num_units; u++) P += (int)((zero_slice(z, u) + piece - 1) / piece);
+    int H = z->st.host_units; // (Twin-Flow: the units after them update on the device)
+    for (int u = 0; u < H; u++) P += (int)((zero_slice(z, u) + piece - 1) / piece);
     ZeroPiece *list = (ZeroPiece *)calloc((size_t)P, sizeof(ZeroPiece));
     if (!list) z->be.fatal(z->be.ctx, "out of host memory for the offloaded update's piece list");
     P = 0;
-    for (int u = 0; u < z->lay.num_units; u++)
+    for (int u = 0; u < H; u++)
         for (size_t lo = 0, n = zero_slice(z, u); lo < n; lo += piece) {
             ZeroPiece *pc = &list[P++];
-            size_t off = zero_shard_offset(z, u) + lo;
             pc->u = u; pc->lo = lo; pc->n = n - lo < piece ? n - lo : piece;
             pc->at[MEM_GRADS] = zero_at(z, zero_update_grads(z, u), lo);
             pc->at[MEM_PARAMS] = zero_at(z, zero_update_params(z, u), lo);
-            pc->at[MEM_MASTER] = z->master ? z->master + off : NULL;
-            for (int k = 0; k < z->nstate; k++) pc->at[MEM_STATE + k] = z->state[k] ? z->state[k] + off : NULL;
+            pc->at[MEM_MASTER] = z->master ? zero_opt_unit(z, MEM_MASTER, u) + lo : NULL;
+            for (int k = 0; k < z->nstate; k++) pc->at[MEM_STATE + k] = z->state[k] ? zero_opt_unit(z, MEM_STATE + k, u) + lo : NULL;
         }
     *count = P;
     return list;
@@ -846,35 +884,63 @@ static inline void zero_reductions(Zero *z, const OptStep *step) {
         for (int u = 0; u < z->lay.num_units; u++) {
             size_t begin = zero_update_begin(z, u);
             void *p = zero_update_params(z, u);
-            ZeroUpdateRun r = {z, begin, z->master ? zero_update_moment(z, z->master, u) : (float *)p, {NULL},
-                               zero_update_grads(z, u), NULL, step, begin};
-            for (int k = 0; k < z->nstate; k++) r.state[k] = zero_update_moment(z, z->state[k], u);
+            float *master = z->has_master ? zero_opt_unit(z, MEM_MASTER, u) : NULL;
+            ZeroUpdateRun r = {z, begin, master ? master : (float *)p, {NULL}, zero_update_grads(z, u), NULL, step, begin};
+            for (int k = 0; k < z->nstate; k++) r.state[k] = zero_opt_unit(z, MEM_STATE + k, u);
             gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u), zero_reduce_segment, &r);
         }
     if (z->stage > 0 && z->world > 1) zero_sum_scalars(z, z->red, z->nred);
     trace_end(z->trace, t0);
 }
 
+// Twin-Flow: the device's units (from st.host_units on) are updated by the backend's kernel and
+// their all-gathers started first, so that the device works on them while the host streams its part.
+// offload_param alone (back): the device's update writes each unit's new parameters back.
 static inline void zero_update(Zero *z, const OptStep *step) {
     zero_reductions(z, step);
-    if (zero_update_on_host(z->where, z->be.unified)) { zero_update_streamed(z, step); return; }
-    int back = z->where[MEM_PARAMS] != LOC_DEVICE; // the shard is off the device: written back unit by unit
+    int streams = zero_update_on_host(z->where, z->be.unified), first = streams ? z->st.host_units : 0;
+    int back = !streams && z->where[MEM_PARAMS] != LOC_DEVICE; // the shard is off the device: written back unit by unit
     if (back) zero_stream_begin(&z->st, 0);
-    for (int u = 0; u < z->lay.num_units; u++) {
+    for (int u = first; u < z->lay.num_units; u++) {
         double t0 = trace_begin(z->trace, "update", TRACE_OPTIMIZER, u,
                                 zero_update_bytes_per_element(z) * (double)zero_update_count(z, u));
         size_t begin = zero_update_begin(z, u);
         void *p = zero_update_params(z, u);
-        ZeroUpdateRun r = {z, begin, z->master ? zero_update_moment(z, z->master, u) : (float *)p, {NULL},
-                           zero_update_grads(z, u), back ? zero_store_landing_of(&z->st, u) : z->master ? p : NULL, step, begin};
-        for (int k = 0; k < z->nstate; k++) r.state[k] = zero_update_moment(z, z->state[k], u);
+        float *master = z->has_master ? zero_opt_unit(z, MEM_MASTER, u) : NULL;
+        ZeroUpdateRun r = {z, begin, master ? master : (float *)p, {NULL}, zero_update_grads(z, u),
+                           back ? zero_store_landing_of(&z->st, u) : master ? p : NULL, step, begin};
+        for (int k = 0; k < z->nstate; k++) r.state[k] = zero_opt_unit(z, MEM_STATE + k, u);
         gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u),
                               back ? zero_update_back_segment : zero_update_segment, &r);
         if (back) zero_store_write_back(&z->st, u, p, r.p16);
         trace_end(z->trace, t0);
+        if (streams) zero_gather_updated_unit(z, u);
     }
     if (back) zero_stream_end(&z->st, NULL, 0);
-    zero_gather_updated_params(z);
+    if (streams) zero_update_streamed(z, step); // (it waits for every unit's all-gather)
+    else zero_gather_updated_params(z);
+    z->from_held = 0;
+}
+
+// The delayed parameter update (ZeRO-Offload's DPU; docs/offload.md). Step i's update is held
+// instead of applied: its gradients (what zero_update would read) are copied into z->held with
+// its OptStep; the next step, after its forward and backward (which so compute with the
+// parameters from before update i), takes it: zero_take_held says whether one is pending, gives
+// its OptStep and makes the next zero_update read the held gradients. Without zero_init's
+// delayed_update there is nothing to hold into.
+static inline void zero_hold_update(Zero *z, const OptStep *step) {
+    z->be.zero(z->be.ctx, z->held, zero_shard_size(z) * z->esize);
+    for (int u = 0; u < z->lay.num_units; u++)
+        z->be.add(z->be.ctx, zero_at(z, z->held, zero_shard_offset(z, u)), zero_update_grads(z, u), zero_update_count(z, u), z->dtype);
+    z->held_step = *step;
+    z->held_pending = 1;
+}
+static inline int zero_take_held(Zero *z, OptStep *step) {
+    if (!z->held_pending) return 0;
+    *step = z->held_step;
+    z->held_pending = 0;
+    z->from_held = 1;
+    return 1;
 }
 
 // --- parameters in and out, one unit at a time through a host buffer ---------------------
@@ -886,8 +952,8 @@ static inline void zero_set_unit(Zero *z, int u, const float *unit_host) {
     if (z->stage == 3) zero_put(&z->st, MEM_PARAMS, u, 0, zero_at(z, z->params, zero_shard_offset(z, u)), unit_host + begin, n, z->dtype);
     else zero_put(&z->st, MEM_PARAMS, u, 0, zero_at(z, z->params, z->lay.unit_offset[u]), unit_host, padded, z->dtype);
     if (!z->has_master) return;
-    if (z->stage == 0) zero_put(&z->st, MEM_MASTER, u, 0, zero_update_moment(z, z->master, u), unit_host, padded, ZC_F32);
-    else zero_put(&z->st, MEM_MASTER, u, 0, zero_update_moment(z, z->master, u), unit_host + begin, n, ZC_F32);
+    if (z->stage == 0) zero_put(&z->st, MEM_MASTER, u, 0, zero_opt_unit(z, MEM_MASTER, u), unit_host, padded, ZC_F32);
+    else zero_put(&z->st, MEM_MASTER, u, 0, zero_opt_unit(z, MEM_MASTER, u), unit_host + begin, n, ZC_F32);
 }
 
 // This rank's slice of unit u's weights into host (fp32): the master weights in mixed
@@ -896,8 +962,8 @@ static inline void zero_set_unit(Zero *z, int u, const float *unit_host) {
 static inline void zero_get_slice(Zero *z, int u, float *host) {
     size_t n = zero_slice(z, u);
     if (z->has_master) {
-        size_t off = z->stage == 0 ? zero_slice_begin(z, u) : zero_shard_offset(z, u);
-        zero_get(&z->st, MEM_MASTER, u, 0, host, z->master ? z->master + off : NULL, n, ZC_F32);
+        float *m = zero_opt_unit(z, MEM_MASTER, u);
+        zero_get(&z->st, MEM_MASTER, u, 0, host, m && z->stage == 0 ? m + (size_t)z->rank * n : m, n, ZC_F32);
     } else {
         size_t off = z->stage == 3 ? zero_shard_offset(z, u) : zero_slice_begin(z, u);
         zero_get(&z->st, MEM_PARAMS, u, 0, host, z->params ? zero_at(z, z->params, off) : NULL, n, z->dtype);
@@ -907,14 +973,15 @@ static inline void zero_get_slice(Zero *z, int u, float *host) {
 // State array k's share of unit u: this rank's slice into host (fp32), and from a whole
 // padded unit (host, fp32) what this rank keeps (every element under stage 0, else its slice).
 static inline void zero_get_state_slice(Zero *z, int k, int u, float *host) {
-    size_t off = z->stage == 0 ? zero_slice_begin(z, u) : zero_shard_offset(z, u);
-    zero_get(&z->st, MEM_STATE + k, u, 0, host, z->state[k] ? z->state[k] + off : NULL, zero_slice(z, u), ZC_F32);
+    float *a = zero_opt_unit(z, MEM_STATE + k, u);
+    size_t n = zero_slice(z, u);
+    zero_get(&z->st, MEM_STATE + k, u, 0, host, a && z->stage == 0 ? a + (size_t)z->rank * n : a, n, ZC_F32);
 }
 static inline void zero_set_state_unit(Zero *z, int k, int u, const float *unit_host) {
     if (z->stage == 0)
-        zero_put(&z->st, MEM_STATE + k, u, 0, zero_update_moment(z, z->state[k], u), unit_host, gpt2_unit_padded(&z->lay, u), ZC_F32);
+        zero_put(&z->st, MEM_STATE + k, u, 0, zero_opt_unit(z, MEM_STATE + k, u), unit_host, gpt2_unit_padded(&z->lay, u), ZC_F32);
     else
-        zero_put(&z->st, MEM_STATE + k, u, 0, zero_update_moment(z, z->state[k], u), unit_host + (size_t)z->rank * zero_slice(z, u),
+        zero_put(&z->st, MEM_STATE + k, u, 0, zero_opt_unit(z, MEM_STATE + k, u), unit_host + (size_t)z->rank * zero_slice(z, u),
                         zero_slice(z, u), ZC_F32);
 }
 

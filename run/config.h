@@ -295,6 +295,17 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
               "none | cpu | nvme: the fp32 master weights and optimizer state live in\n" \
               "host memory and are updated there (ZeRO-Offload; stages 1-3)", \
               "zero_optimization.offload_optimizer.device", "\"none\", \"cpu\" or \"nvme\"") \
+    CO_NUM("offload-ratio", OFFLOAD_RATIO, CU_TRAIN | CU_MEM, OT_FLOAT, offload_ratio, 1, 0, 1, NULL, "R", \
+           "Twin-Flow, with --offload-optimizer cpu: the fraction of each rank's\n" \
+           "optimizer shard (to the nearest whole unit) kept and updated on the host;\n" \
+           "the rest stays on the GPU and updates there at the same time", \
+           "zero_optimization.offload_optimizer.ratio", NULL) \
+    CO_FLAG("offload-delayed-update", OFFLOAD_DELAYED_UPDATE, CU_TRAIN | CU_MEM, offload_delayed_update, NULL, \
+            "with --offload-optimizer cpu: step i's update is applied after step\n" \
+            "i+1's forward and backward, which use the parameters from before it\n" \
+            "(ZeRO-Offload's delayed parameter update; changes the result)", NULL) \
+    CO_NUM("offload-delay-warmup", OFFLOAD_DELAY_WARMUP, CU_TRAIN, OT_INT, offload_delay_warmup, 40, 0, 1 << 30, NULL, \
+           "N", "exact steps before the delayed update starts", NULL, NULL) \
     CO_CHOICE("offload-param", OFFLOAD_PARAM, CU_TRAIN | CU_MEM | CU_TIME, offload_param, LOC_DEVICE, zero_offload_names, \
               LOC_KINDS, NULL, "D", "none | cpu | nvme: stage 3's 16-bit parameter shard lives in host memory", \
               "zero_optimization.offload_param.device", "\"none\", \"cpu\" or \"nvme\"") \
@@ -462,6 +473,8 @@ typedef struct TrainConfig {
     int pin_memory;       // offloaded host memory page-locked
     // ZeRO++ (zero.h): qwZ on/off, hpZ's group of ranks (1: off), qgZ's bits (0: off), the quantization block
     int zeropp_qwz, zeropp_hpz, zeropp_qgz, zeropp_block;
+    float offload_ratio;  // Twin-Flow: the part of an offloaded (cpu) optimizer shard on the host (1: all)
+    int offload_delayed_update, offload_delay_warmup; // the delayed parameter update, after that many exact steps
     // NVMe (zero/store.h's ZeroOptions): the directory under which each rank makes its own, the buffer
     // sets and the piece (elements) the update streams through, the I/O pool (threads x queue
     // depth requests at once) and bytes per request
@@ -1074,6 +1087,22 @@ static inline int config_validate(TrainConfig *c, int world) {
     if (c->offload_param != LOC_DEVICE && c->zero_stage != 3) {
         fprintf(stderr, "error: --offload-param %s needs --zero-stage 3 (only stage 3 partitions the parameters)\n",
                 zero_offload_names[c->offload_param]);
+        return -1;
+    }
+    if (c->offload_ratio < 1.0f && c->offload_optimizer != LOC_HOST) {
+        fprintf(stderr, "error: --offload-ratio %g (offload_optimizer.ratio) needs --offload-optimizer cpu (Twin-Flow splits the "
+                        "optimizer state between the host and the GPU; here it is %s)\n", c->offload_ratio,
+                c->offload_optimizer == LOC_NVME ? "on NVMe" : "not offloaded");
+        return -1;
+    }
+    if (c->offload_delayed_update && c->offload_optimizer != LOC_HOST) {
+        fprintf(stderr, "error: --offload-delayed-update needs --offload-optimizer cpu (the update it delays is the host's; "
+                        "here the optimizer is %s)\n", c->offload_optimizer == LOC_NVME ? "on NVMe" : "not offloaded");
+        return -1;
+    }
+    if (c->offload_ratio < 1.0f && c->offload_param != LOC_DEVICE) {
+        fprintf(stderr, "error: --offload-ratio %g (offload_optimizer.ratio) needs the parameters on the GPU (without "
+                        "--offload-param): the GPU's part of the update writes them there\n", c->offload_ratio);
         return -1;
     }
     if ((c->offload_optimizer == LOC_NVME || c->offload_param == LOC_NVME) && !c->nvme_path && config_takes(c, CK_NVME_PATH)) {

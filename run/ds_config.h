@@ -818,14 +818,15 @@ static inline int ds_zero(const DsCtx *x, const cJSON *root) {
             alias = "zero_optimization.gather_16bit_weights_on_model_save";
         if (ds_extra_key(x, z, k, alias)) return -1;
     }
-    // the offload sections (fast_init, pipeline*, ratio: accepted, not used; docs/deepspeed_config.md)
+    // the offload sections (fast_init, pipeline*: accepted, not used; docs/deepspeed_config.md; ratio: Twin-Flow)
     static const char *const okeys[] = {"device", "pin_memory", "nvme_path", "buffer_count", "fast_init", "pipeline",
                                         "pipeline_read", "pipeline_write", "ratio"};
     static const char *const pkeys[] = {"device", "pin_memory", "nvme_path", "buffer_count", "buffer_size", "max_in_cpu"};
     if (ds_object(x, z, "zero_optimization.offload_optimizer", &oo) == DS_ERROR) return -1;
     if (ds_known_keys(x, oo, "zero_optimization.offload_optimizer", okeys, 9)) return -1;
     if (oo && (ds_option(x, oo, CK_OFFLOAD_OPTIMIZER) || ds_option(x, oo, CK_PIN_MEMORY) ||
-               ds_option(x, oo, CK_NVME_PATH) || ds_option(x, oo, CK_NVME_BUFFERS))) return -1;
+               ds_option(x, oo, CK_NVME_PATH) || ds_option(x, oo, CK_NVME_BUFFERS) || ds_option(x, oo, CK_OFFLOAD_RATIO)))
+        return -1;
     if (ds_object(x, z, "zero_optimization.offload_param", &op) == DS_ERROR) return -1;
     if (ds_known_keys(x, op, "zero_optimization.offload_param", pkeys, 6)) return -1;
     if (op && (ds_option(x, op, CK_OFFLOAD_PARAM) || ds_option(x, op, CK_NVME_BUFFER_SIZE) ||

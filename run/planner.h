@@ -134,6 +134,9 @@ typedef struct {
     GPT2Recompute recompute; // activation recompute (gpt2.h): none, full every K layers, selective
     int offload_optimizer; // zero/location.h's LOC_*: where the master weights and optimizer state live (LOC_DEVICE: none)
     int offload_param;     // LOC_*: where stage 3's parameter shard lives
+    int delayed_update;    // the delayed parameter update: a second gradient shard (zero.h's held)
+    double twin_device;    // Twin-Flow: 1 - offload_optimizer.ratio, the part of a cpu-offloaded optimizer shard
+                           // kept on the device (0: none; zero/store.h's ZeroOptions)
     int nvme_buffers;      // NVMe: buffer sets and the piece in elements (zero/store.h's ZeroOptions; 0: its defaults)
     size_t nvme_piece;
     // ZeRO++ (zero/pp.h): qwZ, hpZ's group, qgZ's bits, the block; the ranks per host qgZ's
@@ -160,6 +163,7 @@ typedef struct {
     int buffers_known, activations_known, workspace_known;
     double model_states, optimizer, total;          // device; total = states + known buffers/acts
     double host_optimizer, host_total;              // host memory: the offloaded states and the staging
+    double twin_device;            // Twin-Flow: bytes of the offloaded kinds kept on the device (in device[])
     double nvme_optimizer, nvme_total;              // NVMe: the states kept in files
     double model_states_textbook;  // the stage formula on the unpadded P, all of it wherever it lives
     double act_textbook_layer;     // Korthikanti per layer, at the plan's precision (0 if unknown)
@@ -188,6 +192,8 @@ static inline PlanInput planner_input_from_train_config(const TrainConfig *c, in
     in.recompute = config_recompute(c);
     in.offload_optimizer = c->offload_optimizer;
     in.offload_param = c->offload_param;
+    in.twin_device = 1.0 - (double)c->offload_ratio;
+    in.delayed_update = c->offload_delayed_update;
     in.nvme_buffers = c->nvme_buffers;
     in.nvme_piece = (size_t)c->nvme_buffer_size;
     in.nvme_host_cache = c->nvme_host_cache_bytes > 0 ? c->nvme_host_cache_bytes : 0.0; // (auto: planner_host_cache_auto)
@@ -240,6 +246,13 @@ static inline const char *planner_input_problem(const PlanInput *in) {
         return "--offload-optimizer needs --zero-stage 1, 2 or 3 (ZeRO-Offload moves the state a stage partitions)";
     if (in->offload_param != LOC_DEVICE && in->zero_stage != 3)
         return "--offload-param needs --zero-stage 3 (only stage 3 partitions the parameters)";
+    if (!(in->twin_device >= 0.0 && in->twin_device <= 1.0)) return "--offload-ratio must be between 0 and 1";
+    if (in->twin_device > 0.0 && in->offload_optimizer != LOC_HOST)
+        return "--offload-ratio (Twin-Flow) needs --offload-optimizer cpu";
+    if (in->delayed_update && in->offload_optimizer != LOC_HOST)
+        return "--offload-delayed-update needs --offload-optimizer cpu";
+    if (in->twin_device > 0.0 && in->offload_param != LOC_DEVICE)
+        return "--offload-ratio (Twin-Flow) needs the parameters on the device (no --offload-param)";
     if (in->params_count != in->params_count || in->params_count < 0) return "the parameter count must be positive";
     if (in->params_count > 0) {
         if (in->shape_known) {
@@ -309,6 +322,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
     zo.zeropp_block = in->zeropp_block;
     zo.zeropp_per_host = in->zeropp_per_host > 0 && in->world % in->zeropp_per_host == 0 ? in->zeropp_per_host : in->world;
     zo.nvme_buffers = in->nvme_buffers; zo.nvme_piece = in->nvme_piece; zo.nvme_host_cache = (size_t)in->nvme_host_cache;
+    zo.twin_device = in->twin_device;
     int unified = in->params_count > 0 || !in->backend ? 0 : in->backend->unified;
     zero_placement(&zo, unified, p->where);
     if (p->where[MEM_MASTER] != LOC_DEVICE || p->where[MEM_PARAMS] != LOC_DEVICE)
@@ -321,13 +335,14 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         p->exact = 0;
         p->num_params = p->padded_params = P;
         dev[MEM_PARAMS] = p->bytes_param * (S == 3 ? P / N : P);
-        dev[MEM_GRADS] = p->bytes_grad * (S >= 2 ? P / N : P);
+        dev[MEM_GRADS] = p->bytes_grad * ((S >= 2 ? P / N : P) + (in->delayed_update ? P / N : 0.0));
         double opt_elems = S == 0 ? P : P / N;
         dev[MEM_MASTER] = p->bytes_master * opt_elems;
         for (int k = 0; k < OPT_MAX_SLICES; k++) dev[MEM_STATE + k] = p->bytes_state[k] * opt_elems;
         if (S == 3 && N > 1 && in->zeropp_hpz > 1) dev[MEM_HPZ] = p->bytes_param * P / in->zeropp_hpz; // hpZ: 2 Psi / G
         p->buffers_known = 0;
         p->activations_known = in->shape_known;
+        if (p->where[MEM_MASTER] == LOC_HOST) p->twin_device = in->twin_device * K * opt_elems;
     } else { // exact: the trainer's layout, zero.h's partition
         Zero z;
         memset(&z, 0, sizeof(z));
@@ -345,7 +360,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         p->num_params = (double)z.lay.num_params;
         p->padded_params = full;
         dev[MEM_PARAMS] = p->bytes_param * (S == 3 ? shard : full);
-        dev[MEM_GRADS] = p->bytes_grad * (S >= 2 ? shard : full);
+        dev[MEM_GRADS] = p->bytes_grad * ((S >= 2 ? shard : full) + (in->delayed_update ? shard : 0.0));
         double opt_elems = S == 0 ? full : shard;
         dev[MEM_MASTER] = p->bytes_master * opt_elems;
         for (int k = 0; k < OPT_MAX_SLICES; k++) dev[MEM_STATE + k] = p->bytes_state[k] * opt_elems;
@@ -354,6 +369,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z, unified);
         dev[MEM_HPZ] = p->bytes_param * (double)zero_hpz_elems(&z);
         dev[MEM_STAGING] = (double)zero_staging_bytes(&z.st, unified);
+        p->twin_device = (double)zero_twin_bytes(&z.st);
         p->buffers_known = 1;
         if (in->backend) { // the trainer's own layout
             dev[MEM_ACTIVATIONS] = in->backend->activation_bytes(&in->cfg, in->batch, in->seq_len, in->precision,
@@ -381,6 +397,12 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         double *at = p->where[k] == LOC_HOST ? p->host : p->where[k] == LOC_NVME ? p->nvme : p->device;
         at[k] = dev[k];
     }
+    if (p->twin_device > 0.0) // Twin-Flow: each offloaded kind's device part, by its bytes per element
+        for (int k = MEM_MASTER; k < MEM_BUFFERS; k++) {
+            double part = K > 0.0 ? p->twin_device * (k == MEM_MASTER ? p->bytes_master : p->bytes_state[k - MEM_STATE]) / K : 0.0;
+            p->host[k] -= part;
+            p->device[k] += part;
+        }
     p->optimizer = p->host_optimizer = p->nvme_optimizer = 0.0;
     for (int k = MEM_MASTER; k < MEM_BUFFERS; k++) {
         p->optimizer += p->device[k];
@@ -464,8 +486,10 @@ static inline const char *planner_mode_name(int precision) {
 // One row: label, formula, where it lives ("" for a total), bytes (NULL = unknown), and with
 // `actual` what the ranks allocated of the kinds in `kinds` (a bit mask over zero.h's MEM_* kinds;
 // 0: nothing to compare).
-static inline void planner_row(FILE *f, const char *label, const char *formula, const char *where, const double *bytes,
-                               const double *actual, int actual_ranks, unsigned kinds) {
+// adj (per rank, or NULL) times sign is added to each rank's actual sum (Twin-Flow's device part of
+// the offloaded kinds, which counts where the kinds' location does not say).
+static inline void planner_row_adj(FILE *f, const char *label, const char *formula, const char *where, const double *bytes,
+                                   const double *actual, int actual_ranks, unsigned kinds, const double *adj, double sign) {
     char b1[64], b2[32];
     if (bytes) fprintf(f, "  %-38s %-24s %-6s %19s %11s", label, formula, where, planner_commas(b1, sizeof(b1), *bytes),
                        planner_human(b2, sizeof(b2), *bytes));
@@ -476,6 +500,7 @@ static inline void planner_row(FILE *f, const char *label, const char *formula, 
         for (int q = 0; q < actual_ranks; q++) {
             double got = 0.0;
             for (int k = 0; k < MEM_KINDS; k++) if (kinds & (1u << k)) got += actual[q * MEM_KINDS + k];
+            if (adj) got += sign * adj[q];
             if (q == 0) got0 = got;
             if (mismatch < 0 && (!bytes || got != *bytes)) mismatch = q;
         }
@@ -485,12 +510,18 @@ static inline void planner_row(FILE *f, const char *label, const char *formula, 
     }
     fprintf(f, "\n");
 }
+static inline void planner_row(FILE *f, const char *label, const char *formula, const char *where, const double *bytes,
+                               const double *actual, int actual_ranks, unsigned kinds) {
+    planner_row_adj(f, label, formula, where, bytes, actual, actual_ranks, kinds, NULL, 0.0);
+}
 #define PLANNER_KIND(k) (1u << (k))
 
 // The table. actual: NULL, or actual_ranks x MEM_KINDS bytes the ranks really allocated
 // (rank-major, zero.h's kinds, as report_memory gathers them): printed beside the plan with
 // "=" where every rank matches.
-static inline void planner_print_table(FILE *f, const MemoryPlan *p, const double *actual, int actual_ranks) {
+// actual_twin: NULL, or each rank's bytes of the offloaded kinds it keeps on the device (Twin-Flow).
+static inline void planner_print_table_twin(FILE *f, const MemoryPlan *p, const double *actual, int actual_ranks,
+                                            const double *actual_twin) {
     const PlanInput *in = &p->in;
     const GPT2Config *c = &in->cfg;
     char b1[64], b2[64], fm[64];
@@ -519,6 +550,10 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
     fprintf(f, "            micro-batch B = %d, T = %d, activation recompute %s, optimizer state on the %s, "
                "parameters on the %s\n", in->batch, in->seq_len, planner_recompute_name(rn, sizeof(rn), in->recompute),
             zero_location_names[p->where[MEM_MASTER]], zero_location_names[p->where[MEM_PARAMS]]);
+    if (p->twin_device > 0.0)
+        fprintf(f, "            Twin-Flow: offload ratio %g, %s bytes of the optimizer state (%.1f%%) stay on the device "
+                   "and update there\n", 1.0 - in->twin_device, planner_commas(b1, sizeof(b1), p->twin_device),
+                100.0 * p->twin_device / (p->optimizer + p->host_optimizer));
     fprintf(f, "\n  %-38s %-24s %-6s %19s %11s", "per rank", "formula", "where", "bytes", "size");
     if (actual) fprintf(f, " %19s", actual_ranks > 1 ? "allocated (rank 0)" : "allocated");
     fprintf(f, "\n");
@@ -584,7 +619,21 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
         if (loc != LOC_DEVICE && *tot[loc] == 0.0) continue;
         snprintf(lab, sizeof(lab), "%s%s", tlab[loc],
                  loc == LOC_DEVICE && !(p->buffers_known && p->activations_known && p->workspace_known) ? " (known parts)" : "");
-        planner_row(f, lab, "", zero_location_names[loc], tot[loc], A, R, kinds);
+        int twin = p->twin_device > 0.0 && A && actual_twin;
+        double sign = loc == LOC_DEVICE ? 1.0 : loc == p->where[MEM_MASTER] ? -1.0 : 0.0;
+        planner_row_adj(f, lab, "", zero_location_names[loc], tot[loc], A, R, kinds, twin ? actual_twin : NULL, sign);
+    }
+    if (p->twin_device > 0.0) {
+        double planned = p->twin_device;
+        if (A && actual_twin) {
+            fprintf(f, "  %-38s %-24s %-6s %19s %11s", "  of which optimizer state (Twin-Flow)", "(1 - ratio) of it", "device",
+                    planner_commas(b1, sizeof(b1), planned), planner_human(b2, sizeof(b2), planned));
+            int same = 1;
+            for (int q = 0; q < R; q++) same = same && actual_twin[q] == planned;
+            fprintf(f, " %19s  %s\n", planner_commas(b1, sizeof(b1), actual_twin[0]), same ? (R > 1 ? "= all ranks" : "=") : "DIFFERS");
+        } else {
+            planner_row(f, "  of which optimizer state (Twin-Flow)", "(1 - ratio) of it", "device", &planned, NULL, 0, 0);
+        }
     }
     fprintf(f, "\n  textbook, for comparison\n");
     planner_row(f, p->exact ? "model states, unpadded P" : "model states (all of them)",
@@ -604,8 +653,12 @@ static inline void planner_print_table(FILE *f, const MemoryPlan *p, const doubl
         int all = 1;
         for (int q = 0; q < actual_ranks; q++)
             for (int k = 0; k < MEM_KINDS; k++) all = all && actual[q * MEM_KINDS + k] == d[k];
+        for (int q = 0; q < actual_ranks && actual_twin; q++) all = all && actual_twin[q] == p->twin_device;
         fprintf(f, "  plan vs allocated: %s\n", all ? "every kind on every rank matches exactly" : "MISMATCH (see DIFFERS)");
     }
+}
+static inline void planner_print_table(FILE *f, const MemoryPlan *p, const double *actual, int actual_ranks) {
+    planner_print_table_twin(f, p, actual, actual_ranks, NULL);
 }
 
 // A byte count in JSON: an integer when it is one, null when unknown.
@@ -630,12 +683,13 @@ static inline void planner_print_json(FILE *f, const MemoryPlan *p, const char *
                 c->padded_vocab_size, c->max_seq_len);
     fprintf(f, ",\"precision\":\"%s\",\"optimizer\":\"%s\",\"zero_stage\":%d,\"world\":%d,\"batch\":%d,\"seq_len\":%d,"
                "\"recompute\":\"%s\",\"recompute_every\":%d,\"cpu_checkpointing\":%s,"
-               "\"offload_optimizer\":\"%s\",\"offload_param\":\"%s\"},",
+               "\"offload_optimizer\":\"%s\",\"offload_param\":\"%s\",\"offload_ratio\":%.9g},",
             zc_dtype_names[in->precision], optimizer_info(in->optimizer)->name, in->zero_stage, in->world,
             in->batch, in->seq_len, gpt2_recompute_names[in->recompute.mode], gpt2_recompute_every(in->recompute),
             in->recompute.host ? "true" : "false", zero_location_names[in->offload_optimizer],
-            zero_location_names[in->offload_param]);
+            zero_location_names[in->offload_param], 1.0 - in->twin_device);
     fprintf(f, "\"exact\":%s,", p->exact ? "true" : "false");
+    planner_json_num(f, "optimizer_on_device", p->twin_device, 1); fputc(',', f); // Twin-Flow's device part
     planner_json_num(f, "num_params", p->num_params, 1); fputc(',', f);
     planner_json_num(f, "padded_params", p->padded_params, 1); fputc(',', f);
     const OptimizerInfo *oi = optimizer_info(in->optimizer);

@@ -325,6 +325,8 @@ static int setup(Run *r, int argc, char **argv) {
     if (nvme && nvme_prepare(r, nvme_dir, sizeof(nvme_dir))) { if (init) fclose(init); free(resume); return -1; }
     ZeroOptions zo = zero_options(c->zero_stage, c->precision, c->optimizer);
     zo.offload_optimizer = c->offload_optimizer; zo.offload_param = c->offload_param; zo.pin_memory = c->pin_memory;
+    zo.twin_device = 1.0 - (double)c->offload_ratio;
+    zo.delayed_update = c->offload_delayed_update;
     zo.nvme_dir = nvme_dir; zo.nvme_buffers = c->nvme_buffers; zo.nvme_piece = (size_t)c->nvme_buffer_size;
     zo.nvme_threads = c->aio_threads * c->aio_queue_depth; zo.nvme_block = (size_t)c->aio_block_size;
     zo.zeropp_qwz = c->zeropp_qwz; zo.zeropp_hpz = c->zeropp_hpz; zo.zeropp_qgz = c->zeropp_qgz;
@@ -356,7 +358,9 @@ static int setup(Run *r, int argc, char **argv) {
                "the page cache, which may keep them in memory\n", c->nvme_path);
     if (r->rank == 0 && r->model.z.be.unified && (c->offload_optimizer == LOC_HOST || c->offload_param == LOC_HOST))
         printf("note: --offload-optimizer %s / --offload-param %s: this trainer keeps every model state in host memory "
-               "already, so cpu moves nothing\n", zero_offload_names[c->offload_optimizer], zero_offload_names[c->offload_param]);
+               "already, so cpu moves nothing%s\n", zero_offload_names[c->offload_optimizer], zero_offload_names[c->offload_param],
+               c->offload_ratio < 1.0f ? "; --offload-ratio (Twin-Flow) has no device to keep a part on, so it changes "
+                                         "nothing either" : "");
     r->first_step = 1;
     r->sample_rng = c->seed ^ 0x5A3C1E;
     if (c->precision == ZC_FP16)
@@ -461,12 +465,14 @@ static double *gather_to_all(Run *r, const double *mine, int n, const size_t *mi
 static void report_memory(Run *r) {
     Zero *z = &r->model.z;
     double *all = gather_to_all(r, NULL, MEM_KINDS, z->mem);
+    size_t twin_mine = zero_twin_bytes(&z->st); // Twin-Flow: the offloaded kinds' bytes kept on the device
+    double *twin = gather_to_all(r, NULL, 1, &twin_mine);
     if (r->rank == 0) {
         PlanInput in = planner_input_from_train_config(&r->cfg, r->world, r->plan_backend);
         in.threads = omp_get_max_threads(); // rank 0's, as share_cores gave every rank
         in.zeropp_per_host = z->per_host;   // the hosts the backend found
         MemoryPlan plan;
-        if (planner_plan(&in, &plan) == 0) planner_print_table(stdout, &plan, all, r->world);
+        if (planner_plan(&in, &plan) == 0) planner_print_table_twin(stdout, &plan, all, r->world, twin);
         for (int q = 0; q < r->world && r->log; q++) {
             fprintf(r->log, "{\"event\":\"memory\",\"rank\":%d,\"world\":%d,\"zero_stage\":%d,\"num_params\":%zu,"
                             "\"padded_params\":%zu", q, r->world, z->stage, z->lay.num_params, z->lay.num_flat);
@@ -475,7 +481,10 @@ static void report_memory(Run *r) {
                 at[z->where[k]] += all[q * MEM_KINDS + k];
                 if (zero_memory_name(z->optimizer, k)) fprintf(r->log, ",\"%s\":%.0f", zero_memory_name(z->optimizer, k), all[q * MEM_KINDS + k]);
             }
+            at[z->where[MEM_MASTER]] -= twin[q];
+            at[LOC_DEVICE] += twin[q];
             for (int l = 0; l < LOC_KINDS; l++) fprintf(r->log, ",\"%s\":%.0f", zero_location_names[l], at[l]);
+            fprintf(r->log, ",\"optimizer_on_device\":%.0f", twin[q]);
             fprintf(r->log, ",\"where\":{");
             for (int k = 0, first = 1; k < MEM_KINDS; k++)
                 if (zero_memory_name(z->optimizer, k)) {
@@ -487,6 +496,7 @@ static void report_memory(Run *r) {
         }
     }
     free(all);
+    free(twin);
 }
 
 // Bytes each rank moved this step, per collective (ring model), beside the textbook figure.
@@ -692,6 +702,12 @@ static StepResult train_step(Run *r, int step) {
         die();
     }
     res.skipped = action == ZC_STEP_SKIP;
+    // The delayed parameter update (zero.h): the previous step's update, which the rule runs
+    // during this step's forward and backward, lands now (after them: they used the parameters
+    // from before it); this step's is held for the next (the first --offload-delay-warmup steps
+    // are exact).
+    OptStep held;
+    if (zero_take_held(&m->z, &held)) gpt2_update(m, &held);
     if (res.skipped) { // no update, no optimizer state change, the schedule waits
         trace_instant(tr, "skipped step", TRACE_OPTIMIZER, -1, scale);
         trace_end(tr, opt);
@@ -702,7 +718,8 @@ static StepResult train_step(Run *r, int step) {
     OptStep upd = optimizer_step_begin(&hyper, res.lr, (int)r->applied, res.norm);
     upd.grad_scale /= scale;
     upd.grad_scale *= post;
-    gpt2_update(m, &upd);
+    if (c->offload_delayed_update && step > c->offload_delay_warmup && step < c->steps) zero_hold_update(&m->z, &upd);
+    else gpt2_update(m, &upd); // (the last step's update is not held: the run ends with every update applied)
     trace_end(tr, opt);
     return res;
 }
@@ -731,7 +748,11 @@ static float validate(Run *r) {
 // failed (a full disk, say): then one line says where and why and what happens next (the run
 // stops unless --on-save-error continue, and always after its final save), and nothing of this
 // save is left behind; `latest` and the checkpoints before are untouched.
+// A held update (the delayed parameter update) is applied first: a checkpoint holds every update
+// of the steps before it, so that resuming from it continues as the run did after the save.
 static int save(Run *r, int step, int final) {
+    OptStep held;
+    if (zero_take_held(&r->model.z, &held)) gpt2_update(&r->model, &held);
     const char *dir = r->cfg.out_dir;
     char path[4096], tmp[4104], why[CKPT_PATH + 256];
     TrainerState st;

@@ -22,7 +22,9 @@
 #            size 64; ZeRO 0-3; recompute and cpu_checkpointing bit-identical; offload pageable,
 #            pinned, NVMe;
 #         4. with the fastest attention build of 2: d12 at ZeRO-1/2/3 (B=16), d48 at B=4 (65,536
-#            tokens per step), d12 at B=32 and 64 at ZeRO-1/2/3, d24;
+#            tokens per step), d12 at B=32 and 64 at ZeRO-1/2/3, d24; d12 at ZeRO-2 with the optimizer
+#            offloaded (--offload-ratio 1, 0.5, 0: Twin-Flow), with the GPU's idle share of the
+#            update (1 - its update kernels' time / optim_ms);
 #       each run under a timeout from what is left of the budget, so that a slow card still
 #       leaves a complete summary. DIR (default docs/gpu-runs/DATE-COMMIT) receives summary.md,
 #       summary.json (commit, device, checks_passed, checks_failed, ceilings, runs: one object
@@ -232,6 +234,14 @@ EOF
   done
   [ "$emulated" = 1 ] || bench d24_B16_z2 "$G" 2 16 --model d24 --seq-len 1024 --total-batch 131072 --steps 3 --lr 1e-4 --warmup 0
 
+  note "== 4b. offload: the optimizer on the host, all of it and half (Twin-Flow), beside none (d12_B${B}_z2)"
+  local R ratios=(1 0.5 0)
+  [ "$emulated" = 1 ] && ratios=(0.5) # the emulator's path through the same code, in less time
+  for R in "${ratios[@]}"; do
+    bench twin_d12_B${B}_z2_r$R "$G" 2 "$B" $model "${common[@]}" --offload-optimizer cpu --pin-memory --offload-ratio $R \
+      --profile-kernels "${peaks[@]}"
+  done
+
   note "== 5. summary"
   $PY - "$out" "$commit" "$base" "$device" "$driver" "$copy_gbps" "$mm_tflops" "$cpass" "$cfail" "$emulated" <<'EOF'
 import json, os, re, sys
@@ -291,6 +301,31 @@ for tag, p in profiles.items():
                   f"{row['flops'] / t / 1e12 if t > 0 else 0:.1f} | {row['bytes'] / t / 1e9 if t > 0 else 0:.1f} |")
     rest = p["step_ms"] - sum(r["ms"] for r in p["rows"])
     md.append(f"| (rest of the step: collectives, host gaps) | | {rest:.3f} | {100 * rest / p['step_ms']:.1f} | | |")
+# Offload and Twin-Flow: the update's wall time per step (optim_ms, after the first step) against
+# the device's own update kernels in it (the kernel profile's "optimizer update" row): the GPU is
+# idle for the rest of the update, while the host updates its part and the copies run.
+twin = []
+for r in runs:
+    if not r["tag"].startswith("twin_") or r.get("failed"):
+        continue
+    steps = [json.loads(l) for l in open(os.path.join(L, r["tag"] + ".jsonl")) if l.startswith('{"step"')][1:]
+    p = profiles.get(r["tag"])
+    if not steps or not p:
+        continue
+    optim = sum(x["optim_ms"] for x in steps) / len(steps)
+    dev = sum(row["ms"] for row in p["rows"] if row["kernel"] == "optimizer update")
+    r.update({"offload_ratio": float(re.search(r"--offload-ratio (\S+)", r["options"]).group(1)), "optim_ms": optim,
+              "device_update_ms": dev, "gpu_idle_in_update": max(0.0, 1.0 - dev / optim) if optim > 0 else None})
+    twin.append(r)
+if twin:
+    json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)
+    md += ["", "## Offload: the GPU's idle time during the update (optimizer on the host, Twin-Flow)", "",
+           "| run | offload ratio | ms/step | update ms/step | GPU update kernels ms/step | GPU idle during the update |",
+           "|---|---|---|---|---|---|"]
+    for r in twin:
+        idle = r["gpu_idle_in_update"]
+        md.append(f"| {r['tag']} | {r['offload_ratio']:g} | {r['ms_per_step']:.1f} | {r['optim_ms']:.1f} | {r['device_update_ms']:.2f} | "
+                  f"{'' if idle is None else f'{100 * idle:.0f}%'} |")
 md += ["", "Checks:", "", "```"] + [l.rstrip() for l in open(os.path.join(L, "checks_summary.txt"))] + ["```"] \
     if os.path.exists(os.path.join(L, "checks_summary.txt")) else []
 open(os.path.join(out, "summary.md"), "w").write("\n".join(md) + "\n")

@@ -11,6 +11,8 @@
 #     matmuls, attention, LayerNorm, GELU, the classifier, the optimizer), calls per step as the
 #     model's shape says (2 layers x 2 micro-steps: 8 layernorm_forward per step, ...), and the
 #     spans' time no more than the step's;
+#   - the Twin-Flow run (offload ratio 0.5): its update's wall time, the device's update kernels in
+#     it (> 0: half the state updates on the GPU) and the GPU's idle share of the update in [0, 1];
 #   - a run that fails (a batch that does not divide the total) is recorded as failed, not lost.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -59,7 +61,13 @@ if p:
     want("optimizer update" in rows, "profile: no optimizer update row")
     want(sum(r["ms"] for r in p["rows"]) <= p["step_ms"] * 1.0001, "profile: the spans take longer than the step")
     want(rows.get("matmul_forward 64->192", {}).get("flops") == (2 * 128 * 64 * 192) * 2 * micro, "profile: qkv matmul FLOPs")
+tw = [r for r in s["runs"] if r["tag"] == "twin_d12_B2_z2_r0.5"]
+want(len(tw) == 1, "no Twin-Flow run (twin_d12_B2_z2_r0.5)")
+for r in tw:
+    want(r.get("offload_ratio") == 0.5 and r.get("device_update_ms", 0) > 0 and 0.0 <= r.get("gpu_idle_in_update", -1) <= 1.0
+         and r["optim_ms"] > 0, f"Twin-Flow run: ratio, device update ms, GPU idle share {r}")
 md = open(os.path.join(out, "summary.md")).read()
+want("GPU idle during the update" in md, "summary.md lacks the offload table")
 want("| d12_B2_z2_profile |" in md and "Kernel profile" in md, "summary.md lacks the run table or the profile")
 for b in bad: print("FAIL", b)
 print(f"{'ok' if not bad else 'FAIL'}: {len(s['runs'])} runs, {s['checks_passed']} checks passed, profile rows "

@@ -67,6 +67,10 @@ good = {
     "zero-stage": (["--zero-stage", "3"], ["--world", "2"], "partitions"),
     "offload-optimizer": (["--offload-optimizer", "cpu"], ["--zero-stage", "1"], "where the state lives"),
     "offload-param": (["--offload-param", "nvme"], ["--zero-stage", "3"], "where params live (alone: DeepSpeed takes it)"),
+    "offload-ratio": (["--offload-ratio", "0.5"], ["--params", "1e9", "--zero-stage", "1", "--offload-optimizer", "cpu"],
+                      "Twin-Flow: the optimizer state's share on the device (a bare count plans a GPU)"),
+    "offload-delayed-update": (["--offload-delayed-update"], ["--zero-stage", "1", "--offload-optimizer", "cpu"],
+                               "the held gradient shard"),
     "nvme-buffers": (["--nvme-buffers", "6"], ["--zero-stage", "1", "--offload-optimizer", "nvme"], "staging"),
     "nvme-buffer-size": (["--nvme-buffer-size", "4096"], ["--zero-stage", "1", "--offload-optimizer", "nvme"], "staging"),
     "zeropp-qwz": (["--zeropp-qwz", "1"], ["--zero-stage", "3", "--world", "2"], "qwZ's message buffers"),
@@ -119,6 +123,8 @@ print(f"{accepted} options accepted by --plan and changing its output; {same} ba
 # 3. the checks across options
 cross = [["--zero-stage", "2", "--offload-param", "cpu", "--offload-optimizer", "cpu"],  # needs stage 3
          ["--offload-optimizer", "cpu"],                             # needs a stage
+         ["--zero-stage", "1", "--offload-ratio", "0.5"],            # Twin-Flow needs --offload-optimizer cpu
+         ["--zero-stage", "1", "--offload-delayed-update"],          # so does the delayed update
          ["--total-batch", "1000"],                                  # not a multiple of 8 x 64 x 1
          ["--total-batch", "1024", "--grad-accum", "3"],             # disagree
          ["--recompute-every", "2"], ["--cpu-checkpointing"], ["--recompute", "full", "--recompute-every", "9"],

@@ -9,7 +9,13 @@
 //   update runs there, on the CPU optimizer engine (optimizer_engine.h): unit by unit, the unit's
 //   reduced gradient slice is copied to host staging, updated on the host, and its new 16-bit
 //   parameters copied back, the copies of the next piece in flight while the host updates this
-//   one. offload_param = host (stage 3) keeps this rank's 16-bit parameter shard in host memory
+//   one. Twin-Flow (twin_device = 1 - DeepSpeed's offload_optimizer.ratio > 0, cpu offload only,
+//   parameters not offloaded): the shard's first units, up to the nearest whole unit to a fraction
+//   ratio of its elements (zero_twin_split), live and update on the host as above; the remaining
+//   units' master weights and state arrays stay in device memory and are updated there by the
+//   backend's kernel, launched before the host's part so that both run at once. Each kind's bytes
+//   are counted once (mem[kind]); the device part of the offloaded kinds is zero_twin_bytes.
+//   offload_param = host (stage 3) keeps this rank's 16-bit parameter shard in host memory
 //   too: before a unit's all-gather its slice is copied to a device landing slice, and the update
 //   writes the shard in place. offload_param without offload_optimizer (host or NVMe; DeepSpeed
 //   takes it): the optimizer stays on the device with fp32 master weights (kept even in fp32
@@ -97,6 +103,10 @@ typedef struct {
     int offload_optimizer; // LOC_DEVICE (none), LOC_HOST or LOC_NVME: master weights and state arrays (stages 1-3)
     int offload_param;     // LOC_DEVICE (none), LOC_HOST or LOC_NVME: the 16-bit parameter shard (stage 3)
     int pin_memory;        // offloaded host memory page-locked
+    int delayed_update;    // the delayed parameter update: a second gradient shard holds the one whose
+                           // update waits a step (zero.h's zero_hold_update)
+    double twin_device;    // Twin-Flow: 1 - offload_optimizer.ratio, the part of an offloaded (cpu) optimizer
+                           // shard that stays on the device and is updated there (0: all of it offloaded)
     // NVMe: this rank's scratch directory (made and, at a clean exit, removed here), the buffer
     // sets the update streams through (>= 2; DeepSpeed's buffer_count), the piece in elements
     // (DeepSpeed's buffer_size), I/O threads and bytes per request (aio.thread_count, block_size)
@@ -175,6 +185,8 @@ struct ZeroStore {
     void *buf_param[ZERO_MAX_BUFS];
     int buf_read[ZERO_MAX_BUFS][2 + OPT_MAX_SLICES], buf_write[ZERO_MAX_BUFS][2 + OPT_MAX_SLICES];
     int reading;                   // the stream is a read pass (an optimizer's reductions): nothing written
+    int host_units;                // Twin-Flow: the offloaded optimizer kinds keep units [0, host_units) where
+    size_t host_elems;             // they live, the rest of the shard (from element host_elems) on the device
     int fetched[MEM_KINDS];        // the streamed update: pieces fetched so far, per kind,
     int ahead[LOC_KINDS];          // and how far ahead of the one updated, per location
     void *pslot[4];
@@ -232,6 +244,34 @@ static inline void zero_store_shape(ZeroStore *s, const ParamLayout *lay, const 
     memset(s, 0, sizeof(*s));
     s->lay = lay; s->where = where; s->rank = rank; s->world = world; s->esize = esize; s->nstate = nstate;
 }
+// Twin-Flow's split (the planner asks too): with the optimizer offloaded to the host, the units
+// whose master weights and state stay there are the shard's first host_units, the count whose
+// elements come nearest to (1 - twin_device) of the shard (ties: fewer on the host); the rest stay
+// on the device. Without it every unit's are where placement puts them (host_units = all).
+static inline void zero_twin_split(ZeroStore *s, double twin_device) {
+    int U = s->lay->num_units;
+    size_t shard = s->lay->num_flat / (size_t)s->world, at = 0;
+    s->host_units = U; s->host_elems = shard;
+    if (s->where[MEM_MASTER] != LOC_HOST || !(twin_device > 0.0)) return;
+    double want = (1.0 - twin_device) * (double)shard, best = want;
+    int k = 0;
+    for (int u = 0; u < U; u++) {
+        at += zero_store_slice(s, u);
+        if (fabs((double)at - want) < best) { best = fabs((double)at - want); k = u + 1; }
+    }
+    s->host_units = k;
+    s->host_elems = 0;
+    for (int u = 0; u < k; u++) s->host_elems += zero_store_slice(s, u);
+}
+// Twin-Flow: unit u's master weights and state of an offloaded kind stay on the device.
+static inline int zero_twin_unit(const ZeroStore *s, int kind, int u) {
+    return u >= s->host_units && kind >= MEM_MASTER && kind < MEM_BUFFERS;
+}
+// Bytes of the offloaded kinds kept on the device (a Zero's or the planner's count).
+static inline size_t zero_twin_bytes(const ZeroStore *s) {
+    size_t shard = s->lay->num_flat / (size_t)s->world;
+    return s->host_units == s->lay->num_units ? 0 : (shard - s->host_elems) * sizeof(float) * (1 + (size_t)s->nstate);
+}
 // The piece the streamed update works in: a whole unit slice, unless something is on NVMe (then
 // at most the buffer size, a multiple of 2048 elements so every piece starts NVME_ALIGN-aligned
 // in its file at 2 or 4 bytes an element); and the buffer sets.
@@ -251,6 +291,7 @@ static inline void zero_store_pieces(ZeroStore *s, const ZeroOptions *o) {
     }
     s->cache_at[0] = 0;
     for (int u = 0; u < s->lay->num_units; u++) s->cache_at[u + 1] = s->cache_at[u] + s->cached[u];
+    zero_twin_split(s, o->twin_device);
 }
 // Elements of the host tier per array (master weights, each state array).
 static inline size_t zero_cache_elems(const ZeroStore *s) { return s->cache_at[s->lay->num_units]; }
@@ -618,10 +659,10 @@ static inline void zero_store_close(ZeroStore *s) {
 
 // The host's fp32 into a kind's n elements at dst (unit u's slice from element lo), and out.
 static inline void zero_put(ZeroStore *s, int kind, int u, size_t lo, void *dst, const float *host, size_t n, int dtype) {
-    zero_store_of(s, kind)->put(s, kind, u, lo, dst, host, n, dtype);
+    (zero_twin_unit(s, kind, u) ? s->loc[LOC_DEVICE] : zero_store_of(s, kind))->put(s, kind, u, lo, dst, host, n, dtype);
 }
 static inline void zero_get(ZeroStore *s, int kind, int u, size_t lo, float *host, const void *src, size_t n, int dtype) {
-    zero_store_of(s, kind)->get(s, kind, u, lo, host, src, n, dtype);
+    (zero_twin_unit(s, kind, u) ? s->loc[LOC_DEVICE] : zero_store_of(s, kind))->get(s, kind, u, lo, host, src, n, dtype);
 }
 // A shard's unit u on its way to its all-gather: the unit whose gather must be done before its
 // slot is reused (-1: none), the read ahead, and where the gather sends from (at: the shard's
