@@ -18,7 +18,7 @@
 //   Paths: AdamW, when compiled with AVX-512 (F, BW, VL: the CPU trainer's -march=native on this
 //   project's machines), runs opt_engine_adamw_avx512: 16 elements a vector, the threads each
 //   taking one contiguous share, the same IEEE operations in the same order as adamw_element
-//   (so the same bits: test_optimizers compares it with the element update on every path), the
+//   (so the same bits: test_optimizer_engine compares it with the element update, every path), the
 //   16-bit rounding done on the integers exactly as mixed_precision.h's f32_to_bf16 /
 //   VCVTPS2PH. On a large update (OPT_ENGINE_NT_MIN) the arrays it writes are written with
 //   non-temporal stores, which do not read the 16-bit parameter's lines before writing them
