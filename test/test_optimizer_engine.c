@@ -2,8 +2,9 @@
 // bit: every optimizer, gradient type (fp32 with and without the fp32 copy, bf16, fp16), decay on
 // and off, lengths around the vector width and the thread split, start offsets that leave the
 // arrays unaligned (and m misaligned against p), an update large enough for the non-temporal
-// stores, and values that exercise every rounding rule: NaNs with payloads, infinities, fp32
-// subnormals, 16-bit ties, values past fp16's range, every 16-bit gradient pattern.
+// stores, AdamW with and without bias correction, and values that exercise every rounding rule:
+// NaNs with payloads, infinities, fp32 subnormals, 16-bit ties, values past fp16's range, every
+// 16-bit gradient pattern.
 // The reference is the scalar element update and mixed_precision.h's scalar narrowing, element
 // by element; the engine is whatever path this build compiles (test_optimizer_engine.sh runs the
 // AVX-512 path and the OpenMP simd loops).
@@ -67,7 +68,7 @@ static void one(int kind, int dtype, int copy, int decay, size_t n, size_t off, 
         for (int j = 0; j < 3; j++) a[1][j][i] = a[0][j][i];
     }
     memset(h[0], 0xA5, cap * es); memset(h[1], 0xA5, cap * es);
-    OptimizerHyper hy = {kind, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f, 1.0f, 1};
+    OptimizerHyper hy = {kind, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f, 1.0f, off != 3}; // offset 3: AdamW without bias correction
     OptStep s = optimizer_step_begin(&hy, 3e-4f, 3, 2.5f);
     int slices = optimizer_info(kind)->slices;
     void *p16[2] = {dtype != ZC_F32 || copy ? (char *)h[0] + off * es : NULL, dtype != ZC_F32 || copy ? (char *)h[1] + off * es : NULL};
