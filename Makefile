@@ -189,6 +189,10 @@ test/bin/gpu_quant_emu: test/gpu_quant_emu.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GP
 test/bin/%: test/%.c $(HEADERS) .blas_dir
 	@mkdir -p test/bin
 	$(CC) $(CFLAGS) $< -o $(TMP) $(LDLIBS) && mv -f $(TMP) $@
+# The optimizer engine's test again with its AVX-512 path compiled out: the OpenMP simd loops.
+test/bin/test_optimizer_engine_generic: test/test_optimizer_engine.c $(HEADERS) .blas_dir
+	@mkdir -p test/bin
+	$(CC) $(CFLAGS) -DOPT_ENGINE_GENERIC $< -o $(TMP) $(LDLIBS) && mv -f $(TMP) $@
 test/bin/%_asan: test/%.c $(HEADERS) .blas_dir
 	@mkdir -p test/bin
 	$(CC) $(filter-out -O3,$(CFLAGS)) $(SANFLAGS) $< -o $(TMP) $(LDLIBS) && mv -f $(TMP) $@

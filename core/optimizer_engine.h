@@ -1,6 +1,5 @@
 // optimizer_engine.h: the CPU optimizer engine: optimizer.h's element updates over arrays in
-// host memory, vectorised (OpenMP simd: AVX-512 where the compiler may use it) and
-// multi-threaded (OpenMP), streaming each array once.
+// host memory, vectorised and multi-threaded (OpenMP), streaming each array once.
 //
 // Contract
 //   optimizer_update_host(step, p, state, g, p16, n, dtype, decay): for i < n,
@@ -25,6 +24,16 @@
 //     of its block) combined in a fixed order, and the block sums added into acc in order. So a
 //     caller whose runs are cut only at block boundaries (zero.h: a piece of a streamed update is
 //     a multiple of the block) gets the same sums streamed from NVMe or updated in memory.
+//   Paths: AdamW, when compiled with AVX-512 (F, BW, VL: the CPU trainer's -march=native on this
+//   project's machines), runs opt_engine_adamw_avx512: 16 elements a vector, the threads each
+//   taking one contiguous share, the same IEEE operations in the same order as adamw_element
+//   (so the same bits: test_optimizer_engine compares it with the element update, every path), the
+//   16-bit rounding done on the integers exactly as mixed_precision.h's f32_to_bf16 /
+//   VCVTPS2PH. On a large update (OPT_ENGINE_NT_MIN) the arrays it writes are written with
+//   non-temporal stores, which do not read the 16-bit parameter's lines before writing them
+//   and leave the caches to what comes next. Every other optimizer, and builds without
+//   AVX-512 (the GPU trainer's host code: cloned for AVX-512/AVX2 instead), take the OpenMP simd
+//   loops. OPT_ENGINE_GENERIC defined before including this header forces the loops (tests).
 // Host only (C11 and C++); no global state.
 #ifndef OPTIMIZER_ENGINE_H
 #define OPTIMIZER_ENGINE_H
@@ -76,10 +85,124 @@
 #else
 #define OPT_ENGINE_CLONES
 #endif
+#if !defined(__CUDACC__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    !defined(OPT_ENGINE_GENERIC)
+#define OPT_ENGINE_AVX512 1
+#include <immintrin.h>
+#include <stdint.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+// Bytes an update streams (28 per AdamW element) from which its stores are non-temporal: well
+// past the last-level cache, where whatever is written is evicted before it is read again.
+#ifndef OPT_ENGINE_NT_MIN
+#define OPT_ENGINE_NT_MIN ((size_t)64 << 20)
+#endif
+
+// The step's scalars, each computed once in float exactly as adamw_element computes it.
+typedef struct { __m512 gs, keep, b1, omb1, b2, omb2, bc2, eps, step; } OptAdamVec;
+
+static inline __attribute__((always_inline)) __m512 opt_engine_load_g(const void *g, size_t i, __mmask16 k, int dtype) {
+    if (dtype == ZC_F32) return _mm512_maskz_loadu_ps(k, (const float *)g + i);
+    __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t *)g + i);
+    if (dtype == ZC_FP16) return _mm512_cvtph_ps(h); // exact, quiets NaNs as fp16_to_f32
+    __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16); // bf16_to_f32
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+    return _mm512_castsi512_ps(_mm512_mask_or_epi32(u, nan, u, _mm512_set1_epi32(0x00400000)));
+}
+// p rounded to dtype (16-bit), as f32_to_bf16 / f32_to_fp16.
+static inline __attribute__((always_inline)) __m256i opt_engine_narrow(__m512 p, int dtype) {
+    if (dtype == ZC_FP16) return _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512i u = _mm512_castps_si512(p), hi = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(hi, _mm512_set1_epi32(1)))), 16);
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+    r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x0040));
+    return _mm512_cvtepi32_epi16(r);
+}
+// Elements [i, i + 16) under mask k (a partial vector at either end). nt: aligned non-temporal
+// stores (full vectors only).
+static inline __attribute__((always_inline)) void opt_engine_adamw_vec(const OptAdamVec *c, float *p, float *m, float *v,
+                                                                       const void *g, void *p16, size_t i, __mmask16 k,
+                                                                       int dtype, int decay, int nt) {
+    __m512 gv = _mm512_mul_ps(opt_engine_load_g(g, i, k, dtype), c->gs);
+    __m512 param = _mm512_maskz_loadu_ps(k, p + i);
+    if (decay) param = _mm512_mul_ps(param, c->keep);
+    __m512 mt = _mm512_add_ps(_mm512_mul_ps(c->b1, _mm512_maskz_loadu_ps(k, m + i)), _mm512_mul_ps(c->omb1, gv));
+    __m512 vt = _mm512_add_ps(_mm512_mul_ps(c->b2, _mm512_maskz_loadu_ps(k, v + i)), _mm512_mul_ps(_mm512_mul_ps(c->omb2, gv), gv));
+    __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vt), c->bc2), c->eps);
+    param = _mm512_sub_ps(param, _mm512_mul_ps(c->step, _mm512_div_ps(mt, denom)));
+    if (nt) {
+        _mm512_stream_ps(m + i, mt); _mm512_stream_ps(v + i, vt); _mm512_stream_ps(p + i, param);
+        if (p16 && dtype == ZC_F32) _mm512_stream_ps((float *)p16 + i, param);
+        else if (p16) _mm256_stream_si256((__m256i *)((uint16_t *)p16 + i), opt_engine_narrow(param, dtype));
+    } else {
+        _mm512_mask_storeu_ps(m + i, k, mt); _mm512_mask_storeu_ps(v + i, k, vt); _mm512_mask_storeu_ps(p + i, k, param);
+        if (p16 && dtype == ZC_F32) _mm512_mask_storeu_ps((float *)p16 + i, k, param);
+        else if (p16) _mm256_mask_storeu_epi16((uint16_t *)p16 + i, k, opt_engine_narrow(param, dtype));
+    }
+}
+static inline __mmask16 opt_engine_mask(size_t count) { return (__mmask16)(count >= 16 ? 0xFFFF : (1u << count) - 1u); }
+// Elements [lo, hi): partial vectors until p is 64-byte aligned, then whole ones (non-temporal
+// when nt and every written array is then aligned too), then the tail.
+static inline __attribute__((always_inline)) void opt_engine_adamw_range(const OptAdamVec *c, float *p, float *m, float *v,
+                                                                         const void *g, void *p16, size_t lo, size_t hi,
+                                                                         int dtype, int decay, int nt) {
+    size_t i = lo;
+    size_t head = (size_t)((64 - ((uintptr_t)(p + i) & 63)) & 63) / 4;
+    if (((uintptr_t)(p + i) & 3) != 0) head = 0; // not even float-aligned: no alignment to reach
+    if (head > hi - i) head = hi - i;
+    if (head) { opt_engine_adamw_vec(c, p, m, v, g, p16, i, opt_engine_mask(head), dtype, decay, 0); i += head; }
+    size_t es = dtype == ZC_F32 ? 4 : 2;
+    if (nt && (((uintptr_t)(p + i) | (uintptr_t)(m + i) | (uintptr_t)(v + i)) & 63)) nt = 0;
+    if (nt && p16 && ((uintptr_t)((char *)p16 + i * es) & (16 * es - 1))) nt = 0;
+    if (nt) {
+        for (; i + 16 <= hi; i += 16) opt_engine_adamw_vec(c, p, m, v, g, p16, i, 0xFFFF, dtype, decay, 1);
+        _mm_sfence(); // the non-temporal stores visible before the threads join
+    } else {
+        for (; i + 16 <= hi; i += 16) opt_engine_adamw_vec(c, p, m, v, g, p16, i, 0xFFFF, dtype, decay, 0);
+    }
+    if (i < hi) opt_engine_adamw_vec(c, p, m, v, g, p16, i, opt_engine_mask(hi - i), dtype, decay, 0);
+}
+// One instance per gradient type and decay, so that each is compiled with its branches resolved.
+#define OPT_ENGINE_ADAMW_CASE(DT, DECAY) opt_engine_adamw_range(&c, p, m, v, g, p16, lo, hi, DT, DECAY, nt)
+static inline void opt_engine_adamw_avx512(const OptStep *s, float *p, float *m, float *v, const void *g, void *p16, size_t n,
+                                           int dtype, int decay) {
+    OptAdamVec c;
+    c.gs = _mm512_set1_ps(s->grad_scale);
+    c.keep = _mm512_set1_ps(1.0f - s->lr * s->weight_decay);
+    c.b1 = _mm512_set1_ps(s->beta1); c.omb1 = _mm512_set1_ps(1.0f - s->beta1);
+    c.b2 = _mm512_set1_ps(s->beta2); c.omb2 = _mm512_set1_ps(1.0f - s->beta2);
+    c.bc2 = _mm512_set1_ps(s->bias_correction2_sqrt); c.eps = _mm512_set1_ps(s->eps);
+    c.step = _mm512_set1_ps(s->lr / s->bias_correction1);
+    int nt = n * 28 >= OPT_ENGINE_NT_MIN;
+    OPT_ENGINE_PRAGMA(omp parallel if (n >= OPT_ENGINE_OMP_MIN))
+    {
+        size_t lo = 0, hi = n;
+#ifdef _OPENMP
+        // one contiguous share per thread, cut at multiples of 16 elements
+        size_t T = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num(), vecs = (n + 15) / 16;
+        lo = vecs * t / T * 16; hi = vecs * (t + 1) / T * 16;
+        if (lo > n) lo = n;
+        if (hi > n) hi = n;
+#endif
+        if (lo < hi) {
+            if (dtype == ZC_F32) { if (decay) OPT_ENGINE_ADAMW_CASE(ZC_F32, 1); else OPT_ENGINE_ADAMW_CASE(ZC_F32, 0); }
+            else if (dtype == ZC_BF16) { if (decay) OPT_ENGINE_ADAMW_CASE(ZC_BF16, 1); else OPT_ENGINE_ADAMW_CASE(ZC_BF16, 0); }
+            else { if (decay) OPT_ENGINE_ADAMW_CASE(ZC_FP16, 1); else OPT_ENGINE_ADAMW_CASE(ZC_FP16, 0); }
+        }
+    }
+}
+#undef OPT_ENGINE_ADAMW_CASE
+#endif // OPT_ENGINE_AVX512
+
 OPT_ENGINE_CLONES
 static inline void optimizer_update_host(const OptStep *step, float *p, float *const *state, const void *g, void *p16,
                                          size_t n, int dtype, int decay) {
     float *s0 = state[0], *s1 = state[1];
+#ifdef OPT_ENGINE_AVX512
+    if (step->kind == OPT_ADAMW) { opt_engine_adamw_avx512(step, p, s0, s1, g, p16, n, dtype, decay); return; }
+#endif
     if (dtype == ZC_F32) {
         const float *gf = (const float *)g;
         float *pf = (float *)p16; // fp32 with its optimizer offloaded: the device's copy of p
