@@ -68,7 +68,7 @@ static void one(int kind, int dtype, int copy, int decay, size_t n, size_t off, 
         for (int j = 0; j < 3; j++) a[1][j][i] = a[0][j][i];
     }
     memset(h[0], 0xA5, cap * es); memset(h[1], 0xA5, cap * es);
-    OptimizerHyper hy = {kind, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f, 1.0f, off != 3}; // offset 3: AdamW without bias correction
+    OptimizerHyper hy = {kind, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f, 1.0f, off != 3, 10.0f, 0.01f}; // offset 3: AdamW without bias correction
     OptStep s = optimizer_step_begin(&hy, 3e-4f, 3, 2.5f);
     int slices = optimizer_info(kind)->slices;
     void *p16[2] = {dtype != ZC_F32 || copy ? (char *)h[0] + off * es : NULL, dtype != ZC_F32 || copy ? (char *)h[1] + off * es : NULL};
