@@ -792,13 +792,13 @@ static const ConfigBuild gpu_build = {
     1u << FLOATX_DTYPE, FLOATX_DTYPE,
 #if defined(GPU_PRECISION_FP32)
     {NULL, "this binary was built for fp32 (make train_gpt PRECISION=BF16)", "this binary was built for fp32 (make train_gpt PRECISION=FP16)"},
-    "bf16, fp16: make train_gpt PRECISION=BF16 or FP16", 1, 0 // kernel profiler; no per-tensor reductions (LAMB) yet
+    "bf16, fp16: make train_gpt PRECISION=BF16 or FP16", 1, 0, 0 // kernel profiler; no per-tensor reductions (LAMB) yet; device memory (GDS: host buffers)
 #elif defined(GPU_PRECISION_FP16)
     {"this binary was built for fp16 (make train_gpt PRECISION=FP32)", "this binary was built for fp16 (make train_gpt PRECISION=BF16)", NULL},
-    "bf16, fp32: make train_gpt PRECISION=BF16 or FP32", 1, 0 // kernel profiler; no per-tensor reductions (LAMB) yet
+    "bf16, fp32: make train_gpt PRECISION=BF16 or FP32", 1, 0, 0 // kernel profiler; no per-tensor reductions (LAMB) yet; device memory (GDS: host buffers)
 #else
     {"this binary was built for bf16 (make train_gpt PRECISION=FP32)", NULL, "this binary was built for bf16 (make train_gpt PRECISION=FP16)"},
-    "fp16, fp32: make train_gpt PRECISION=FP16 or FP32", 1, 0 // kernel profiler; no per-tensor reductions (LAMB) yet
+    "fp16, fp32: make train_gpt PRECISION=FP16 or FP32", 1, 0, 0 // kernel profiler; no per-tensor reductions (LAMB) yet; device memory (GDS: host buffers)
 #endif
 };
 

@@ -121,7 +121,8 @@ enum { DSX_T_BOOL, DSX_T_SIZE, DSX_T_REAL }; // REAL: a number > 0
     DS_ROW(FP16_AUTO_CAST, "fp16.auto_cast", DSX_T_BOOL, 0, \
            "nothing to cast: DeepSpeed casts floating-point inputs only, and this model's inputs are token ids") \
     DS_ROW(AIO_USE_GDS, "aio.use_gds", DSX_T_BOOL, 0, \
-           "not used: NVMe files are read and written with direct I/O through host buffers (true warns)") \
+           "NVMe files are read and written with direct I/O: in the CPU trainer straight into the memory it computes " \
+           "in (what true asks for), in the GPU trainer through host buffers (true warns there)") \
     DS_ROW(AIO_INTRA_OP_PARALLELISM, "aio.intra_op_parallelism", DSX_T_SIZE, 1, \
            "not used: --aio-threads x --aio-queue-depth requests run at once")
 #define DS_ROW(key, ...) DSX_##key,
@@ -420,6 +421,8 @@ typedef struct {
     const char *help_note;      // --help's line on the precisions of other builds ("" for none)
     int kernel_profiler;        // --profile-kernels times this binary's kernels (the GPU trainer's)
     int reductions;             // runs optimizers with per-tensor reductions (optimizer.h: LAMB)
+    int host_compute;           // computes in host memory (the CPU trainer): NVMe's direct I/O lands
+                                // where it computes, which is what GPUDirect Storage (aio.use_gds) asks
 } ConfigBuild;
 
 typedef struct TrainConfig {
@@ -608,7 +611,7 @@ static inline const void *config_cfield(const TrainConfig *c, int key) { return 
 // ----------------------------------------------------------------------------------------
 // Defaults and the build
 
-static const ConfigBuild config_cpu_build = {(1u << ZC_F32) | (1u << ZC_BF16) | (1u << ZC_FP16), ZC_F32, {NULL, NULL, NULL}, "", 0, 1};
+static const ConfigBuild config_cpu_build = {(1u << ZC_F32) | (1u << ZC_BF16) | (1u << ZC_FP16), ZC_F32, {NULL, NULL, NULL}, "", 0, 1, 1};
 
 static inline void config_defaults(TrainConfig *c) {
     memset(c, 0, sizeof(*c));

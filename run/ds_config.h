@@ -452,7 +452,7 @@ static inline int ds_extra_key(const DsCtx *x, const cJSON *obj, int k, const ch
     c->file_key[key] = path;
     if ((k == DSX_WALL_CLOCK_BREAKDOWN || k == DSX_PROFILE) && b)
         return ds_unhonoured(x, path, "true: not implemented in this trainer; ignored");
-    if (k == DSX_AIO_USE_GDS && b) // false (the default) is what happens: silent
+    if (k == DSX_AIO_USE_GDS && b && !(c->build && c->build->host_compute)) // false, or a CPU trainer: what happens
         return ds_unhonoured(x, path, "true: GPUDirect Storage is not implemented; NVMe I/O goes through host "
                                       "buffers; ignored");
     return 0;
