@@ -80,10 +80,11 @@ EMULATED=1 GPU_BIN=test/bin/train_gpt_emu_ NGPU=2 ZERO_STEPS=2 OUT="$d/checks" b
 
 echo "== 3. collectives as early as possible: the same losses, bit for bit"
 common=(--train-data "data/brown_train_*.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
-for s in 1 2 3; do
+zcommon=(--train-data "$d/checks/zero_tokens.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
+for s in 1 2 3; do # run_gpu_checks.sh section 2's emulated runs: its small model and tokens
   ref=$d/checks/zero_bf16_$s.jsonl out=$d/early_bf16_$s.jsonl
   EMU_SCHEDULE=comm-first mpirun -np 2 --oversubscribe --bind-to none test/bin/train_gpt_emu_bf16 \
-    --init "$d/checks/init/model_00000001.bin" --batch 4 --seq-len 64 --grad-accum 2 --steps 2 "${common[@]}" \
+    --init "$d/checks/zinit/model_00000001.bin" --batch 2 --seq-len 32 --grad-accum 2 --steps 2 "${zcommon[@]}" \
     --zero-stage "$s" --log "$out" >"$d/early_bf16_$s.log" 2>&1 || { tail -n 5 "$d/early_bf16_$s.log"; fail "ZeRO-$s comm-first run"; continue; }
   a=$(grep '"step"' "$ref" | losses)
   b=$(grep '"step"' "$out" | losses)

@@ -51,8 +51,10 @@
 # test/test_gpu_emu.sh does): GPU_BIN names the binaries (default ./train_gpt_, then the
 # precision), NGPU the number of emulated GPUs (ranks, default 2), ZERO_STEPS the steps of each
 # stage-equivalence run (default 4; 2 keeps the emulated suite short), no benchmark, results in
-# test/out/gpu_checks_emu/ (or OUT). Numbers from the emulator are no GPU's: it computes the
-# kernels' and cuBLASLt's arithmetic on the CPU, with its own summation orders.
+# test/out/gpu_checks_emu/ (or OUT); section 2 then runs a smaller model of its own (2 layers,
+# 64 channels, a 1024-token vocabulary, on random tokens; B=2, T=32) to keep the emulated runs
+# short. Numbers from the emulator are no GPU's: it computes the kernels' and cuBLASLt's
+# arithmetic on the CPU, with its own summation orders.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 peak="" bench_B=16 bench_steps=10 tol=1e-3 do_bench=1 do_checks=1
@@ -134,11 +136,23 @@ if [ $do_checks -eq 1 ]; then
 
   echo "== 2. ZeRO stages 0-3 on $ngpu GPU(s), 2 micro-steps per step: the same losses" | tee -a "$summary"
   zprecs="fp32 bf16" zstages="0 1 2 3"
+  zinit=$d/init/model_00000001.bin zcommon=("${common[@]}") zshape=(--batch 4 --seq-len 64)
+  if [ "${EMULATED:-0}" = 1 ]; then
+    # Emulated: a small model (2 layers, 64 channels, a 1024-token vocabulary, random learnable
+    # tokens below it) and B=2, T=32 instead of section 1's model (its 50257-token LM head) and
+    # B=4, T=64, which made each run 40-60 s; stage equivalence does not depend on the shape.
+    # test_gpu_emu.sh reruns these runs (comm-first) from $d/zinit and $d/zero_tokens.bin.
+    $PY test/zero_check.py shard "$d/zero_tokens.bin" 16384 1024 7
+    zcommon=(--train-data "$d/zero_tokens.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
+    $cpu --layers 2 --channels 64 --heads 4 --vocab-size 1024 --max-seq-len 64 --batch 2 --seq-len 64 --steps 1 \
+      "${zcommon[@]}" --out "$d/zinit" >"$d/zinit.log" 2>&1 || { cat "$d/zinit.log"; fail "making the ZeRO checkpoint"; }
+    zinit=$d/zinit/model_00000001.bin zshape=(--batch 2 --seq-len 32)
+  fi
   [ "$quick" = 1 ] && zprecs=bf16 zstages="0 3"
   for p in $zprecs; do
     for s in $zstages; do
-      mpi "$ngpu" $gpu$p --init "$d/init/model_00000001.bin" --batch 4 --seq-len 64 --grad-accum 2 --steps "${ZERO_STEPS:-4}" \
-        "${common[@]}" --zero-stage "$s" --log "$d/zero_${p}_$s.jsonl" >"$d/zero_${p}_$s.log" 2>&1 ||
+      mpi "$ngpu" $gpu$p --init "$zinit" "${zshape[@]}" --grad-accum 2 --steps "${ZERO_STEPS:-4}" \
+        "${zcommon[@]}" --zero-stage "$s" --log "$d/zero_${p}_$s.jsonl" >"$d/zero_${p}_$s.log" 2>&1 ||
         { tail -n 20 "$d/zero_${p}_$s.log"; fail "$p ZeRO-$s run"; }
     done
     if $PY - "$d" "$p" "$(loss_tol $p)" "${ZERO_STEPS:-4}" $zstages <<'EOF' | tee -a "$summary"; then :; else fail "$p: ZeRO stages disagree"; fi
