@@ -14,7 +14,9 @@
 //     is done: 0, or -1 with the first error in io->err ("PATH: write of N bytes at offset X
 //     failed: No space left on device", a short read of a truncated file, ...).
 //   nvme_check(io): the files are still there at their size (a file deleted or truncated under
-//     a running job would otherwise go unnoticed until it is read); 0 or -1 (io->err).
+//     a running job would otherwise go unnoticed until it is read); 0 or -1 (io->err). Each write
+//     checks the same first (a write past a truncation would extend the file again over a hole
+//     that reads back as zeros), so writes still draining behind the next step cannot hide one.
 //   nvme_done(io, ticket): whether the transfer has finished, without blocking (the caller polls
 //     to start a transfer that must follow it without waiting for it).
 //   A ticket is a handle: waiting for it again, or for one whose transfer finished long ago,
@@ -94,7 +96,12 @@ static void *nvme_thread(void *arg) {
         pthread_mutex_unlock(&io->mu);
         size_t done = 0;
         int e = 0;
-        while (done < r.bytes) { // a short transfer is retried from where it stopped; 0 bytes read is the end
+        // before a write, the file must still be whole: a write past a truncation would extend it
+        // again over a hole that reads back as zeros (the next update's reads, silently)
+        struct stat st;
+        if (r.writing && (fstat(io->fd[r.file], &st) != 0 || st.st_nlink == 0 || (size_t)st.st_size < io->size[r.file]))
+            e = st.st_nlink == 0 ? -3 : -2;
+        while (!e && done < r.bytes) { // a short transfer is retried from where it stopped; 0 bytes read is the end
             ssize_t k = r.writing ? pwrite(io->fd[r.file], r.buf + done, r.bytes - done, (off_t)(r.offset + done))
                                   : pread(io->fd[r.file], r.buf + done, r.bytes - done, (off_t)(r.offset + done));
             if (k < 0 && errno == EINTR) continue;
@@ -102,7 +109,10 @@ static void *nvme_thread(void *arg) {
             done += (size_t)k;
         }
         pthread_mutex_lock(&io->mu);
-        if (e && !io->failed) {
+        if (e < -1 && !io->failed) {
+            io->failed = 1;
+            snprintf(io->err, sizeof(io->err), "%.800s: %s under the running job", io->path[r.file], e == -3 ? "deleted" : "truncated");
+        } else if (e && !io->failed) {
             io->failed = 1;
             snprintf(io->err, sizeof(io->err), "%.800s: %s of %zu bytes at offset %zu failed: %s", io->path[r.file],
                      r.writing ? "write" : "read", r.bytes, r.offset,

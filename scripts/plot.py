@@ -36,7 +36,8 @@ COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "state":
           "forward": "#4c72b0", "backward": "#dd8452", "optimizer": "#55a868", "wait": "#d62728", "data": "#999999",
           "recompute": "#64b5cd", "offload": "#ccb974", "nvme": "#8c613c", "checkpoint": "#333333", "other": "#dddddd"}
 KNOWN_KINDS = ["params", "grads", "master", "buffers", "staging", "activations", "workspace", "host_activations", "hpz"]
-NOT_KINDS = ("event", "rank", "world", "zero_stage", "num_params", "padded_params", "device", "host", "nvme", "where")
+NOT_KINDS = ("event", "rank", "world", "zero_stage", "num_params", "padded_params", "device", "host", "nvme", "where",
+             "optimizer_on_device")  # (Twin-Flow: the device part of the offloaded kinds, already counted in them)
 
 
 def read_log(path):
