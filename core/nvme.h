@@ -75,6 +75,7 @@ typedef struct {
     int failed;                               // an error happened (err says which)
     char err[1024];                           // the first error (a path in it cut at 800 characters)
     double bytes_read, bytes_written, busy_s, exposed_s, busy_since;
+    int step_ahead;                // 1 while the caller submits the next step's reads ahead (their trace spans' step)
 } Nvme;
 
 static inline double nvme_now(void) {
@@ -198,7 +199,7 @@ static inline int nvme_submit(Nvme *io, int file, void *buf, size_t bytes, size_
     io->pending[t] = 1; // held while the requests are queued
     io->gen[t] = (io->gen[t] + 1) % (1 << 22);
     io->submitted[t] = nvme_now(); io->bytes[t] = (double)bytes; io->tag[t] = tag; io->writing[t] = writing;
-    io->step[t] = io->trace ? io->trace->step : 0;
+    io->step[t] = io->trace ? io->trace->step + io->step_ahead : 0; // (a read ahead: the step that uses it)
     if (writing) io->bytes_written += (double)bytes;
     else io->bytes_read += (double)bytes;
     for (size_t at = 0; at < bytes; at += io->block) {

@@ -66,15 +66,18 @@ wait_job 12
 kill -9 $victim 2>/dev/null
 grep "^hang" $d/err.txt
 [ "$(verdicts)" -eq 1 ] || fail "$(verdicts) verdicts, not one"
-line=$(grep -E "^hang: rank 2 \($host\) has not completed its part of [a-z_]+ #[0-9]+ \(unit [0-9]+ = [a-z0-9 ]+, step [0-9]+" $d/err.txt) \
+# (a unit's collective, or the step's sum of scalars when rank 2 stopped between a step's last
+# collective and that sum: the others then wait there, hang.json's unit -1)
+line=$(grep -E "^hang: rank 2 \($host\) has not completed its part of [a-z_]+ #[0-9]+ \((unit [0-9]+ = [a-z0-9 ]+|scalars), step [0-9]+" $d/err.txt) \
   || fail "the verdict does not name rank 2 and a collective"
 echo "$line" | grep -q "it does not answer: stopped or hung" || fail "the verdict does not say rank 2 does not answer"
 op=$(echo "$line" | sed -E 's/.*part of ([a-z_]+) #.*/\1/'); seq=$(echo "$line" | sed -E 's/.*part of [a-z_]+ #([0-9]+) .*/\1/')
-unit=$(echo "$line" | sed -E 's/.*#[0-9]+ \(unit ([0-9]+) .*/\1/')
+if echo "$line" | grep -q "#$seq (scalars,"; then unit=-1; what="scalars"; watch="$op of scalars"
+else unit=$(echo "$line" | sed -E 's/.*#[0-9]+ \(unit ([0-9]+) .*/\1/'); what="unit $unit "; watch="$op of unit $unit \(.*\)"; fi
 # independent: the backend's watchdog line names the collective it waited in by operation and unit
-grep -Eq "^error: rank [013]: $op of unit $unit \(.*\) did not complete within 2 s" $d/err.txt \
-  || fail "no watchdog line names $op of unit $unit"
-grep -Eq "^hang:   rank [013] \($host\): (waiting|stopping) in $op #$seq \(unit $unit " $d/err.txt || fail "no rank waits in #$seq"
+grep -Eq "^error: rank [013]: $watch.* did not complete within 2 s" $d/err.txt \
+  || fail "no watchdog line names $op of $what"
+grep -Eq "^hang:   rank [013] \($host\): (waiting|stopping) in $op #$seq \($what" $d/err.txt || fail "no rank waits in #$seq"
 $PYTHON - $d/hang.json $seq $unit <<'PY' || fail "hang.json"
 import json, sys
 j = json.load(open(sys.argv[1]))

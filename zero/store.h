@@ -185,6 +185,7 @@ struct ZeroStore {
     void *buf_param[ZERO_MAX_BUFS];
     int buf_read[ZERO_MAX_BUFS][2 + OPT_MAX_SLICES], buf_write[ZERO_MAX_BUFS][2 + OPT_MAX_SLICES];
     int reading;                   // the stream is a read pass (an optimizer's reductions): nothing written
+    double ahead_read;             // bytes read ahead for the next update, counted when it starts
     int host_units;                // Twin-Flow: the offloaded optimizer kinds keep units [0, host_units) where
     size_t host_elems;             // they live, the rest of the shard (from element host_elems) on the device
     int fetched[MEM_KINDS];        // the streamed update: pieces fetched so far, per kind,
@@ -714,6 +715,7 @@ static inline int zero_stream_kinds(const ZeroStore *s, int *kinds) {
 }
 static inline void zero_stream_begin(ZeroStore *s, int reading) {
     s->reading = reading;
+    if (s->nvme) { s->nvme->bytes_read += s->ahead_read; s->ahead_read = 0.0; } // (zero_store_poll)
     for (int q = 0; q < 4; q++)
         if (s->pslot_read[q] >= 0) { zero_nvme_wait(s, s->pslot_read[q]); s->pslot_read[q] = -1; s->pslot_unit[q] = -1; }
     for (int k = 0; k < MEM_KINDS; k++) s->fetched[k] = 0;
@@ -759,13 +761,19 @@ static inline void zero_stream_end(ZeroStore *s, const ZeroPiece *pcs, int P) {
 // At a unit boundary of the forward and backward: the next update's reads whose buffer sets are
 // free start, in order, without waiting.
 static inline void zero_store_poll(ZeroStore *s) {
+    double before = s->nvme ? s->nvme->bytes_read : 0.0;
     while (s->nvme && s->prefetched < s->nnext) {
         int i = s->prefetched, b = i % s->nbuf, free = 1;
         for (int k = 0; k < 1 + s->nstate; k++) free = free && nvme_done(s->nvme, s->buf_write[b][k]);
-        if (!free) return;
+        if (!free) break;
+        s->nvme->step_ahead = 1;
         for (int k = 0; k < 1 + s->nstate; k++) zero_nvme_fetch(s, MEM_MASTER + k, &s->next[i], i);
+        s->nvme->step_ahead = 0;
         s->prefetched++;
     }
+    // their bytes count in the step of the update that uses them (zero_stream_begin), not in
+    // whichever step the reads happened to start in: the log's per-step bytes stay exact
+    if (s->nvme) { s->ahead_read += s->nvme->bytes_read - before; s->nvme->bytes_read = before; }
 }
 
 // NVMe traffic since the last call: bytes read and written, ms with I/O in flight, and ms the
