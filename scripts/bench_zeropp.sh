@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make bench-zeropp: ZeRO-3 against ZeRO++ over two simulated hosts (../shared/DESIGN.md: two
+# make bench-zeropp: ZeRO-3 against ZeRO++ over two simulated hosts (as test_multihost does: two
 # network namespaces with their own hostnames, a veth pair, mpirun reaching the second through
 # test/netns_rsh.py), the link throttled to 1 Gbit/s on both ends (tc tbf). GPT-2 d12, bf16,
 # ZeRO-3, 2 hosts x 2 ranks (the CPU trainer), one run each of ZeRO-3, qwZ, hpZ (groups of 2),
