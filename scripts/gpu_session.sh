@@ -187,7 +187,10 @@ EOF
 
   note "== 2. the first benchmark, with the kernel profile, for each attention build; the fastest runs the rest"
   local v best=0
-  for v in "" _flash _mm; do
+  # SESSION_VARIANTS: which attention builds to profile (default: all three; "-" names the default
+  # build), to spend a short lease on the ones still in question
+  for v in ${SESSION_VARIANTS:-- _flash _mm}; do
+    [ "$v" = - ] && v=""
     [ -x "$P/bin/train_gpt_bf16$v" ] || continue
     bench d12_B${B}_z2${v}_profile "$P/bin/train_gpt_bf16$v" 2 "$B" $model "${common[@]}" --profile-kernels "${peaks[@]}"
     local tok; tok=$(awk -F'\t' -v t="d12_B${B}_z2${v}_profile" '$1 == t && $5 != "failed" {print int($6)}' "$runs")
@@ -225,6 +228,15 @@ EOF
     BENCH_LIMIT=150 bench d48_B4_z1 "$G" 1 4 --model d48 --seq-len 1024 --total-batch 65536 --steps 3 --lr 1e-4 --warmup 0 \
       --profile-kernels "${peaks[@]}"
   fi
+  note "== 4b. offload: the optimizer on the host, all of it and half (Twin-Flow), beside none (d12_B${B}_z2)"
+  local R ratios=(1 0.5 0)
+  [ "$emulated" = 1 ] && ratios=(0.5) # the emulator's path through the same code, in less time
+  for R in "${ratios[@]}"; do
+    bench twin_d12_B${B}_z2_r$R "$G" 2 "$B" $model "${common[@]}" --offload-optimizer cpu --pin-memory --offload-ratio $R \
+      --profile-kernels "${peaks[@]}"
+  done
+
+  note "== 4c. the larger batches and d24"
   local bigger=("$((2 * B))" "$((4 * B))") stages=(1 2 3)
   # the emulator's path through the same loop, in less time: one batch size, one stage (the
   # other stages' runs at B are above, and test_gpu_session checks the same identities on them)
@@ -234,16 +246,8 @@ EOF
   done
   [ "$emulated" = 1 ] || bench d24_B16_z2 "$G" 2 16 --model d24 --seq-len 1024 --total-batch 131072 --steps 3 --lr 1e-4 --warmup 0
 
-  note "== 4b. offload: the optimizer on the host, all of it and half (Twin-Flow), beside none (d12_B${B}_z2)"
-  local R ratios=(1 0.5 0)
-  [ "$emulated" = 1 ] && ratios=(0.5) # the emulator's path through the same code, in less time
-  for R in "${ratios[@]}"; do
-    bench twin_d12_B${B}_z2_r$R "$G" 2 "$B" $model "${common[@]}" --offload-optimizer cpu --pin-memory --offload-ratio $R \
-      --profile-kernels "${peaks[@]}"
-  done
-
   note "== 5. summary"
-  $PY - "$out" "$commit" "$base" "$device" "$driver" "$copy_gbps" "$mm_tflops" "$cpass" "$cfail" "$emulated" <<'EOF'
+  SESSION_NAME="$date-$commit" $PY - "$out" "$commit" "$base" "$device" "$driver" "$copy_gbps" "$mm_tflops" "$cpass" "$cfail" "$emulated" <<'EOF'
 import json, os, re, sys
 out, commit, base, device, driver, copy_gbps, mm, cpass, cfail, emulated = sys.argv[1:]
 L = os.path.join(out, "logs")
@@ -278,7 +282,7 @@ s = {"commit": commit, "base": base or None, "device": device, "driver": driver 
      "ceilings": {"copy_gbps": copy_gbps, "bf16_matmul_tflops": mm, "datasheet_bf16_tflops": peak},
      "checks_passed": int(cpass), "checks_failed": int(cfail), "runs": runs, "kernel_profiles": profiles}
 json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)
-md = [f"# GPU session {os.path.basename(out)}", "",
+md = [f"# GPU session {os.environ.get('SESSION_NAME') or os.path.basename(out)} ({device})", "",
       f"- device: {device}" + (f", driver {driver}" if driver else ""),
       f"- binaries: commit {commit} (bf16, fp16, fp32 built for sm_90 on the CPU machine)" + (f"; baseline {base}" if base else ""),
       f"- measured ceilings: device copy {copy_gbps} GB/s (read + write), bf16 matmul {mm} TFLOP/s (8192^3, random data)",
