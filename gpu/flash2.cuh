@@ -6,16 +6,18 @@
 //
 // Design (the chip's, not WMMA's): every product is mma.sync m16n8k16 (gpu/mma16.cuh) on
 // registers. A warp owns 16 rows: queries (forward, dQ) or keys (dK/dV); a block is 4 warps, 64
-// rows; the inner loop walks 64-row tiles of the other operand, held in shared memory with rows
-// padded to F2_LD = 72 elements (36 words: the 8 row groups of a fragment load fall on distinct
-// banks), filled with 16-byte loads, the next tile's loaded into registers while the current one
-// computes. The warp's own rows (Q, or K and V, and dO) stay in registers as A fragments for the
+// rows; the inner loop walks 64-row tiles of the other operand, held row-major in shared memory
+// with rows padded to F2_LD = 72 elements (144 bytes: the 8 rows an ldmatrix phase reads fall on
+// distinct banks), filled with 16-byte stores, the next tile's loaded into registers while the
+// current one computes. The warp's own rows (Q, or K and V, and dO) stay in registers as A fragments for the
 // whole kernel; S, P and the accumulators never leave registers: the C fragments of two adjacent
 // 16x8 score tiles are P's A fragment for P V (mma16_pack_a, FlashAttention-2's trick). Online
 // softmax in base 2 (scores scaled by scale*log2 e), each row's max and sum reduced over its quad
-// by two shuffles (the sum only at the end). The B operands that run along a tile's rows (V for
-// P V, K for dS K, Q and dO for dS^T Q and P^T dO) are stored transposed in shared memory as the
-// tile is filled, so that every fragment load is one 32-bit load of two adjacent 16-bit values.
+// by two shuffles (the sum only at the end). B fragments come from the tiles by ldmatrix.x4, two
+// fragments an instruction: as stored for the operands that run along a tile's columns (K for
+// Q K^T, V for dO V^T, Q and dO for K Q^T and V dO^T), transposed by ldmatrix.trans for those
+// that run along its rows (V for P V, K for dS K, Q and dO for dS^T Q and P^T dO), so each tile
+// is stored once, untransposed.
 // Causal: tiles above the block's diagonal are not visited; on the diagonal tile, each warp skips
 // the 8-column score tiles (and 16- or 32-row sub-tiles) entirely above its own diagonal.
 // Backward as FlashAttention-2's: D = rowsum(dO * O) once per row into a (B,NH,T) fp32 scratch
@@ -68,16 +70,6 @@ static __device__ __forceinline__ void f2_store_rows(floatX (*s)[F2_LD], const F
 #pragma unroll
     for (int p = 0; p < 4; p++) f2_st128(&s[threadIdx.x % 16 + 16 * p][8 * c], r[p]);
 }
-static __device__ __forceinline__ void f2_store_cols(floatX (*s)[F2_LD], const F2Chunk r[4]) { // transposed
-    int c = threadIdx.x / 16;
-#pragma unroll
-    for (int p = 0; p < 4; p++) {
-        floatX x[8];
-        memcpy(x, &r[p], 16);
-#pragma unroll
-        for (int j = 0; j < 8; j++) s[8 * c + j][threadIdx.x % 16 + 16 * p] = x[j];
-    }
-}
 // This lane's A fragments (4 k-steps of 16 columns) of rows r and r + 8 of a head (zeros past T).
 static __device__ __forceinline__ void f2_load_a(uint32_t a[4][4], const floatX *base, size_t ld, int r, int T) {
     int t = threadIdx.x % 4;
@@ -90,11 +82,19 @@ static __device__ __forceinline__ void f2_load_a(uint32_t a[4][4], const floatX 
         a[kk][3] = r + 8 < T ? f2_ld32(p1 + 16 * kk + 8) : 0u;
     }
 }
-// The B fragment (k = columns k0 .. k0+15 of a shared row-major tile, n = its rows n0 .. n0+7).
-static __device__ __forceinline__ void f2_frag_b(uint32_t b[2], const floatX (*s)[F2_LD], int n0, int k0) {
-    int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    b[0] = f2_ld32(&s[n0 + g][k0 + 2 * t]);
-    b[1] = f2_ld32(&s[n0 + g][k0 + 2 * t + 8]);
+// B fragments from a shared tile through ldmatrix (gpu/mma16.cuh), two per instruction, the
+// lane's row address chosen for the pair:
+//   f2_ldsm_nk: the tile holds B^T (rows n, columns k): n-tile n0 at the k-steps k0 and k0 + 16:
+//     b[0..1] = B (k0..k0+15, n0..n0+7), b[2..3] = B (k0+16..k0+31, n0..n0+7)
+//   f2_ldsm_kn: the tile holds B (rows k, columns n): the k-step k0 for the n-tiles n0 and n0 + 8:
+//     b[0..1] = B (k0..k0+15, n0..n0+7), b[2..3] = B (k0..k0+15, n0+8..n0+15)
+static __device__ __forceinline__ void f2_ldsm_nk(uint32_t b[4], const floatX (*s)[F2_LD], int n0, int k0) {
+    int l = threadIdx.x % 32;
+    mma16_ldsm_x4<0>(b, &s[n0 + l % 8][k0 + 8 * (l / 8)]);
+}
+static __device__ __forceinline__ void f2_ldsm_kn(uint32_t b[4], const floatX (*s)[F2_LD], int k0, int n0) {
+    int l = threadIdx.x % 32, m = l / 8;
+    mma16_ldsm_x4<1>(b, &s[k0 + 8 * (m % 2) + l % 8][n0 + 8 * (m / 2)]);
 }
 #define F2_MMA mma16816<floatX>
 
@@ -102,7 +102,7 @@ static __device__ __forceinline__ void f2_frag_b(uint32_t b[2], const floatX (*s
 // Grid (B*NH, ceil(T/64)), the heaviest query blocks (last) first.
 static __global__ void __launch_bounds__(F2_THREADS) flash2_forward_kernel(floatX *out, float *lse, const floatX *qkv, int T,
                                                                           int C, int NH) {
-    __shared__ __align__(16) floatX Ks[F2_ROWS][F2_LD], Vt[F2_HS][F2_LD]; // K (key, dim), V transposed (dim, key)
+    __shared__ __align__(16) floatX Ks[F2_ROWS][F2_LD], Vs[F2_ROWS][F2_LD]; // K and V (key, dim)
     int b = blockIdx.x / NH, h = blockIdx.x % NH, qt = gridDim.y - 1 - blockIdx.y, q0 = qt * F2_ROWS;
     int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
     int r0 = q0 + 16 * w + g, r1 = r0 + 8; // this lane's two rows
@@ -121,7 +121,7 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_forward_kernel(float
         int k0 = kt * F2_ROWS, diag = kt == qt;
         __syncthreads(); // every warp is done with the previous tile
         f2_store_rows(Ks, kr);
-        f2_store_cols(Vt, vr);
+        f2_store_rows(Vs, vr);
         __syncthreads();
         if (!diag) {
             f2_fetch(kr, kb, ld, k0 + F2_ROWS, T);
@@ -134,10 +134,11 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_forward_kernel(float
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
             if (n < nlim) {
 #pragma unroll
-                for (int kk = 0; kk < 4; kk++) {
-                    uint32_t bb[2];
-                    f2_frag_b(bb, Ks, 8 * n, 16 * kk);
-                    F2_MMA(s[n], qa[kk], bb);
+                for (int kp = 0; kp < 2; kp++) {
+                    uint32_t bb[4];
+                    f2_ldsm_nk(bb, Ks, 8 * n, 32 * kp);
+                    F2_MMA(s[n], qa[2 * kp], bb);
+                    F2_MMA(s[n], qa[2 * kp + 1], bb + 2);
                 }
             }
         }
@@ -183,10 +184,11 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_forward_kernel(float
                 uint32_t pa[4];
                 mma16_pack_a<floatX>(pa, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
-                for (int n = 0; n < 8; n++) {
-                    uint32_t bb[2];
-                    f2_frag_b(bb, Vt, 8 * n, 16 * kk);
-                    F2_MMA(o[n], pa, bb);
+                for (int np = 0; np < 4; np++) {
+                    uint32_t bb[4];
+                    f2_ldsm_kn(bb, Vs, 16 * kk, 16 * np);
+                    F2_MMA(o[2 * np], pa, bb);
+                    F2_MMA(o[2 * np + 1], pa, bb + 2);
                 }
             }
         }
@@ -214,7 +216,7 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_forward_kernel(float
 static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dq_kernel(floatX *dqkv, const float *lse, const float *D,
                                                                               const floatX *dout, const floatX *qkv, int T,
                                                                               int C, int NH) {
-    __shared__ __align__(16) floatX Ks[F2_ROWS][F2_LD], Kt[F2_HS][F2_LD], Vs[F2_ROWS][F2_LD];
+    __shared__ __align__(16) floatX Ks[F2_ROWS][F2_LD], Vs[F2_ROWS][F2_LD]; // K and V (key, dim)
     int b = blockIdx.x / NH, h = blockIdx.x % NH, qt = gridDim.y - 1 - blockIdx.y, q0 = qt * F2_ROWS;
     int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
     int r0 = q0 + 16 * w + g, r1 = r0 + 8;
@@ -237,7 +239,6 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dq_kernel(f
         int k0 = kt * F2_ROWS, diag = kt == qt;
         __syncthreads();
         f2_store_rows(Ks, kr);
-        f2_store_cols(Kt, kr);
         f2_store_rows(Vs, vr);
         __syncthreads();
         if (!diag) {
@@ -253,12 +254,14 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dq_kernel(f
                 s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
                 dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
 #pragma unroll
-                for (int kk = 0; kk < 4; kk++) {
-                    uint32_t bb[2];
-                    f2_frag_b(bb, Ks, 32 * hh + 8 * n, 16 * kk);
-                    F2_MMA(s[n], qa[kk], bb);
-                    f2_frag_b(bb, Vs, 32 * hh + 8 * n, 16 * kk);
-                    F2_MMA(dp[n], da[kk], bb);
+                for (int kp = 0; kp < 2; kp++) {
+                    uint32_t bb[4];
+                    f2_ldsm_nk(bb, Ks, 32 * hh + 8 * n, 32 * kp);
+                    F2_MMA(s[n], qa[2 * kp], bb);
+                    F2_MMA(s[n], qa[2 * kp + 1], bb + 2);
+                    f2_ldsm_nk(bb, Vs, 32 * hh + 8 * n, 32 * kp);
+                    F2_MMA(dp[n], da[2 * kp], bb);
+                    F2_MMA(dp[n], da[2 * kp + 1], bb + 2);
                 }
             }
 #pragma unroll
@@ -275,10 +278,11 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dq_kernel(f
                 uint32_t sa[4];
                 mma16_pack_a<floatX>(sa, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
-                for (int n = 0; n < 8; n++) {
-                    uint32_t bb[2];
-                    f2_frag_b(bb, Kt, 8 * n, 32 * hh + 16 * kk);
-                    F2_MMA(dq[n], sa, bb);
+                for (int np = 0; np < 4; np++) {
+                    uint32_t bb[4];
+                    f2_ldsm_kn(bb, Ks, 32 * hh + 16 * kk, 16 * np);
+                    F2_MMA(dq[2 * np], sa, bb);
+                    F2_MMA(dq[2 * np + 1], sa, bb + 2);
                 }
             }
         }
@@ -299,7 +303,7 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dq_kernel(f
 static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dkv_kernel(floatX *dqkv, const float *lse, const float *D,
                                                                                const floatX *dout, const floatX *qkv, int T,
                                                                                int C, int NH) {
-    __shared__ __align__(16) floatX Qs[F2_ROWS][F2_LD], Qt[F2_HS][F2_LD], dYs[F2_ROWS][F2_LD], dYt[F2_HS][F2_LD];
+    __shared__ __align__(16) floatX Qs[F2_ROWS][F2_LD], dYs[F2_ROWS][F2_LD]; // Q and dY (query, dim)
     __shared__ float Ls[F2_ROWS], Ds[F2_ROWS];
     int b = blockIdx.x / NH, h = blockIdx.x % NH, kt = blockIdx.y, k0 = kt * F2_ROWS, nq = gridDim.y;
     int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
@@ -327,9 +331,7 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dkv_kernel(
         int q0 = qt * F2_ROWS, diag = qt == kt;
         __syncthreads();
         f2_store_rows(Qs, qr);
-        f2_store_cols(Qt, qr);
         f2_store_rows(dYs, yr);
-        f2_store_cols(dYt, yr);
         if (threadIdx.x < F2_ROWS) {
             Ls[threadIdx.x] = lq;
             Ds[threadIdx.x] = dq;
@@ -351,12 +353,14 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dkv_kernel(
                 s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
                 dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
 #pragma unroll
-                for (int kk = 0; kk < 4; kk++) {
-                    uint32_t bb[2];
-                    f2_frag_b(bb, Qs, 32 * hh + 8 * n, 16 * kk);
-                    F2_MMA(s[n], ka[kk], bb);
-                    f2_frag_b(bb, dYs, 32 * hh + 8 * n, 16 * kk);
-                    F2_MMA(dp[n], va[kk], bb);
+                for (int kp = 0; kp < 2; kp++) {
+                    uint32_t bb[4];
+                    f2_ldsm_nk(bb, Qs, 32 * hh + 8 * n, 32 * kp);
+                    F2_MMA(s[n], ka[2 * kp], bb);
+                    F2_MMA(s[n], ka[2 * kp + 1], bb + 2);
+                    f2_ldsm_nk(bb, dYs, 32 * hh + 8 * n, 32 * kp);
+                    F2_MMA(dp[n], va[2 * kp], bb);
+                    F2_MMA(dp[n], va[2 * kp + 1], bb + 2);
                 }
             }
 #pragma unroll
@@ -375,12 +379,14 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dkv_kernel(
                 mma16_pack_a<floatX>(pa, s[2 * kk], s[2 * kk + 1]);
                 mma16_pack_a<floatX>(sa, dp[2 * kk], dp[2 * kk + 1]);
 #pragma unroll
-                for (int n = 0; n < 8; n++) {
-                    uint32_t bb[2];
-                    f2_frag_b(bb, dYt, 8 * n, 32 * hh + 16 * kk);
-                    F2_MMA(dv[n], pa, bb);
-                    f2_frag_b(bb, Qt, 8 * n, 32 * hh + 16 * kk);
-                    F2_MMA(dk[n], sa, bb);
+                for (int np = 0; np < 4; np++) {
+                    uint32_t bb[4];
+                    f2_ldsm_kn(bb, dYs, 32 * hh + 16 * kk, 16 * np);
+                    F2_MMA(dv[2 * np], pa, bb);
+                    F2_MMA(dv[2 * np + 1], pa, bb + 2);
+                    f2_ldsm_kn(bb, Qs, 32 * hh + 16 * kk, 16 * np);
+                    F2_MMA(dk[2 * np], sa, bb);
+                    F2_MMA(dk[2 * np + 1], sa, bb + 2);
                 }
             }
         }

@@ -105,4 +105,42 @@ template <class T> static __device__ __forceinline__ void mma16816(float d[4], c
 #endif
 }
 
+// ldmatrix.x4: four 8x8 matrices of 16-bit elements from SHARED memory in one warp instruction.
+// Lane l gives the address of row l % 8 of matrix l / 8 (16 contiguous bytes, 16-byte aligned);
+// r[m] receives this lane's pair of matrix m (g = l / 4, t = l % 4, the lower element in the low half):
+//   TRANS = 0:  M[g][2t], M[g][2t+1]     the B fragment's register when M holds B^T (rows n, columns k)
+//   TRANS = 1:  M[2t][g], M[2t+1][g]     ... when M holds B itself (rows k, columns n)
+// (the PTX ISA's ldmatrix; its shared-memory phases read 8 rows at a time, so rows 16 bytes apart
+// mod 128 are conflict-free). Every lane must call it, converged.
+template <int TRANS> static __device__ __forceinline__ void mma16_ldsm_x4(uint32_t r[4], const void *row) {
+#if defined(__CUDA_ARCH__)
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(row);
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+#else
+    // portable: each lane fetches the row addresses it needs from the lanes that hold them
+    unsigned lane = mma16_lane(), g = lane / 4, t = lane % 4;
+    unsigned long long mine = (unsigned long long)(uintptr_t)row;
+#if defined(CUDA_EMULATOR)
+    if (mine % 16) emu_fatal("ldmatrix in %s: lane %u's row address %p is not 16-byte aligned", emu_k.kernel, lane, row);
+#endif
+    for (int m = 0; m < 4; m++) {
+        unsigned long long p0 = __shfl_sync(0xffffffffu, mine, 8 * m + (int)(TRANS ? 2 * t : g));
+        if (TRANS) {
+            unsigned long long p1 = __shfl_sync(0xffffffffu, mine, 8 * m + (int)(2 * t + 1));
+            uint16_t lo, hi;
+            memcpy(&lo, (const char *)(uintptr_t)p0 + 2 * g, 2);
+            memcpy(&hi, (const char *)(uintptr_t)p1 + 2 * g, 2);
+            r[m] = (uint32_t)lo | (uint32_t)hi << 16;
+        } else {
+            memcpy(&r[m], (const char *)(uintptr_t)p0 + 4 * t, 4);
+        }
+    }
+#endif
+}
+
 #endif // GPU_MMA16_CUH

@@ -126,18 +126,19 @@ struct Bufs { floatX *qkv, *dout, *out, *dqkv; float *lse, *D; };
 static void run(int impl, const Bufs &m, int B, int T, int NH, int fwd, int bwd) {
     int C = NH * HS;
     dim3 grid(B * NH, ceil_div(T, 64));
+    // the backward's D = rowsum(dO * O), as train_gpt.cu computes it for either implementation
+    if (bwd) flash_backward_preprocess_kernel<<<ceil_div((size_t)B * T * NH, 256), 256>>>(m.D, m.dout, m.out, B, T, C, NH);
     if (impl == 1) {
         if (fwd) flash2_forward_kernel<<<grid, F2_THREADS>>>(m.out, m.lse, m.qkv, T, C, NH);
         if (bwd) {
-            flash2_rowdot_kernel<<<ceil_div((size_t)B * T * NH, 256), 256>>>(m.D, m.dout, m.out, B, T, C, NH);
             flash2_backward_dkv_kernel<<<grid, F2_THREADS>>>(m.dqkv, m.lse, m.D, m.dout, m.qkv, T, C, NH);
             flash2_backward_dq_kernel<<<grid, F2_THREADS>>>(m.dqkv, m.lse, m.D, m.dout, m.qkv, T, C, NH);
         }
     } else {
         if (fwd) flash_forward_kernel<<<grid, FA_THREADS>>>(m.out, m.lse, m.qkv, T, C, NH);
         if (bwd) {
-            flash_backward_dq_kernel<<<grid, FA_THREADS>>>(m.dqkv, m.lse, m.dout, m.out, m.qkv, T, C, NH);
-            flash_backward_dkv_kernel<<<grid, FA_THREADS>>>(m.dqkv, m.lse, m.dout, m.out, m.qkv, T, C, NH);
+            flash_backward_dq_kernel<<<grid, FA_THREADS>>>(m.dqkv, m.lse, m.D, m.dout, m.qkv, T, C, NH);
+            flash_backward_dkv_kernel<<<grid, FA_THREADS>>>(m.dqkv, m.lse, m.D, m.dout, m.qkv, T, C, NH);
         }
     }
     LAUNCH_CHECK();
