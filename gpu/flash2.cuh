@@ -8,8 +8,8 @@
 // registers. A warp owns 16 rows: queries (forward, dQ) or keys (dK/dV); a block is 4 warps, 64
 // rows; the inner loop walks 64-row tiles of the other operand, held row-major in shared memory
 // with rows padded to F2_LD = 72 elements (144 bytes: the 8 rows an ldmatrix phase reads fall on
-// distinct banks), filled with 16-byte stores, the next tile's loaded into registers while the
-// current one computes. The warp's own rows (Q, or K and V, and dO) stay in registers as A fragments for the
+// distinct banks), in two stages: cp.async fills the next tile's stage while the current one
+// computes. The warp's own rows (Q, or K and V, and dO) stay in registers as A fragments for the
 // whole kernel; S, P and the accumulators never leave registers: the C fragments of two adjacent
 // 16x8 score tiles are P's A fragment for P V (mma16_pack_a, FlashAttention-2's trick). Online
 // softmax in base 2 (scores scaled by scale*log2 e), each row's max and sum reduced over its quad
@@ -24,7 +24,7 @@
 // (flash_attention.cuh's flash_backward_preprocess_kernel), then dK/dV per key block (iterating query tiles, P = exp2(S c - lse c)
 // recomputed) and dQ per query block (iterating key tiles): deterministic, no atomics. dS is
 // rounded to the 16-bit type unscaled; dQ and dK are scaled once at the end (scale = 1/8 at head
-// size 64: exact). All shared memory is static, under 48 KB.
+// size 64: exact). All shared memory is static, under 48 KB (two stages of two tiles, 36-37 KB).
 #ifndef GPU_FLASH2_CUH
 #define GPU_FLASH2_CUH
 #include "gpu/kernels.cuh"
@@ -37,38 +37,49 @@
 #define F2_LOG2E 1.4426950408889634f
 #define F2_LN2 0.6931471805599453f
 
-// 16 bytes (8 elements) of a row, and 4 bytes (2 elements), through registers.
+// 4 bytes (2 elements) of a row through a register.
 #if defined(CUDA_EMULATOR)
-struct F2Chunk { uint32_t w[4]; };
-static __device__ __forceinline__ F2Chunk f2_ld128(const floatX *p) { F2Chunk c; memcpy(&c, p, 16); return c; }
-static __device__ __forceinline__ void f2_st128(floatX *p, F2Chunk c) { memcpy(p, &c, 16); }
 static __device__ __forceinline__ uint32_t f2_ld32(const floatX *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static __device__ __forceinline__ void f2_st32(floatX *p, uint32_t v) { memcpy(p, &v, 4); }
-static __device__ __forceinline__ F2Chunk f2_zero128() { F2Chunk c = {{0, 0, 0, 0}}; return c; }
 #else
-typedef uint4 F2Chunk;
-static __device__ __forceinline__ F2Chunk f2_ld128(const floatX *p) { return *(const uint4 *)p; }
-static __device__ __forceinline__ void f2_st128(floatX *p, F2Chunk c) { *(uint4 *)p = c; }
 static __device__ __forceinline__ uint32_t f2_ld32(const floatX *p) { return *(const uint32_t *)p; }
 static __device__ __forceinline__ void f2_st32(floatX *p, uint32_t v) { *(uint32_t *)p = v; }
-static __device__ __forceinline__ F2Chunk f2_zero128() { return make_uint4(0, 0, 0, 0); }
 #endif
 
-// A 64-row tile of one head (64 columns) in 4 chunks per thread: chunk p of thread i is row
-// i % 16 + 16 p, columns 8 (i / 16) .. +7 (a warp covers 16 rows x 32 bytes). Rows at or past T
-// are zeros. base: row 0 of the head, ld: the row stride (3C for qkv's parts, C for dout).
-static __device__ __forceinline__ void f2_fetch(F2Chunk r[4], const floatX *base, size_t ld, int row0, int T) {
+// cp.async (sm_80+): 16 bytes from global to shared memory without passing through registers,
+// zeros where !valid (src-size 0: nothing is read), in commit groups that f2_cp_wait<N> waits for
+// (all but the N most recent groups of this thread complete; a __syncthreads then makes every
+// thread's copies visible). The portable body (emulator, nvcc's host pass) copies at once.
+static __device__ __forceinline__ void f2_cp16(floatX *dst, const floatX *src, bool valid) {
+#if defined(__CUDA_ARCH__)
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
+#else
+    if (valid) memcpy(dst, src, 16);
+    else memset(dst, 0, 16);
+#endif
+}
+static __device__ __forceinline__ void f2_cp_commit() {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N> static __device__ __forceinline__ void f2_cp_wait() {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// A 64-row tile of one head (64 columns) into the shared tile s by cp.async, 4 chunks of 16 bytes
+// per thread: chunk p of thread i is row i % 16 + 16 p, columns 8 (i / 16) .. +7 (a warp covers 16
+// rows x 32 bytes). Rows at or past T are zeros. base: row 0 of the head, ld: the row stride (3C
+// for qkv's parts, C for dout).
+static __device__ __forceinline__ void f2_load_tile(floatX (*s)[F2_LD], const floatX *base, size_t ld, int row0, int T) {
     int c = threadIdx.x / 16;
 #pragma unroll
     for (int p = 0; p < 4; p++) {
-        int row = row0 + threadIdx.x % 16 + 16 * p;
-        r[p] = row < T ? f2_ld128(base + (size_t)row * ld + 8 * c) : f2_zero128();
+        int r = threadIdx.x % 16 + 16 * p, row = row0 + r;
+        f2_cp16(&s[r][8 * c], base + (size_t)(row < T ? row : 0) * ld + 8 * c, row < T);
     }
-}
-static __device__ __forceinline__ void f2_store_rows(floatX (*s)[F2_LD], const F2Chunk r[4]) {
-    int c = threadIdx.x / 16;
-#pragma unroll
-    for (int p = 0; p < 4; p++) f2_st128(&s[threadIdx.x % 16 + 16 * p][8 * c], r[p]);
 }
 // This lane's A fragments (4 k-steps of 16 columns) of rows r and r + 8 of a head (zeros past T).
 static __device__ __forceinline__ void f2_load_a(uint32_t a[4][4], const floatX *base, size_t ld, int r, int T) {
@@ -102,7 +113,7 @@ static __device__ __forceinline__ void f2_ldsm_kn(uint32_t b[4], const floatX (*
 // Grid (B*NH, ceil(T/64)), the heaviest query blocks (last) first.
 static __global__ void __launch_bounds__(F2_THREADS) flash2_forward_kernel(floatX *out, float *lse, const floatX *qkv, int T,
                                                                           int C, int NH) {
-    __shared__ __align__(16) floatX Ks[F2_ROWS][F2_LD], Vs[F2_ROWS][F2_LD]; // K and V (key, dim)
+    __shared__ __align__(16) floatX Ks[2][F2_ROWS][F2_LD], Vs[2][F2_ROWS][F2_LD]; // K and V (key, dim), two stages
     int b = blockIdx.x / NH, h = blockIdx.x % NH, qt = gridDim.y - 1 - blockIdx.y, q0 = qt * F2_ROWS;
     int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
     int r0 = q0 + 16 * w + g, r1 = r0 + 8; // this lane's two rows
@@ -114,19 +125,19 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_forward_kernel(float
     float o[8][4], m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; // rows' running max (base 2) and partial sums
 #pragma unroll
     for (int n = 0; n < 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    F2Chunk kr[4], vr[4];
-    f2_fetch(kr, kb, ld, 0, T);
-    f2_fetch(vr, vb, ld, 0, T);
+    f2_load_tile(Ks[0], kb, ld, 0, T);
+    f2_load_tile(Vs[0], vb, ld, 0, T);
+    f2_cp_commit();
     for (int kt = 0; kt <= qt; kt++) {
-        int k0 = kt * F2_ROWS, diag = kt == qt;
-        __syncthreads(); // every warp is done with the previous tile
-        f2_store_rows(Ks, kr);
-        f2_store_rows(Vs, vr);
-        __syncthreads();
+        int k0 = kt * F2_ROWS, diag = kt == qt, st = kt & 1;
+        __syncthreads(); // every warp is done with the previous tile: its stage is refilled next
         if (!diag) {
-            f2_fetch(kr, kb, ld, k0 + F2_ROWS, T);
-            f2_fetch(vr, vb, ld, k0 + F2_ROWS, T);
+            f2_load_tile(Ks[st ^ 1], kb, ld, k0 + F2_ROWS, T);
+            f2_load_tile(Vs[st ^ 1], vb, ld, k0 + F2_ROWS, T);
         }
+        f2_cp_commit();
+        f2_cp_wait<1>(); // this thread's copies of tile kt are in (the next tile's may still fly)
+        __syncthreads(); // ... and every thread's
         int nlim = diag ? 2 * w + 2 : 8; // 8-key column tiles at or below this warp's diagonal
         float s[8][4];
 #pragma unroll
@@ -136,7 +147,7 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_forward_kernel(float
 #pragma unroll
                 for (int kp = 0; kp < 2; kp++) {
                     uint32_t bb[4];
-                    f2_ldsm_nk(bb, Ks, 8 * n, 32 * kp);
+                    f2_ldsm_nk(bb, Ks[st], 8 * n, 32 * kp);
                     F2_MMA(s[n], qa[2 * kp], bb);
                     F2_MMA(s[n], qa[2 * kp + 1], bb + 2);
                 }
@@ -186,7 +197,7 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_forward_kernel(float
 #pragma unroll
                 for (int np = 0; np < 4; np++) {
                     uint32_t bb[4];
-                    f2_ldsm_kn(bb, Vs, 16 * kk, 16 * np);
+                    f2_ldsm_kn(bb, Vs[st], 16 * kk, 16 * np);
                     F2_MMA(o[2 * np], pa, bb);
                     F2_MMA(o[2 * np + 1], pa, bb + 2);
                 }
@@ -216,7 +227,7 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_forward_kernel(float
 static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dq_kernel(floatX *dqkv, const float *lse, const float *D,
                                                                               const floatX *dout, const floatX *qkv, int T,
                                                                               int C, int NH) {
-    __shared__ __align__(16) floatX Ks[F2_ROWS][F2_LD], Vs[F2_ROWS][F2_LD]; // K and V (key, dim)
+    __shared__ __align__(16) floatX Ks[2][F2_ROWS][F2_LD], Vs[2][F2_ROWS][F2_LD]; // K and V (key, dim), two stages
     int b = blockIdx.x / NH, h = blockIdx.x % NH, qt = gridDim.y - 1 - blockIdx.y, q0 = qt * F2_ROWS;
     int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
     int r0 = q0 + 16 * w + g, r1 = r0 + 8;
@@ -232,19 +243,19 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dq_kernel(f
     float dq[8][4];
 #pragma unroll
     for (int n = 0; n < 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-    F2Chunk kr[4], vr[4];
-    f2_fetch(kr, kb, ld, 0, T);
-    f2_fetch(vr, vb, ld, 0, T);
+    f2_load_tile(Ks[0], kb, ld, 0, T);
+    f2_load_tile(Vs[0], vb, ld, 0, T);
+    f2_cp_commit();
     for (int kt = 0; kt <= qt; kt++) {
-        int k0 = kt * F2_ROWS, diag = kt == qt;
-        __syncthreads();
-        f2_store_rows(Ks, kr);
-        f2_store_rows(Vs, vr);
-        __syncthreads();
+        int k0 = kt * F2_ROWS, diag = kt == qt, st = kt & 1;
+        __syncthreads(); // as the forward's: the previous stage is free, refill it, wait for this one
         if (!diag) {
-            f2_fetch(kr, kb, ld, k0 + F2_ROWS, T);
-            f2_fetch(vr, vb, ld, k0 + F2_ROWS, T);
+            f2_load_tile(Ks[st ^ 1], kb, ld, k0 + F2_ROWS, T);
+            f2_load_tile(Vs[st ^ 1], vb, ld, k0 + F2_ROWS, T);
         }
+        f2_cp_commit();
+        f2_cp_wait<1>();
+        __syncthreads();
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
             if (diag && 32 * hh > 16 * w + 15) continue; // the half's keys all follow this warp's queries
@@ -256,10 +267,10 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dq_kernel(f
 #pragma unroll
                 for (int kp = 0; kp < 2; kp++) {
                     uint32_t bb[4];
-                    f2_ldsm_nk(bb, Ks, 32 * hh + 8 * n, 32 * kp);
+                    f2_ldsm_nk(bb, Ks[st], 32 * hh + 8 * n, 32 * kp);
                     F2_MMA(s[n], qa[2 * kp], bb);
                     F2_MMA(s[n], qa[2 * kp + 1], bb + 2);
-                    f2_ldsm_nk(bb, Vs, 32 * hh + 8 * n, 32 * kp);
+                    f2_ldsm_nk(bb, Vs[st], 32 * hh + 8 * n, 32 * kp);
                     F2_MMA(dp[n], da[2 * kp], bb);
                     F2_MMA(dp[n], da[2 * kp + 1], bb + 2);
                 }
@@ -280,7 +291,7 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dq_kernel(f
 #pragma unroll
                 for (int np = 0; np < 4; np++) {
                     uint32_t bb[4];
-                    f2_ldsm_kn(bb, Ks, 32 * hh + 16 * kk, 16 * np);
+                    f2_ldsm_kn(bb, Ks[st], 32 * hh + 16 * kk, 16 * np);
                     F2_MMA(dq[2 * np], sa, bb);
                     F2_MMA(dq[2 * np + 1], sa, bb + 2);
                 }
@@ -303,8 +314,8 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dq_kernel(f
 static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dkv_kernel(floatX *dqkv, const float *lse, const float *D,
                                                                                const floatX *dout, const floatX *qkv, int T,
                                                                                int C, int NH) {
-    __shared__ __align__(16) floatX Qs[F2_ROWS][F2_LD], dYs[F2_ROWS][F2_LD]; // Q and dY (query, dim)
-    __shared__ float Ls[F2_ROWS], Ds[F2_ROWS];
+    __shared__ __align__(16) floatX Qs[2][F2_ROWS][F2_LD], dYs[2][F2_ROWS][F2_LD]; // Q and dY (query, dim), two stages
+    __shared__ float Ls[2][F2_ROWS], Ds[2][F2_ROWS]; // the tiles' rows' lse (base 2) and D
     int b = blockIdx.x / NH, h = blockIdx.x % NH, kt = blockIdx.y, k0 = kt * F2_ROWS, nq = gridDim.y;
     int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
     int r0 = k0 + 16 * w + g, r1 = r0 + 8; // this lane's two keys
@@ -322,28 +333,35 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dkv_kernel(
         dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.0f;
         dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
     }
-    F2Chunk qr[4], yr[4];
-    f2_fetch(qr, qb, ld, k0, T);
-    f2_fetch(yr, yb, C, k0, T);
-    int tq = k0 + (int)threadIdx.x; // threads 0..63: one row's lse and D for the tile
+    // threads 0..63 carry one row's lse and D of the tile after the one being filled, in registers
+    // (loaded a tile ahead of their store into its stage, so that the load's latency is hidden)
+    int tq = k0 + (int)threadIdx.x;
+    f2_load_tile(Qs[0], qb, ld, k0, T);
+    f2_load_tile(dYs[0], yb, C, k0, T);
+    f2_cp_commit();
+    if (threadIdx.x < F2_ROWS) {
+        Ls[0][threadIdx.x] = tq < T ? lb[tq] * F2_LOG2E : 0.0f;
+        Ds[0][threadIdx.x] = tq < T ? db[tq] : 0.0f;
+    }
+    tq += F2_ROWS;
     float lq = threadIdx.x < F2_ROWS && tq < T ? lb[tq] * F2_LOG2E : 0.0f, dq = threadIdx.x < F2_ROWS && tq < T ? db[tq] : 0.0f;
     for (int qt = kt; qt < nq; qt++) {
-        int q0 = qt * F2_ROWS, diag = qt == kt;
-        __syncthreads();
-        f2_store_rows(Qs, qr);
-        f2_store_rows(dYs, yr);
-        if (threadIdx.x < F2_ROWS) {
-            Ls[threadIdx.x] = lq;
-            Ds[threadIdx.x] = dq;
-        }
-        __syncthreads();
+        int q0 = qt * F2_ROWS, diag = qt == kt, st = (qt - kt) & 1;
+        __syncthreads(); // every warp is done with the previous tile: its stage is refilled next
         if (qt + 1 < nq) {
-            f2_fetch(qr, qb, ld, q0 + F2_ROWS, T);
-            f2_fetch(yr, yb, C, q0 + F2_ROWS, T);
-            tq = q0 + F2_ROWS + (int)threadIdx.x;
+            f2_load_tile(Qs[st ^ 1], qb, ld, q0 + F2_ROWS, T);
+            f2_load_tile(dYs[st ^ 1], yb, C, q0 + F2_ROWS, T);
+            if (threadIdx.x < F2_ROWS) {
+                Ls[st ^ 1][threadIdx.x] = lq;
+                Ds[st ^ 1][threadIdx.x] = dq;
+            }
+            tq = q0 + 2 * F2_ROWS + (int)threadIdx.x;
             lq = threadIdx.x < F2_ROWS && tq < T ? lb[tq] * F2_LOG2E : 0.0f;
             dq = threadIdx.x < F2_ROWS && tq < T ? db[tq] : 0.0f;
         }
+        f2_cp_commit();
+        f2_cp_wait<1>();
+        __syncthreads();
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
             if (diag && 32 * hh + 31 < 16 * w) continue; // the half's queries all precede this warp's keys
@@ -355,10 +373,10 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dkv_kernel(
 #pragma unroll
                 for (int kp = 0; kp < 2; kp++) {
                     uint32_t bb[4];
-                    f2_ldsm_nk(bb, Qs, 32 * hh + 8 * n, 32 * kp);
+                    f2_ldsm_nk(bb, Qs[st], 32 * hh + 8 * n, 32 * kp);
                     F2_MMA(s[n], ka[2 * kp], bb);
                     F2_MMA(s[n], ka[2 * kp + 1], bb + 2);
-                    f2_ldsm_nk(bb, dYs, 32 * hh + 8 * n, 32 * kp);
+                    f2_ldsm_nk(bb, dYs[st], 32 * hh + 8 * n, 32 * kp);
                     F2_MMA(dp[n], va[2 * kp], bb);
                     F2_MMA(dp[n], va[2 * kp + 1], bb + 2);
                 }
@@ -368,10 +386,10 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dkv_kernel(
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     int j = 32 * hh + 8 * n + 2 * t + (i & 1), q = q0 + j, key = i < 2 ? r0 : r1;
-                    float p = exp2f(s[n][i] * c - Ls[j]);
+                    float p = exp2f(s[n][i] * c - Ls[st][j]);
                     if (q >= T || (diag && q < key)) p = 0.0f;
                     s[n][i] = p;                                // P^T
-                    dp[n][i] = p * (dp[n][i] - Ds[j]);          // dS^T / scale
+                    dp[n][i] = p * (dp[n][i] - Ds[st][j]);      // dS^T / scale
                 }
 #pragma unroll
             for (int kk = 0; kk < 2; kk++) {
@@ -381,10 +399,10 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dkv_kernel(
 #pragma unroll
                 for (int np = 0; np < 4; np++) {
                     uint32_t bb[4];
-                    f2_ldsm_kn(bb, dYs, 32 * hh + 16 * kk, 16 * np);
+                    f2_ldsm_kn(bb, dYs[st], 32 * hh + 16 * kk, 16 * np);
                     F2_MMA(dv[2 * np], pa, bb);
                     F2_MMA(dv[2 * np + 1], pa, bb + 2);
-                    f2_ldsm_kn(bb, Qs, 32 * hh + 16 * kk, 16 * np);
+                    f2_ldsm_kn(bb, Qs[st], 32 * hh + 16 * kk, 16 * np);
                     F2_MMA(dk[2 * np], sa, bb);
                     F2_MMA(dk[2 * np + 1], sa, bb + 2);
                 }

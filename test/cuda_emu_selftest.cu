@@ -89,6 +89,31 @@ template <class T> static __device__ void mma16816_tile(float *out, const float 
 static __global__ void mma16816_bf16(float *o, const float *A, const float *B, const float *C) { mma16816_tile<__nv_bfloat16>(o, A, B, C); }
 static __global__ void mma16816_f16(float *o, const float *A, const float *B, const float *C) { mma16816_tile<__half>(o, A, B, C); }
 
+// gpu/mma16.cuh's ldmatrix.x4, the portable body: four 8x8 matrices of distinct 16-bit integers
+// (exact in bf16) in a shared tile with padded rows (24 elements: 48 bytes, 16-byte aligned), each
+// lane giving the address of row l % 8 of matrix l / 8; every lane's r[m] must hold the elements
+// the PTX ISA's layout names: M[g][2t], M[g][2t+1] plain, M[2t][g], M[2t+1][g] transposed. Out:
+// per lane, 4 registers x 2 halves, as floats. misalign: the rows start 8 bytes off (a fault).
+static __global__ void ldsm_tile(float *out, int trans, int misalign) {
+    __shared__ __align__(16) __nv_bfloat16 tile[33][24];
+    int l = threadIdx.x;
+    for (int i = l; i < 256; i += 32) { // matrix m = i / 64 at rows 8 m .. 8 m + 7, its element (r, c)
+        int m = i / 64, r = i % 64 / 8, c = i % 8;
+        tile[8 * m + r][c + (misalign ? 4 : 0)] = __float2bfloat16_rn((float)(m * 64 + r * 8 + c));
+    }
+    __syncwarp();
+    const __nv_bfloat16 *row = &tile[8 * (l / 8) + l % 8][misalign ? 4 : 0];
+    uint32_t r[4];
+    if (trans) mma16_ldsm_x4<1>(r, row);
+    else mma16_ldsm_x4<0>(r, row);
+    for (int m = 0; m < 4; m++) {
+        float v[2];
+        mma16_unpack<__nv_bfloat16>(v, r[m]);
+        out[l * 8 + 2 * m] = v[0];
+        out[l * 8 + 2 * m + 1] = v[1];
+    }
+}
+
 static float *dev_floats(int n) {
     float *p;
     CHECK(cudaMalloc(&p, (size_t)n * sizeof(float)));
@@ -149,6 +174,23 @@ int main(int argc, char **argv) {
             for (int e = 0; e < 256; e++) bad[ty] += h[e] != ref[e % 128];
         }
         printf("mma16816: bf16 %d, fp16 %d of 256 elements wrong\n", bad[0], bad[1]);
+        return bad[0] + bad[1] != 0;
+    }
+    if (!strcmp(c, "ldmatrix") || !strcmp(c, "ldmatrix_misaligned")) { // plain and transposed, against the PTX layout
+        float *o = dev_floats(256), h[256];
+        int bad[2] = {0, 0};
+        for (int trans = 0; trans < 2; trans++) {
+            ldsm_tile<<<1, 32, 0, s1>>>(o, trans, !strcmp(c, "ldmatrix_misaligned"));
+            CHECK(cudaGetLastError());
+            to_host(h, o, 256);
+            for (int l = 0; l < 32; l++)
+                for (int m = 0; m < 4; m++)
+                    for (int k = 0; k < 2; k++) {
+                        int g = l / 4, t = l % 4, r = trans ? 2 * t + k : g, col = trans ? g : 2 * t + k;
+                        bad[trans] += h[l * 8 + 2 * m + k] != (float)(m * 64 + r * 8 + col);
+                    }
+        }
+        printf("ldmatrix: plain %d, transposed %d of 256 elements wrong\n", bad[0], bad[1]);
         return bad[0] + bad[1] != 0;
     }
     if (!strcmp(c, "sync_after_return")) { float *o = dev_floats(64); sync_after_return<<<1, 64, 0, s1>>>(o); cudaDeviceSynchronize(); return 0; }

@@ -9,7 +9,8 @@
 #      overlapping all-gather, a WMMA load racing the lanes' shared-memory writes or from a
 #      tile that is not 32-byte aligned are each
 #      caught; a missing event wait shows under one schedule; a WMMA tile product is right; so is
-#      gpu/mma16.cuh's portable m16n8k16 product (the PTX fragment layouts, bf16 and fp16).
+#      gpu/mma16.cuh's portable m16n8k16 product (the PTX fragment layouts, bf16 and fp16) and its
+#      ldmatrix.x4, plain and transposed (the PTX layout; a row address not 16-byte aligned is caught).
 #   2. run_gpu_checks.sh, emulated: loss and every gradient against the CPU trainer in fp32,
 #      bf16 and fp16 (two shapes), ZeRO stages 0-3 on 2 ranks agreeing (fp32, bf16); activation
 #      recompute (full, every 2, selective, cpu_checkpointing) equal to no recompute bit for bit
@@ -59,6 +60,8 @@ selftest() { # case, expected exit status, expected text in the output
 selftest sum 0 "sum 500500 500500 500500"
 selftest wmma 0 "wmma: 0 of 256 elements wrong"
 selftest mma16816 0 "mma16816: bf16 0, fp16 0 of 256 elements wrong"
+selftest ldmatrix 0 "ldmatrix: plain 0, transposed 0 of 256 elements wrong"
+selftest ldmatrix_misaligned 134 "is not 16-byte aligned"
 selftest wmma_race 134 "holds other operands than lane 0"
 selftest wmma_misaligned 134 "is not 32-byte aligned"
 selftest sync_after_return 134 "48 of the block's 64 threads have exited before it"
