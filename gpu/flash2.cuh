@@ -36,6 +36,17 @@
 #define F2_THREADS 128
 #define F2_LOG2E 1.4426950408889634f
 #define F2_LN2 0.6931471805599453f
+// Blocks per SM each kernel is compiled to fit (__launch_bounds__' second argument: the register
+// cap follows, 65536 / (128 x blocks)); -D overrides them for a variant build to time.
+#ifndef F2_MINB_FWD
+#define F2_MINB_FWD 1
+#endif
+#ifndef F2_MINB_DQ
+#define F2_MINB_DQ 1
+#endif
+#ifndef F2_MINB_DKV
+#define F2_MINB_DKV 1
+#endif
 
 // 4 bytes (2 elements) of a row through a register.
 #if defined(CUDA_EMULATOR)
@@ -111,7 +122,7 @@ static __device__ __forceinline__ void f2_ldsm_kn(uint32_t b[4], const floatX (*
 
 // out (B,T,C): head h's columns = softmax(scale Q K^T, causal) V; lse (B,NH,T).
 // Grid (B*NH, ceil(T/64)), the heaviest query blocks (last) first.
-static __global__ void __launch_bounds__(F2_THREADS) flash2_forward_kernel(floatX *out, float *lse, const floatX *qkv, int T,
+static __global__ void __launch_bounds__(F2_THREADS, F2_MINB_FWD) flash2_forward_kernel(floatX *out, float *lse, const floatX *qkv, int T,
                                                                           int C, int NH) {
     __shared__ __align__(16) floatX Ks[2][F2_ROWS][F2_LD], Vs[2][F2_ROWS][F2_LD]; // K and V (key, dim), two stages
     int b = blockIdx.x / NH, h = blockIdx.x % NH, qt = gridDim.y - 1 - blockIdx.y, q0 = qt * F2_ROWS;
@@ -224,7 +235,7 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_forward_kernel(float
 
 // dqkv's q part, OVERWRITTEN: dQ = scale dS K, dS = P (dP - D), dP = dY V^T, per 64-query block,
 // iterating key tiles up to the diagonal (two 32-key halves each). Grid as the forward's.
-static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dq_kernel(floatX *dqkv, const float *lse, const float *D,
+static __global__ void __launch_bounds__(F2_THREADS, F2_MINB_DQ) flash2_backward_dq_kernel(floatX *dqkv, const float *lse, const float *D,
                                                                               const floatX *dout, const floatX *qkv, int T,
                                                                               int C, int NH) {
     __shared__ __align__(16) floatX Ks[2][F2_ROWS][F2_LD], Vs[2][F2_ROWS][F2_LD]; // K and V (key, dim), two stages
@@ -311,7 +322,7 @@ static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dq_kernel(f
 // (two 32-query halves each): S^T = K Q^T, P^T = exp2(S^T c - lse c), dV += P^T dY,
 // dP^T = V dY^T, dS^T = P^T (dP^T - D), dK += scale dS^T Q. Grid (B*NH, ceil(T/64)), key
 // block = blockIdx.y (the heaviest, first, first).
-static __global__ void __launch_bounds__(F2_THREADS) flash2_backward_dkv_kernel(floatX *dqkv, const float *lse, const float *D,
+static __global__ void __launch_bounds__(F2_THREADS, F2_MINB_DKV) flash2_backward_dkv_kernel(floatX *dqkv, const float *lse, const float *D,
                                                                                const floatX *dout, const floatX *qkv, int T,
                                                                                int C, int NH) {
     __shared__ __align__(16) floatX Qs[2][F2_ROWS][F2_LD], dYs[2][F2_ROWS][F2_LD]; // Q and dY (query, dim), two stages

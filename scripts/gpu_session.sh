@@ -7,14 +7,17 @@
 #       train_gpt_bf16_mm (the ATTENTION=flash and matmul builds, benchmarked and checked beside
 #       the default, flash2), the CPU trainer for
 #       any x86-64-v3 host (the oracle of the checks), and with --base the bf16 trainer of another
-#       commit (the same runs, before and after, on the same card); gathers the shared libraries
+#       commit (the same runs, before and after, on the same card), test/gpu/bench_flash2 (the
+#       attention kernels alone) and, with VARIANTS="NAME=NVCC-FLAGS ...", the bf16 trainer and that
+#       benchmark again per variant (train_gpt_bf16_vNAME: candidates in step 2); gathers the shared libraries
 #       that a bare CUDA image lacks (OpenMPI with its components and help files, cJSON, OpenBLAS);
 #       writes them all, with the commit, into gpu_pack/pack.tar.gz (ignored by git; ~25 MB).
 #   scripts/gpu_session.sh run [--out DIR] [--budget SEC]   (make gpu_session; on the GPU machine)
 #       unpacks the pack and, within SEC seconds (default 480), in this order:
 #         1. the card's facts and its measured ceilings (a device-to-device copy and an 8192^3
 #            bf16 matmul through PyTorch, when python3 has it);
-#         2. the first benchmark: d12, T=1024, B=16, 524,288 tokens per step, ZeRO-2, with
+#         2. bench_flash2 of each build (errors against fp32, time per call); the first benchmark:
+#            d12, T=1024, B=16, 524,288 tokens per step, ZeRO-2, with
 #            --profile-kernels (the per-kernel table), the same with ATTENTION=matmul, and the
 #            --base binary the same way;
 #         3. the checks (test/gpu/run_gpu_checks.sh, sections 1-3 and 5, the CPU trainer of the
@@ -22,9 +25,9 @@
 #            size 64; ZeRO 0-3; recompute and cpu_checkpointing bit-identical; offload pageable,
 #            pinned, NVMe;
 #         4. with the fastest attention build of 2: d12 at ZeRO-1/2/3 (B=16), d48 at B=4 (65,536
-#            tokens per step), d12 at B=32 and 64 at ZeRO-1/2/3, d24; d12 at ZeRO-2 with the optimizer
-#            offloaded (--offload-ratio 1, 0.5, 0: Twin-Flow), with the GPU's idle share of the
-#            update (1 - its update kernels' time / optim_ms);
+#            tokens per step); d12 at ZeRO-2 with the optimizer offloaded (--offload-ratio 1, 0.5,
+#            0: Twin-Flow), with the GPU's idle share of the update (1 - its update kernels' time /
+#            optim_ms); then d12 at B=32 and 64 at ZeRO-1/2/3, d24;
 #       each run under a timeout from what is left of the budget, so that a slow card still
 #       leaves a complete summary. DIR (default docs/gpu-runs/DATE-COMMIT) receives summary.md,
 #       summary.json (commit, device, checks_passed, checks_failed, ceilings, runs: one object
@@ -65,6 +68,22 @@ pack() {
       make -s train_gpt_$p GPU_ARCHS="$archs" || { echo "gpu_session pack: build of train_gpt_$p failed"; exit 1; }
       cp train_gpt_$p "$st/bin/"
     done
+    # the attention kernels alone (test/gpu/bench_flash2.cu: errors against fp32, time per call),
+    # and VARIANTS="NAME=NVCC-FLAGS ...": the bf16 trainer and that benchmark built with those flags
+    # too (train_gpt_bf16_vNAME, bench_flash2_vNAME: say -DF2_MINB_DQ=4), candidates to time
+    rm -f test/bin/bench_flash2
+    make -s test/bin/bench_flash2 GPU_ARCHS="$archs" || { echo "gpu_session pack: build of bench_flash2 failed"; exit 1; }
+    cp test/bin/bench_flash2 "$st/bin/"
+    local v
+    for v in ${VARIANTS:-}; do
+      local vn=${v%%=*} vf=${v#*=}
+      rm -f train_gpt_bf16 test/bin/bench_flash2
+      make -s train_gpt_bf16 test/bin/bench_flash2 GPU_ARCHS="$archs $vf" || { echo "gpu_session pack: build of variant $vn failed"; exit 1; }
+      cp train_gpt_bf16 "$st/bin/train_gpt_bf16_v$vn"
+      cp test/bin/bench_flash2 "$st/bin/bench_flash2_v$vn"
+      echo "$vn $vf" >> "$st/VARIANTS"
+    done
+    [ -n "${VARIANTS:-}" ] && { rm -f train_gpt_bf16 test/bin/bench_flash2; make -s train_gpt_bf16 GPU_ARCHS="$archs"; }
     # the oracle, for a host that may not be this one's CPU
     make -s .blas_dir
     mpicc -std=c11 -D_GNU_SOURCE -O3 -march=x86-64-v3 -fno-math-errno -fopenmp -Wall -Wextra -Werror -I. train_gpt_cpu.c \
@@ -185,11 +204,19 @@ EOF
   local G=$P/bin/train_gpt_bf16
   local common=(--seq-len "$T" --total-batch "$tb" --steps "$steps" --lr 1e-4 --warmup 0)
 
-  note "== 2. the first benchmark, with the kernel profile, for each attention build; the fastest runs the rest"
+  note "== 2. the attention kernels alone, then the first benchmark, with the kernel profile, for each attention build; the fastest runs the rest"
+  [ -f "$P/VARIANTS" ] && note "variants: $(tr '\n' ';' < "$P/VARIANTS")"
+  local fb
+  for fb in "$P"/bin/bench_flash2*; do
+    [ -x "$fb" ] || continue
+    local fn; fn=$(basename "$fb")
+    if timeout 120 "$fb" > "$L/$fn.txt" 2>&1; then note "ok   $fn: $(grep -E 'flash2 (forward|backward)' "$L/$fn.txt" | sed 's/.*flash2 //' | tr -s ' ' | paste -sd ';')"
+    else note "FAIL $fn (exit $?): $(tail -n 2 "$L/$fn.txt" | paste -sd ' ')"; fails=$((fails + 1)); fi
+  done
   local v best=0
   # SESSION_VARIANTS: which attention builds to profile (default: all three; "-" names the default
   # build), to spend a short lease on the ones still in question
-  for v in ${SESSION_VARIANTS:-- _flash _mm}; do
+  for v in ${SESSION_VARIANTS:-- _flash _mm $(cd "$P/bin" && ls train_gpt_bf16_v* 2>/dev/null | sed 's/^train_gpt_bf16//')}; do
     [ "$v" = - ] && v=""
     [ -x "$P/bin/train_gpt_bf16$v" ] || continue
     bench d12_B${B}_z2${v}_profile "$P/bin/train_gpt_bf16$v" 2 "$B" $model "${common[@]}" --profile-kernels "${peaks[@]}"
