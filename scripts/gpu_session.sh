@@ -16,7 +16,8 @@
 #       unpacks the pack and, within SEC seconds (default 480), in this order:
 #         1. the card's facts and its measured ceilings (a device-to-device copy and an 8192^3
 #            bf16 matmul through PyTorch, when python3 has it);
-#         2. bench_flash2 of each build (errors against fp32, time per call); the first benchmark:
+#         2. bench_flash2 of each build (errors against fp32, time per call; with NCU=1 first Nsight
+#            Compute's counters for its three flash2 kernels at d12's shape); the first benchmark:
 #            d12, T=1024, B=16, 524,288 tokens per step, ZeRO-2, with
 #            --profile-kernels (the per-kernel table), the same with ATTENTION=matmul, and the
 #            --base binary the same way;
@@ -206,6 +207,16 @@ EOF
 
   note "== 2. the attention kernels alone, then the first benchmark, with the kernel profile, for each attention build; the fastest runs the rest"
   [ -f "$P/VARIANTS" ] && note "variants: $(tr '\n' ';' < "$P/VARIANTS")"
+  # NCU=1: Nsight Compute's counters for the three flash2 kernels at d12's shape (bench_flash2's
+  # first timed launches, after its 4 checks of 3 kernels each): where their time goes
+  local ncu; ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+  if [ "${NCU:-0}" = 1 ] && [ -n "$ncu" ] && [ -x "$P/bin/bench_flash2" ]; then
+    timeout 150 "$ncu" --clock-control none --kernel-name regex:flash2 --launch-skip 12 --launch-count 3 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \
+      "$P/bin/bench_flash2" > "$L/ncu_flash2.txt" 2>&1
+    note "ncu flash2 (exit $?): logs/ncu_flash2.txt ($(grep -c 'flash2_' "$L/ncu_flash2.txt") lines naming the kernels)"
+  fi
   local fb
   for fb in "$P"/bin/bench_flash2*; do
     [ -x "$fb" ] || continue
@@ -357,6 +368,12 @@ if twin:
         idle = r["gpu_idle_in_update"]
         md.append(f"| {r['tag']} | {r['offload_ratio']:g} | {r['ms_per_step']:.1f} | {r['optim_ms']:.1f} | {r['device_update_ms']:.2f} | "
                   f"{'' if idle is None else f'{100 * idle:.0f}%'} |")
+# the attention kernels alone (bench_flash2 per build): its error and timing lines
+fbs = sorted(f for f in os.listdir(L) if f.startswith("bench_flash2") and f.endswith(".txt"))
+if fbs:
+    md += ["", "## Attention kernels alone (test/gpu/bench_flash2: errors against fp32, time per call at d12's shape)", ""]
+    for f in fbs:
+        md += [f"{f[:-4]}:", "", "```"] + [l.rstrip() for l in open(os.path.join(L, f)) if l.strip()] + ["```", ""]
 md += ["", "Checks:", "", "```"] + [l.rstrip() for l in open(os.path.join(L, "checks_summary.txt"))] + ["```"] \
     if os.path.exists(os.path.join(L, "checks_summary.txt")) else []
 open(os.path.join(out, "summary.md"), "w").write("\n".join(md) + "\n")
