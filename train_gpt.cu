@@ -255,6 +255,13 @@ static void gelu_backward(GpuKernels *kc, floatX *dinp, const floatX *inp, const
     gelu_backward_k<<<grid_for(kc->gpu, vec ? n / VEC : n, 256), 256, 0, kc->gpu->compute>>>(dinp, inp, dout, n);
     LAUNCH_CHECK();
 }
+// matmul_backward, then dinp = gelu'(pre) * dinp (N*C): fused into the dinp product by cuBLASLt's
+// DGELU epilogue where it has one (gpu/matmul.cuh), else the two apart.
+static void matmul_backward_gelu(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *dbias, const floatX *dout, const floatX *inp,
+                                 const floatX *w, const void *w16, const floatX *pre, int N, int C, int OC) {
+    (void)w16;
+    if (!matmul_backward_pre(kc, dinp, dw, dbias, dout, inp, w, pre, N, C, OC)) gelu_backward(kc, dinp, pre, dinp, (size_t)N * C);
+}
 
 #include "gpu/nccl_backend.cuh"
 

@@ -332,6 +332,13 @@ static void gelu_backward(CpuKernels *k, float *dinp, const float *inp, const fl
     for (size_t i = 0; i < n; i++) dinp[i] = gpt2_gelu_grad(inp[i]) * dout[i];
 }
 
+// matmul_backward, then the GELU's backward in place: dinp (N,C) = gelu'(pre) * (dout . w)
+static void matmul_backward_gelu(CpuKernels *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                                 const float *w, const void *w16, const float *pre, int N, int C, int OC) {
+    matmul_backward(k, dinp, dw, dbias, dout, inp, w, w16, N, C, OC);
+    gelu_backward(k, dinp, pre, dinp, (size_t)N * C);
+}
+
 // out = a + b, elementwise (n): the residual connections
 static void residual_forward(CpuKernels *k, float *out, const float *a, const float *b, size_t n) {
     (void)k;

@@ -12,6 +12,8 @@
 //   matmul_forward(k, out, inp, w, w16, bias, N, C, OC)   matmul_backward(k, dinp, dw+=, dbias+=, dout, inp, w, w16, N, C, OC)
 //   attention_forward(k, out, att, qkv, B, T, C, NH)      attention_backward(k, dqkv, att, dout, qkv, out, B, T, C, NH)
 //   gelu_forward(k, out, inp, n)                          gelu_backward(k, dinp, inp, dout, n)
+//   matmul_backward_gelu(k, dinp, dw+=, dbias+=, dout, inp, w, w16, pre, N, C, OC): matmul_backward, then
+//     dinp = gelu'(pre) * dinp (N*C): the MLP's two backward steps as one call, which a trainer may fuse
 //   residual_forward(k, out, a, b, n)                     zero_fill(k, p, n)
 //   upload_batch(m, inputs, targets, N): sets m->dev_inputs / dev_targets (the GPU copies)
 //   classifier_loss(m, N, dloss) -> mean loss: the fused softmax + cross-entropy (+ gradient)
@@ -191,8 +193,8 @@ static void gpt2_backward(GPT2 *m, int B, int T) {
         LayerTensors g = gpt2_layer_tensors(c, gpt2_unit_grads(m, u));
         LayerActs x = gpt2_layer_acts_backward(m, l, B, T);
         // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        matmul_backward(&m->kern, a->dbt4c, g.fcprojw, g.fcprojb, a->dresidual, x.fch_gelu, w.fcprojw, gpt2_x16(up, w.fcprojw), N, 4 * C, C);
-        gelu_backward(&m->kern, a->dbt4c, x.fch, a->dbt4c, 4 * btc);
+        matmul_backward_gelu(&m->kern, a->dbt4c, g.fcprojw, g.fcprojb, a->dresidual, x.fch_gelu, w.fcprojw, gpt2_x16(up, w.fcprojw),
+                             x.fch, N, 4 * C, C);
         matmul_backward(&m->kern, a->dbtc, g.fcw, g.fcb, a->dbt4c, x.ln2, w.fcw, gpt2_x16(up, w.fcw), N, C, 4 * C);
         layernorm_backward(&m->kern, a->dresidual, g.ln2w, g.ln2b, a->dbtc, x.residual2, w.ln2w, x.ln2_mean, x.ln2_rstd, N, C);
         // attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual))))

@@ -11,7 +11,9 @@
 //   D (M,N) = alpha * op(A) (M,K) . op(B) (K,N) + beta * D, each matrix row-major with its own
 //   leading dimension; op(A) = A stored (M,K), or A^T with A stored (K,M) when transA.
 // `batch` matrices at the given element strides (strided batch). bias (N), when given, is
-// added to every row (beta must be 0 then). cuBLASLt is column-major, so it computes
+// added to every row (beta must be 0 then). matmul_lt_dgelu: D = gelu'(pre) * op(A) op(B), pre
+// (M,N) laid out as D, through cuBLASLt's DGELU epilogue (the GELU's backward fused into the
+// product that feeds it: one pass over D instead of three). cuBLASLt is column-major, so it computes
 // D^T = op(B)^T . op(A)^T: the row-major B is its first operand. With beta != 0 cuBLASLt reads
 // D, adds in fp32 and rounds once: parameter gradients (dw +=) get one rounding per call.
 
@@ -33,9 +35,9 @@ static size_t alignment_of(const void *p, long long stride_elems, int batch) {
 // saw: sizes, transposes, leading dimensions, batch and strides, the alignments the pointers
 // have and whether the bias goes through the epilogue.
 typedef struct {
-    int M, N, K, transA, transB, lda, ldb, ldd, batch, bias_epilogue;
+    int M, N, K, transA, transB, lda, ldb, ldd, batch, bias_epilogue, dgelu;
     long long strideA, strideB, strideD;
-    uint32_t al[3];                  // B, A, D: as told to the heuristic
+    uint32_t al[4];                  // B, A, D, and DGELU's pre: as told to the heuristic
 } MatmulKey;
 typedef struct {
     MatmulKey key;
@@ -57,7 +59,8 @@ static void matmul_plans_free(MatmulPlans *ps) {
     for (int i = 0; i < ps->used; i++) matmul_plan_free(&ps->plan[i]);
     ps->used = ps->next = 0;
 }
-static const MatmulPlan *matmul_plan(const Gpu *gpu, MatmulPlans *ps, const MatmulKey *k) {
+// (aux: DGELU's pre, whose address cuBLASLt's heuristic reads for its alignment; NULL otherwise)
+static const MatmulPlan *matmul_plan(const Gpu *gpu, MatmulPlans *ps, const MatmulKey *k, const void *aux) {
     for (int i = 0; i < ps->used; i++)
         if (!memcmp(&ps->plan[i].key, k, sizeof(*k))) return &ps->plan[i];
     MatmulPlan *p;
@@ -74,6 +77,13 @@ static const MatmulPlan *matmul_plan(const Gpu *gpu, MatmulPlans *ps, const Matm
         int32_t bias_type = FLOATX_CUDA; // D's type is the default; said explicitly, as the bias is floatX by contract
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    }
+    if (k->dgelu) { // pre has D's layout: its leading dimension is D's
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DGELU;
+        int64_t ld_aux = k->ldd;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof(ld_aux)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
     }
     // column-major views: first operand = row-major B, second = row-major A, D is (N rows, M cols)
     int M = k->M, N = k->N, K = k->K;
@@ -106,20 +116,29 @@ static const MatmulPlan *matmul_plan(const Gpu *gpu, MatmulPlans *ps, const Matm
     return p;
 }
 
-static void matmul_lt(GpuKernels *kc, floatX *d, const floatX *a, const floatX *b, const floatX *bias, int M, int N, int K, int transA,
-                      int transB, int lda, int ldb, int ldd, float alpha, float beta, int batch = 1,
-                      long long strideA = 0, long long strideB = 0, long long strideD = 0) {
+// The key of one call: everything the heuristic sees (pre: DGELU's, or NULL).
+static MatmulKey matmul_key(floatX *d, const floatX *a, const floatX *b, const floatX *bias, const floatX *pre, int M, int N, int K,
+                            int transA, int transB, int lda, int ldb, int ldd, int batch, long long strideA, long long strideB,
+                            long long strideD) {
     MatmulKey key;
     memset(&key, 0, sizeof(key)); // the padding too: keys are compared with memcmp
     key.M = M; key.N = N; key.K = K; key.transA = transA; key.transB = transB;
     key.lda = lda; key.ldb = ldb; key.ldd = ldd; key.batch = batch;
     key.strideA = strideA; key.strideB = strideB; key.strideD = strideD;
     key.bias_epilogue = bias && ((uintptr_t)bias % 16) == 0;
+    key.dgelu = pre != NULL;
     key.al[0] = (uint32_t)alignment_of(b, strideB, batch);
     key.al[1] = (uint32_t)alignment_of(a, strideA, batch);
     key.al[2] = (uint32_t)alignment_of(d, strideD, batch);
+    key.al[3] = pre ? (uint32_t)alignment_of(pre, 0, 1) : 0;
+    return key;
+}
+static void matmul_lt(GpuKernels *kc, floatX *d, const floatX *a, const floatX *b, const floatX *bias, int M, int N, int K, int transA,
+                      int transB, int lda, int ldb, int ldd, float alpha, float beta, int batch = 1,
+                      long long strideA = 0, long long strideB = 0, long long strideD = 0) {
+    MatmulKey key = matmul_key(d, a, b, bias, NULL, M, N, K, transA, transB, lda, ldb, ldd, batch, strideA, strideB, strideD);
     const Gpu *gpu = kc->gpu;
-    const MatmulPlan *p = matmul_plan(gpu, kc->plans, &key);
+    const MatmulPlan *p = matmul_plan(gpu, kc->plans, &key, NULL);
     if (!p->found) {
         // No cuBLASLt kernel for this shape and these alignments (16-bit operands one element
         // aligned, say): compute it anyway, slowly, and say so once per process, so that a
@@ -147,6 +166,24 @@ static void matmul_lt(GpuKernels *kc, floatX *d, const floatX *a, const floatX *
             LAUNCH_CHECK();
         }
     }
+}
+// D (M,N) = gelu'(pre) * op(A) op(B) (one matrix, alpha 1, beta 0), pre (M,N) with D's leading
+// dimension: matmul_dgelu_plan gives the plan, or NULL where pre is not 16-byte aligned or cuBLASLt
+// has no DGELU algorithm for the shape (the caller then runs the product and the GELU's backward
+// apart); matmul_lt_dgelu runs it.
+static const MatmulPlan *matmul_dgelu_plan(GpuKernels *kc, floatX *d, const floatX *a, const floatX *b, const floatX *pre, int M,
+                                           int N, int K, int transA, int transB, int lda, int ldb, int ldd) {
+    if ((uintptr_t)pre % 16 || ldd % 8) return NULL;
+    MatmulKey key = matmul_key(d, a, b, NULL, pre, M, N, K, transA, transB, lda, ldb, ldd, 1, 0, 0, 0);
+    const MatmulPlan *p = matmul_plan(kc->gpu, kc->plans, &key, pre);
+    return p->found ? p : NULL;
+}
+static void matmul_lt_dgelu(GpuKernels *kc, const MatmulPlan *p, floatX *d, const floatX *a, const floatX *b, const floatX *pre) {
+    const Gpu *gpu = kc->gpu;
+    float alpha = 1.0f, beta = 0.0f;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof(pre)));
+    CUBLAS_CHECK(cublasLtMatmul(gpu->lt, p->desc, &alpha, b, p->la, a, p->lb, &beta, d, p->ld, d, p->ld, &p->heur.algo,
+                                gpu->workspace, gpu->workspace_bytes, gpu->compute));
 }
 
 // ----------------------------------------------------------------------------------------
@@ -224,13 +261,18 @@ static void matmul_forward(GpuKernels *kc, floatX *out, const floatX *inp, const
     matmul_lt(kc, out, inp, w, bias, N, OC, C, 0, 1, C, C, OC, 1.0f, 0.0f);
 }
 // dinp (N,C) = dout (N,OC) . w;  dw (OC,C) += dout^T . inp;  dbias (OC) += column sums of dout
-// (w16 as in matmul_forward)
-static void matmul_backward(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *dbias, const floatX *dout, const floatX *inp,
-                            const floatX *w, const void *w16, int N, int C, int OC) {
-    (void)w16;
+// (w16 as in matmul_forward). With pre (N,C) (matmul_backward_gelu's): dinp = gelu'(pre) * dout . w
+// where cuBLASLt's DGELU epilogue can: returns 1 then, 0 when dinp is the plain product.
+static int matmul_backward_pre(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *dbias, const floatX *dout, const floatX *inp,
+                               const floatX *w, const floatX *pre, int N, int C, int OC) {
     char nm[64] = "";
     double nc = (double)N * C, no = (double)N * OC, oc = (double)OC * C;
-    {
+    const MatmulPlan *fused = pre ? matmul_dgelu_plan(kc, dinp, dout, w, pre, N, C, OC, 0, 0, OC, C, C) : NULL;
+    if (fused) {
+        KSpan span(kc->gpu->prof, matmul_name(nm, sizeof(nm), kc->gpu, "matmul_backward dinp+dgelu", C, OC), 2.0 * N * C * OC,
+                   (no + oc + 2.0 * nc) * sizeof(floatX));
+        matmul_lt_dgelu(kc, fused, dinp, dout, w, pre);
+    } else {
         KSpan span(kc->gpu->prof, matmul_name(nm, sizeof(nm), kc->gpu, "matmul_backward dinp", C, OC), 2.0 * N * C * OC,
                    (no + oc + nc) * sizeof(floatX));
         matmul_lt(kc, dinp, dout, w, NULL, N, C, OC, 0, 0, OC, C, C, 1.0f, 0.0f);
@@ -244,6 +286,12 @@ static void matmul_backward(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *db
         KSpan span(kc->gpu->prof, matmul_name(nm, sizeof(nm), kc->gpu, "bias gradient", C, OC), 0.0, (no + 2.0 * OC) * sizeof(floatX));
         column_grads(kc, NULL, NULL, dbias, dout, NULL, NULL, NULL, NULL, N, OC);
     }
+    return fused != NULL;
+}
+static void matmul_backward(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *dbias, const floatX *dout, const floatX *inp,
+                            const floatX *w, const void *w16, int N, int C, int OC) {
+    (void)w16;
+    matmul_backward_pre(kc, dinp, dw, dbias, dout, inp, w, NULL, N, C, OC);
 }
 
 #endif // GPU_MATMUL_CUH

@@ -18,12 +18,12 @@ typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1, CUB
 typedef enum { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 } cublasComputeType_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
 typedef enum { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
-               CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 10,
-               CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 11, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26 }
+               CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+               CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26 }
     cublasLtMatmulDescAttributes_t;
 typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU = 32,
                CUBLASLT_EPILOGUE_GELU_AUX = 160, CUBLASLT_EPILOGUE_GELU_BIAS = 36,
-               CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164 } cublasLtEpilogue_t;
+               CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164, CUBLASLT_EPILOGUE_DGELU = 192 } cublasLtEpilogue_t;
 typedef enum { CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 6 }
     cublasLtMatrixLayoutAttribute_t;
 typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
@@ -129,7 +129,7 @@ static inline cublasStatus_t emu_lt_shapes(cublasLtMatmulDesc_t d, cublasLtMatri
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS && d->epilogue != CUBLASLT_EPILOGUE_GELU &&
         d->epilogue != CUBLASLT_EPILOGUE_GELU_BIAS && d->epilogue != CUBLASLT_EPILOGUE_GELU_AUX &&
-        d->epilogue != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+        d->epilogue != CUBLASLT_EPILOGUE_GELU_AUX_BIAS && d->epilogue != CUBLASLT_EPILOGUE_DGELU)
         emu_fatal("cuBLASLt: epilogue %d is not emulated", (int)d->epilogue);
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -172,6 +172,11 @@ static inline void emu_lt_store(void *p, size_t i, cudaDataType_t t, float v) {
 }
 // The GELU of cuBLASLt's epilogues: the tanh approximation.
 static inline float emu_lt_gelu(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
+// ... and its derivative (DGELU): 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx, u = k (x + 0.044715 x^3)
+static inline float emu_lt_gelu_grad(float x) {
+    float u = 0.7978845608028654f * (x + 0.044715f * x * x * x), th = tanhf(u);
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+}
 // A column-major matrix widened to fp32, same leading dimension.
 static inline std::vector<float> emu_lt_widen(const void *p, const EmuLtLayout &l) {
     std::vector<float> f((size_t)l.ld * l.cols);
@@ -211,16 +216,20 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
     if (C != D && b != 0.0f) emu_check_range(C, 1, 1, "cublasLtMatmul", "operand C");
     int has_bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS ||
                    d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    int gelu = d->epilogue >= CUBLASLT_EPILOGUE_GELU, aux = d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX ||
-                                                           d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    int gelu = d->epilogue == CUBLASLT_EPILOGUE_GELU || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS ||
+               d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    int aux = d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    int dgelu = d->epilogue == CUBLASLT_EPILOGUE_DGELU; // D = gelu'(aux) * the product: aux is read
     cudaDataType_t bias_type = d->bias_type_set ? d->bias_type : Dl->type;
     if (has_bias) {
         if (!d->bias) emu_fatal("cublasLtMatmul: a bias epilogue without a bias pointer");
         if (bias_type != Dl->type && bias_type != CUDA_R_32F) emu_fatal("cublasLtMatmul: bias type %d with D of type %d", (int)bias_type, (int)Dl->type);
         emu_check_range(d->bias, m * emu_lt_size(bias_type), 1, "cublasLtMatmul", "bias (D's rows)");
     }
-    if (aux) {
-        if (!d->aux || d->aux_ld < (int64_t)m) emu_fatal("cublasLtMatmul: a GELU_AUX epilogue without an aux pointer or with ld < rows");
+    if (aux || dgelu) {
+        if (!d->aux || d->aux_ld < (int64_t)m || d->aux_ld % 8)
+            emu_fatal("cublasLtMatmul: a GELU_AUX or DGELU epilogue without an aux pointer, or with ld < rows or not a multiple of 8");
+        if (Dl->batch > 1) emu_fatal("cublasLtMatmul: an aux epilogue on a batched matmul is not emulated");
         emu_check_range(d->aux, ((n - 1) * (size_t)d->aux_ld + m) * emu_lt_size(Dl->type), 1, "cublasLtMatmul", "aux");
     }
     EmuLtDesc dd = *d;
@@ -245,6 +254,7 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
                     if (has_bias) v += emu_lt_load(dd.bias, i, bias_type);
                     if (aux) emu_lt_store(dd.aux, (size_t)bt * 0 + j * dd.aux_ld + i, ld.type, v);
                     if (gelu) v = emu_lt_gelu(v);
+                    if (dgelu) v *= emu_lt_gelu_grad(emu_lt_load(dd.aux, j * dd.aux_ld + i, ld.type));
                     emu_lt_store(pd, j * ld.ld + i, ld.type, v);
                 }
         }
