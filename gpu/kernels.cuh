@@ -303,6 +303,16 @@ static __global__ void add_kernel(void *dst, const void *src, size_t n, int dtyp
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         zc_store(dst, i, zc_load(dst, i, dtype) + zc_load(src, i, dtype), dtype);
 }
+// The same where dtype is floatX's, in packs of V (16-byte loads where V = VEC: n % VEC == 0 and
+// both pointers 16-byte aligned, which the host checks): the same sums, each rounded once.
+template <int V> static __global__ void add_floatx_kernel(floatX *dst, const floatX *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n / V; i += (size_t)gridDim.x * blockDim.x) {
+        Pack<V> a = load_pack<V>(dst + i * V), b = load_pack<V>(src + i * V);
+#pragma unroll
+        for (int k = 0; k < V; k++) a.v[k] = to_floatX(to_float(a.v[k]) + to_float(b.v[k]));
+        store_pack<V>(dst + i * V, a);
+    }
+}
 // dst (n, fp32) = src (n, dtype) widened (exact), and dst (n, dtype) = src (n, fp32) rounded to
 // nearest even: the 16-bit side of the backend's host copies, which travel as fp32.
 static __global__ void widen_kernel(float *dst, const void *src, size_t n, int dtype) {
