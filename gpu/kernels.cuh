@@ -93,7 +93,17 @@ static __global__ void encoder_backward_wte_kernel(floatX *dwte, const floatX *d
     floatX *row = dwte + (size_t)tok[k] * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float acc = 0.0f;
-        for (int j = first; j < end; j++) acc += to_float(dout[(size_t)pos[j] * C + c]);
+        int j = first;
+        // 8 loads in flight before their sums (in order: the same sum as one at a time), so that a
+        // frequent token's long bucket waits on memory once per 8 occurrences, not once per each
+        for (; j + 8 <= end; j += 8) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) v[u] = to_float(dout[(size_t)pos[j + u] * C + c]);
+#pragma unroll
+            for (int u = 0; u < 8; u++) acc += v[u];
+        }
+        for (; j < end; j++) acc += to_float(dout[(size_t)pos[j] * C + c]);
         row[c] = to_floatX(to_float(row[c]) + acc);
     }
 }
