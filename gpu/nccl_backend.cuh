@@ -237,9 +237,10 @@ static void dev_add(void *ctx, void *dst, const void *src, size_t n, int dtype) 
     NcclBackend *b = (NcclBackend *)ctx;
     double es = zc_dtype_size(dtype);
     KSpan span(b->gpu->prof, "gradient shard add (ZeRO)", 0.0, 3.0 * n * es);
-    if (dtype == FLOATX_DTYPE && n % VEC == 0 && vec_ok(dst) && vec_ok(src))
-        add_floatx_kernel<VEC><<<grid_for(b->gpu, n / VEC, 256), 256, 0, b->gpu->compute>>>((floatX *)dst, (const floatX *)src, n);
-    else add_kernel<<<grid_for(b->gpu, n, 256), 256, 0, b->gpu->compute>>>(dst, src, n, dtype);
+    if (dtype == FLOATX_DTYPE && n % VEC == 0 && vec_ok(dst) && vec_ok(src)) {
+        void (*add_packs)(floatX *, const floatX *, size_t) = add_floatx_kernel<VEC>;
+        add_packs<<<grid_for(b->gpu, n / VEC, 256), 256, 0, b->gpu->compute>>>((floatX *)dst, (const floatX *)src, n);
+    } else add_kernel<<<grid_for(b->gpu, n, 256), 256, 0, b->gpu->compute>>>(dst, src, n, dtype);
     LAUNCH_CHECK();
 }
 
