@@ -37,6 +37,7 @@ static int MPI_Abort(int, int code) { exit(code); }
 #include "core/optimizer.h"
 #define GPU_FLASH_MAX_HS 64 // gpu/layout.h's (it brings the planner along)
 #include "gpu/common.cuh"
+#include "gpu/profile.cuh" // KSpan, which gpu/matmul.cuh's wrappers use
 // The kernels in a namespace of their own, so that the old ones beside them (below) do not meet
 // them through argument-dependent lookup (floatX is a global type).
 namespace now {
