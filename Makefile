@@ -179,6 +179,11 @@ test/bin/cuda_emu_selftest: test/cuda_emu_selftest.cu $(EMU_HEADERS) gpu/mma16.c
 	@mkdir -p test/bin
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
 	$(EMU_CXX) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
+# gpu/colsum.cuh's column sums and the gradient norm's kernels on the emulator, each precision (test_gpu_colsum)
+test/bin/gpu_colsum_emu_bf16 test/bin/gpu_colsum_emu_fp16 test/bin/gpu_colsum_emu_fp32: test/bin/gpu_colsum_emu_%: test/gpu_colsum_emu.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
+	@mkdir -p test/bin
+	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
+	$(EMU_CXX) -Wno-unused-function -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 # gpu/quant.cuh against core/quant.h on the emulator (test_gpu_quant)
 test/bin/gpu_quant_emu: test/gpu_quant_emu.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
 	@mkdir -p test/bin

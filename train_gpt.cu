@@ -619,21 +619,25 @@ static void gpt2_backward_done(GPT2 *m) { zero_end_backward(&m->z); }
 static Trace *gpt2_trace(GPT2 *m) { return m->z.trace; }
 #include "core/model.h" // gpt2_forward, gpt2_backward: the same passes as the CPU trainer's
 
-// The global L2 norm of the floatX gradient: each unit's sum of squares in fixed-size
-// partials, one fixed-order sum, one copy to the host, then zero.h's sum over ranks. An
-// overflowed (fp16) gradient gives an Inf or NaN norm on every rank: trainer.h skips the step.
+// The global L2 norm of the floatX gradient: each unit's sum of squares in partials (norm_blocks
+// of them, a function of the unit's count alone, packed one unit after another), one fixed-order
+// sum, one copy to the host, then zero.h's sum over ranks. An overflowed (fp16) gradient gives an
+// Inf or NaN norm on every rank: trainer.h skips the step.
 static float gpt2_grad_norm(GPT2 *m) {
     Zero *z = &m->z;
     size_t owned = 0;
     for (int u = 0; u < z->lay.num_units; u++) owned += zero_update_count(z, u);
     KSpan span(m->kern.gpu->prof, "gradient norm", 2.0 * owned, (double)owned * sizeof(floatX));
+    size_t off = 0; // <= num_units * NORM_BLOCKS, d_partials' size
     for (int u = 0; u < z->lay.num_units; u++) {
         const floatX *g = (const floatX *)zero_update_grads(z, u);
-        sumsq_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, m->kern.gpu->compute>>>(m->d_partials + (size_t)u * NORM_BLOCKS, g,
-                                                                     zero_update_count(z, u));
+        size_t n = zero_update_count(z, u);
+        unsigned blocks = norm_blocks(n);
+        sumsq_kernel<<<blocks, NORM_THREADS, 0, m->kern.gpu->compute>>>(m->d_partials + off, g, n);
         LAUNCH_CHECK();
+        off += blocks;
     }
-    sum_partials_kernel<<<1, NORM_THREADS, 0, m->kern.gpu->compute>>>(m->d_sumsq, m->d_partials, z->lay.num_units * NORM_BLOCKS);
+    sum_partials_kernel<<<1, NORM_THREADS, 0, m->kern.gpu->compute>>>(m->d_sumsq, m->d_partials, (int)off);
     LAUNCH_CHECK();
     d2h(m->kern.comm, m->h_sumsq, m->d_sumsq, sizeof(double), "the gradient norm");
     return zero_global_grad_norm(z, *m->h_sumsq);

@@ -1,4 +1,5 @@
-// gpu/kernels.cuh: the GPU trainer's CUDA kernels (all but flash attention, gpu/flash_attention.cuh),
+// gpu/kernels.cuh: the GPU trainer's CUDA kernels (all but flash attention, gpu/flash_attention.cuh
+// and gpu/flash2.cuh, and the column sums, gpu/colsum.cuh),
 // each with its shapes, launch geometry and a review note on bounds, occupancy and synchronisation.
 // Every one has a CPU twin in train_gpt_cpu.c that it must agree with (test_gpu_emu). The host
 // wrappers that launch them are train_gpt.cu's; this file holds device code only.
@@ -154,129 +155,6 @@ static __global__ void layernorm_forward_kernel(floatX *out, float *mean, float 
         store_pack<V>(o + c, ov);
     }
     if (lane == 0) { mean[row] = m; rstd[row] = s; }
-}
-
-// LayerNorm's backward and the column sums of parameter gradients (LayerNorm dw/db, matmul bias
-// gradients), deterministic and without atomics, in two kernels: column_partials_kernel gives each
-// block a range of rows and writes that range's column sums in fp32 to a scratch buffer (one row
-// of partial sums per block); column_finish_kernel adds the blocks' partials in block order and
-// rounds each sum into the gradient once. The pair replaces one block per 32 columns over all N
-// rows (C/32 = 24 blocks at C = 768 on a 132-SM H100) with enough row ranges to fill the GPU
-// (gpu/matmul.cuh's column_grads picks the grid), at the price of writing and reading the
-// partials (row blocks x columns x 4 bytes; at d12, B=16, T=1024 a LayerNorm's 512 x 1536 are
-// 3.1 MB each way, 6% of the 101 MB its backward moves, against 50 MB for the second reading of
-// dout and x that the separate column-sum kernel did).
-#define CS_TILE 8       // rows a block takes at a time: one per warp in the LayerNorm part
-#define CS_LN_THREADS 256
-
-// column_partials_kernel: rows [blockIdx.x * rows, + rows) of N; columns by slabs of
-// blockDim.x * V (grid.y = ceil(C / (blockDim.x * V)) slabs): thread i of slab y owns the V
-// columns c0 = (y * blockDim.x + i) * V .. c0 + V - 1 (V = VEC where C % VEC == 0 and every
-// pointer is 16-byte aligned, else 1).
-//   LayerNorm (x != NULL; CS_LN_THREADS threads): dinp (N,C) += through the normalisation
-//   (ACCUMULATES: the input is the residual stream), one warp per row over the whole row (the
-//   slab-0 blocks only), two passes as the CPU (the row's two sums, then the update; the second
-//   pass reads the row from L1); and partial (gridDim.x, 2C) = this block's
-//   [sum_n (x - mean) * rstd * dout | sum_n dout] over its rows.
-//   Bias (x == NULL; dinp, w, mean, rstd NULL): partial (gridDim.x, C) = sum_n dout.
-// The column sums read the tile's rows again, CS_TILE at a time with the loads unrolled (16-byte
-// loads in flight for ILP), each thread in row order into V fp32 accumulators per sum: the order
-// is fixed, so the partials are bitwise reproducible. No shared memory, no __syncthreads: the
-// warps of the LayerNorm part are independent (whole warps enter a row, so the shuffles see full
-// warps), and a thread's partials are its own columns. Threads past C skip the sums but never
-// return early. Bounds: rows clamp to N, columns to C (c0 + V <= C when c0 < C, as C % V == 0).
-template <int V>
-static __global__ void column_partials_kernel(float *partial, floatX *dinp, const floatX *dout, const floatX *x,
-                                              const floatX *w, const float *mean, const float *rstd, int N, int C,
-                                              int rows) {
-    int r0 = blockIdx.x * rows, r1 = min(r0 + rows, N);
-    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, nwarps = blockDim.x / WARP;
-    int c0 = (blockIdx.y * blockDim.x + threadIdx.x) * V;
-    float aw[V], ab[V];
-#pragma unroll
-    for (int k = 0; k < V; k++) aw[k] = ab[k] = 0.0f;
-    for (int t0 = r0; t0 < r1; t0 += CS_TILE) {
-        int t1 = min(t0 + CS_TILE, r1);
-        if (x && blockIdx.y == 0) // the LayerNorm's input gradient, a warp per row (warp-uniform branch)
-            for (int row = t0 + warp; row < t1; row += nwarps) {
-                const floatX *xr = x + (size_t)row * C, *dr = dout + (size_t)row * C;
-                floatX *di = dinp + (size_t)row * C;
-                float m = mean[row], s = rstd[row], dm = 0.0f, dnm = 0.0f;
-                for (int c = lane * V; c < C; c += WARP * V) {
-                    Pack<V> wv = load_pack<V>(w + c), dv = load_pack<V>(dr + c), xv = load_pack<V>(xr + c);
-#pragma unroll
-                    for (int k = 0; k < V; k++) {
-                        float dnorm = to_float(wv.v[k]) * to_float(dv.v[k]);
-                        dm += dnorm;
-                        dnm += dnorm * (to_float(xv.v[k]) - m) * s;
-                    }
-                }
-                dm = warp_sum(dm) / C;
-                dnm = warp_sum(dnm) / C;
-                for (int c = lane * V; c < C; c += WARP * V) {
-                    Pack<V> wv = load_pack<V>(w + c), dv = load_pack<V>(dr + c), xv = load_pack<V>(xr + c),
-                            iv = load_pack<V>(di + c);
-#pragma unroll
-                    for (int k = 0; k < V; k++) {
-                        float norm = (to_float(xv.v[k]) - m) * s;
-                        iv.v[k] = to_floatX(to_float(iv.v[k]) + (to_float(wv.v[k]) * to_float(dv.v[k]) - dm - norm * dnm) * s);
-                    }
-                    store_pack<V>(di + c, iv);
-                }
-            }
-        if (c0 < C) { // this thread's columns over the tile's rows, in row order
-#pragma unroll
-            for (int i = 0; i < CS_TILE; i++) {
-                int row = t0 + i;
-                if (row < t1) {
-                    Pack<V> dv = load_pack<V>(dout + (size_t)row * C + c0);
-                    if (x) {
-                        Pack<V> xv = load_pack<V>(x + (size_t)row * C + c0);
-                        float m = mean[row], s = rstd[row];
-#pragma unroll
-                        for (int k = 0; k < V; k++) {
-                            float d = to_float(dv.v[k]);
-                            ab[k] += d;
-                            aw[k] += (to_float(xv.v[k]) - m) * s * d;
-                        }
-                    } else {
-#pragma unroll
-                        for (int k = 0; k < V; k++) ab[k] += to_float(dv.v[k]);
-                    }
-                }
-            }
-        }
-    }
-    if (c0 < C) {
-        float *p = partial + (size_t)blockIdx.x * (x ? 2 : 1) * C;
-#pragma unroll
-        for (int k = 0; k < V; k++) {
-            if (x) p[c0 + k] = aw[k];
-            p[(x ? C : 0) + c0 + k] = ab[k];
-        }
-    }
-}
-// column_finish_kernel: the gradients (dw (C) then db (C) when dw != NULL: 2C columns; db (C)
-// alone otherwise) += the sums over `parts` rows of partial (parts, columns), fp32, one rounding.
-// A 32 x CS_FINISH_Y block per 32 columns (grid ceil(columns / 32)): thread (tx, ty) adds rows ty,
-// ty + CS_FINISH_Y, ... of column tx (a warp reads 128 contiguous bytes), then thread (tx, 0) adds
-// the CS_FINISH_Y sums in order from shared memory: the order is fixed. Threads past the last
-// column add nothing but reach the __syncthreads.
-#define CS_FINISH_Y 16
-static __global__ void column_finish_kernel(floatX *dw, floatX *db, const float *partial, int parts, int C) {
-    __shared__ float sh[CS_FINISH_Y][33];
-    int tx = threadIdx.x, ty = threadIdx.y, cols = dw ? 2 * C : C, j = blockIdx.x * 32 + tx;
-    float a = 0.0f;
-    if (j < cols)
-        for (int p = ty; p < parts; p += CS_FINISH_Y) a += partial[(size_t)p * cols + j];
-    sh[ty][tx] = a;
-    __syncthreads();
-    if (ty == 0 && j < cols) {
-        float t = 0.0f;
-        for (int k = 0; k < CS_FINISH_Y; k++) t += sh[k][tx];
-        floatX *g = dw && j < C ? dw + j : db + (dw ? j - C : j);
-        *g = to_floatX(to_float(*g) + t);
-    }
 }
 
 // out (N,OC) += bias: only where cuBLASLt's bias epilogue cannot take the pointer (it wants
@@ -501,13 +379,25 @@ static __global__ void optimizer_kernel(OptStep step, float *p, float *s0, float
     }
 }
 
-// Sum of squares of g (n, the floatX gradient) into partial[blockIdx.x], in double; the grid
-// is fixed (NORM_BLOCKS) so the order, and therefore the result, is the same every run. An Inf
-// or NaN anywhere makes the sum non-finite (plain adds and products, nothing that drops a NaN):
-// the overflow signal fp16's loss scaling reads off the norm. 256 threads; a tree in shared
-// memory; every thread reaches every __syncthreads.
-#define NORM_BLOCKS 128
+// Sum of squares of g (n, the floatX gradient) into partial[blockIdx.x], in double. The elements
+// go by chunks of VEC (16 bytes; the last chunk may be short): thread t of the grid takes chunks
+// t, t + G, t + 2G, ... (G = gridDim.x * NORM_THREADS) in increasing order, NORM_UNROLL chunks'
+// loads issued before any is summed, each chunk's elements in order into one double. The order
+// depends on n and the grid only, not on g's alignment (an unaligned g reads the same chunks
+// element by element), so the result is the same every run and for every partition with the
+// same n; norm_blocks(n) picks the grid from n alone. Squares of fp32-exact values are exact in
+// double. An Inf or NaN anywhere makes the sum non-finite (plain adds and products, nothing that
+// drops a NaN): the overflow signal fp16's loss scaling reads off the norm. Bytes: n floatX read
+// once. NORM_THREADS threads; a tree in shared memory; every thread reaches every __syncthreads.
+#define NORM_BLOCKS 1024 // at most, per call: 8 blocks of 256 threads per SM on 132 SMs
 #define NORM_THREADS 256
+#define NORM_UNROLL 4
+// The grid for n elements: at least NORM_UNROLL chunks per thread, at most NORM_BLOCKS blocks
+// (a pure function of n: see sumsq_kernel).
+static inline unsigned norm_blocks(size_t n) {
+    size_t per_block = (size_t)NORM_THREADS * NORM_UNROLL * VEC, b = (n + per_block - 1) / per_block;
+    return b < 1 ? 1u : b > NORM_BLOCKS ? (unsigned)NORM_BLOCKS : (unsigned)b;
+}
 // The sum over the block of each thread's s, in a fixed tree (NORM_THREADS threads, shared
 // memory), so the order, and the result, are the same every run; every thread of the block
 // calls it and gets the sum (each reaches every __syncthreads).
@@ -523,19 +413,49 @@ static __device__ double block_sum_fixed(double s) {
     __syncthreads(); // sh is free again once every thread has read the total
     return total;
 }
-static __global__ void sumsq_kernel(double *partial, const floatX *g, size_t n) {
-    double s = 0.0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        double x = to_float(g[i]);
-        s += x * x;
+static __device__ __forceinline__ double sumsq_chunk(const floatX *g, size_t i, size_t n, int vec, double s) {
+    size_t e = i * VEC;
+    if (vec && e + VEC <= n) {
+        Pack<VEC> v = load_pack<VEC>(g + e);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) { double x = to_float(v.v[k]); s += x * x; }
+    } else {
+        for (size_t k = e; k < e + VEC && k < n; k++) { double x = to_float(g[k]); s += x * x; }
     }
+    return s;
+}
+static __global__ void __launch_bounds__(NORM_THREADS) sumsq_kernel(double *partial, const floatX *__restrict__ g, size_t n) {
+    size_t chunks = (n + VEC - 1) / VEC, G = (size_t)gridDim.x * blockDim.x;
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    int vec = ((uintptr_t)g & 15) == 0;
+    double s = 0.0;
+    if (vec) // whole chunks, NORM_UNROLL loads in flight
+        for (; i + (NORM_UNROLL - 1) * G < n / VEC; i += NORM_UNROLL * G) {
+            Pack<VEC> v[NORM_UNROLL];
+#pragma unroll
+            for (int u = 0; u < NORM_UNROLL; u++) v[u] = load_pack<VEC>(g + (i + u * G) * VEC);
+#pragma unroll
+            for (int u = 0; u < NORM_UNROLL; u++)
+#pragma unroll
+                for (int k = 0; k < VEC; k++) { double x = to_float(v[u].v[k]); s += x * x; }
+        }
+    for (; i < chunks; i += G) s = sumsq_chunk(g, i, n, vec, s);
     s = block_sum_fixed(s);
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
-// out[0] = sum of partial[0..n) in a fixed order (one block).
-static __global__ void sum_partials_kernel(double *out, const double *partial, int n) {
+// out[0] = sum of partial[0..n) in a fixed order (one block of NORM_THREADS: thread t adds
+// t, t + NORM_THREADS, ... in order, eight loads in flight, then the tree).
+static __global__ void sum_partials_kernel(double *out, const double *__restrict__ partial, int n) {
     double s = 0.0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
+    int i = threadIdx.x;
+    for (; i + 7 * NORM_THREADS < n; i += 8 * NORM_THREADS) {
+        double v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) v[u] = partial[i + u * NORM_THREADS];
+#pragma unroll
+        for (int u = 0; u < 8; u++) s += v[u];
+    }
+    for (; i < n; i += NORM_THREADS) s += partial[i];
     s = block_sum_fixed(s);
     if (threadIdx.x == 0) out[0] = s;
 }

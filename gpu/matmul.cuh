@@ -2,7 +2,7 @@
 // and backward that model.h calls.
 #ifndef GPU_MATMUL_CUH
 #define GPU_MATMUL_CUH
-#include "gpu/kernels.cuh"
+#include "gpu/colsum.cuh"
 
 // ----------------------------------------------------------------------------------------
 // Matmuls through cuBLASLt: floatX inputs and outputs, fp32 accumulation and scaling
@@ -187,38 +187,40 @@ static void matmul_lt_dgelu(GpuKernels *kc, const MatmulPlan *p, floatX *d, cons
 }
 
 // ----------------------------------------------------------------------------------------
-// Column sums of parameter gradients through column_partials_kernel + column_finish_kernel
-// (gpu/kernels.cuh): the LayerNorm backward (dinp, dw, db; x, w, mean, rstd given) and matmul
-// bias gradients (db only; dinp, dw, x, w, mean, rstd NULL).
-// Grid: blocks of `threads` over slabs of threads * V columns, and row ranges (a multiple of
-// CS_TILE rows) enough for blocks_per_sm blocks per SM in all: LayerNorm 256-thread blocks (a warp
-// per row; at C = 768, 96 threads own a vector of 8 columns each), 4 per SM; biases one-warp
-// blocks (32 x 8 columns per slab), 8 per SM, each thread with CS_TILE 16-byte loads in flight.
-// More row ranges fill the GPU faster but write more partials (parts x columns fp32): at d12,
-// B=16, T=1024 on 132 SMs, 512 x 1536 (3.1 MB) for a LayerNorm, 342 x 768, 114 x 2304 and
-// 86 x 3072 (about 1 MB each) for the biases.
-#define CS_LN_BLOCKS_PER_SM 4
-#define CS_BIAS_THREADS 32
-#define CS_BIAS_BLOCKS_PER_SM 8
+// Column sums of parameter gradients (gpu/colsum.cuh): the LayerNorm backward (dinp, dw, db; x, w,
+// mean, rstd given) through column_partials_kernel, and matmul bias gradients (db only; dinp, dw,
+// x, w, mean, rstd NULL) through bias_partials_kernel; then column_finish_kernel.
+// Grid: blocks over slabs of columns (LayerNorm: 256 threads x V columns, a warp per row in the
+// input-gradient part, CS_LN_BLOCKS_PER_SM per SM; bias: CS_BIAS_WARPS warps over 32 x V columns,
+// CS_BIAS_BLOCKS_PER_SM per SM, so about 32 warps per SM each with CS_TILE 16-byte loads in
+// flight) and row ranges, enough for blocks_per_sm blocks per SM in all: one wave of equal
+// blocks. A LayerNorm's row range is a multiple of CS_TILE rows and at least CS_LN_MIN_ROWS, a
+// bias's a multiple of CS_BIAS_WARPS (the warps take interleaved rows). More row ranges fill the
+// GPU faster but write more partials (parts x columns fp32, written and read again: 2 / rows of
+// a LayerNorm's own traffic): at d12, B=16, T=1024 on 132 SMs, 512 x 1536 (3.1 MB) for a
+// LayerNorm, 171 x 768, 57 x 2304 and 44 x 3072 (0.5 MB each) for the biases; at d48, B=4,
+// 256 x 3200 (3.3 MB; 8 rows a block would be 512 x 3200, 25% more traffic) for a LayerNorm.
 typedef struct { int slabs, rows, parts; } ColumnGrid;
 static ColumnGrid column_grid(int sm_count, int N, int C, int V, int ln) {
-    int threads = ln ? CS_LN_THREADS : CS_BIAS_THREADS, per_sm = ln ? CS_LN_BLOCKS_PER_SM : CS_BIAS_BLOCKS_PER_SM;
+    int slab = ln ? CS_LN_THREADS * V : WARP * V, per_sm = ln ? CS_LN_BLOCKS_PER_SM : CS_BIAS_BLOCKS_PER_SM,
+        gran = ln ? CS_TILE : CS_BIAS_WARPS, min_rows = ln ? CS_LN_MIN_ROWS : CS_BIAS_WARPS;
     ColumnGrid g;
-    g.slabs = (int)ceil_div(ceil_div((size_t)C, V), threads);
+    g.slabs = (int)ceil_div((size_t)C, slab);
     size_t want = (size_t)sm_count * per_sm / g.slabs;
     if (want < 1) want = 1;
-    g.rows = (int)(ceil_div(ceil_div((size_t)N, want), CS_TILE) * CS_TILE);
-    g.parts = (int)ceil_div((size_t)N, g.rows); // <= want, <= ceil(N / CS_TILE)
+    g.rows = (int)(ceil_div(ceil_div((size_t)N, want), gran) * gran);
+    if (g.rows < min_rows) g.rows = min_rows;
+    g.parts = (int)ceil_div((size_t)N, g.rows); // <= want, <= ceil(N / min_rows)
     return g;
 }
 // The scratch floats a column sum over at most N rows and C columns needs: column_grid's parts
 // are at most its `want` (which V = 1, with more slabs, makes no larger than V = VEC does) and at
-// most ceil(N / CS_TILE); both bounds grow with N, so fewer rows (a smaller batch) need no more.
+// most ceil(N / min_rows); both bounds grow with N, so fewer rows (a smaller batch) need no more.
 // gpt2_build sizes GpuKernels.scratch with it.
 static size_t column_scratch_floats(int sm_count, int N, int C, int ln) {
     ColumnGrid g = column_grid(sm_count, N, C, VEC, ln);
     size_t want = (size_t)sm_count * (ln ? CS_LN_BLOCKS_PER_SM : CS_BIAS_BLOCKS_PER_SM) / g.slabs;
-    size_t rows = ceil_div((size_t)N, CS_TILE);
+    size_t rows = ceil_div((size_t)N, ln ? CS_LN_MIN_ROWS : CS_BIAS_WARPS);
     if (want < 1) want = 1;
     return (want < rows ? want : rows) * (ln ? 2 : 1) * C;
 }
@@ -233,13 +235,18 @@ static void column_grads(GpuKernels *kc, floatX *dinp, floatX *dw, floatX *db, c
         snprintf(m, sizeof(m), "%d x %zu partial sums, scratch for %zu floats", g.parts, cols, kc->scratch_floats);
         gpu_fatal("column_grads", m, __FILE__, __LINE__); // a shape gpt2_build did not size for: a bug
     }
-    void (*column_partials)(float *, floatX *, const floatX *, const floatX *, const floatX *, const float *, const float *, int,
-                     int, int) = vec ? column_partials_kernel<VEC> : column_partials_kernel<1>;
-    column_partials<<<dim3(g.parts, g.slabs), ln ? CS_LN_THREADS : CS_BIAS_THREADS, 0, kc->gpu->compute>>>(
-        kc->scratch, dinp, dout, x, w, mean, rstd, N, C, g.rows);
+    if (ln) {
+        void (*partials)(float *, floatX *, const floatX *, const floatX *, const floatX *, const float *, const float *, int, int,
+                         int) = vec ? column_partials_kernel<VEC> : column_partials_kernel<1>;
+        partials<<<dim3(g.parts, g.slabs), CS_LN_THREADS, 0, kc->gpu->compute>>>(kc->scratch, dinp, dout, x, w, mean, rstd, N,
+                                                                                   C, g.rows);
+    } else {
+        void (*partials)(float *, const floatX *, int, int, int) = vec ? bias_partials_kernel<VEC> : bias_partials_kernel<1>;
+        partials<<<dim3(g.parts, g.slabs), CS_BIAS_WARPS * WARP, 0, kc->gpu->compute>>>(kc->scratch, dout, N, C, g.rows);
+    }
     LAUNCH_CHECK();
-    column_finish_kernel<<<ceil_div(cols, 32), dim3(32, CS_FINISH_Y), 0, kc->gpu->compute>>>(ln ? dw : NULL, db, kc->scratch,
-                                                                                            g.parts, C);
+    column_finish_kernel<<<ceil_div(cols, CS_FINISH_X), dim3(CS_FINISH_X, CS_FINISH_Y), 0, kc->gpu->compute>>>(
+        ln ? dw : NULL, db, kc->scratch, g.parts, C);
     LAUNCH_CHECK();
 }
 

@@ -37,11 +37,13 @@ static int MPI_Abort(int, int code) { exit(code); }
 #include "core/optimizer.h"
 #define GPU_FLASH_MAX_HS 64 // gpu/layout.h's (it brings the planner along)
 #include "gpu/common.cuh"
+#include "gpu/profile.cuh" // KSpan, which gpu/matmul.cuh's wrappers use
 // The kernels in a namespace of their own, so that the old ones beside them (below) do not meet
 // them through argument-dependent lookup (floatX is a global type).
 namespace now {
 #include "gpu/kernels.cuh"
 #include "gpu/flash_attention.cuh"
+#include "gpu/colsum.cuh"
 } // namespace now
 using namespace now;
 #include "gpu/matmul.cuh" // column_grads (its kernels.cuh include is done; MatmulPlans is common.cuh's global)
@@ -195,13 +197,13 @@ int main(int argc, char **argv) {
         char name[96];
         snprintf(name, sizeof(name), "bias grad OC=%d: column_partials + finish", OC);
         row(name, time_ms([&] { column_grads(&kc, NULL, NULL, dbias, big, NULL, NULL, NULL, NULL, N, OC); }), (double)N * OC * 2);
-        for (int per_sm = 4; per_sm <= 16; per_sm *= 2) {
+        for (int per_sm = 2; per_sm <= 4; per_sm *= 2) {
             ColumnGrid g = column_grid(gpu.sm_count, N, OC, VEC, 0);
-            int want = gpu.sm_count * per_sm / g.slabs, rows = (int)(ceil_div(ceil_div(N, want), CS_TILE) * CS_TILE),
+            int want = gpu.sm_count * per_sm / g.slabs, rows = (int)(ceil_div(ceil_div(N, want), CS_BIAS_WARPS) * CS_BIAS_WARPS),
                 parts = (int)ceil_div(N, rows);
-            snprintf(name, sizeof(name), "  partials alone, %d blocks/SM (%d x %d)", per_sm, parts, g.slabs);
+            snprintf(name, sizeof(name), "  bias_partials_kernel alone, %d blocks/SM (%d x %d)", per_sm, parts, g.slabs);
             row(name, time_ms([&] {
-                    column_partials_kernel<VEC><<<dim3(parts, g.slabs), CS_BIAS_THREADS, 0, st>>>(kc.scratch, NULL, big, NULL, NULL, NULL, NULL, N, OC, rows);
+                    bias_partials_kernel<VEC><<<dim3(parts, g.slabs), CS_BIAS_WARPS * WARP, 0, st>>>(kc.scratch, big, N, OC, rows);
                 }), (double)N * OC * 2 + 4.0 * parts * OC);
         }
 #ifdef BENCH_BEFORE
@@ -215,6 +217,17 @@ int main(int argc, char **argv) {
         snprintf(name, sizeof(name), "bias grad OC=%d", OC);
         compare(name, dbias_b, dbias, OC);
 #endif
+    }
+
+    // ---- the gradient norm's sum of squares (train_gpt.cu's gpt2_grad_norm over one unit), N*4C elements
+    {
+        size_t n = (size_t)N * 4 * C;
+        double *parts_d;
+        CK(cudaMalloc(&parts_d, (NORM_BLOCKS + 1) * sizeof(double)));
+        row("gradient norm: sumsq + sum_partials (N*4C)", time_ms([&] {
+                sumsq_kernel<<<norm_blocks(n), NORM_THREADS, 0, st>>>(parts_d, big, n);
+                sum_partials_kernel<<<1, NORM_THREADS, 0, st>>>(parts_d + NORM_BLOCKS, parts_d, (int)norm_blocks(n));
+            }), (double)n * 2);
     }
 
     // ---- elementwise (the wrappers' launches) and the encoder
