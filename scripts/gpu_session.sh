@@ -8,7 +8,7 @@
 #       the default, flash2), the CPU trainer for
 #       any x86-64-v3 host (the oracle of the checks), and with --base the bf16 trainer of another
 #       commit (the same runs, before and after, on the same card), test/gpu/bench_flash2 (the
-#       attention kernels alone) and, with VARIANTS="NAME=NVCC-FLAGS ...", the bf16 trainer and that
+#       attention kernels alone) and, with VARIANTS="NAME=FLAG,FLAG ...", the bf16 trainer and that
 #       benchmark again per variant (train_gpt_bf16_vNAME: candidates in step 2); gathers the shared libraries
 #       that a bare CUDA image lacks (OpenMPI with its components and help files, cJSON, OpenBLAS);
 #       writes them all, with the commit, into gpu_pack/pack.tar.gz (ignored by git; ~25 MB).
@@ -78,6 +78,7 @@ pack() {
     local v
     for v in ${VARIANTS:-}; do
       local vn=${v%%=*} vf=${v#*=}
+      vf=${vf//,/ } # flags within a variant are separated by commas
       rm -f train_gpt_bf16 test/bin/bench_flash2
       make -s train_gpt_bf16 test/bin/bench_flash2 GPU_ARCHS="$archs $vf" || { echo "gpu_session pack: build of variant $vn failed"; exit 1; }
       cp train_gpt_bf16 "$st/bin/train_gpt_bf16_v$vn"
