@@ -149,7 +149,7 @@ static void attention_forward(GpuKernels *kc, floatX *out, floatX *att, const fl
 #if !defined(GPU_PRECISION_FP32)
 #if defined(GPU_ATTENTION_FLASH2)
     if (flash2_attention(C, NH)) {
-        flash2_forward_kernel<<<dim3(B * NH, ceil_div(T, F2_ROWS)), F2_THREADS, 0, kc->gpu->compute>>>(out, (float *)(void *)att, qkv, T, C, NH);
+        flash2_forward_kernel<<<dim3(B * NH, ceil_div(T, F2_QROWS)), F2_QTHREADS, 0, kc->gpu->compute>>>(out, (float *)(void *)att, qkv, T, C, NH);
         LAUNCH_CHECK();
         return;
     }
@@ -195,10 +195,10 @@ static void attention_backward(GpuKernels *kc, floatX *dqkv, floatX *att, const 
         const float *lse = (const float *)(const void *)att;
 #if defined(GPU_ATTENTION_FLASH2)
         if (flash2_attention(C, NH)) {
-            dim3 grid(B * NH, ceil_div(T, F2_ROWS));
+            dim3 grid(B * NH, ceil_div(T, F2_ROWS)), qgrid(B * NH, ceil_div(T, F2_QROWS));
             flash2_backward_dkv_kernel<<<grid, F2_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);
             LAUNCH_CHECK();
-            flash2_backward_dq_kernel<<<grid, F2_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);
+            flash2_backward_dq_kernel<<<qgrid, F2_QTHREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);
             LAUNCH_CHECK();
             return;
         }
@@ -440,10 +440,14 @@ static void encoder_backward(GpuKernels *kc, floatX *dwte, floatX *dwpe, const f
     // reads dout; dwte's rows of the batch's tokens and dwpe's T rows read and written
     KSpan span(kc->gpu->prof, "encoder_backward", 0.0,
                ((double)B * T * C + 2.0 * kc->groups.count * C + 2.0 * T * C) * sizeof(floatX) + 12.0 * B * T);
-    if (kc->groups.count > 0) { // channels per thread: whole warps, at most 256 threads
-        int threads = C >= 256 ? 256 : (int)ceil_div((size_t)C, WARP) * WARP;
-        encoder_backward_wte_kernel<<<kc->groups.count, threads, 0, kc->gpu->compute>>>(dwte, dout, kc->groups.start,
-                                                                                    kc->groups.pos, kc->groups.tok, C);
+    if (kc->groups.count > 0) { // whole warps over the channels' packs, up to 8 row groups in 1024 threads
+        int vec = C % VEC == 0 && vec_ok(dout) && vec_ok(dwte), V = vec ? VEC : 1;
+        int tx = (int)ceil_div(ceil_div((size_t)C, V), WARP) * WARP;
+        if (tx > 1024) tx = 1024;
+        int rg = 1024 / tx < 8 ? 1024 / tx : 8; // (rg - 1) x tx x V <= 1024 V floats of shared memory
+        void (*wte)(floatX *, const floatX *, const int *, const int *, const int *, int) =
+            vec ? encoder_backward_wte_kernel<VEC> : encoder_backward_wte_kernel<1>;
+        wte<<<kc->groups.count, dim3(tx, rg), 0, kc->gpu->compute>>>(dwte, dout, kc->groups.start, kc->groups.pos, kc->groups.tok, C);
         LAUNCH_CHECK();
     }
     encoder_backward_wpe_kernel<<<grid_for(kc->gpu, (size_t)T * C, 256), 256, 0, kc->gpu->compute>>>(dwpe, dout, B, T, C);

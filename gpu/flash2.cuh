@@ -31,21 +31,31 @@
 #include "gpu/mma16.cuh"
 #if !defined(GPU_PRECISION_FP32)
 #define F2_HS 64      // the head size these kernels take (flash2_attention)
-#define F2_ROWS 64    // rows a block owns: 4 warps x 16
+#define F2_ROWS 64    // the tiles' rows, and the keys a dK/dV block owns: 4 warps x 16
 #define F2_LD 72      // shared tiles' row length, elements (64 + 8 padding)
 #define F2_THREADS 128
+// Warps of a query-owning block (the forward, dQ), 16 rows each: 4 (a block per 64-row tile) or 8
+// (128 rows: each K/V tile read from L2 once for twice the queries; the forward was L2-bound)
+#ifndef F2_QWARPS
+#define F2_QWARPS 4
+#endif
+#define F2_QROWS (16 * F2_QWARPS)
+#define F2_QTHREADS (WARP * F2_QWARPS)
+static_assert(F2_QWARPS == 4 || F2_QWARPS == 8, "F2_QWARPS: 4 or 8");
 #define F2_LOG2E 1.4426950408889634f
 #define F2_LN2 0.6931471805599453f
 // Blocks per SM each kernel is compiled to fit (__launch_bounds__' second argument: the register
-// cap follows, 65536 / (128 x blocks)); -D overrides them for a variant build to time.
+// cap follows, 65536 / (threads x blocks)); -D overrides them for a variant build to time.
+// The defaults cap every kernel at 128 registers: 16 warps per SM (dK/dV spills about 90 bytes,
+// dQ 24; on an H200 that was 6% faster than 2-3 blocks without the cap, docs/gpu-runs/2026-11-27-4a43b81).
 #ifndef F2_MINB_FWD
-#define F2_MINB_FWD 1
+#define F2_MINB_FWD (16 / F2_QWARPS)
 #endif
 #ifndef F2_MINB_DQ
-#define F2_MINB_DQ 1
+#define F2_MINB_DQ (16 / F2_QWARPS)
 #endif
 #ifndef F2_MINB_DKV
-#define F2_MINB_DKV 1
+#define F2_MINB_DKV 4
 #endif
 
 // 4 bytes (2 elements) of a row through a register.
@@ -80,15 +90,17 @@ template <int N> static __device__ __forceinline__ void f2_cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
-// A 64-row tile of one head (64 columns) into the shared tile s by cp.async, 4 chunks of 16 bytes
-// per thread: chunk p of thread i is row i % 16 + 16 p, columns 8 (i / 16) .. +7 (a warp covers 16
-// rows x 32 bytes). Rows at or past T are zeros. base: row 0 of the head, ld: the row stride (3C
-// for qkv's parts, C for dout).
+// A 64-row tile of one head (64 columns) into the shared tile s by cp.async, 16-byte chunks: thread
+// i copies columns 8 c .. 8 c + 7 (c = i / R) of rows i % R + R p (R = NT / 8 rows per pass, p <
+// 64 / R; at NT = 128 a warp covers 16 rows x 32 bytes). Rows at or past T are zeros. base: row 0
+// of the head, ld: the row stride (3C for qkv's parts, C for dout). NT: the block's threads.
+template <int NT>
 static __device__ __forceinline__ void f2_load_tile(floatX (*s)[F2_LD], const floatX *base, size_t ld, int row0, int T) {
-    int c = threadIdx.x / 16;
+    constexpr int R = NT / 8;
+    int c = threadIdx.x / R;
 #pragma unroll
-    for (int p = 0; p < 4; p++) {
-        int r = threadIdx.x % 16 + 16 * p, row = row0 + r;
+    for (int p = 0; p < F2_ROWS / R; p++) {
+        int r = threadIdx.x % R + R * p, row = row0 + r;
         f2_cp16(&s[r][8 * c], base + (size_t)(row < T ? row : 0) * ld + 8 * c, row < T);
     }
 }
@@ -121,13 +133,17 @@ static __device__ __forceinline__ void f2_ldsm_kn(uint32_t b[4], const floatX (*
 #define F2_MMA mma16816<floatX>
 
 // out (B,T,C): head h's columns = softmax(scale Q K^T, causal) V; lse (B,NH,T).
-// Grid (B*NH, ceil(T/64)), the heaviest query blocks (last) first.
-static __global__ void __launch_bounds__(F2_THREADS, F2_MINB_FWD) flash2_forward_kernel(floatX *out, float *lse, const floatX *qkv, int T,
+// Grid (B*NH, ceil(T/F2_QROWS)), F2_QTHREADS threads, the heaviest query blocks (last) first.
+static __global__ void __launch_bounds__(F2_QTHREADS, F2_MINB_FWD) flash2_forward_kernel(floatX *out, float *lse, const floatX *qkv, int T,
                                                                           int C, int NH) {
     __shared__ __align__(16) floatX Ks[2][F2_ROWS][F2_LD], Vs[2][F2_ROWS][F2_LD]; // K and V (key, dim), two stages
-    int b = blockIdx.x / NH, h = blockIdx.x % NH, qt = gridDim.y - 1 - blockIdx.y, q0 = qt * F2_ROWS;
+    int b = blockIdx.x / NH, h = blockIdx.x % NH, q0 = (gridDim.y - 1 - blockIdx.y) * F2_QROWS;
     int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
     int r0 = q0 + 16 * w + g, r1 = r0 + 8; // this lane's two rows
+    // the warp's 64-row group (its diagonal K tile) and its place in it; the block's last K tile
+    int qt = (q0 + 16 * w) / F2_ROWS, wl = w % 4, live = q0 + 16 * w < T;
+    int ktmax = min(q0 + F2_QROWS, T) - 1;
+    ktmax /= F2_ROWS;
     size_t ld = 3 * (size_t)C;
     const floatX *qb = qkv + (size_t)b * T * ld + h * F2_HS, *kb = qb + C, *vb = qb + 2 * C;
     const float c = F2_LOG2E / sqrtf((float)F2_HS);
@@ -136,20 +152,21 @@ static __global__ void __launch_bounds__(F2_THREADS, F2_MINB_FWD) flash2_forward
     float o[8][4], m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; // rows' running max (base 2) and partial sums
 #pragma unroll
     for (int n = 0; n < 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    f2_load_tile(Ks[0], kb, ld, 0, T);
-    f2_load_tile(Vs[0], vb, ld, 0, T);
+    f2_load_tile<F2_QTHREADS>(Ks[0], kb, ld, 0, T);
+    f2_load_tile<F2_QTHREADS>(Vs[0], vb, ld, 0, T);
     f2_cp_commit();
-    for (int kt = 0; kt <= qt; kt++) {
+    for (int kt = 0; kt <= ktmax; kt++) {
         int k0 = kt * F2_ROWS, diag = kt == qt, st = kt & 1;
         __syncthreads(); // every warp is done with the previous tile: its stage is refilled next
-        if (!diag) {
-            f2_load_tile(Ks[st ^ 1], kb, ld, k0 + F2_ROWS, T);
-            f2_load_tile(Vs[st ^ 1], vb, ld, k0 + F2_ROWS, T);
+        if (kt < ktmax) {
+            f2_load_tile<F2_QTHREADS>(Ks[st ^ 1], kb, ld, k0 + F2_ROWS, T);
+            f2_load_tile<F2_QTHREADS>(Vs[st ^ 1], vb, ld, k0 + F2_ROWS, T);
         }
         f2_cp_commit();
         f2_cp_wait<1>(); // this thread's copies of tile kt are in (the next tile's may still fly)
         __syncthreads(); // ... and every thread's
-        int nlim = diag ? 2 * w + 2 : 8; // 8-key column tiles at or below this warp's diagonal
+        if (kt > qt || !live) continue; // the tile's keys all follow this warp's rows (8 warps), or its rows are past T
+        int nlim = diag ? 2 * wl + 2 : 8; // 8-key column tiles at or below this warp's diagonal
         float s[8][4];
 #pragma unroll
         for (int n = 0; n < 8; n++) {
@@ -199,7 +216,7 @@ static __global__ void __launch_bounds__(F2_THREADS, F2_MINB_FWD) flash2_forward
         }
         l0 = l0 * a0 + sum0;
         l1 = l1 * a1 + sum1;
-        int klim = diag ? w + 1 : 4; // 16-key steps of P V at or below the diagonal
+        int klim = diag ? wl + 1 : 4; // 16-key steps of P V at or below the diagonal
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
             if (kk < klim) {
@@ -234,14 +251,17 @@ static __global__ void __launch_bounds__(F2_THREADS, F2_MINB_FWD) flash2_forward
 
 
 // dqkv's q part, OVERWRITTEN: dQ = scale dS K, dS = P (dP - D), dP = dY V^T, per 64-query block,
-// iterating key tiles up to the diagonal (two 32-key halves each). Grid as the forward's.
-static __global__ void __launch_bounds__(F2_THREADS, F2_MINB_DQ) flash2_backward_dq_kernel(floatX *dqkv, const float *lse, const float *D,
+// iterating key tiles up to the diagonal (two 32-key halves each). Grid and threads as the forward's.
+static __global__ void __launch_bounds__(F2_QTHREADS, F2_MINB_DQ) flash2_backward_dq_kernel(floatX *dqkv, const float *lse, const float *D,
                                                                               const floatX *dout, const floatX *qkv, int T,
                                                                               int C, int NH) {
     __shared__ __align__(16) floatX Ks[2][F2_ROWS][F2_LD], Vs[2][F2_ROWS][F2_LD]; // K and V (key, dim), two stages
-    int b = blockIdx.x / NH, h = blockIdx.x % NH, qt = gridDim.y - 1 - blockIdx.y, q0 = qt * F2_ROWS;
+    int b = blockIdx.x / NH, h = blockIdx.x % NH, q0 = (gridDim.y - 1 - blockIdx.y) * F2_QROWS;
     int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
     int r0 = q0 + 16 * w + g, r1 = r0 + 8;
+    int qt = (q0 + 16 * w) / F2_ROWS, wl = w % 4, live = q0 + 16 * w < T; // as the forward's
+    int ktmax = min(q0 + F2_QROWS, T) - 1;
+    ktmax /= F2_ROWS;
     size_t ld = 3 * (size_t)C;
     const floatX *qb = qkv + (size_t)b * T * ld + h * F2_HS, *kb = qb + C, *vb = qb + 2 * C;
     const float c = F2_LOG2E / sqrtf((float)F2_HS);
@@ -254,22 +274,23 @@ static __global__ void __launch_bounds__(F2_THREADS, F2_MINB_DQ) flash2_backward
     float dq[8][4];
 #pragma unroll
     for (int n = 0; n < 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-    f2_load_tile(Ks[0], kb, ld, 0, T);
-    f2_load_tile(Vs[0], vb, ld, 0, T);
+    f2_load_tile<F2_QTHREADS>(Ks[0], kb, ld, 0, T);
+    f2_load_tile<F2_QTHREADS>(Vs[0], vb, ld, 0, T);
     f2_cp_commit();
-    for (int kt = 0; kt <= qt; kt++) {
+    for (int kt = 0; kt <= ktmax; kt++) {
         int k0 = kt * F2_ROWS, diag = kt == qt, st = kt & 1;
         __syncthreads(); // as the forward's: the previous stage is free, refill it, wait for this one
-        if (!diag) {
-            f2_load_tile(Ks[st ^ 1], kb, ld, k0 + F2_ROWS, T);
-            f2_load_tile(Vs[st ^ 1], vb, ld, k0 + F2_ROWS, T);
+        if (kt < ktmax) {
+            f2_load_tile<F2_QTHREADS>(Ks[st ^ 1], kb, ld, k0 + F2_ROWS, T);
+            f2_load_tile<F2_QTHREADS>(Vs[st ^ 1], vb, ld, k0 + F2_ROWS, T);
         }
         f2_cp_commit();
         f2_cp_wait<1>();
         __syncthreads();
+        if (kt > qt || !live) continue;
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
-            if (diag && 32 * hh > 16 * w + 15) continue; // the half's keys all follow this warp's queries
+            if (diag && 32 * hh > 16 * wl + 15) continue; // the half's keys all follow this warp's queries
             float s[4][4], dp[4][4];
 #pragma unroll
             for (int n = 0; n < 4; n++) {
@@ -347,8 +368,8 @@ static __global__ void __launch_bounds__(F2_THREADS, F2_MINB_DKV) flash2_backwar
     // threads 0..63 carry one row's lse and D of the tile after the one being filled, in registers
     // (loaded a tile ahead of their store into its stage, so that the load's latency is hidden)
     int tq = k0 + (int)threadIdx.x;
-    f2_load_tile(Qs[0], qb, ld, k0, T);
-    f2_load_tile(dYs[0], yb, C, k0, T);
+    f2_load_tile<F2_THREADS>(Qs[0], qb, ld, k0, T);
+    f2_load_tile<F2_THREADS>(dYs[0], yb, C, k0, T);
     f2_cp_commit();
     if (threadIdx.x < F2_ROWS) {
         Ls[0][threadIdx.x] = tq < T ? lb[tq] * F2_LOG2E : 0.0f;
@@ -360,8 +381,8 @@ static __global__ void __launch_bounds__(F2_THREADS, F2_MINB_DKV) flash2_backwar
         int q0 = qt * F2_ROWS, diag = qt == kt, st = (qt - kt) & 1;
         __syncthreads(); // every warp is done with the previous tile: its stage is refilled next
         if (qt + 1 < nq) {
-            f2_load_tile(Qs[st ^ 1], qb, ld, q0 + F2_ROWS, T);
-            f2_load_tile(dYs[st ^ 1], yb, C, q0 + F2_ROWS, T);
+            f2_load_tile<F2_THREADS>(Qs[st ^ 1], qb, ld, q0 + F2_ROWS, T);
+            f2_load_tile<F2_THREADS>(dYs[st ^ 1], yb, C, q0 + F2_ROWS, T);
             if (threadIdx.x < F2_ROWS) {
                 Ls[st ^ 1][threadIdx.x] = lq;
                 Ds[st ^ 1][threadIdx.x] = dq;

@@ -84,28 +84,56 @@ static __global__ void encoder_forward_kernel(floatX *out, const int *inp, const
 
 // dwte (Vp,C) += dout (N,C) summed over the positions of each token. The host grouped the
 // batch's positions by token (group_tokens): bucket k is token tok[k], at positions
-// pos[start[k]] .. pos[start[k+1]-1], increasing. One block per bucket, threads over channels:
-// every (token, channel) belongs to one thread, so there are no atomics, the sum is fp32 in a
-// fixed order (bitwise deterministic) and the gradient is rounded once. A frequent token makes
-// one long block; the other buckets fill the GPU meanwhile. Grid: the number of buckets (>= 1).
+// pos[start[k]] .. pos[start[k+1]-1], increasing. One block per bucket: threadIdx.x over the
+// channels in packs of V (16-byte loads where V = VEC), threadIdx.y over ENC_RG row groups, group y
+// summing the bucket's occurrences y, y + RG, ... (4 loads in flight) into fp32, then thread (x, 0)
+// adding the groups' sums in group order from shared memory: no atomics, a fixed order (bitwise
+// deterministic), one rounding.
+// A frequent token (a thousand occurrences in 16k tokens) makes the longest block; with several
+// groups and wide loads it no longer sets the kernel's time. Grid: the number of buckets (>= 1).
+template <int V>
 static __global__ void encoder_backward_wte_kernel(floatX *dwte, const floatX *dout, const int *start, const int *pos,
                                                    const int *tok, int C) {
-    int k = blockIdx.x, first = start[k], end = start[k + 1];
-    floatX *row = dwte + (size_t)tok[k] * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float acc = 0.0f;
-        int j = first;
-        // 8 loads in flight before their sums (in order: the same sum as one at a time), so that a
-        // frequent token's long bucket waits on memory once per 8 occurrences, not once per each
-        for (; j + 8 <= end; j += 8) {
-            float v[8];
+    __shared__ float part[8192]; // (RG - 1) x blockDim.x x V <= 1024 V: the launch's choice of RG
+    int k = blockIdx.x, first = start[k], end = start[k + 1], RG = blockDim.y, y = threadIdx.y, W = blockDim.x * V;
+    for (int cb = 0; cb < C; cb += W) { // the channels in slabs of blockDim.x packs (one slab up to C = 8192)
+        int c0 = cb + threadIdx.x * V, pi = (y - 1) * W + threadIdx.x * V;
+        float acc[V];
 #pragma unroll
-            for (int u = 0; u < 8; u++) v[u] = to_float(dout[(size_t)pos[j + u] * C + c]);
+        for (int u = 0; u < V; u++) acc[u] = 0.0f;
+        if (c0 < C) {
+            int j = first + y;
+            for (; j + 3 * RG < end; j += 4 * RG) { // 4 occurrences' loads, then their sums in order
+                Pack<V> v[4];
 #pragma unroll
-            for (int u = 0; u < 8; u++) acc += v[u];
+                for (int q = 0; q < 4; q++) v[q] = load_pack<V>(dout + (size_t)pos[j + q * RG] * C + c0);
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+#pragma unroll
+                    for (int u = 0; u < V; u++) acc[u] += to_float(v[q].v[u]);
+            }
+            for (; j < end; j += RG) {
+                Pack<V> v = load_pack<V>(dout + (size_t)pos[j] * C + c0);
+#pragma unroll
+                for (int u = 0; u < V; u++) acc[u] += to_float(v.v[u]);
+            }
+            if (y > 0)
+#pragma unroll
+                for (int u = 0; u < V; u++) part[pi + u] = acc[u];
         }
-        for (; j < end; j++) acc += to_float(dout[(size_t)pos[j] * C + c]);
-        row[c] = to_floatX(to_float(row[c]) + acc);
+        __syncthreads();
+        if (y == 0 && c0 < C) {
+            floatX *row = dwte + (size_t)tok[k] * C + c0;
+            Pack<V> r = load_pack<V>(row);
+#pragma unroll
+            for (int u = 0; u < V; u++) {
+                float sum = acc[u];
+                for (int g = 1; g < RG; g++) sum += part[(g - 1) * W + threadIdx.x * V + u];
+                r.v[u] = to_floatX(to_float(r.v[u]) + sum);
+            }
+            store_pack<V>(row, r);
+        }
+        __syncthreads(); // part is reused by the next slab
     }
 }
 // dwpe (maxT,C) += sum over b of dout[b,t]: one thread per (t,c), deterministic, no races, one

@@ -129,10 +129,11 @@ static void run(int impl, const Bufs &m, int B, int T, int NH, int fwd, int bwd)
     // the backward's D = rowsum(dO * O), as train_gpt.cu computes it for either implementation
     if (bwd) flash_backward_preprocess_kernel<<<ceil_div((size_t)B * T * NH, 256), 256>>>(m.D, m.dout, m.out, B, T, C, NH);
     if (impl == 1) {
-        if (fwd) flash2_forward_kernel<<<grid, F2_THREADS>>>(m.out, m.lse, m.qkv, T, C, NH);
+        dim3 qgrid(B * NH, ceil_div(T, F2_QROWS));
+        if (fwd) flash2_forward_kernel<<<qgrid, F2_QTHREADS>>>(m.out, m.lse, m.qkv, T, C, NH);
         if (bwd) {
             flash2_backward_dkv_kernel<<<grid, F2_THREADS>>>(m.dqkv, m.lse, m.D, m.dout, m.qkv, T, C, NH);
-            flash2_backward_dq_kernel<<<grid, F2_THREADS>>>(m.dqkv, m.lse, m.D, m.dout, m.qkv, T, C, NH);
+            flash2_backward_dq_kernel<<<qgrid, F2_QTHREADS>>>(m.dqkv, m.lse, m.D, m.dout, m.qkv, T, C, NH);
         }
     } else {
         if (fwd) flash_forward_kernel<<<grid, FA_THREADS>>>(m.out, m.lse, m.qkv, T, C, NH);
