@@ -104,7 +104,7 @@ typedef struct {
     int offload_param;     // LOC_DEVICE (none), LOC_HOST or LOC_NVME: the 16-bit parameter shard (stage 3)
     int pin_memory;        // offloaded host memory page-locked
     int delayed_update;    // the delayed parameter update: a second gradient shard holds the one whose
-                           // update waits a step (zero.h's zero_hold_update)
+                           // update waits a step (zero/update.h's zero_hold_update)
     double twin_device;    // Twin-Flow: 1 - offload_optimizer.ratio, the part of an offloaded (cpu) optimizer
                            // shard that stays on the device and is updated there (0: all of it offloaded)
     // NVMe: this rank's scratch directory (made and, at a clean exit, removed here), the buffer
