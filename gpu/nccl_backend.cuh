@@ -63,8 +63,8 @@ typedef struct NcclBackend {
     int block_waits;               // --trace: wait() blocks the host until the collective completes,
                                    // so that the trace's times are the device's
     int host_size;                 // ZeRO++: ranks per host (job_host_size), set with the communicator
-    int ngroups;                   // ZeRO++'s group communicators, split from comm on first use
-    struct { int group, g; ncclComm_t comm; } groups[8];
+    ZeroGroups groups;             // ZeRO++'s group communicators, split from comm on first use
+    ncclComm_t group_comm[ZB_MAX_GROUPS];
 } NcclBackend;
 
 // waited: how long the host waited for it (the verdict's; an asynchronous error: the timeout)
@@ -374,19 +374,14 @@ static void dev_fatal(void *ctx, const char *msg) {
 static int nccl_host_size(void *ctx) { return ((NcclBackend *)ctx)->host_size; }
 static ncclComm_t nccl_group(NcclBackend *b, int group, int g) {
     if (group == ZB_WORLD) return b->comm;
-    for (int i = 0; i < b->ngroups; i++)
-        if (b->groups[i].group == group && b->groups[i].g == g) return b->groups[i].comm;
-    if (b->ngroups == 8 || g < 1 || b->world % g) {
-        fprintf(stderr, "error: rank %d: ZeRO++ group of %d ranks over a world of %d (or more than 8 groups)\n",
-                b->rank, g, b->world);
+    char why[160];
+    int fresh, color, key, i = zero_group_slot(&b->groups, group, g, b->rank, b->world, &fresh, &color, &key, why, sizeof(why));
+    if (i < 0) {
+        fprintf(stderr, "error: rank %d: %s\n", b->rank, why);
         job_abort(MPI_COMM_WORLD, b->nodes, 1);
     }
-    int color = group == ZB_INNER ? b->rank / g : b->rank % g, key = group == ZB_INNER ? b->rank % g : b->rank / g;
-    ncclComm_t c;
-    NCCL_CHECK(ncclCommSplit(b->comm, color, key, &c, NULL));
-    b->groups[b->ngroups].group = group; b->groups[b->ngroups].g = g; b->groups[b->ngroups].comm = c;
-    b->ngroups++;
-    return c;
+    if (fresh) NCCL_CHECK(ncclCommSplit(b->comm, color, key, &b->group_comm[i], NULL));
+    return b->group_comm[i];
 }
 static int nccl_group_size(NcclBackend *b, int group, int g) {
     return group == ZB_WORLD ? b->world : group == ZB_INNER ? g : b->world / g;
@@ -411,8 +406,8 @@ static int nccl_group_all_to_all(void *ctx, int group, int g, const void *send, 
     return comm_end(b, h);
 }
 static void nccl_free_groups(NcclBackend *b) {
-    for (int i = 0; i < b->ngroups; i++) ncclCommDestroy(b->groups[i].comm);
-    b->ngroups = 0;
+    for (int i = 0; i < b->groups.n; i++) ncclCommDestroy(b->group_comm[i]);
+    b->groups.n = 0;
 }
 static void dev_quantize(void *ctx, void *msg, const void *src, size_t n, int dtype, size_t block, int bits) {
     NcclBackend *b = (NcclBackend *)ctx;
