@@ -101,6 +101,7 @@
 #include "core/trace.h"
 #include "core/flight.h"
 #include "zero/store.h"
+#include "zero/nvme_store.h"
 #include "zero/pp.h"
 #include "zero/state.h"
 #include "zero/pp_setup.h"
@@ -120,6 +121,7 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world
     gpt2_layout_init(&z->lay, cfg, (size_t)world * ZERO_ALIGN);
     ZeroStore *st = &z->st;
     zero_store_init(st, &z->be, &z->trace, &z->lay, z->where, z->mem, rank, world, z->esize, z->nstate, o);
+    zero_nvme_bind(st, o); // (zero/nvme_store.h: its files, for the kinds on NVMe)
     zero_offload_check(z, o); // (zero/update.h: Twin-Flow, the delayed update)
     size_t full = z->lay.num_flat, shard = zero_shard_size(z);
     z->params = zero_store_alloc(st, MEM_PARAMS, stage == 3 ? shard : full);
