@@ -79,11 +79,14 @@ static inline ZeroUpdateRun zero_piece_run(Zero *z, const ZeroPiece *pc, void *c
     for (int k = 0; k < z->nstate; k++) r.state[k] = (float *)at[MEM_STATE + k];
     return r;
 }
-// Where a segment starts in its run (returned), and its state arrays from there.
-static inline size_t zero_run_at(const ZeroUpdateRun *r, const ParamSegment *seg, float *state[OPT_MAX_SLICES]) {
-    size_t lo = seg->begin - r->base;
-    for (int k = 0; k < OPT_MAX_SLICES; k++) state[k] = k < r->z->nstate ? r->state[k] + lo : NULL;
-    return lo;
+// A segment walker's start (ctx: its ZeroUpdateRun): NULL for a frozen run (nothing to update
+// or sum); else the run, where the segment starts in it (*lo) and its state arrays from there.
+static inline const ZeroUpdateRun *zero_run_at(const ParamSegment *seg, void *ctx, float *state[OPT_MAX_SLICES], size_t *lo) {
+    const ZeroUpdateRun *r = (const ZeroUpdateRun *)ctx;
+    if (seg->kind == SEG_FROZEN) return NULL;
+    *lo = seg->begin - r->base;
+    for (int k = 0; k < OPT_MAX_SLICES; k++) state[k] = k < r->z->nstate ? r->state[k] + *lo : NULL;
+    return r;
 }
 // The step for a run of one tensor: with per-tensor reductions, its sums' factor in place (optimizer.h).
 static inline OptStep zero_tensor_step(const Zero *z, const OptStep *step, int tensor) {
@@ -101,11 +104,11 @@ static inline double zero_update_bytes_per_element(const Zero *z) {
 
 // The device's: the backend's update kernel over the run.
 static inline void zero_update_segment(const ParamSegment *seg, void *ctx) {
-    ZeroUpdateRun *r = (ZeroUpdateRun *)ctx;
-    if (seg->kind == SEG_FROZEN) return;
-    Zero *z = r->z;
     float *state[OPT_MAX_SLICES];
-    size_t lo = zero_run_at(r, seg, state);
+    size_t lo;
+    const ZeroUpdateRun *r = zero_run_at(seg, ctx, state, &lo);
+    if (!r) return;
+    Zero *z = r->z;
     OptStep step = zero_tensor_step(z, r->step, seg->tensor);
     z->be.update(z->be.ctx, &step, r->p + lo, state, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL,
                  seg->end - seg->begin, z->dtype, seg->kind == SEG_DECAY);
@@ -128,18 +131,19 @@ static inline void zero_update_host_segment(const ParamSegment *seg, void *ctx) 
         return;
     }
     float *state[OPT_MAX_SLICES];
-    size_t lo = zero_run_at(r, seg, state);
+    size_t lo;
+    zero_run_at(seg, ctx, state, &lo);
     OptStep step = zero_tensor_step(z, r->step, seg->tensor);
     optimizer_update_host(&step, r->p + lo, state, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL, n,
                           z->dtype, seg->kind == SEG_DECAY);
 }
 // The reduction pass's: this tensor's terms added into its sums (nothing else written).
 static inline void zero_reduce_segment(const ParamSegment *seg, void *ctx) {
-    ZeroUpdateRun *r = (ZeroUpdateRun *)ctx;
-    if (seg->kind == SEG_FROZEN) return;
-    Zero *z = r->z;
     float *state[OPT_MAX_SLICES];
-    size_t lo = zero_run_at(r, seg, state);
+    size_t lo;
+    const ZeroUpdateRun *r = zero_run_at(seg, ctx, state, &lo);
+    if (!r) return;
+    Zero *z = r->z;
     z->be.reduce(z->be.ctx, r->step, r->p + lo, state, zero_at(z, r->g, lo), seg->end - seg->begin, z->dtype,
                  seg->kind == SEG_DECAY, seg->begin - r->origin,
                  z->red + (size_t)seg->tensor * optimizer_reductions(z->optimizer));
