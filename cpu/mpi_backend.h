@@ -316,11 +316,16 @@ static void mpi_handle_errors(MpiBackend *b) {
 // offload to the host would move in compute memory (zero_placement), and reads NVMe files
 // straight into compute memory.
 static ZeroBackend mpi_backend(MpiBackend *b) {
-    ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_set_step, mpi_progress, mpi_sum_doubles,
-                      compute_alloc, compute_free, compute_zero, compute_add, compute_to_host, compute_from_host, compute_update,
-                      1, NULL, NULL, NULL, NULL, NULL, NULL, // unified (above): no host slots
-                      mpi_fatal, mpi_host_size, mpi_group_all_gather, mpi_group_all_to_all, compute_quantize,
-                      compute_dequantize, compute_dequantize_add, compute_convert, compute_reduce};
+    ZeroBackend be = {.ctx = b, .all_reduce = mpi_all_reduce, .reduce_scatter = mpi_reduce_scatter,
+                      .all_gather = mpi_all_gather, .wait = mpi_wait, .set_step = mpi_set_step, .progress = mpi_progress,
+                      .sum_doubles = mpi_sum_doubles, .alloc = compute_alloc, .free = compute_free, .zero = compute_zero,
+                      .add = compute_add, .to_host = compute_to_host, .from_host = compute_from_host,
+                      .update = compute_update,
+                      .unified = 1, // (above: no host slots, they stay NULL)
+                      .fatal = mpi_fatal, .host_size = mpi_host_size, .group_all_gather = mpi_group_all_gather,
+                      .group_all_to_all = mpi_group_all_to_all, .quantize = compute_quantize,
+                      .dequantize = compute_dequantize, .dequantize_add = compute_dequantize_add,
+                      .convert = compute_convert, .reduce = compute_reduce};
     return be;
 }
 

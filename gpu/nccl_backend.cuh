@@ -427,13 +427,17 @@ static void dev_convert(void *ctx, void *dst, int dst_dtype, const void *src, in
 }
 
 static ZeroBackend nccl_backend(NcclBackend *b) {
-    ZeroBackend be = {b, nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_wait, nccl_set_step, nccl_progress,
-                      nccl_sum_doubles, dev_alloc, dev_free, dev_zero, dev_add, dev_to_host, dev_from_host, dev_update,
-                      0, host_mem_alloc, host_mem_free, dev_copy_to_host, dev_copy_to_device, dev_host_wait, dev_device_wait,
-                      dev_fatal,
-                      nccl_host_size, nccl_group_all_gather, nccl_group_all_to_all, dev_quantize, dev_dequantize,
-                      dev_dequantize_add, dev_convert,
-                      NULL}; // no per-tensor reduction pass (LAMB): config.h refuses it for this trainer
+    // (C++: every field named, in ZeroBackend's order)
+    ZeroBackend be = {.ctx = b, .all_reduce = nccl_all_reduce, .reduce_scatter = nccl_reduce_scatter,
+                      .all_gather = nccl_all_gather, .wait = nccl_wait, .set_step = nccl_set_step, .progress = nccl_progress,
+                      .sum_doubles = nccl_sum_doubles, .alloc = dev_alloc, .free = dev_free, .zero = dev_zero, .add = dev_add,
+                      .to_host = dev_to_host, .from_host = dev_from_host, .update = dev_update, .unified = 0,
+                      .host_alloc = host_mem_alloc, .host_free = host_mem_free, .copy_to_host = dev_copy_to_host,
+                      .copy_to_device = dev_copy_to_device, .host_wait = dev_host_wait, .device_wait = dev_device_wait,
+                      .fatal = dev_fatal, .host_size = nccl_host_size, .group_all_gather = nccl_group_all_gather,
+                      .group_all_to_all = nccl_group_all_to_all, .quantize = dev_quantize, .dequantize = dev_dequantize,
+                      .dequantize_add = dev_dequantize_add, .convert = dev_convert,
+                      .reduce = NULL}; // no per-tensor reduction pass (LAMB): config.h refuses it for this trainer
     return be;
 }
 
