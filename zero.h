@@ -2,26 +2,9 @@
 // the communication backend (MPI in train_gpt_cpu.c, NCCL in train_gpt.cu).
 //
 // Contract
-//   Partitioning. The flat parameter buffer (gpt2.h) is cut into units: the embeddings (wte,
-//   wpe), each transformer layer, the final LayerNorm. Every unit is padded to a multiple of
-//   world * ZERO_ALIGN elements, and rank r owns the r-th of world equal slices of EVERY unit.
-//   A rank's "shard" is its slices of all units, back to back: num_flat / world elements.
-//   Padding elements are zero, stay zero through the update, and add nothing to the gradient norm.
-//
-//   What a rank keeps. In fp32 the parameters are their own master copy; in bf16/fp16
-//   (mixed precision) parameters, gradients and every buffer are 16-bit, and fp32 master
-//   weights are kept with the optimizer's state. The optimizer's state is `nstate` fp32 arrays
-//   laid out like the parameters (optimizer.h's slices: AdamW's m and v, Lion's m, ...), which
-//   this header partitions and hands to the update without interpreting them. With AdamW
-//   K = 4 (master) + 8 (m, v) = 12 bytes/param, partitioned like m and v:
-//                                                                 fp32          16-bit
-//     stage 0: everything in full                                 16            2 + 2 + 12
-//     stage 1: parameters and gradients in full, the rest shard   8 + 8/N       2 + 2 + 12/N
-//     stage 2: parameters in full; the rest of its shard          4 + 12/N      2 + 14/N
-//     stage 3: only its shard of everything                       16/N          16/N
-//   plus bounded buffers: gradient buckets (stages 2, 3) and gather buffers (stage 3).
-//   The element type of parameters, gradients and buffers is z->dtype (mixed_precision.h);
-//   they are void pointers, indexed with zero_at.
+//   Partitioning and what a rank keeps (the Zero struct, by stage and precision): zero/state.h.
+//   Every unit is padded to a multiple of world * ZERO_ALIGN elements and rank r owns the r-th of
+//   world equal slices of every unit; its "shard" is its slices of all units, back to back.
 //
 //   The schedule. The model calls the hooks below around each unit's forward and backward;
 //   they return where the unit's parameters and gradients are, and start the collectives:
@@ -63,7 +46,8 @@
 //     two-level all-to-all of quantized slices (inside the host, then across hosts), started where
 //     the reduce-scatter was and finished in zero_finish_reduce; the result lands in the receive
 //     slice and is added to the shard as before. Each is off with one rank, and refused where
-//     the backend lacks ZeRO++'s entries or the hosts do not fit (zero_pp_problem).
+//     the backend lacks ZeRO++'s entries or the hosts do not fit (zero/pp_setup.h's
+//     zero_pp_problem; its setup and buffers are there too).
 //   Accounting. Every collective's bytes are counted in the ring model (all-gather or
 //   reduce-scatter of M bytes over N ranks: M(N-1)/N; all-reduce: twice that; ZeRO++'s: the
 //   messages a rank sends), split into inside the host and across hosts (a world collective: the
@@ -82,33 +66,18 @@
 //
 //   Where the model states live (device, host, NVMe), and how the update and a gather reach them
 //   there, is zero/store.h's: this header allocates, reads, writes and streams each kind through
-//   its location's store (z->st) and never asks which location that is. The streamed update: when
-//   anything it touches is off the device, the update walks the pieces of every unit's slice
-//   (zero_update_streamed: whole slices, or at most `piece` elements with NVMe), each piece's
-//   gradient, master weights, state arrays and parameters opened where the host addresses them,
-//   updated by the CPU optimizer engine (optimizer_engine.h) and closed back; after a unit's last
-//   piece, stages 1 and 2 start its all-gather. With only the parameter shard off a device the
-//   host cannot address (offload_param alone), the update stays on the device and each unit's
-//   new parameters are written back through the store (zero_update: zero_store_write_back).
-//
-//   Per-tensor reductions (an optimizer that declares them, optimizer.h: LAMB's sum p^2, sum u^2).
-//   Before the update, a read-only pass over the same elements (streamed over the same pieces when
-//   the update streams: with NVMe, the master weights and state arrays are read twice a step) adds
-//   each tensor's terms (ParamSegment.tensor) into `red`, R doubles per tensor of the model (host
-//   memory, counted among the buffers); stages 1-3 then sum it over the ranks, one all-reduce of
-//   R x tensors doubles (stage 0's ranks hold every tensor whole: their sums are already global);
-//   each tensor's run is updated with optimizer_step_for_tensor. The engine's block rule
-//   (optimizer_engine.h) and pieces that are multiples of its block make the sums, and so the
-//   update, the same bits streamed or in memory. A backend without `reduce` skips the pass (the
-//   step-time model charges its bytes in its update instead).
-//   Twin-Flow (zero/store.h's split): with the optimizer offloaded to the host, the units from
-//   st.host_units on keep their master weights and state on the device (twin_master, twin_state;
-//   zero_opt_unit finds a unit's), and zero_update launches their kernel updates and all-gathers
-//   before it streams the host's units, so the two run at once.
-//   The delayed parameter update (ZeroOptions.delayed_update): zero_hold_update keeps a step's
-//   update gradients in a second shard (held, counted as gradients) with its OptStep instead of
-//   updating; zero_take_held hands it back, and the next zero_update reads the held gradients.
-//   The caller decides when (run/trainer.h: after the next step's forward and backward).
+//   its location's store (z->st) and never asks which location that is.
+//   The update (zero_update), walked as runs of one kind by zero/update.h: an optimizer's
+//   per-tensor reductions first (LAMB's: the read-only pass, then one all-reduce of R x tensors
+//   doubles under stages 1-3); then the device's units (all of them, or Twin-Flow's device part
+//   from st.host_units on) with the backend's kernel; then, when anything the update touches is
+//   off the device, the host's units streamed in pieces (zero_update_streamed). Stages 1 and 2
+//   then all-gather the updated parameters: with a streamed update each unit's as soon as it is
+//   done (the device's first, so they overlap the host's work), else every unit's after the walk.
+//   With only the parameter shard off a device the host cannot address (offload_param alone),
+//   the update stays on the device and each unit's new parameters are written back through the
+//   store (zero_store_write_back). The delayed parameter update (zero/update.h's zero_hold_update,
+//   zero_take_held) makes the next zero_update read a held step's gradients.
 //   The backend (ZeroBackend, zero/backend.h) performs what it is handed and never decides what
 //   to communicate.
 //   Mixed precision: the update reads the 16-bit gradient (times OptStep.grad_scale, which
@@ -128,188 +97,16 @@
 #include <math.h>
 #include "core/gpt2.h"
 #include "core/optimizer.h"
-#include "core/optimizer_engine.h"
 #include "mixed_precision.h"
 #include "core/trace.h"
 #include "core/flight.h"
 #include "zero/store.h"
+#include "zero/nvme_store.h"
 #include "zero/pp.h"
+#include "zero/state.h"
+#include "zero/pp_setup.h"
+#include "zero/update.h"
 
-#define ZERO_ALIGN 16 // elements: every slice starts on a 64-byte boundary in fp32
-
-enum { ZC_ALL_REDUCE, ZC_REDUCE_SCATTER, ZC_ALL_GATHER, ZC_NUM_COLLECTIVES };
-static const char *const zero_collective_names[ZC_NUM_COLLECTIVES] = {"all_reduce", "reduce_scatter", "all_gather"};
-static const char *const zero_wait_names[ZC_NUM_COLLECTIVES] = {"wait all_reduce", "wait reduce_scatter", "wait all_gather"};
-
-typedef struct {
-    int stage, rank, world;
-    int dtype;                     // of parameters, gradients, buffers: ZC_F32, ZC_BF16, ZC_FP16
-    size_t esize;                  // its bytes
-    ParamLayout lay;               // padded for this world size
-    ZeroBackend be;
-    // the model states this rank keeps
-    void *params;                  // full (stages 0-2) or shard (stage 3)
-    void *grads;                   // full (stages 0, 1) or shard accumulator (stages 2, 3)
-    float *master;                 // mixed precision (or an offloaded fp32 optimizer): fp32 weights, full
-                                   // (stage 0) or shard; else NULL (and NULL on NVMe)
-    int has_master;                // master weights are kept (wherever they are)
-    int optimizer, nstate;         // optimizer.h's kind, and its number of state arrays
-    float *state[OPT_MAX_SLICES];  // its state arrays: full (stage 0) or shard
-    double *red;                   // an optimizer with per-tensor reductions (LAMB): its R sums per tensor
-    int nred;                      // ... R x tensors of them (0: none)
-    float *twin_master, *twin_state[OPT_MAX_SLICES]; // Twin-Flow: the device part of an offloaded shard
-                                   // (units from st.host_units on; NULL without it): zero_opt_unit
-    int where[MEM_KINDS];          // LOC_*: where each kind lives (zero_placement)
-    ZeroStore st;                  // ... and each location's store (zero/store.h)
-    // bounded buffers
-    void *gather_embed, *gather_final, *gather_layer[2]; // stage 3
-    void *bucket_embed, *bucket_final, *bucket_layer[2]; // stages 2, 3
-    void *scatter_recv[3];         // a reduce-scatter's output before it is added to the shard
-    // the delayed parameter update: the gradients this rank updates, held for the next step's
-    // update (shard layout; counted as gradients), its OptStep, whether one is pending, and
-    // whether zero_update reads them (zero_take_held)
-    void *held;
-    OptStep held_step;
-    int held_pending, from_held;
-    // schedule state
-    int micro, accum;              // current micro-step (0-based) and how many per step
-    int grads_written;             // set by the caller: its backward writes a fresh gradient (see above)
-    int pending[GPT2_MAX_UNITS];   // handle of the unit's collective in flight, or -1
-    int pending_recv[GPT2_MAX_UNITS]; // which scatter_recv buffer the unit's reduce-scatter uses
-    int gathered[GPT2_MAX_UNITS];  // stage 3: the unit's parameters are (being) gathered in its buffer
-    int layer_buffer[GPT2_MAX_UNITS]; // stage 3: which gather_layer a gathered layer is in
-    int buffer_layer[2];           // ... and the layer each holds (-1: none)
-    int in_use;                    // the layer zero_params handed out last (its buffer is not refilled)
-    int unclaimed[GPT2_MAX_UNITS]; // stage 3: a layer prefetched, not asked for yet (pending: its all-gather)
-    int step;                      // for the watchdog's message
-    Trace *trace;                  // the rank's timeline (core/trace.h), or NULL
-    Flight *flight;                // the rank's flight recorder (core/flight.h), or NULL
-    int64_t pending_seq[GPT2_MAX_UNITS]; // the unit's collective in flight: its number there,
-    int pending_kind[GPT2_MAX_UNITS];     // the unit's collective in flight: ZC_*,
-    double pending_bytes[GPT2_MAX_UNITS]; // its bytes (ring model),
-    double issued[GPT2_MAX_UNITS];        // and when it was started (trace_clock)
-    unsigned long forwards;        // forward passes begun: a unit's values are the same within one
-    // accounting
-    size_t mem[MEM_KINDS];         // bytes allocated, by kind (where[kind] says where)
-    double comm[ZC_NUM_COLLECTIVES]; // bytes moved this step, ring model
-    // ZeRO++ (zero/pp.h): qwZ on, hpZ's group (1: off), qgZ's bits (0: off), the block, ranks per host
-    int qwz, hpz, qgz, per_host;
-    size_t block;
-    ZeroPPShape pp;
-    void *qw_buf[4];               // qwZ's messages, per gather buffer (embeddings, final, the two layers')
-    void *hp_second;               // hpZ's secondary shard (MEM_HPZ)
-    void *qg_slot[3];              // qgZ's level 1, per receive slot; its sums and level 2, shared
-    float *qg_sums;
-    void *qg_shared;
-    void *pp_dst[GPT2_MAX_UNITS];  // where a unit's gather lands
-    int qw_land[GPT2_MAX_UNITS];   // its qwZ messages to dequantize there on arrival (the buffer's index + 1)
-    int hp_keep[GPT2_MAX_UNITS];   // its arrival fills the unit's secondary part
-    unsigned long hp_have[GPT2_MAX_UNITS]; // 1 + the forward whose gather filled it (0: none)
-    int qg_todo[GPT2_MAX_UNITS];   // a qgZ reduction started: zero_finish_reduce finishes it
-    double comm_inside, comm_across; // this step's bytes sent inside the host and across hosts
-    double last_across;              // ... of the collective counted last
-    double pending_across[GPT2_MAX_UNITS]; // the unit's collective in flight: its bytes across hosts
-} Zero;
-
-// --- partition arithmetic -------------------------------------------------------------
-
-static inline size_t zero_slice(const Zero *z, int u) { return gpt2_unit_padded(&z->lay, u) / z->world; }
-// Where this rank's slice of unit u starts, in full-buffer and in shard coordinates.
-static inline size_t zero_slice_begin(const Zero *z, int u) { return z->lay.unit_offset[u] + (size_t)z->rank * zero_slice(z, u); }
-static inline size_t zero_shard_offset(const Zero *z, int u) { return z->lay.unit_offset[u] / z->world; }
-static inline size_t zero_shard_size(const Zero *z) { return z->lay.num_flat / z->world; }
-static inline size_t zero_max_layer(const Zero *z) { return gpt2_unit_padded(&z->lay, 1); }
-static inline size_t zero_max_unit(const Zero *z) {
-    size_t e = gpt2_unit_padded(&z->lay, UNIT_EMBED), l = zero_max_layer(z);
-    return e > l ? e : l;
-}
-static inline int zero_is_layer(const Zero *z, int u) { return u >= 1 && u < gpt2_final_unit(&z->lay); }
-
-// Element i of a buffer of the model's element type.
-static inline void *zero_at(const Zero *z, const void *p, size_t i) { return p ? (char *)p + i * z->esize : NULL; }
-
-// --- ZeRO++: what it needs of the job ---------------------------------------------------
-
-// NULL when ZeRO++'s options (ZeroOptions' zeropp_*) can run on this backend over `world` ranks,
-// else why not, in buf (one line for the caller to print once).
-static inline const char *zero_pp_problem(const ZeroOptions *o, const ZeroBackend *be, int world, char *buf, size_t n) {
-    int on = o->zeropp_qwz || o->zeropp_hpz > 1 || o->zeropp_qgz;
-    if (!on) return NULL;
-    if (!be->host_size || !be->group_all_gather || !be->group_all_to_all || !be->quantize || !be->dequantize ||
-        !be->dequantize_add || !be->convert) {
-        snprintf(buf, n, "ZeRO++ (--zeropp-qwz / --zeropp-hpz / --zeropp-qgz) is not implemented by this trainer's "
-                         "communication backend yet");
-        return buf;
-    }
-    int per_host = o->zeropp_per_host > 0 ? o->zeropp_per_host : be->host_size(be->ctx);
-    if ((o->zeropp_hpz > 1 || o->zeropp_qgz) && world > 1 && per_host < 1) {
-        snprintf(buf, n, "ZeRO++'s %s needs every host to run as many ranks, consecutive ranks filling each host "
-                         "(mpirun's default --map-by slot); this job's hosts do not (ZERO_HOST_ID, cpu/mpi_backend.h)",
-                 o->zeropp_hpz > 1 ? "--zeropp-hpz" : "--zeropp-qgz");
-        return buf;
-    }
-    if (o->zeropp_hpz > 1 && (per_host % o->zeropp_hpz || world % o->zeropp_hpz)) {
-        snprintf(buf, n, "--zeropp-hpz %d does not divide the %d ranks per host (hpZ's group stays inside a host)",
-                 o->zeropp_hpz, per_host);
-        return buf;
-    }
-    return NULL;
-}
-
-// ZeRO++'s settings into z (zero_init; the planner calls it on its own Zero): each only where its
-// stage has what it changes and there is more than one rank.
-static inline void zero_pp_setup(Zero *z, const ZeroOptions *o) {
-    int multi = z->world > 1;
-    z->qwz = multi && z->stage == 3 && o->zeropp_qwz;
-    z->hpz = multi && z->stage == 3 && o->zeropp_hpz > 1 ? o->zeropp_hpz : 1;
-    z->qgz = multi && z->stage >= 2 ? o->zeropp_qgz : 0;
-    z->block = o->zeropp_block > 0 ? (size_t)o->zeropp_block : 2048;
-    z->per_host = o->zeropp_per_host > 0 ? o->zeropp_per_host : z->be.host_size ? z->be.host_size(z->be.ctx) : 0;
-    if (z->per_host < 1 || z->world % z->per_host) z->per_host = z->world;
-    ZeroPPShape *p = &z->pp;
-    p->qwz = z->qwz; p->hpz = z->hpz; p->qgz = z->qgz; p->rank = z->rank; p->world = z->world;
-    p->per_host = z->per_host; p->dtype = z->dtype; p->esize = z->esize; p->block = z->block;
-}
-// ZeRO++'s buffers, in elements of the element type (zero_init allocates them as such):
-// per gather buffer qwZ's messages, per receive slot qgZ's level 1, qgZ's shared part; and hpZ's
-// secondary shard (MEM_HPZ), apart.
-static inline size_t zero_pp_elems(const Zero *z, size_t bytes) { return (bytes + z->esize - 1) / z->esize; }
-static inline size_t zero_pp_buffer_elems(const Zero *z) {
-    size_t se = zero_slice(z, UNIT_EMBED), sf = zero_slice(z, gpt2_final_unit(&z->lay)), sl = zero_max_layer(z) / z->world;
-    size_t n = 0, s0 = se > sf ? se : sf, smax = s0 > sl ? s0 : sl;
-    if (z->qwz) n += zero_pp_elems(z, zpp_qw_bytes(&z->pp, se)) + zero_pp_elems(z, zpp_qw_bytes(&z->pp, sf)) +
-                     2 * zero_pp_elems(z, zpp_qw_bytes(&z->pp, sl));
-    if (z->qgz) n += zero_pp_elems(z, zpp_qg_slot_bytes(&z->pp, s0)) + 2 * zero_pp_elems(z, zpp_qg_slot_bytes(&z->pp, sl)) +
-                     zero_pp_elems(z, zpp_qg_sums_bytes(&z->pp, smax)) +
-                     zero_pp_elems(z, zpp_qg_shared_bytes(&z->pp, smax) - zpp_qg_sums_bytes(&z->pp, smax));
-    return n;
-}
-static inline size_t zero_hpz_elems(const Zero *z) { return z->hpz > 1 ? z->lay.num_flat / (size_t)z->hpz : 0; }
-static inline void zero_pp_alloc(Zero *z) {
-    ZeroStore *st = &z->st;
-    size_t se = zero_slice(z, UNIT_EMBED), sf = zero_slice(z, gpt2_final_unit(&z->lay)), sl = zero_max_layer(z) / z->world;
-    size_t s0 = se > sf ? se : sf, smax = s0 > sl ? s0 : sl;
-    if (z->qwz) {
-        size_t s[4] = {se, sf, sl, sl};
-        for (int i = 0; i < 4; i++) z->qw_buf[i] = zero_store_alloc(st, MEM_BUFFERS, zero_pp_elems(z, zpp_qw_bytes(&z->pp, s[i])));
-    }
-    if (z->qgz) {
-        size_t s[3] = {s0, sl, sl};
-        for (int i = 0; i < 3; i++)
-            if (zpp_qg_slot_bytes(&z->pp, s[i])) z->qg_slot[i] = zero_store_alloc(st, MEM_BUFFERS, zero_pp_elems(z, zpp_qg_slot_bytes(&z->pp, s[i])));
-        z->qg_sums = (float *)zero_store_alloc(st, MEM_BUFFERS, zero_pp_elems(z, zpp_qg_sums_bytes(&z->pp, smax)));
-        size_t two = zpp_qg_shared_bytes(&z->pp, smax) - zpp_qg_sums_bytes(&z->pp, smax);
-        if (two) z->qg_shared = zero_store_alloc(st, MEM_BUFFERS, zero_pp_elems(z, two));
-    }
-    if (z->hpz > 1) z->hp_second = zero_store_alloc(st, MEM_HPZ, zero_hpz_elems(z));
-}
-
-// Elements (of the model's type) of the per-tensor sums vector of an optimizer with reductions:
-// R doubles per tensor of the model (optimizer.h, gpt2_num_tensors), whatever the stage.
-static inline size_t zero_reduction_elems(const Zero *z) {
-    size_t n = (size_t)optimizer_reductions(z->optimizer) * (size_t)gpt2_num_tensors(&z->lay);
-    return n * sizeof(double) / z->esize;
-}
 // Sets up the partition and allocates this rank's model states and buffers (ZeroOptions: the
 // stage, the element type, the optimizer, what is offloaded, and where NVMe files go).
 static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world, const ZeroOptions *o, ZeroBackend be) {
@@ -324,24 +121,18 @@ static inline void zero_init(Zero *z, const GPT2Config *cfg, int rank, int world
     gpt2_layout_init(&z->lay, cfg, (size_t)world * ZERO_ALIGN);
     ZeroStore *st = &z->st;
     zero_store_init(st, &z->be, &z->trace, &z->lay, z->where, z->mem, rank, world, z->esize, z->nstate, o);
-    if (st->host_units < z->lay.num_units && z->where[MEM_PARAMS] != LOC_DEVICE)
-        be.fatal(be.ctx, "offload_optimizer.ratio below 1 (Twin-Flow) needs the parameters on the device (the device's "
-                         "part of the update writes them there)");
+    zero_nvme_bind(st, o); // (zero/nvme_store.h: its files, for the kinds on NVMe)
+    zero_offload_check(z, o); // (zero/update.h: Twin-Flow, the delayed update)
     size_t full = z->lay.num_flat, shard = zero_shard_size(z);
     z->params = zero_store_alloc(st, MEM_PARAMS, stage == 3 ? shard : full);
     z->grads = zero_store_alloc(st, MEM_GRADS, stage >= 2 ? shard : full);
-    if (o->delayed_update && stage == 0) be.fatal(be.ctx, "the delayed parameter update needs ZeRO stage 1-3 (offload)");
-    if (o->delayed_update) z->held = zero_store_alloc(st, MEM_GRADS, shard);
+    zero_held_alloc(z, o);
     z->has_master = dtype != ZC_F32 || zero_streams(z->where); // a streamed update needs its fp32 weights in its memory
     // (Twin-Flow: the offloaded kinds' first st->host_elems of the shard where they live, the rest on the device)
     size_t opt = stage == 0 ? full : st->host_elems, twin = stage == 0 ? 0 : shard - st->host_elems;
     if (z->has_master && opt) z->master = (float *)zero_store_alloc(st, MEM_MASTER, opt);
     for (int k = 0; k < z->nstate && opt; k++) z->state[k] = (float *)zero_store_alloc(st, MEM_STATE + k, opt);
-    if (twin) {
-        const ZeroLocation *dev = st->loc[LOC_DEVICE];
-        if (z->has_master) z->twin_master = (float *)dev->alloc(st, MEM_MASTER, twin * sizeof(float));
-        for (int k = 0; k < z->nstate; k++) z->twin_state[k] = (float *)dev->alloc(st, MEM_STATE + k, twin * sizeof(float));
-    }
+    zero_twin_alloc(z, twin);
     z->nred = optimizer_reductions(o->optimizer) * gpt2_num_tensors(&z->lay);
     if (z->nred) z->red = (double *)zero_store_alloc(st, MEM_BUFFERS, zero_reduction_elems(z));
     zero_store_staging(st);
@@ -383,18 +174,16 @@ static inline size_t zero_buffer_floats(const Zero *z, int unified) {
 
 static inline void zero_free(Zero *z) {
     ZeroStore *st = &z->st;
-    void *all[] = {z->params, z->grads, z->master, z->state[0], z->state[1], z->held};
-    int kind[] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_STATE + 1, MEM_GRADS};
+    void *all[] = {z->params, z->grads, z->master, z->state[0], z->state[1]};
+    int kind[] = {MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_STATE, MEM_STATE + 1};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) zero_store_free(st, kind[i], all[i]);
     zero_store_free(st, MEM_BUFFERS, z->red);
-    st->loc[LOC_DEVICE]->free(st, z->twin_master);
-    for (int k = 0; k < OPT_MAX_SLICES; k++) st->loc[LOC_DEVICE]->free(st, z->twin_state[k]);
+    zero_offload_free(z);
     void *buffers[] = {z->gather_embed, z->gather_final, z->gather_layer[0], z->gather_layer[1], z->bucket_embed,
                        z->bucket_final, z->bucket_layer[0], z->bucket_layer[1], z->scatter_recv[0], z->scatter_recv[1],
-                       z->scatter_recv[2], z->qw_buf[0], z->qw_buf[1], z->qw_buf[2], z->qw_buf[3], z->qg_slot[0],
-                       z->qg_slot[1], z->qg_slot[2], z->qg_sums, z->qg_shared};
+                       z->scatter_recv[2]};
     for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) zero_store_free(st, MEM_BUFFERS, buffers[i]);
-    zero_store_free(st, MEM_HPZ, z->hp_second);
+    zero_pp_free(z);
     zero_store_close(st);
 }
 
@@ -686,31 +475,7 @@ static inline void zero_end_backward(Zero *z) {
     for (int u = 0; u < z->lay.num_units; u++) zero_finish_reduce(z, u);
 }
 
-// --- the update ------------------------------------------------------------------------
-
-// The gradient of the elements this rank updates, for unit u: a pointer to the first of
-// zero_update_count(z, u) elements, aligned with zero_update_params / the moments.
-static inline size_t zero_update_begin(const Zero *z, int u) { return z->stage == 0 ? z->lay.unit_offset[u] : zero_slice_begin(z, u); }
-static inline size_t zero_update_count(const Zero *z, int u) { return z->stage == 0 ? gpt2_unit_padded(&z->lay, u) : zero_slice(z, u); }
-static inline void *zero_update_grads(const Zero *z, int u) {
-    if (z->from_held) return zero_at(z, z->held, zero_shard_offset(z, u)); // the delayed update's
-    return zero_at(z, z->grads, z->stage < 2 ? zero_update_begin(z, u) : zero_shard_offset(z, u));
-}
-static inline void *zero_update_params(const Zero *z, int u) {
-    return z->params ? zero_at(z, z->params, z->stage == 3 ? zero_shard_offset(z, u) : zero_update_begin(z, u)) : NULL;
-}
-// The state arrays and master weights are laid out alike: in full under stage 0, else the shard;
-// kind MEM_MASTER or MEM_STATE + k, unit u's first element (Twin-Flow: in the device part from
-// st.host_units on). NULL for an array on NVMe: it has no address.
-static inline float *zero_opt_unit(const Zero *z, int kind, int u) {
-    int k = kind - MEM_STATE;
-    if (u >= z->st.host_units) {
-        float *t = kind == MEM_MASTER ? z->twin_master : z->twin_state[k];
-        return t ? t + (zero_shard_offset(z, u) - z->st.host_elems) : NULL;
-    }
-    float *a = kind == MEM_MASTER ? z->master : z->state[k];
-    return a ? a + (z->stage == 0 ? z->lay.unit_offset[u] : zero_shard_offset(z, u)) : NULL;
-}
+// --- the update (its walks: zero/update.h) -------------------------------------------------
 
 // The global gradient norm from this rank's sum of squares over its zero_update_grads.
 // Under stage 0 every rank holds the whole averaged gradient, so its local sum is already the
@@ -735,160 +500,14 @@ static inline void zero_gather_updated_params(Zero *z) {
     for (int u = 0; u < z->lay.num_units; u++) zero_wait(z, u, "all_gather (updated parameters)");
 }
 
-// The update: the optimizer over the elements this rank owns, walked as runs of one kind
-// (decayed, not decayed, frozen: padding and unused vocabulary rows stay zero), because a
-// partition boundary can cut through any tensor; then the gather of the updated parameters.
-// Mixed precision: the fp32 master weights are updated and rounded into the 16-bit parameters.
-// origin: where the unit's elements this rank updates begin (the reduction pass's blocks count from it).
-typedef struct { Zero *z; size_t base; float *p, *state[OPT_MAX_SLICES]; void *g, *p16; const OptStep *step; size_t origin; } ZeroUpdateRun;
-// The step for a run of one tensor: with per-tensor reductions, its sums' factor in place (optimizer.h).
-static inline OptStep zero_tensor_step(const Zero *z, const OptStep *step, int tensor) {
-    if (!z->nred || !z->be.reduce || tensor < 0) return *step;
-    return optimizer_step_for_tensor(step, z->red + (size_t)tensor * optimizer_reductions(z->optimizer));
-}
-static inline void zero_update_segment(const ParamSegment *seg, void *ctx) {
-    ZeroUpdateRun *r = (ZeroUpdateRun *)ctx;
-    if (seg->kind == SEG_FROZEN) return;
-    size_t lo = seg->begin - r->base;
-    Zero *z = r->z;
-    float *state[OPT_MAX_SLICES] = {NULL};
-    for (int k = 0; k < z->nstate; k++) state[k] = r->state[k] + lo;
-    OptStep step = zero_tensor_step(z, r->step, seg->tensor);
-    z->be.update(z->be.ctx, &step, r->p + lo, state, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL,
-                 seg->end - seg->begin, z->dtype, seg->kind == SEG_DECAY);
-}
-// The reduction pass's run: this tensor's terms added into its sums (nothing else written).
-static inline void zero_reduce_segment(const ParamSegment *seg, void *ctx) {
-    ZeroUpdateRun *r = (ZeroUpdateRun *)ctx;
-    if (seg->kind == SEG_FROZEN) return;
-    size_t lo = seg->begin - r->base;
-    Zero *z = r->z;
-    float *state[OPT_MAX_SLICES] = {NULL};
-    for (int k = 0; k < z->nstate; k++) state[k] = r->state[k] + lo;
-    z->be.reduce(z->be.ctx, r->step, r->p + lo, state, zero_at(z, r->g, lo), seg->end - seg->begin, z->dtype,
-                 seg->kind == SEG_DECAY, seg->begin - r->origin,
-                 z->red + (size_t)seg->tensor * optimizer_reductions(z->optimizer));
-}
-// Bytes the update reads and writes per element it owns: the fp32 weight (the master in mixed
-// precision) and each state array read and written, the gradient read, and in mixed precision
-// the 16-bit parameter written (AdamW: 28 in every precision).
-static inline double zero_update_bytes_per_element(const Zero *z) {
-    return 8.0 + 8.0 * z->nstate + (double)z->esize + (z->dtype != ZC_F32 ? (double)z->esize : 0.0);
-}
-// The streamed update (zero/store.h's stores hold the pieces): for each piece of at most
-// z->st.piece elements of one unit's slice (a whole slice unless something is on NVMe), its
-// gradient, master weights, state arrays and parameters are opened where the host addresses
-// them, updated by the CPU optimizer engine, and closed back where they live. After a unit's last
-// piece, stages 1 and 2 start its all-gather. Frozen runs (padding, unused vocabulary rows) are
-// written as the zeros they are, since staging is reused.
-static inline void zero_update_host_segment(const ParamSegment *seg, void *ctx) {
-    ZeroUpdateRun *r = (ZeroUpdateRun *)ctx;
-    Zero *z = r->z;
-    size_t lo = seg->begin - r->base, n = seg->end - seg->begin;
-    if (seg->kind == SEG_FROZEN) {
-        if (r->p16) memset(zero_at(z, r->p16, lo), 0, n * z->esize);
-        return;
-    }
-    float *state[OPT_MAX_SLICES] = {NULL};
-    for (int k = 0; k < z->nstate; k++) state[k] = r->state[k] + lo;
-    OptStep step = zero_tensor_step(z, r->step, seg->tensor);
-    optimizer_update_host(&step, r->p + lo, state, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL, n,
-                          z->dtype, seg->kind == SEG_DECAY);
-}
-// The pieces, unit by unit, with where each kind's elements are in memory (a malloc'd list of *count).
-static inline ZeroPiece *zero_piece_list(const Zero *z, int *count) {
-    int P = 0;
-    size_t piece = z->st.piece;
-    int H = z->st.host_units; // (Twin-Flow: the units after them update on the device)
-    for (int u = 0; u < H; u++) P += (int)((zero_slice(z, u) + piece - 1) / piece);
-    ZeroPiece *list = (ZeroPiece *)calloc((size_t)P, sizeof(ZeroPiece));
-    if (!list) z->be.fatal(z->be.ctx, "out of host memory for the offloaded update's piece list");
-    P = 0;
-    for (int u = 0; u < H; u++)
-        for (size_t lo = 0, n = zero_slice(z, u); lo < n; lo += piece) {
-            ZeroPiece *pc = &list[P++];
-            pc->u = u; pc->lo = lo; pc->n = n - lo < piece ? n - lo : piece;
-            pc->at[MEM_GRADS] = zero_at(z, zero_update_grads(z, u), lo);
-            pc->at[MEM_PARAMS] = zero_at(z, zero_update_params(z, u), lo);
-            pc->at[MEM_MASTER] = z->master ? zero_opt_unit(z, MEM_MASTER, u) + lo : NULL;
-            for (int k = 0; k < z->nstate; k++) pc->at[MEM_STATE + k] = z->state[k] ? zero_opt_unit(z, MEM_STATE + k, u) + lo : NULL;
-        }
-    *count = P;
-    return list;
-}
-// The reduction pass over the same pieces, read only (zero/store.h's read pass: the gradient,
-// master weights and state arrays opened, nothing written back).
-static inline void zero_reduce_streamed(Zero *z, const OptStep *step) {
-    int P;
-    ZeroPiece *pcs = zero_piece_list(z, &P);
-    zero_stream_begin(&z->st, 1);
-    for (int i = 0; i < P; i++) {
-        const ZeroPiece *pc = &pcs[i];
-        void *at[MEM_BUFFERS] = {NULL};
-        zero_stream_open(&z->st, pcs, P, i, at);
-        ZeroUpdateRun r = {z, zero_update_begin(z, pc->u) + pc->lo, (float *)at[MEM_MASTER], {NULL}, at[MEM_GRADS], NULL,
-                           step, zero_update_begin(z, pc->u)};
-        for (int k = 0; k < z->nstate; k++) r.state[k] = (float *)at[MEM_STATE + k];
-        gpt2_for_each_segment(&z->lay, r.base, r.base + pc->n, zero_reduce_segment, &r);
-        zero_stream_close(&z->st, pc, i);
-    }
-    zero_stream_end(&z->st, pcs, P); // (with NVMe: the update's first pieces read ahead now)
-    free(pcs);
-}
-static inline void zero_update_streamed(Zero *z, const OptStep *step) {
-    int P;
-    ZeroPiece *pcs = zero_piece_list(z, &P);
-    zero_stream_begin(&z->st, 0);
-    double t_unit = 0.0;
-    for (int i = 0; i < P; i++) {
-        const ZeroPiece *pc = &pcs[i];
-        int u = pc->u;
-        if (pc->lo == 0) // the unit's update: a span over its pieces
-            t_unit = trace_begin(z->trace, "update", TRACE_OPTIMIZER, u,
-                                 zero_update_bytes_per_element(z) * (double)zero_update_count(z, u));
-        void *at[MEM_BUFFERS] = {NULL};
-        zero_stream_open(&z->st, pcs, P, i, at);
-        ZeroUpdateRun r = {z, zero_update_begin(z, u) + pc->lo, (float *)at[MEM_MASTER], {NULL}, at[MEM_GRADS],
-                           at[MEM_PARAMS], step, zero_update_begin(z, u)};
-        for (int k = 0; k < z->nstate; k++) r.state[k] = (float *)at[MEM_STATE + k];
-        gpt2_for_each_segment(&z->lay, r.base, r.base + pc->n, zero_update_host_segment, &r);
-        zero_stream_close(&z->st, pc, i);
-        if (pc->lo + pc->n == zero_slice(z, u)) { trace_end(z->trace, t_unit); zero_gather_updated_unit(z, u); }
-    }
-    zero_stream_end(&z->st, pcs, P);
-    free(pcs);
-    for (int u = 0; u < z->lay.num_units; u++) zero_wait(z, u, "all_gather (updated parameters)");
-}
-
-// The device update with the parameter shard off the device (offload_param alone): the new
-// 16-bit parameters are rounded into the unit's landing slice (frozen runs zeroed there: the slice
-// last held another unit's), which zero/store.h then writes back where the shard lives.
-static inline void zero_update_back_segment(const ParamSegment *seg, void *ctx) {
-    ZeroUpdateRun *r = (ZeroUpdateRun *)ctx;
-    Zero *z = r->z;
-    if (seg->kind == SEG_FROZEN)
-        z->be.zero(z->be.ctx, zero_at(z, r->p16, seg->begin - r->base), (seg->end - seg->begin) * z->esize);
-    else zero_update_segment(seg, ctx);
-}
 // An optimizer's per-tensor reductions (optimizer.h: LAMB's sum p^2 and sum u^2), before its
-// update: a pass over the elements this rank owns (read only; streamed like the update when it
-// streams, so with NVMe the master weights and state arrays are read twice a step), the sums
-// per tensor over its shard, then over the ranks: one all-reduce of R x tensors doubles (not
-// under stage 0, where every rank holds every tensor whole and computes the same sums).
+// update: this rank's sums per tensor over its elements (zero/update.h's read-only pass), then
+// over the ranks: one all-reduce of R x tensors doubles (not under stage 0, where every rank holds
+// every tensor whole and computes the same sums).
 static inline void zero_reductions(Zero *z, const OptStep *step) {
     if (!z->nred || !z->be.reduce) return;
     double t0 = trace_begin(z->trace, "reductions", TRACE_OPTIMIZER, -1, 0.0);
-    memset(z->red, 0, (size_t)z->nred * sizeof(double));
-    if (zero_update_on_host(z->where, z->be.unified)) zero_reduce_streamed(z, step);
-    else
-        for (int u = 0; u < z->lay.num_units; u++) {
-            size_t begin = zero_update_begin(z, u);
-            void *p = zero_update_params(z, u);
-            float *master = z->has_master ? zero_opt_unit(z, MEM_MASTER, u) : NULL;
-            ZeroUpdateRun r = {z, begin, master ? master : (float *)p, {NULL}, zero_update_grads(z, u), NULL, step, begin};
-            for (int k = 0; k < z->nstate; k++) r.state[k] = zero_opt_unit(z, MEM_STATE + k, u);
-            gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u), zero_reduce_segment, &r);
-        }
+    zero_reduce_pass(z, step);
     if (z->stage > 0 && z->world > 1) zero_sum_scalars(z, z->red, z->nred);
     trace_end(z->trace, t0);
 }
@@ -904,43 +523,20 @@ static inline void zero_update(Zero *z, const OptStep *step) {
     for (int u = first; u < z->lay.num_units; u++) {
         double t0 = trace_begin(z->trace, "update", TRACE_OPTIMIZER, u,
                                 zero_update_bytes_per_element(z) * (double)zero_update_count(z, u));
-        size_t begin = zero_update_begin(z, u);
-        void *p = zero_update_params(z, u);
-        float *master = z->has_master ? zero_opt_unit(z, MEM_MASTER, u) : NULL;
-        ZeroUpdateRun r = {z, begin, master ? master : (float *)p, {NULL}, zero_update_grads(z, u),
-                           back ? zero_store_landing_of(&z->st, u) : master ? p : NULL, step, begin};
-        for (int k = 0; k < z->nstate; k++) r.state[k] = zero_opt_unit(z, MEM_STATE + k, u);
-        gpt2_for_each_segment(&z->lay, begin, begin + zero_update_count(z, u),
+        ZeroUpdateRun r = zero_unit_run(z, u, step);
+        if (back) r.p16 = zero_store_landing_of(&z->st, u);
+        gpt2_for_each_segment(&z->lay, r.base, r.base + zero_update_count(z, u),
                               back ? zero_update_back_segment : zero_update_segment, &r);
-        if (back) zero_store_write_back(&z->st, u, p, r.p16);
+        if (back) zero_store_write_back(&z->st, u, zero_update_params(z, u), r.p16);
         trace_end(z->trace, t0);
         if (streams) zero_gather_updated_unit(z, u);
     }
     if (back) zero_stream_end(&z->st, NULL, 0);
-    if (streams) zero_update_streamed(z, step); // (it waits for every unit's all-gather)
-    else zero_gather_updated_params(z);
+    if (streams) { // the host's units; each unit's all-gather starts after its last piece
+        zero_update_streamed(z, step, zero_gather_updated_unit);
+        for (int u = 0; u < z->lay.num_units; u++) zero_wait(z, u, "all_gather (updated parameters)");
+    } else zero_gather_updated_params(z);
     z->from_held = 0;
-}
-
-// The delayed parameter update (ZeRO-Offload's DPU; docs/offload.md). Step i's update is held
-// instead of applied: its gradients (what zero_update would read) are copied into z->held with
-// its OptStep; the next step, after its forward and backward (which so compute with the
-// parameters from before update i), takes it: zero_take_held says whether one is pending, gives
-// its OptStep and makes the next zero_update read the held gradients. Without zero_init's
-// delayed_update there is nothing to hold into.
-static inline void zero_hold_update(Zero *z, const OptStep *step) {
-    z->be.zero(z->be.ctx, z->held, zero_shard_size(z) * z->esize);
-    for (int u = 0; u < z->lay.num_units; u++)
-        z->be.add(z->be.ctx, zero_at(z, z->held, zero_shard_offset(z, u)), zero_update_grads(z, u), zero_update_count(z, u), z->dtype);
-    z->held_step = *step;
-    z->held_pending = 1;
-}
-static inline int zero_take_held(Zero *z, OptStep *step) {
-    if (!z->held_pending) return 0;
-    *step = z->held_step;
-    z->held_pending = 0;
-    z->from_held = 1;
-    return 1;
 }
 
 // --- parameters in and out, one unit at a time through a host buffer ---------------------

@@ -37,8 +37,8 @@ typedef struct {
     // communicators of its groups, made the first time each is used (every rank uses them in
     // the same order: zero.h's schedule is the same on all)
     int host_size;
-    int ngroups;
-    struct { int group, g; MPI_Comm comm; } groups[8];
+    ZeroGroups groups;
+    MPI_Comm group_comm[ZB_MAX_GROUPS];
 } MpiBackend;
 
 // MPI has no 16-bit float types: 16-bit elements travel as MPI_UINT16_T and are summed by
@@ -149,19 +149,14 @@ static int mpi_host_size(void *ctx) { return ((MpiBackend *)ctx)->host_size; }
 
 static MPI_Comm mpi_group(MpiBackend *b, int group, int g) {
     if (group == ZB_WORLD) return b->comm;
-    for (int i = 0; i < b->ngroups; i++)
-        if (b->groups[i].group == group && b->groups[i].g == g) return b->groups[i].comm;
-    if (b->ngroups == 8 || g < 1 || b->world % g) {
-        fprintf(stderr, "error: rank %d: ZeRO++ group of %d ranks over a world of %d (or more than 8 groups)\n",
-                b->rank, g, b->world);
+    char why[160];
+    int fresh, color, key, i = zero_group_slot(&b->groups, group, g, b->rank, b->world, &fresh, &color, &key, why, sizeof(why));
+    if (i < 0) {
+        fprintf(stderr, "error: rank %d: %s\n", b->rank, why);
         job_abort(b->comm, b->nodes, 1);
     }
-    MPI_Comm c;
-    int color = group == ZB_INNER ? b->rank / g : b->rank % g, key = group == ZB_INNER ? b->rank % g : b->rank / g;
-    MPI_Comm_split(b->comm, color, key, &c);
-    b->groups[b->ngroups].group = group; b->groups[b->ngroups].g = g; b->groups[b->ngroups].comm = c;
-    b->ngroups++;
-    return c;
+    if (fresh) MPI_Comm_split(b->comm, color, key, &b->group_comm[i]);
+    return b->group_comm[i];
 }
 static int mpi_group_all_gather(void *ctx, int group, int g, const void *send, void *recv, size_t bytes) {
     MpiBackend *b = (MpiBackend *)ctx;
@@ -178,8 +173,8 @@ static int mpi_group_all_to_all(void *ctx, int group, int g, const void *send, v
     return h;
 }
 static void mpi_free_groups(MpiBackend *b) {
-    for (int i = 0; i < b->ngroups; i++) MPI_Comm_free(&b->groups[i].comm);
-    b->ngroups = 0;
+    for (int i = 0; i < b->groups.n; i++) MPI_Comm_free(&b->group_comm[i]);
+    b->groups.n = 0;
 }
 // ----------------------------------------------------------------------------------------
 // Compute memory: ZeroBackend's alloc, free, zero, add, to_host, from_host and update. The CPU
@@ -321,11 +316,16 @@ static void mpi_handle_errors(MpiBackend *b) {
 // offload to the host would move in compute memory (zero_placement), and reads NVMe files
 // straight into compute memory.
 static ZeroBackend mpi_backend(MpiBackend *b) {
-    ZeroBackend be = {b, mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_wait, mpi_set_step, mpi_progress, mpi_sum_doubles,
-                      compute_alloc, compute_free, compute_zero, compute_add, compute_to_host, compute_from_host, compute_update,
-                      1, NULL, NULL, NULL, NULL, NULL, NULL, // unified (above): no host slots
-                      mpi_fatal, mpi_host_size, mpi_group_all_gather, mpi_group_all_to_all, compute_quantize,
-                      compute_dequantize, compute_dequantize_add, compute_convert, compute_reduce};
+    ZeroBackend be = {.ctx = b, .all_reduce = mpi_all_reduce, .reduce_scatter = mpi_reduce_scatter,
+                      .all_gather = mpi_all_gather, .wait = mpi_wait, .set_step = mpi_set_step, .progress = mpi_progress,
+                      .sum_doubles = mpi_sum_doubles, .alloc = compute_alloc, .free = compute_free, .zero = compute_zero,
+                      .add = compute_add, .to_host = compute_to_host, .from_host = compute_from_host,
+                      .update = compute_update,
+                      .unified = 1, // (above: no host slots, they stay NULL)
+                      .fatal = mpi_fatal, .host_size = mpi_host_size, .group_all_gather = mpi_group_all_gather,
+                      .group_all_to_all = mpi_group_all_to_all, .quantize = compute_quantize,
+                      .dequantize = compute_dequantize, .dequantize_add = compute_dequantize_add,
+                      .convert = compute_convert, .reduce = compute_reduce};
     return be;
 }
 

@@ -63,8 +63,8 @@ typedef struct NcclBackend {
     int block_waits;               // --trace: wait() blocks the host until the collective completes,
                                    // so that the trace's times are the device's
     int host_size;                 // ZeRO++: ranks per host (job_host_size), set with the communicator
-    int ngroups;                   // ZeRO++'s group communicators, split from comm on first use
-    struct { int group, g; ncclComm_t comm; } groups[8];
+    ZeroGroups groups;             // ZeRO++'s group communicators, split from comm on first use
+    ncclComm_t group_comm[ZB_MAX_GROUPS];
 } NcclBackend;
 
 // waited: how long the host waited for it (the verdict's; an asynchronous error: the timeout)
@@ -377,19 +377,14 @@ static void dev_fatal(void *ctx, const char *msg) {
 static int nccl_host_size(void *ctx) { return ((NcclBackend *)ctx)->host_size; }
 static ncclComm_t nccl_group(NcclBackend *b, int group, int g) {
     if (group == ZB_WORLD) return b->comm;
-    for (int i = 0; i < b->ngroups; i++)
-        if (b->groups[i].group == group && b->groups[i].g == g) return b->groups[i].comm;
-    if (b->ngroups == 8 || g < 1 || b->world % g) {
-        fprintf(stderr, "error: rank %d: ZeRO++ group of %d ranks over a world of %d (or more than 8 groups)\n",
-                b->rank, g, b->world);
+    char why[160];
+    int fresh, color, key, i = zero_group_slot(&b->groups, group, g, b->rank, b->world, &fresh, &color, &key, why, sizeof(why));
+    if (i < 0) {
+        fprintf(stderr, "error: rank %d: %s\n", b->rank, why);
         job_abort(MPI_COMM_WORLD, b->nodes, 1);
     }
-    int color = group == ZB_INNER ? b->rank / g : b->rank % g, key = group == ZB_INNER ? b->rank % g : b->rank / g;
-    ncclComm_t c;
-    NCCL_CHECK(ncclCommSplit(b->comm, color, key, &c, NULL));
-    b->groups[b->ngroups].group = group; b->groups[b->ngroups].g = g; b->groups[b->ngroups].comm = c;
-    b->ngroups++;
-    return c;
+    if (fresh) NCCL_CHECK(ncclCommSplit(b->comm, color, key, &b->group_comm[i], NULL));
+    return b->group_comm[i];
 }
 static int nccl_group_size(NcclBackend *b, int group, int g) {
     return group == ZB_WORLD ? b->world : group == ZB_INNER ? g : b->world / g;
@@ -414,8 +409,8 @@ static int nccl_group_all_to_all(void *ctx, int group, int g, const void *send, 
     return comm_end(b, h);
 }
 static void nccl_free_groups(NcclBackend *b) {
-    for (int i = 0; i < b->ngroups; i++) ncclCommDestroy(b->groups[i].comm);
-    b->ngroups = 0;
+    for (int i = 0; i < b->groups.n; i++) ncclCommDestroy(b->group_comm[i]);
+    b->groups.n = 0;
 }
 static void dev_quantize(void *ctx, void *msg, const void *src, size_t n, int dtype, size_t block, int bits) {
     NcclBackend *b = (NcclBackend *)ctx;
@@ -435,13 +430,17 @@ static void dev_convert(void *ctx, void *dst, int dst_dtype, const void *src, in
 }
 
 static ZeroBackend nccl_backend(NcclBackend *b) {
-    ZeroBackend be = {b, nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_wait, nccl_set_step, nccl_progress,
-                      nccl_sum_doubles, dev_alloc, dev_free, dev_zero, dev_add, dev_to_host, dev_from_host, dev_update,
-                      0, host_mem_alloc, host_mem_free, dev_copy_to_host, dev_copy_to_device, dev_host_wait, dev_device_wait,
-                      dev_fatal,
-                      nccl_host_size, nccl_group_all_gather, nccl_group_all_to_all, dev_quantize, dev_dequantize,
-                      dev_dequantize_add, dev_convert,
-                      NULL}; // no per-tensor reduction pass (LAMB): config.h refuses it for this trainer
+    // (C++: every field named, in ZeroBackend's order)
+    ZeroBackend be = {.ctx = b, .all_reduce = nccl_all_reduce, .reduce_scatter = nccl_reduce_scatter,
+                      .all_gather = nccl_all_gather, .wait = nccl_wait, .set_step = nccl_set_step, .progress = nccl_progress,
+                      .sum_doubles = nccl_sum_doubles, .alloc = dev_alloc, .free = dev_free, .zero = dev_zero, .add = dev_add,
+                      .to_host = dev_to_host, .from_host = dev_from_host, .update = dev_update, .unified = 0,
+                      .host_alloc = host_mem_alloc, .host_free = host_mem_free, .copy_to_host = dev_copy_to_host,
+                      .copy_to_device = dev_copy_to_device, .host_wait = dev_host_wait, .device_wait = dev_device_wait,
+                      .fatal = dev_fatal, .host_size = nccl_host_size, .group_all_gather = nccl_group_all_gather,
+                      .group_all_to_all = nccl_group_all_to_all, .quantize = dev_quantize, .dequantize = dev_dequantize,
+                      .dequantize_add = dev_dequantize_add, .convert = dev_convert,
+                      .reduce = NULL}; // no per-tensor reduction pass (LAMB): config.h refuses it for this trainer
     return be;
 }
 

@@ -971,7 +971,7 @@ static inline GPT2Recompute config_recompute(const TrainConfig *c) {
 }
 
 // ZeRO++'s settings against the stage and the world. Ranks per host are the backend's to know:
-// zero.h's zero_pp_problem checks those once the job runs (and --plan's --gpus-per-node).
+// zero/pp_setup.h's zero_pp_problem checks those once the job runs (and --plan's --gpus-per-node).
 static inline int config_validate_zeropp(const TrainConfig *c, int world) {
     if (c->zeropp_qwz && c->zero_stage != 3) {
         fprintf(stderr, "error: --zeropp-qwz 1 needs --zero-stage 3 (it quantizes stage 3's parameter all-gather; "

@@ -690,9 +690,11 @@ static void no_sum_doubles(void *ctx, double *x, int n) { (void)ctx; (void)x; (v
 static void no_progress(void *ctx) { (void)ctx; } // nothing in flight to advance
 static void local_fatal(void *ctx, const char *msg) { (void)ctx; fprintf(stderr, "error: %s\n", msg); exit(1); }
 static ZeroBackend local_backend(void) {
-    ZeroBackend be = {NULL, no_all_reduce, no_reduce_scatter, no_all_gather, no_wait, no_set_step, no_progress, no_sum_doubles,
-                      compute_alloc, compute_free, compute_zero, compute_add, compute_to_host, compute_from_host, compute_update,
-                      1, NULL, NULL, NULL, NULL, NULL, NULL, local_fatal, NULL, NULL, NULL, NULL, NULL, NULL, NULL, compute_reduce};
+    ZeroBackend be = {.all_reduce = no_all_reduce, .reduce_scatter = no_reduce_scatter, .all_gather = no_all_gather,
+                      .wait = no_wait, .set_step = no_set_step, .progress = no_progress, .sum_doubles = no_sum_doubles,
+                      .alloc = compute_alloc, .free = compute_free, .zero = compute_zero, .add = compute_add,
+                      .to_host = compute_to_host, .from_host = compute_from_host, .update = compute_update, .unified = 1,
+                      .fatal = local_fatal, .reduce = compute_reduce};
     return be;
 }
 

@@ -8,7 +8,9 @@
 #   2 the optimizer: core/optimizer.h, core/optimizer_engine.h (its CPU engine); the direct
 #     I/O that zero.h keeps NVMe files with: core/nvme.h; ZeRO++'s quantized format: core/quant.h
 #   3 ZeRO: zero/location.h (where a state can live: the one encoding the options use too),
-#     zero/backend.h (the seam a backend fills), zero/store.h (where state lives), zero.h (the schedule)
+#     zero/backend.h (the seam a backend fills), zero/store.h (where state lives), zero/nvme_store.h
+#     (its NVMe store), zero/state.h (what a rank keeps), zero/pp_setup.h (ZeRO++'s setup),
+#     zero/update.h (the update's walks), zero.h (the schedule)
 #   4 the run: run/*.h
 #   5 the backends: cpu/*, gpu/*
 #   6 the trainers: train_gpt_cpu.c, train_gpt.cu; and the planner page's program, web/planner_wasm.c
@@ -60,6 +62,10 @@ for f, words in [("core/gpt2.h", r"\b(gemm_bf16|cublas|nccl|MPI_|cuda[A-Z]|Train
                  ("zero.h", r"\b(TrainConfig|config_|adam|Adam|MPI_|cuda[A-Z]|nccl)"),
                  ("zero/store.h", r"\b(TrainConfig|config_|adam|Adam|MPI_|cuda[A-Z]|nccl)"),
                  ("zero/backend.h", r"\b(TrainConfig|config_|adam|Adam|MPI_|cuda[A-Z]|nccl)"),
+                 ("zero/nvme_store.h", r"\b(TrainConfig|config_|adam|Adam|MPI_|cuda[A-Z]|nccl)"),
+                 ("zero/state.h", r"\b(TrainConfig|config_|adam|Adam|MPI_|cuda[A-Z]|nccl)"),
+                 ("zero/pp_setup.h", r"\b(TrainConfig|config_|adam|Adam|MPI_|cuda[A-Z]|nccl)"),
+                 ("zero/update.h", r"\b(TrainConfig|config_|adam|Adam|MPI_|cuda[A-Z]|nccl)"),
                  ("zero/location.h", r"\b(TrainConfig|config_|zero_init|Zero\b|MPI_|cuda|nccl)"),
                  ("core/trace.h", r"\b(TrainConfig|config_|zero_|Zero\b|MPI_|cuda|nccl|gemm_bf16)"),
                  ("core/flight.h", r"\b(TrainConfig|config_|zero_|Zero\b|MPI_|cuda|nccl|socket)")]:

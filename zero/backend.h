@@ -14,6 +14,7 @@
 #define ZERO_BACKEND_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include "core/optimizer.h"
 #include "mixed_precision.h"
 
@@ -108,5 +109,28 @@ typedef struct {
 } ZeroBackend;
 
 enum { ZB_WORLD, ZB_INNER, ZB_OUTER }; // ZeRO++'s groups (above)
+
+// ZeRO++'s groups as a backend that makes them by splitting the world (MPI_Comm_split,
+// ncclCommSplit) keeps them: the (group, g) pairs made so far, the backend's handle for pair i at
+// its own index i. zero_group_slot: the index of (group, g), or, when it is new (*fresh = 1),
+// the next index and this rank's color (which group) and key (its index there) to split with;
+// -1 and one line in why when it cannot be made (g does not divide the world, or the table is full).
+#define ZB_MAX_GROUPS 8
+typedef struct { int n, group[ZB_MAX_GROUPS], g[ZB_MAX_GROUPS]; } ZeroGroups;
+static inline int zero_group_slot(ZeroGroups *t, int group, int g, int rank, int world, int *fresh, int *color, int *key,
+                                  char *why, size_t nwhy) {
+    *fresh = 0;
+    for (int i = 0; i < t->n; i++)
+        if (t->group[i] == group && t->g[i] == g) return i;
+    if (t->n == ZB_MAX_GROUPS || g < 1 || world % g) {
+        snprintf(why, nwhy, "ZeRO++ group of %d ranks over a world of %d (or more than %d groups)", g, world, ZB_MAX_GROUPS);
+        return -1;
+    }
+    *fresh = 1;
+    *color = group == ZB_INNER ? rank / g : rank % g;
+    *key = group == ZB_INNER ? rank % g : rank / g;
+    t->group[t->n] = group; t->g[t->n] = g;
+    return t->n++;
+}
 
 #endif // ZERO_BACKEND_H
