@@ -23,21 +23,24 @@
 #define CS_LN_MIN_ROWS 16     // a LayerNorm block's rows at least: its partials (2C fp32) are 2 / rows of its traffic
 
 // column_partials_kernel (the LayerNorm's): rows [blockIdx.x * rows, + rows) of N; columns by
-// slabs of blockDim.x * V (grid.y = ceil(C / (blockDim.x * V)) slabs): thread i of slab y owns
-// the V columns c0 = (y * blockDim.x + i) * V .. c0 + V - 1 (V = VEC where C % VEC == 0 and
-// every pointer is 16-byte aligned, else 1). CS_LN_THREADS threads.
+// slabs of blockDim.x * V (grid.y = ceil(C / (blockDim.x * V)) slabs) (V = VEC where C % VEC == 0
+// and every pointer is 16-byte aligned, else 1). CS_LN_THREADS threads.
 //   dinp (N,C) += through the normalisation (ACCUMULATES: the input is the residual stream), one
 //   warp per row over the whole row (the slab-0 blocks only), two passes as the CPU (the row's
 //   two sums, then the update; the second pass reads the row from L1); and partial
 //   (gridDim.x, 2C) = this block's [sum_n (x - mean) * rstd * dout | sum_n dout] over its rows.
+// The column sums: the slab's P packs of V columns (P = blockDim.x but in the last slab) are
+// shared by G = blockDim.x / P groups of P threads (at C = 768, V = 8: P = 96, G = 2, so 192
+// threads sum rather than 96): thread g * P + i owns pack i, columns c0 = (y * blockDim.x + i) * V
+// .. c0 + V - 1, and takes the tile's rows t0 + g, t0 + g + G, ... in increasing order, its loads
+// unrolled (16-byte loads in flight for ILP), into V fp32 accumulators per sum. At the end the
+// groups meet in shared memory and group 0 adds groups 1 .. G-1 in order: the order is fixed, so
+// the partials are bitwise reproducible. The warps of the LayerNorm part are independent (whole
+// warps enter a row, so the shuffles see full warps). Threads past the G groups sum nothing but
+// never return early: every thread reaches the one __syncthreads. Bounds: rows clamp to N,
+// columns to C (c0 + V <= C as C % V == 0).
 // Bytes: dout, x and dinp read once (the column sums' second reading of dout and x comes from
 // L1/L2), dinp written once, w read per row from L1: 4 N C floatX from HBM, plus the partials.
-// The column sums read the tile's rows again, CS_TILE at a time with the loads unrolled (16-byte
-// loads in flight for ILP), each thread in row order into V fp32 accumulators per sum: the order
-// is fixed, so the partials are bitwise reproducible. No shared memory, no __syncthreads: the
-// warps of the LayerNorm part are independent (whole warps enter a row, so the shuffles see full
-// warps), and a thread's partials are its own columns. Threads past C skip the sums but never
-// return early. Bounds: rows clamp to N, columns to C (c0 + V <= C when c0 < C, as C % V == 0).
 template <int V>
 static __global__ void __launch_bounds__(CS_LN_THREADS, CS_LN_BLOCKS_PER_SM)
 column_partials_kernel(float *__restrict__ partial, floatX *__restrict__ dinp, const floatX *__restrict__ dout,
@@ -45,7 +48,9 @@ column_partials_kernel(float *__restrict__ partial, floatX *__restrict__ dinp, c
                        const float *__restrict__ rstd, int N, int C, int rows) {
     int r0 = blockIdx.x * rows, r1 = min(r0 + rows, N);
     int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, nwarps = blockDim.x / WARP;
-    int c0 = (blockIdx.y * blockDim.x + threadIdx.x) * V;
+    int packs = (C + V - 1) / V - blockIdx.y * blockDim.x, P = min(packs, (int)blockDim.x), G = blockDim.x / P;
+    int grp = threadIdx.x / P, pi = threadIdx.x % P, c0 = (blockIdx.y * blockDim.x + pi) * V;
+    __shared__ float sh[CS_LN_THREADS * 2 * V]; // groups 1 .. G-1: (G - 1) * P <= blockDim.x threads' 2V sums
     float aw[V], ab[V];
 #pragma unroll
     for (int k = 0; k < V; k++) aw[k] = ab[k] = 0.0f;
@@ -56,7 +61,7 @@ column_partials_kernel(float *__restrict__ partial, floatX *__restrict__ dinp, c
                 const floatX *xr = x + (size_t)row * C, *dr = dout + (size_t)row * C;
                 floatX *di = dinp + (size_t)row * C;
                 float m = mean[row], s = rstd[row], dm = 0.0f, dnm = 0.0f;
-#pragma unroll 4
+#pragma unroll 2
                 for (int c = lane * V; c < C; c += WARP * V) {
                     Pack<V> wv = load_pack<V>(w + c), dv = load_pack<V>(dr + c), xv = load_pack<V>(xr + c);
 #pragma unroll
@@ -68,7 +73,6 @@ column_partials_kernel(float *__restrict__ partial, floatX *__restrict__ dinp, c
                 }
                 dm = warp_sum(dm) / C;
                 dnm = warp_sum(dnm) / C;
-#pragma unroll 2
                 for (int c = lane * V; c < C; c += WARP * V) {
                     Pack<V> wv = load_pack<V>(w + c), dv = load_pack<V>(dr + c), xv = load_pack<V>(xr + c),
                             iv = load_pack<V>(di + c);
@@ -80,10 +84,10 @@ column_partials_kernel(float *__restrict__ partial, floatX *__restrict__ dinp, c
                     store_pack<V>(di + c, iv);
                 }
             }
-        if (c0 < C) { // this thread's columns over the tile's rows, in row order
+        if (grp < G) { // this thread's columns over its group's rows of the tile, in row order
 #pragma unroll
             for (int i = 0; i < CS_TILE; i++) {
-                int row = t0 + i;
+                int row = t0 + grp + i * G;
                 if (row < t1) {
                     Pack<V> dv = load_pack<V>(dout + (size_t)row * C + c0), xv = load_pack<V>(x + (size_t)row * C + c0);
                     float m = mean[row], s = rstd[row];
@@ -97,7 +101,18 @@ column_partials_kernel(float *__restrict__ partial, floatX *__restrict__ dinp, c
             }
         }
     }
-    if (c0 < C) {
+    if (grp >= 1 && grp < G) {
+        float *q = sh + ((grp - 1) * P + pi) * 2 * V;
+#pragma unroll
+        for (int k = 0; k < V; k++) { q[k] = aw[k]; q[V + k] = ab[k]; }
+    }
+    __syncthreads();
+    if (grp == 0) {
+        for (int g = 1; g < G; g++) {
+            const float *q = sh + ((g - 1) * P + pi) * 2 * V;
+#pragma unroll
+            for (int k = 0; k < V; k++) { aw[k] += q[k]; ab[k] += q[V + k]; }
+        }
         float *p = partial + (size_t)blockIdx.x * 2 * C;
 #pragma unroll
         for (int k = 0; k < V; k++) {
