@@ -52,23 +52,7 @@
 #include <cublasLt.h>
 #include <nccl.h>
 
-// floatX: the element type of parameters, gradients and activations in this build, its cuBLASLt
-// type and zero.h's dtype for it (config.h reads the same GPU_PRECISION_* define; the
-// static_assert below keeps the two in step). gpt2.h's views and activations are built on it.
-#if defined(GPU_PRECISION_FP32)
-typedef float floatX;
-#define FLOATX_CUDA CUDA_R_32F
-#define FLOATX_DTYPE ZC_F32
-#elif defined(GPU_PRECISION_FP16)
-typedef __half floatX;
-#define FLOATX_CUDA CUDA_R_16F
-#define FLOATX_DTYPE ZC_FP16
-#else
-typedef __nv_bfloat16 floatX;
-#define FLOATX_CUDA CUDA_R_16BF
-#define FLOATX_DTYPE ZC_BF16
-#endif
-#define GPT2_FLOATX floatX
+#include "gpu/floatx.cuh" // floatX: this build's element type, before core/gpt2.h
 
 #include "core/gpt2.h"
 #include "run/config.h"

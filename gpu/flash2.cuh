@@ -131,6 +131,27 @@ static __device__ __forceinline__ void f2_ldsm_kn(uint32_t b[4], const floatX (*
     mma16_ldsm_x4<1>(b, &s[k0 + 8 * (m % 2) + l % 8][n0 + 8 * (m / 2)]);
 }
 #define F2_MMA mma16816<floatX>
+// The backward's two score-shaped products over 32 rows n0 .. n0+31 of two shared tiles, fresh
+// accumulators: x = a . tx[n0..]^T and y = b . ty[n0..]^T (the warp's 16 rows against 4 n-tiles of
+// 8, 4 k-steps of 16 each): S and dP in the dQ kernel, S^T and dP^T in the dK/dV kernel.
+static __device__ __forceinline__ void f2_two_products(float x[4][4], const uint32_t a[4][4], const floatX (*tx)[F2_LD],
+                                                       float y[4][4], const uint32_t b[4][4], const floatX (*ty)[F2_LD], int n0) {
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+        x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.0f;
+        y[n][0] = y[n][1] = y[n][2] = y[n][3] = 0.0f;
+#pragma unroll
+        for (int kp = 0; kp < 2; kp++) {
+            uint32_t bb[4];
+            f2_ldsm_nk(bb, tx, n0 + 8 * n, 32 * kp);
+            F2_MMA(x[n], a[2 * kp], bb);
+            F2_MMA(x[n], a[2 * kp + 1], bb + 2);
+            f2_ldsm_nk(bb, ty, n0 + 8 * n, 32 * kp);
+            F2_MMA(y[n], b[2 * kp], bb);
+            F2_MMA(y[n], b[2 * kp + 1], bb + 2);
+        }
+    }
+}
 
 // out (B,T,C): head h's columns = softmax(scale Q K^T, causal) V; lse (B,NH,T).
 // Grid (B*NH, ceil(T/F2_QROWS)), F2_QTHREADS threads, the heaviest query blocks (last) first.
@@ -292,21 +313,7 @@ static __global__ void __launch_bounds__(F2_QTHREADS, F2_MINB_DQ) flash2_backwar
         for (int hh = 0; hh < 2; hh++) {
             if (diag && 32 * hh > 16 * wl + 15) continue; // the half's keys all follow this warp's queries
             float s[4][4], dp[4][4];
-#pragma unroll
-            for (int n = 0; n < 4; n++) {
-                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-                dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
-#pragma unroll
-                for (int kp = 0; kp < 2; kp++) {
-                    uint32_t bb[4];
-                    f2_ldsm_nk(bb, Ks[st], 32 * hh + 8 * n, 32 * kp);
-                    F2_MMA(s[n], qa[2 * kp], bb);
-                    F2_MMA(s[n], qa[2 * kp + 1], bb + 2);
-                    f2_ldsm_nk(bb, Vs[st], 32 * hh + 8 * n, 32 * kp);
-                    F2_MMA(dp[n], da[2 * kp], bb);
-                    F2_MMA(dp[n], da[2 * kp + 1], bb + 2);
-                }
-            }
+            f2_two_products(s, qa, Ks[st], dp, da, Vs[st], 32 * hh); // S and dP of the half's 32 keys
 #pragma unroll
             for (int n = 0; n < 4; n++)
 #pragma unroll
@@ -398,21 +405,7 @@ static __global__ void __launch_bounds__(F2_THREADS, F2_MINB_DKV) flash2_backwar
         for (int hh = 0; hh < 2; hh++) {
             if (diag && 32 * hh + 31 < 16 * w) continue; // the half's queries all precede this warp's keys
             float s[4][4], dp[4][4];
-#pragma unroll
-            for (int n = 0; n < 4; n++) {
-                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-                dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
-#pragma unroll
-                for (int kp = 0; kp < 2; kp++) {
-                    uint32_t bb[4];
-                    f2_ldsm_nk(bb, Qs[st], 32 * hh + 8 * n, 32 * kp);
-                    F2_MMA(s[n], ka[2 * kp], bb);
-                    F2_MMA(s[n], ka[2 * kp + 1], bb + 2);
-                    f2_ldsm_nk(bb, dYs[st], 32 * hh + 8 * n, 32 * kp);
-                    F2_MMA(dp[n], va[2 * kp], bb);
-                    F2_MMA(dp[n], va[2 * kp + 1], bb + 2);
-                }
-            }
+            f2_two_products(s, ka, Qs[st], dp, va, dYs[st], 32 * hh); // S^T and dP^T of the half's 32 queries
 #pragma unroll
             for (int n = 0; n < 4; n++)
 #pragma unroll

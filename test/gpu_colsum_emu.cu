@@ -18,20 +18,7 @@
 #include <stdlib.h>
 #include <math.h>
 #include <vector>
-#if defined(GPU_PRECISION_FP32)
-typedef float floatX;
-#define FLOATX_CUDA CUDA_R_32F
-#define FLOATX_DTYPE ZC_F32
-#elif defined(GPU_PRECISION_FP16)
-typedef __half floatX;
-#define FLOATX_CUDA CUDA_R_16F
-#define FLOATX_DTYPE ZC_FP16
-#else
-typedef __nv_bfloat16 floatX;
-#define FLOATX_CUDA CUDA_R_16BF
-#define FLOATX_DTYPE ZC_BF16
-#endif
-#define GPT2_FLOATX floatX
+#include "gpu/floatx.cuh"
 #include "core/gpt2.h"
 #include "core/optimizer.h"
 #include "gpu/common.cuh"
