@@ -23,7 +23,7 @@ TMP      = $@.$$$$.part
 HEADERS  := $(wildcard *.h core/*.h zero/*.h run/*.h cpu/*.h data/*.h)
 GPU_HEADERS := $(wildcard gpu/*.cuh)
 
-.PHONY: planner-web all test test-docs-long bench bench-ranks bench-optimizer bench-recompute bench-zeropp zeropp-quality nvme-demo nvme-overlap setup clean data fuzz gpu_check gpu_pack gpu_session soak docs-figures FORCE
+.PHONY: planner-web all test test-docs-long bench bench-ranks bench-optimizer bench-recompute bench-quant bench-zeropp zeropp-quality nvme-demo nvme-overlap setup clean data fuzz gpu_check gpu_pack gpu_session soak docs-figures FORCE
 all: train_gpt_cpu
 
 # The planner as a web page (docs/planner/, issue 43): `train_gpt_cpu --plan` compiled to
@@ -220,6 +220,10 @@ bench-ranks: train_gpt_cpu
 # throttled to 1 Gbit/s, bytes from the link's counters (scripts/bench_zeropp.sh; root).
 bench-zeropp: train_gpt_cpu
 	bash scripts/bench_zeropp.sh
+
+# core/quant.h's quantizer, scalar path against SIMD path, in GB/s beside the memory bandwidth.
+bench-quant: test/bin/bench_quant
+	test/bin/bench_quant
 
 # The CPU optimizer engine against torch.optim.AdamW (scripts/bench_optimizer.sh).
 bench-optimizer: test/bin/bench_optimizer

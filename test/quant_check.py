@@ -1,10 +1,13 @@
 # The numpy reference for core/quant.h (test_quant.sh): ZeRO++'s block-wise symmetric quantization
 # written again from the contract's formulas, block by block, in numpy's float32 arithmetic
-# (each operation IEEE-rounded, as the C code's), compared with quant_cli's files byte for byte.
+# (each operation IEEE-rounded, as the C code's), compared with quant_cli's files byte for byte,
+# on both of quant.h's host paths: the SIMD one (AVX-512 where compiled in) and the scalar one.
 import os, subprocess, sys
 import numpy as np
 
 cli, work = sys.argv[1], sys.argv[2]
+PATHS = (("simd", []), ("scalar", ["--scalar"]))
+shown = []
 rng = np.random.default_rng(11)
 fails = 0
 
@@ -47,14 +50,18 @@ def reference(x, block, bits, acc):
     return scales.tobytes() + codes, deq, accd, scales
 
 def case(name, raw, dtype, block, bits):
+    for path, flag in PATHS: one_case(f"{name} [{path}]", flag, raw, dtype, block, bits)
+
+def one_case(name, flag, raw, dtype, block, bits):
     global fails
     x = widen(raw, dtype)
     acc = rng.standard_normal(len(x)).astype(np.float32)
     p = lambda s: os.path.join(work, s)
     raw.tofile(p("in")); acc.tofile(p("acc"))
-    r = subprocess.run([cli, dtype, str(block), str(bits), p("in"), p("acc"), p("msg"), p("deq"), p("out")],
+    r = subprocess.run([cli, *flag, dtype, str(block), str(bits), p("in"), p("acc"), p("msg"), p("deq"), p("out")],
                        capture_output=True, text=True)
     if r.returncode: print(f"FAIL {name}: quant_cli: {r.stderr.strip()}"); fails += 1; return
+    if not flag and not shown: shown.append(1); print("quant_cli's SIMD path here:", r.stdout.strip().split(", ")[-1])
     msg, deq, accd, scales = reference(x, block, bits, acc)
     got_msg = open(p("msg"), "rb").read(); got_deq = open(p("deq"), "rb").read(); got_acc = open(p("out"), "rb").read()
     bad = []
@@ -75,8 +82,10 @@ def case(name, raw, dtype, block, bits):
 
 for dtype in ("fp32", "bf16", "fp16"):
     for bits in (8, 4):
-        for block in (2048, 64, 7):
-            n = 5000 if block > 7 else 333
+        # 2048 (the default, a short last block), 64, 40 (not a multiple of the 16 lanes), and
+        # the odd 7 and 17 (int4 blocks starting mid-byte); n odd for 17 (a padding nibble)
+        for block in (2048, 64, 40, 7, 17):
+            n = {2048: 5000, 64: 5000, 40: 1000, 7: 333, 17: 1001}[block]
             x = (rng.standard_normal(n) * np.exp(rng.uniform(-6, 3, n))).astype(np.float32)
             if dtype == "bf16": raw = bf16_round(x)
             elif dtype == "fp16": raw = x.astype(np.float16)
@@ -94,6 +103,19 @@ edge = np.array([0, 0, 0, 0, 0, 0, 0, 0,                      # a zero block: sc
                  1, np.nan, 3, 4, 5, 6, 7, 8,                 # NaN likewise
                  -1e38, 3e38, 1, 2, 3, 4, 5, 6, 7], np.float32)
 for bits in (8, 4): case(f"edge cases int{bits}", edge, "fp32", block, bits)
+# The same edge cases as 16-bit inputs (their Inf and NaN; subnormals flush to 0 in bf16's
+# rounding here but stay fp16 subnormals), in blocks of 32 (two SIMD vectors, the second full)
+# and of 8; and tiny scales, so that dequantized values are subnormal in the 16-bit outputs.
+tiny = (rng.standard_normal(96) * 1e-41).astype(np.float32)
+tiny16 = (rng.standard_normal(96) * 1e-6).astype(np.float16)
+for bits in (8, 4):
+    for blk in (32, 8):
+        case(f"edge cases bf16 int{bits} block {blk}", bf16_round(edge), "bf16", blk, bits)
+        with np.errstate(all="ignore"): e16 = edge.astype(np.float16)
+        case(f"edge cases fp16 int{bits} block {blk}", e16, "fp16", blk, bits)
+    case(f"subnormal scales fp32 int{bits}", tiny, "fp32", 32, bits)
+    case(f"subnormal scales bf16 int{bits}", bf16_round(tiny * np.float32(1e4)), "bf16", 32, bits)
+    case(f"subnormal outputs fp16 int{bits}", tiny16, "fp16", 32, bits)
 # a big vector through the OpenMP path
 big = rng.standard_normal(1 << 20).astype(np.float32)
 case("fp32 int8 block 2048, 2^20 elements (threads)", big, "fp32", 2048, 8)

@@ -1,5 +1,6 @@
 // quant_cli: core/quant.h on files, for test_quant.sh's numpy reference.
-//   quant_cli DTYPE BLOCK BITS IN ACC OUT_MSG OUT_DEQ OUT_ACC
+//   quant_cli [--scalar] DTYPE BLOCK BITS IN ACC OUT_MSG OUT_DEQ OUT_ACC
+// --scalar: core/quant.h's scalar loops instead of its SIMD path (the same bytes are expected).
 // IN: n elements of DTYPE (fp32/bf16/fp16, raw little-endian); ACC: n fp32.
 // Writes the message (zq_quantize), its dequantized values in DTYPE (zq_dequantize) and
 // ACC + the dequantized values in fp32 (zq_dequantize_add).
@@ -21,7 +22,9 @@ static void spit(const char *path, const void *p, size_t bytes) {
     if (!f || fwrite(p, 1, bytes, f) != bytes || fclose(f)) { fprintf(stderr, "quant_cli: cannot write %s\n", path); exit(2); }
 }
 int main(int argc, char **argv) {
-    if (argc != 9) { fprintf(stderr, "usage: quant_cli DTYPE BLOCK BITS IN ACC OUT_MSG OUT_DEQ OUT_ACC\n"); return 2; }
+    int path = ZQ_SIMD;
+    if (argc > 1 && !strcmp(argv[1], "--scalar")) { path = ZQ_SCALAR; argc--; argv++; }
+    if (argc != 9) { fprintf(stderr, "usage: quant_cli [--scalar] DTYPE BLOCK BITS IN ACC OUT_MSG OUT_DEQ OUT_ACC\n"); return 2; }
     int dtype = -1;
     for (int t = 0; t < ZC_NUM_DTYPES; t++) if (!strcmp(argv[1], zc_dtype_names[t])) dtype = t;
     size_t block = (size_t)atol(argv[2]);
@@ -35,14 +38,15 @@ int main(int argc, char **argv) {
     size_t mb = zq_bytes(n, block, bits);
     void *msg = malloc(mb + 1);
     memset(msg, 0xAB, mb); // every byte of the message must be written
-    zq_quantize(msg, in, n, dtype, block, bits);
+    zq_quantize_path(msg, in, n, dtype, block, bits, path);
     void *deq = malloc(n * es + 1);
-    zq_dequantize(deq, dtype, msg, n, block, bits);
-    zq_dequantize_add(acc, msg, n, block, bits);
+    zq_dequantize_path(deq, dtype, NULL, msg, n, block, bits, path);
+    zq_dequantize_path(NULL, ZC_F32, acc, msg, n, block, bits, path);
     spit(argv[6], msg, mb);
     spit(argv[7], deq, n * es);
     spit(argv[8], acc, n * sizeof(float));
-    printf("n %zu block %zu bits %d: %zu message bytes\n", n, block, bits, mb);
+    printf("n %zu block %zu bits %d: %zu message bytes, %s path\n", n, block, bits, mb,
+           path == ZQ_SCALAR ? "scalar" : zq_simd_path());
     free(in); free(acc); free(msg); free(deq);
     return 0;
 }

@@ -5,7 +5,8 @@
 # fp32 sums of qgZ equal numpy's byte for byte, for block sizes 2048, 64 and 7 (blocks split
 # across int4 bytes, a short last block), on the edge cases (zero blocks, rint's ties, subnormals,
 # Inf and NaN blocks, the largest floats) and on 2^20 elements (the OpenMP path); every finite
-# element's error is within the contract's bound, half a step.
+# element's error is within the contract's bound, half a step. Each case runs on both host paths,
+# the SIMD one (AVX-512 where compiled in; its name printed below) and the scalar one.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make -s test/bin/quant_cli test/bin/quant_cli_asan || exit 1
