@@ -13,7 +13,11 @@
 #     named with the collective, as not answering;
 #   - the last checkpoint resumes on one host with 2 ranks at ZeRO-1 and follows the
 #     uninterrupted trajectory (resharded: within 2e-5);
-#   - without those keepalive options the trainer warns, naming them.
+#   - without those keepalive options the trainer warns, naming them;
+#   - ZeRO++ (qwZ, hpZ groups of 2, qgZ int4) over the two hosts: the ranks find 2 hosts x 2 from
+#     MPI (no ZERO_HOST_ID), the run equals the same run posed as two hosts with ZERO_HOST_ID bit
+#     for bit, and every rank's comm log (bytes inside the host, across hosts) equals the step-time
+#     model's count for 2 nodes x 2 (run/timemodel.h: zero.h's schedule on a simulated backend).
 # Skips where network namespaces cannot be made (not root). Removes the namespaces and every
 # process in them whatever happens.
 set -uo pipefail
@@ -115,5 +119,37 @@ on2hosts -- $args --steps 2 --comm-timeout $T > $d/warn.out 2>&1 || fail "run wi
 grep "^warning: this job spans 2 hosts" $d/warn.out
 grep -q "^warning: this job spans 2 hosts and mpirun notices a lost one after 180-480 s .*--mca oob_tcp_keepalive_probes 4\` to mpirun$" $d/warn.out \
   || fail "no warning naming the keepalive options"
+echo "== ZeRO++ over the two hosts: hosts from MPI, as ZERO_HOST_ID poses them"
+pp="--zero-stage 3 --zeropp-qwz 1 --zeropp-hpz 2 --zeropp-qgz 4 --zeropp-block 64"
+ppargs="$args $pp --steps 3"
+on2hosts $keepalive -- $ppargs --comm-timeout $T --log $PWD/$d/pp_hosts.jsonl > $d/pp_hosts.out 2>&1 || { tail $d/pp_hosts.out; fail "ZeRO++ 2x2 run"; }
+grep "^ZeRO++:" $d/pp_hosts.out
+grep -q "^ZeRO++: qwZ int8, hpZ groups of 2, qgZ int4; blocks of 64; 2 hosts x 2 ranks$" $d/pp_hosts.out \
+  || fail "ZeRO++ over the namespaces did not find 2 hosts x 2 ranks"
+OMP_NUM_THREADS=1 mpirun --oversubscribe -np 2 -x ZERO_HOST_ID=0 ./train_gpt_cpu $ppargs --log $d/pp_ids.jsonl : \
+  -np 2 -x ZERO_HOST_ID=1 ./train_gpt_cpu $ppargs --log $d/pp_ids.jsonl > $d/pp_ids.out 2>&1 || { tail $d/pp_ids.out; fail "ZeRO++ ZERO_HOST_ID run"; }
+[ "$(grep -c . <(log_steps $d/pp_hosts.jsonl))" -eq 3 ] && cmp -s <(log_steps $d/pp_hosts.jsonl) <(log_steps $d/pp_ids.jsonl) \
+  && echo "the 3 steps bit for bit equal to the ZERO_HOST_ID run's" || fail "ZeRO++ over the namespaces differs from ZERO_HOST_ID's run"
+./train_gpt_cpu --plan --time --json --world 4 --gpus-per-node 2 --layers 2 --channels 32 --heads 2 --vocab-size 512 \
+  --max-seq-len 16 --seq-len 16 --batch 1 --total-batch 64 $pp > $d/pp_plan.json 2>&1 || { cat $d/pp_plan.json; fail "ZeRO++ plan"; }
+$PYTHON - $d/pp_plan.json $d/pp_hosts.jsonl $d/pp_ids.jsonl <<'PY' || fail "ZeRO++ comm bytes"
+import json, sys
+t = open(sys.argv[1]).read(); plan = json.loads(t[t.index("{"):])
+def find(o, key):
+    if isinstance(o, dict):
+        if key in o: return o[key]
+        for v in o.values():
+            r = find(v, key)
+            if r is not None: return r
+model = (find(plan, "inside_bytes"), find(plan, "across_bytes"))
+runs = [{(e["step"], e["rank"]): (e["inside_host"], e["across_hosts"]) for e in map(json.loads, open(p)) if e.get("event") == "comm"}
+        for p in sys.argv[2:]]
+ok = runs[0] == runs[1] and sorted(k[1] for k in runs[0] if k[0] == 2) == [0, 1, 2, 3] \
+     and all(v == model for k, v in runs[0].items() if k[0] >= 2) and model[1] > 0
+print(f"{'ok  ' if ok else 'FAIL'} bytes inside/across per rank, steps 2-3: the model {model}, the namespaces' run "
+      f"{sorted(set(v for k, v in runs[0].items() if k[0] >= 2))}, ZERO_HOST_ID's the same in every step: {runs[0] == runs[1]}")
+sys.exit(0 if ok else 1)
+PY
+
 echo "$fails failures"
 [ $fails -eq 0 ]
