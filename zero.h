@@ -60,6 +60,7 @@
 //   inside those calls) is a "wait" span; each unit's update is an "update" span (the stores'
 //   own spans: zero/store.h).
 //   Flight recorder (core/flight.h, z->flight, NULL: none). Every collective this header starts,
+//   (qgZ's level-2 all-to-all across hosts as its unit's reduce_scatter, once level 1 landed),
 //   and every sum of scalars (zero_sum_doubles, zero_sum_scalars), is numbered in start order and
 //   recorded with its unit, bytes, step and micro-step; the waits for them mark the rank as
 //   waiting. A watchdog's verdict reads it (run/verdict.h).
@@ -402,12 +403,21 @@ static inline void zero_finish_reduce(Zero *z, int u) {
     if (z->pending[u] < 0 && !z->qg_todo[u]) return;
     zero_wait(z, u, z->stage == 0 ? "all_reduce" : "reduce_scatter");
     if (z->stage < 2) return;
-    if (z->qg_todo[u]) { // qgZ: level 1 landed; level 2 and the rounding into the receive slice
-        char desc[96];
-        zero_describe(z, desc, sizeof(desc), "all_to_all across hosts (qgZ)", u);
-        int r = z->pending_recv[u];
-        zpp_qg_finish(&z->pp, &z->be, zero_bucket(z, u), zero_slice(z, u), z->qg_slot[r], z->qg_sums, z->qg_shared,
-                      z->scatter_recv[r], desc);
+    if (z->qg_todo[u]) { // qgZ: level 1 landed; level 2 (in the flight recorder) and the rounding into the receive slice
+        int r = z->pending_recv[u], H = z->world / z->per_host;
+        size_t s = zero_slice(z, u);
+        double bytes = (double)H * zpp_qg_msg(&z->pp, s);
+        int go = H > 1 && flight_start(z->flight, ZC_REDUCE_SCATTER, u, bytes, z->dtype, z->step, z->micro);
+        int h = zpp_qg_level2(&z->pp, &z->be, zero_bucket(z, u), s, z->qg_slot[r], z->qg_sums, z->qg_shared, z->scatter_recv[r], go);
+        if (h >= 0) {
+            char desc[96];
+            zero_describe(z, desc, sizeof(desc), "all_to_all across hosts (qgZ)", u);
+            int64_t seq = flight_issue(z->flight, ZC_REDUCE_SCATTER, u, bytes, z->dtype, z->step, z->micro);
+            flight_wait(z->flight, seq);
+            z->be.wait(z->be.ctx, h, desc);
+            flight_done(z->flight, seq);
+            zpp_qg_land(&z->pp, &z->be, s, z->qg_sums, z->qg_shared, z->scatter_recv[r]);
+        }
         z->qg_todo[u] = 0;
     }
     z->be.add(z->be.ctx, zero_at(z, z->grads, zero_shard_offset(z, u)), z->scatter_recv[z->pending_recv[u]],

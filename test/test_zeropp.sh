@@ -10,6 +10,8 @@
 #     without resumes with hpZ bit for bit;
 #   - the memory plan (run/planner.h) equals what every rank allocated, ZeRO++'s buffers and hpZ's
 #     shard included;
+#   - qgZ's level-2 all-to-all across hosts is numbered in the flight recorder (core/flight.h): a
+#     rank skipping it (ZERO_TEST_SKIP) gets a verdict naming it, with its bytes H q(s);
 #   - bad settings: one line naming the culprit, a non-zero exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -86,6 +88,17 @@ run plain 2 2 --steps 4 --out $d/ck --save-every 2
 run plain_hpz 2 2 --steps 4 --resume $d/ck/step_00000002 --zeropp-hpz 2
 cmp -s <(tail_steps plain) <(tail_steps plain_hpz) || fail "saved without, resumed with hpZ: steps 3-4 differ"
 echo "saved without, resumed with hpZ: steps 3-4 bit for bit"
+
+echo "--- qgZ's level 2 in the flight recorder"
+# Layer 2's slice: (12 C^2 + 13 C = 12,704 parameters, padded to 12,736) / 4 = 3,184 elements; its
+# int4 message is 2 scales (8 bytes) + 1,592 code bytes = 1,600 (a multiple of 8); H = 2 of them.
+# Collective #12 of step 1 is that all-to-all (the schedule of this 3-layer shape); rank 1 skips it.
+skipargs="$args --steps 1 --zeropp-qgz 4 --comm-timeout 2"
+mpirun --oversubscribe -np 2 -x ZERO_HOST_ID=0 -x ZERO_TEST_SKIP=1:12 ./train_gpt_cpu $skipargs : \
+  -np 2 -x ZERO_HOST_ID=1 -x ZERO_TEST_SKIP=1:12 ./train_gpt_cpu $skipargs > $d/skip.out 2>&1 && fail "a skipped level 2 did not stop the job"
+grep -m1 "diverged at #12" $d/skip.out || true
+grep -Eq "^hang: .*reduce_scatter of unit 3 = layer 2 \(3200 bytes\).*diverged at #12" $d/skip.out \
+  || { grep -E "^(hang|error)" $d/skip.out | head -6; fail "no verdict naming level 2's all-to-all (3200 bytes) as #12"; }
 
 echo "--- bad settings"
 bad() { # bad "EXPECTED TEXT" HOSTS RANKS_PER_HOST ARGS...

@@ -26,6 +26,8 @@
 //     quantized again and exchanged by an all-to-all across hosts among the ranks of local index
 //     l; each rank sums the H received versions of its own slice r in fp32 (in host order). The
 //     sum is rounded once to the element type into the receive slice zero.h adds to the shard.
+//     zero.h starts level 2 when it finishes the unit's reduction and waits for it there, numbered
+//     in the flight recorder (core/flight.h) as the unit's reduce_scatter, so a hang in it is named.
 //     Bytes a rank sends: level 1 (L - 1) H q(s), inside the host; level 2 (H - 1) q(s), across
 //     hosts, where q(s) = zq_bytes(s, B, bits) ~ s bits / 8: int4 sends a quarter of a 16-bit
 //     reduce-scatter's bytes across hosts.
@@ -118,10 +120,12 @@ static inline int zpp_qg_start(const ZeroPPShape *p, const ZeroBackend *be, cons
                          s, p->dtype, p->block, p->qgz);
     return be->group_all_to_all(be->ctx, ZB_INNER, L, send, send + (size_t)L * H * m, (size_t)H * m);
 }
-// Finish it after level 1 landed: sum level 1, run level 2 (blocking, through wait), and round the
-// result into out (s elements of the element type). wait: the backend's, with the watchdog's name.
-static inline void zpp_qg_finish(const ZeroPPShape *p, const ZeroBackend *be, const void *bucket, size_t s,
-                                 const void *slot, float *sums, void *shared2, void *out, const char *what) {
+// After level 1 landed: sum it. With one host, round the sum into out (s elements of the element
+// type) and return -1: done. Else quantize the H partial sums and, when `go` (zero.h's flight
+// recorder let it start), start level 2's all-to-all across hosts and return its handle (-1 when
+// not started); zpp_qg_land finishes once it has landed.
+static inline int zpp_qg_level2(const ZeroPPShape *p, const ZeroBackend *be, const void *bucket, size_t s, const void *slot,
+                                float *sums, void *shared2, void *out, int go) {
     int L = p->per_host, H = p->world / L;
     size_t m = zpp_qg_msg(p, s);
     if (L == 1) be->convert(be->ctx, sums, ZC_F32, bucket, p->dtype, (size_t)H * s); // slice h' is rank h''s
@@ -131,15 +135,22 @@ static inline void zpp_qg_finish(const ZeroPPShape *p, const ZeroBackend *be, co
         for (int i = 0; i < L; i++)
             for (int h = 0; h < H; h++) be->dequantize_add(be->ctx, sums + (size_t)h * s, recv + ((size_t)i * H + h) * m, s, p->block, p->qgz);
     }
-    float *mine = sums + (size_t)H * s;
     if (H == 1) {
         be->convert(be->ctx, out, p->dtype, sums, ZC_F32, s);
-        return;
+        return -1;
     }
+    if (!go) return -1;
     char *send = (char *)shared2, *recv = send + (size_t)H * m;
     for (int h = 0; h < H; h++) be->quantize(be->ctx, send + (size_t)h * m, sums + (size_t)h * s, s, ZC_F32, p->block, p->qgz);
-    int hd = be->group_all_to_all(be->ctx, ZB_OUTER, L, send, recv, m);
-    be->wait(be->ctx, hd, what);
+    return be->group_all_to_all(be->ctx, ZB_OUTER, L, send, recv, m);
+}
+// Level 2 landed: this rank's slice summed over the H hosts' versions in fp32, rounded into out.
+static inline void zpp_qg_land(const ZeroPPShape *p, const ZeroBackend *be, size_t s, float *sums, const void *shared2,
+                               void *out) {
+    int H = p->world / p->per_host;
+    size_t m = zpp_qg_msg(p, s);
+    const char *recv = (const char *)shared2 + (size_t)H * m;
+    float *mine = sums + (size_t)H * s;
     be->zero(be->ctx, mine, s * sizeof(float));
     for (int h = 0; h < H; h++) be->dequantize_add(be->ctx, mine, recv + (size_t)h * m, s, p->block, p->qgz);
     be->convert(be->ctx, out, p->dtype, mine, ZC_F32, s);
