@@ -25,23 +25,7 @@ for pp in "" "--zeropp-qwz 1" "--zeropp-hpz 2" "--zeropp-qgz 4" "--zeropp-qwz 1 
     --steps 2 --val-every 0 --sample-every 0 --log $d/run$k.jsonl : -np 2 -x ZERO_HOST_ID=1 ./train_gpt_cpu "${shape[@]}" $pp \
     --train-data $d/train.bin --steps 2 --val-every 0 --sample-every 0 --log $d/run$k.jsonl > $d/run$k.out 2>&1 ||
     { tail -5 $d/run$k.out; fail "run $pp"; continue; }
-  $PYTHON - $d/plan$k.json $d/run$k.jsonl "${pp:-ZeRO-3}" <<'PY' || fail "bytes of '$pp'"
-import json, sys
-plan = json.loads(open(sys.argv[1]).read()[open(sys.argv[1]).read().index("{"):])
-def find(o, key):
-    if isinstance(o, dict):
-        if key in o: return o[key]
-        for v in o.values():
-            r = find(v, key)
-            if r is not None: return r
-    return None
-model = (find(plan, "inside_bytes"), find(plan, "across_bytes"))
-runs = {(e["rank"]): (e["inside_host"], e["across_hosts"]) for e in map(json.loads, open(sys.argv[2]))
-        if e.get("event") == "comm" and e["step"] == 2}
-ok = len(runs) == 4 and all(v == model for v in runs.values())
-print(f"{'ok  ' if ok else 'FAIL'} {sys.argv[3]}: model inside/across {model}, the run's (4 ranks) {sorted(set(runs.values()))}")
-sys.exit(0 if ok else 1)
-PY
+  $PYTHON test/zeropp_comm_check.py "${pp:-ZeRO-3}" $d/plan$k.json $d/run$k.jsonl || fail "bytes of '$pp'"
 done
 
 echo "--- the textbook and the networks (GPT-2 1.5B shape, bf16, 4 nodes x 8)"
