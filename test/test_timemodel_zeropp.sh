@@ -37,17 +37,10 @@ for net in ib-400 eth-100; do
   ./train_gpt_cpu "${big[@]}" --network $net "${all[@]}" > $d/pp_$net.json 2>&1 || fail "plan ZeRO++ $net"
 done
 $PYTHON - $d <<'PY' || fail "textbook or networks"
-import json, sys
+import sys
+sys.path.insert(0, "test")
+from zeropp_comm_check import load_plan as load, find
 d = sys.argv[1]
-def load(p):
-    t = open(p).read(); return json.loads(t[t.index("{"):])
-def find(o, key):
-    if isinstance(o, dict):
-        if key in o: return o[key]
-        for v in o.values():
-            r = find(v, key)
-            if r is not None: return r
-    return None
 ok = True
 C, L, V, T = 1600, 48, 50304, 1024   # V: the vocabulary padded to 128 (Vp), as the model stores it
 psi = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C   # GPT-2's parameters (wte tied, Vp rows)
