@@ -194,6 +194,11 @@ test/bin/gpu_flash2_emu_def test/bin/gpu_flash2_emu_q8 test/bin/gpu_flash2_emu_d
 	@mkdir -p test/bin
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
 	$(EMU_CXX) -Wno-unused-function -DGPU_PRECISION_BF16 $(F2EMU_$*) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
+# gpu/kernels.cuh's GELU forward on the emulator, default and -DGPU_GELU_FAST (test_gpu_gelu)
+test/bin/gpu_gelu_emu_def test/bin/gpu_gelu_emu_fast: test/bin/gpu_gelu_emu_%: test/gpu_gelu_emu.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
+	@mkdir -p test/bin
+	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
+	$(EMU_CXX) -Wno-unused-function -DGPU_PRECISION_BF16 $(if $(filter fast,$*),-DGPU_GELU_FAST) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 # gpu/quant.cuh against core/quant.h on the emulator (test_gpu_quant)
 test/bin/gpu_quant_emu: test/gpu_quant_emu.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
 	@mkdir -p test/bin
