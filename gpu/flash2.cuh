@@ -302,6 +302,7 @@ static __device__ __forceinline__ void f2_store_dq(floatX *ob, size_t ld, const 
     }
 }
 
+#if !defined(F2_DS_STORE)
 // dqkv's q part, OVERWRITTEN: dQ = scale dS K, dS = P (dP - D), dP = dY V^T, per 64-query block,
 // iterating key tiles up to the diagonal (two 32-key halves each). Grid and threads as the forward's.
 static __global__ void __launch_bounds__(F2_QTHREADS, F2_MINB_DQ) flash2_backward_dq_kernel(floatX *dqkv, const float *lse, const float *D,
@@ -370,6 +371,7 @@ static __global__ void __launch_bounds__(F2_QTHREADS, F2_MINB_DQ) flash2_backwar
     }
     f2_store_dq(dqkv + (size_t)b * T * ld + h * F2_HS + 2 * t, ld, dq, r0, r1, T);
 }
+#endif
 
 // dqkv's k and v parts, OVERWRITTEN: per 64-key block, over the query tiles from its diagonal on
 // (two 32-query halves each): S^T = K Q^T, P^T = exp2(S^T c - lse c), dV += P^T dY,
