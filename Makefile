@@ -184,6 +184,21 @@ test/bin/gpu_colsum_emu_bf16 test/bin/gpu_colsum_emu_fp16 test/bin/gpu_colsum_em
 	@mkdir -p test/bin
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
 	$(EMU_CXX) -Wno-unused-function -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
+# gpu/flash2.cuh's attention on the emulator, one binary per variant (test_gpu_flash2): def, q8
+# (-DF2_QWARPS=8), ds (-DF2_DS_STORE), q8ds (both)
+F2EMU_def  :=
+F2EMU_q8   := -DF2_QWARPS=8
+F2EMU_ds   := -DF2_DS_STORE
+F2EMU_q8ds := -DF2_QWARPS=8 -DF2_DS_STORE
+test/bin/gpu_flash2_emu_def test/bin/gpu_flash2_emu_q8 test/bin/gpu_flash2_emu_ds test/bin/gpu_flash2_emu_q8ds: test/bin/gpu_flash2_emu_%: test/gpu_flash2_emu.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
+	@mkdir -p test/bin
+	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
+	$(EMU_CXX) -Wno-unused-function -DGPU_PRECISION_BF16 $(F2EMU_$*) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
+# gpu/kernels.cuh's GELU forward on the emulator, default and -DGPU_GELU_FAST (test_gpu_gelu)
+test/bin/gpu_gelu_emu_def test/bin/gpu_gelu_emu_fast: test/bin/gpu_gelu_emu_%: test/gpu_gelu_emu.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
+	@mkdir -p test/bin
+	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
+	$(EMU_CXX) -Wno-unused-function -DGPU_PRECISION_BF16 $(if $(filter fast,$*),-DGPU_GELU_FAST) -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
 # gpu/quant.cuh against core/quant.h on the emulator (test_gpu_quant)
 test/bin/gpu_quant_emu: test/gpu_quant_emu.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
 	@mkdir -p test/bin

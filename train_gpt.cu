@@ -122,6 +122,17 @@ static int flash2_attention(int C, int NH) {
     return 0;
 #endif
 }
+// F2_DS_STORE builds: the floats of kernel scratch (after D's B*NH*T, rounded to 16 bytes) that the
+// flash2 backward's dS^T tiles take (gpu/flash2.cuh); 0 in other builds and head sizes.
+static size_t flash2_ds_floats(int B, int T, int C, int NH) {
+#if defined(GPU_ATTENTION_FLASH2) && !defined(GPU_PRECISION_FP32)
+    if (flash2_attention(C, NH)) return (f2_ds_elems(B, NH, T) * sizeof(floatX) + 15) / 16 * 4;
+#else
+    (void)B; (void)T; (void)C; (void)NH;
+#endif
+    return 0;
+}
+static size_t round4(size_t n) { return (n + 3) / 4 * 4; }
 // The attention's FLOPs as FlashAttention counts them: two (T,T,hs) products per head forward,
 // five backward, half of each under the causal mask.
 static double attention_flops(int B, int T, int C, int NH, int products) {
@@ -166,24 +177,21 @@ static void attention_backward(GpuKernels *kc, floatX *dqkv, floatX *att, const 
                                int B, int T, int C, int NH) {
     // reads qkv, dout, y and the log-sum-exp rows; writes dqkv
     KSpan span(kc->gpu->prof, "attention_backward", attention_flops(B, T, C, NH, 5),
-               8.0 * B * T * C * sizeof(floatX) + 4.0 * B * NH * T);
+               8.0 * B * T * C * sizeof(floatX) + 4.0 * B * NH * T + 8.0 * flash2_ds_floats(B, T, C, NH));
 #if !defined(GPU_PRECISION_FP32)
     if (flash_attention(C, NH)) {
         // D = rowsum(dY * Y) per (b, h, t), once, into the kernels' scratch (B*NH*T floats: gpt2_build
         // sized it), read by both backward kernels, flash2's or the WMMA flash kernels'
         size_t rows = (size_t)B * NH * T;
-        if (rows > kc->scratch_floats) gpu_fatal("attention_backward", "the scratch is smaller than B*NH*T floats", __FILE__, __LINE__);
+        if (round4(rows) + flash2_ds_floats(B, T, C, NH) > kc->scratch_floats)
+            gpu_fatal("attention_backward", "the scratch is smaller than B*NH*T floats (and the dS^T tiles)", __FILE__, __LINE__);
         float *D = kc->scratch;
         flash_backward_preprocess_kernel<<<grid_for(kc->gpu, rows, 256), 256, 0, kc->gpu->compute>>>(D, dout, y, B, T, C, NH);
         LAUNCH_CHECK();
         const float *lse = (const float *)(const void *)att;
 #if defined(GPU_ATTENTION_FLASH2)
         if (flash2_attention(C, NH)) {
-            dim3 grid(B * NH, ceil_div(T, F2_ROWS)), qgrid(B * NH, ceil_div(T, F2_QROWS));
-            flash2_backward_dkv_kernel<<<grid, F2_THREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);
-            LAUNCH_CHECK();
-            flash2_backward_dq_kernel<<<qgrid, F2_QTHREADS, 0, kc->gpu->compute>>>(dqkv, lse, D, dout, qkv, T, C, NH);
-            LAUNCH_CHECK();
+            flash2_backward(dqkv, lse, D, dout, qkv, (floatX *)(void *)(kc->scratch + round4(rows)), B, T, C, NH, kc->gpu->compute);
             return;
         }
 #endif
@@ -358,8 +366,9 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T, int rank, i
         size_t f = column_scratch_floats(sm, (int)bt, bias_cols[i], 0);
         if (f > kf) kf = f;
     }
-    if ((flash_attention(C, cfg->num_heads) || flash2_attention(C, cfg->num_heads)) && bt * cfg->num_heads > kf)
-        kf = bt * cfg->num_heads; // D for the flash or flash2 backward
+    size_t attn = round4(bt * cfg->num_heads) + flash2_ds_floats(B, T, C, cfg->num_heads);
+    if ((flash_attention(C, cfg->num_heads) || flash2_attention(C, cfg->num_heads)) && attn > kf)
+        kf = attn; // D for the flash or flash2 backward (and F2_DS_STORE's dS^T tiles)
     CUDA_CHECK(cudaMalloc(&m->kern.scratch, kf * sizeof(float)));
     m->kern.scratch_floats = kf;
     m->bytes_scratch = m->kern.gpu->workspace_bytes + (5 * bt + 1) * sizeof(int) +

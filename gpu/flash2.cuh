@@ -25,6 +25,12 @@
 // recomputed) and dQ per query block (iterating key tiles): deterministic, no atomics. dS is
 // rounded to the 16-bit type unscaled; dQ and dK are scaled once at the end (scale = 1/8 at head
 // size 64: exact). All shared memory is static, under 48 KB (two stages of two tiles, 36-37 KB).
+// -DF2_DS_STORE (a variant to time, off by default): the dK/dV kernel also writes dS^T, rounded as
+// the dQ kernel rounds dS, into 16-bit tiles in global memory (f2_ds_elems), and dQ = dS K is read
+// back from them by flash2_backward_dq_ds_kernel: 5 tile products per (query, key) tile pair
+// instead of 7 (the dQ kernel no longer recomputes S and dP), for 2 x 8 KB of memory traffic per
+// pair. Bit-identical to the default on the emulator (S^T and dP^T sum the same products in the
+// same order as S and dP); on a GPU, as long as the MMA's sum does not depend on the operands' roles.
 #ifndef GPU_FLASH2_CUH
 #define GPU_FLASH2_CUH
 #include "gpu/kernels.cuh"
@@ -270,7 +276,33 @@ static __global__ void __launch_bounds__(F2_QTHREADS, F2_MINB_FWD) flash2_forwar
     }
 }
 
+// F2_DS_STORE's dS^T tiles, 16-bit: per (b, h), the causal tile pairs (query tile qt, key tile kt <=
+// qt) in the order (0,0), (1,0), (1,1), (2,0) ...: a query tile's key tiles lie one after another.
+// Each is 64 keys x 64 queries, row-major (dS^T[key][query] / scale).
+static __host__ __device__ __forceinline__ size_t f2_ds_tile(int bh, int nq, int qt, int kt) {
+    return ((size_t)bh * nq * (nq + 1) / 2 + (size_t)qt * (qt + 1) / 2 + kt) * F2_ROWS * F2_ROWS;
+}
+// The elements of those tiles for B*NH heads of T rows (0 where the build does not store them).
+static inline size_t f2_ds_elems(int B, int NH, int T) {
+#if defined(F2_DS_STORE)
+    return f2_ds_tile(B * NH, ceil_div(T, F2_ROWS), 0, 0);
+#else
+    (void)B; (void)NH; (void)T;
+    return 0;
+#endif
+}
+// A warp's dQ accumulators (rows r0 and r1 of this lane, columns 2t + 8n) times scale into ob
+// (dqkv's q part of the head, offset by 2t; rows ld apart), rows past T skipped.
+static __device__ __forceinline__ void f2_store_dq(floatX *ob, size_t ld, const float dq[8][4], int r0, int r1, int T) {
+    const float scale = 1.0f / sqrtf((float)F2_HS);
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        if (r0 < T) f2_st32(ob + (size_t)r0 * ld + 8 * n, mma16_pack<floatX>(dq[n][0] * scale, dq[n][1] * scale));
+        if (r1 < T) f2_st32(ob + (size_t)r1 * ld + 8 * n, mma16_pack<floatX>(dq[n][2] * scale, dq[n][3] * scale));
+    }
+}
 
+#if !defined(F2_DS_STORE)
 // dqkv's q part, OVERWRITTEN: dQ = scale dS K, dS = P (dP - D), dP = dY V^T, per 64-query block,
 // iterating key tiles up to the diagonal (two 32-key halves each). Grid and threads as the forward's.
 static __global__ void __launch_bounds__(F2_QTHREADS, F2_MINB_DQ) flash2_backward_dq_kernel(floatX *dqkv, const float *lse, const float *D,
@@ -337,22 +369,18 @@ static __global__ void __launch_bounds__(F2_QTHREADS, F2_MINB_DQ) flash2_backwar
             }
         }
     }
-    const float scale = 1.0f / sqrtf((float)F2_HS);
-    floatX *ob = dqkv + (size_t)b * T * ld + h * F2_HS + 2 * t;
-#pragma unroll
-    for (int n = 0; n < 8; n++) {
-        if (r0 < T) f2_st32(ob + (size_t)r0 * ld + 8 * n, mma16_pack<floatX>(dq[n][0] * scale, dq[n][1] * scale));
-        if (r1 < T) f2_st32(ob + (size_t)r1 * ld + 8 * n, mma16_pack<floatX>(dq[n][2] * scale, dq[n][3] * scale));
-    }
+    f2_store_dq(dqkv + (size_t)b * T * ld + h * F2_HS + 2 * t, ld, dq, r0, r1, T);
 }
+#endif
 
 // dqkv's k and v parts, OVERWRITTEN: per 64-key block, over the query tiles from its diagonal on
 // (two 32-query halves each): S^T = K Q^T, P^T = exp2(S^T c - lse c), dV += P^T dY,
 // dP^T = V dY^T, dS^T = P^T (dP^T - D), dK += scale dS^T Q. Grid (B*NH, ceil(T/64)), key
 // block = blockIdx.y (the heaviest, first, first).
+// ds: F2_DS_STORE builds' dS^T tiles (f2_ds_tile), written here; NULL and unused otherwise.
 static __global__ void __launch_bounds__(F2_THREADS, F2_MINB_DKV) flash2_backward_dkv_kernel(floatX *dqkv, const float *lse, const float *D,
-                                                                               const floatX *dout, const floatX *qkv, int T,
-                                                                               int C, int NH) {
+                                                                               const floatX *dout, const floatX *qkv, floatX *ds,
+                                                                               int T, int C, int NH) {
     __shared__ __align__(16) floatX Qs[2][F2_ROWS][F2_LD], dYs[2][F2_ROWS][F2_LD]; // Q and dY (query, dim), two stages
     __shared__ float Ls[2][F2_ROWS], Ds[2][F2_ROWS]; // the tiles' rows' lse (base 2) and D
     int b = blockIdx.x / NH, h = blockIdx.x % NH, kt = blockIdx.y, k0 = kt * F2_ROWS, nq = gridDim.y;
@@ -416,6 +444,18 @@ static __global__ void __launch_bounds__(F2_THREADS, F2_MINB_DKV) flash2_backwar
                     s[n][i] = p;                                // P^T
                     dp[n][i] = p * (dp[n][i] - Ds[st][j]);      // dS^T / scale
                 }
+#if defined(F2_DS_STORE)
+            { // the half's dS^T (rows: this warp's keys, zeros past T; columns: the half's 32 queries)
+                floatX *tile = ds + f2_ds_tile(blockIdx.x, nq, qt, kt) + (size_t)(16 * w + g) * F2_ROWS + 32 * hh + 2 * t;
+#pragma unroll
+                for (int n = 0; n < 4; n++) {
+                    f2_st32(tile + 8 * n, r0 < T ? mma16_pack<floatX>(dp[n][0], dp[n][1]) : 0u);
+                    f2_st32(tile + 8 * F2_ROWS + 8 * n, r1 < T ? mma16_pack<floatX>(dp[n][2], dp[n][3]) : 0u);
+                }
+            }
+#else
+            (void)ds;
+#endif
 #pragma unroll
             for (int kk = 0; kk < 2; kk++) {
                 uint32_t pa[4], sa[4];
@@ -447,6 +487,77 @@ static __global__ void __launch_bounds__(F2_THREADS, F2_MINB_DKV) flash2_backwar
             f2_st32(ov + (size_t)r1 * ld + 8 * n, mma16_pack<floatX>(dv[n][2], dv[n][3]));
         }
     }
+}
+
+#if defined(F2_DS_STORE)
+#ifndef F2_MINB_DQDS
+#define F2_MINB_DQDS 4
+#endif
+// dqkv's q part, OVERWRITTEN, from the dK/dV kernel's dS^T tiles: dQ = scale dS K per 64-query
+// block (4 warps, 16 queries each), iterating key tiles up to the diagonal; K and the dS^T tile in
+// two cp.async stages. dS's A fragment is ldmatrix.trans of dS^T (rows keys, columns queries):
+// f2_ldsm_kn's registers in the order (q, k), (q+8, k), (q, k+8), (q+8, k+8). The products, their
+// order and the rounding are flash2_backward_dq_kernel's. Grid (B*NH, ceil(T/64)), heaviest first.
+static __global__ void __launch_bounds__(F2_THREADS, F2_MINB_DQDS) flash2_backward_dq_ds_kernel(floatX *dqkv, const floatX *ds,
+                                                                                   const floatX *qkv, int T, int C, int NH) {
+    __shared__ __align__(16) floatX Ks[2][F2_ROWS][F2_LD], Ss[2][F2_ROWS][F2_LD]; // K (key, dim), dS^T (key, query)
+    int nq = gridDim.y, qt = nq - 1 - blockIdx.y, q0 = qt * F2_ROWS, b = blockIdx.x / NH, h = blockIdx.x % NH;
+    int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
+    int r0 = q0 + 16 * w + g, r1 = r0 + 8, live = q0 + 16 * w < T;
+    size_t ld = 3 * (size_t)C;
+    const floatX *kb = qkv + (size_t)b * T * ld + C + h * F2_HS, *sb = ds + f2_ds_tile(blockIdx.x, nq, qt, 0);
+    float dq[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    f2_load_tile<F2_THREADS>(Ks[0], kb, ld, 0, T);
+    f2_load_tile<F2_THREADS>(Ss[0], sb, F2_ROWS, 0, F2_ROWS);
+    f2_cp_commit();
+    for (int kt = 0; kt <= qt; kt++) {
+        int diag = kt == qt, st = kt & 1;
+        __syncthreads(); // as the forward's: the previous stage is free, refill it, wait for this one
+        if (kt < qt) {
+            f2_load_tile<F2_THREADS>(Ks[st ^ 1], kb, ld, (kt + 1) * F2_ROWS, T);
+            f2_load_tile<F2_THREADS>(Ss[st ^ 1], sb + (size_t)(kt + 1) * F2_ROWS * F2_ROWS, F2_ROWS, 0, F2_ROWS);
+        }
+        f2_cp_commit();
+        f2_cp_wait<1>();
+        __syncthreads();
+        if (!live) continue;
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            if (diag && 32 * hh > 16 * w + 15) continue; // the half's keys all follow this warp's queries
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++) {
+                uint32_t bb[4], sa[4];
+                f2_ldsm_kn(bb, Ss[st], 32 * hh + 16 * kk, 16 * w);
+                sa[0] = bb[0]; sa[1] = bb[2]; sa[2] = bb[1]; sa[3] = bb[3];
+#pragma unroll
+                for (int np = 0; np < 4; np++) {
+                    f2_ldsm_kn(bb, Ks[st], 32 * hh + 16 * kk, 16 * np);
+                    F2_MMA(dq[2 * np], sa, bb);
+                    F2_MMA(dq[2 * np + 1], sa, bb + 2);
+                }
+            }
+        }
+    }
+    f2_store_dq(dqkv + (size_t)b * T * ld + h * F2_HS + 2 * t, ld, dq, r0, r1, T);
+}
+#endif
+
+// The backward's two kernels after D (flash_backward_preprocess_kernel): dK/dV, then dQ (from the
+// dS^T tiles in ds, f2_ds_elems of them, in F2_DS_STORE builds; ds unused otherwise).
+static void flash2_backward(floatX *dqkv, const float *lse, const float *D, const floatX *dout, const floatX *qkv, floatX *ds,
+                            int B, int T, int C, int NH, cudaStream_t stream) {
+    dim3 grid(B * NH, ceil_div(T, F2_ROWS));
+    flash2_backward_dkv_kernel<<<grid, F2_THREADS, 0, stream>>>(dqkv, lse, D, dout, qkv, ds, T, C, NH);
+    LAUNCH_CHECK();
+#if defined(F2_DS_STORE)
+    flash2_backward_dq_ds_kernel<<<grid, F2_THREADS, 0, stream>>>(dqkv, ds, qkv, T, C, NH);
+#else
+    dim3 qgrid(B * NH, ceil_div(T, F2_QROWS));
+    flash2_backward_dq_kernel<<<qgrid, F2_QTHREADS, 0, stream>>>(dqkv, lse, D, dout, qkv, T, C, NH);
+#endif
+    LAUNCH_CHECK();
 }
 #endif
 

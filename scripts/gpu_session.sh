@@ -9,7 +9,8 @@
 #       any x86-64-v3 host (the oracle of the checks), and with --base the bf16 trainer of another
 #       commit (the same runs, before and after, on the same card), test/gpu/bench_flash2 (the
 #       attention kernels alone) and, with VARIANTS="NAME=FLAG,FLAG ...", the bf16 trainer and that
-#       benchmark again per variant (train_gpt_bf16_vNAME: candidates in step 2); gathers the shared libraries
+#       benchmark again per variant (train_gpt_bf16_vNAME: candidates in step 2; by default the
+#       compile-time switches not yet timed, docs/gpu.md); gathers the shared libraries
 #       that a bare CUDA image lacks (OpenMPI with its components and help files, cJSON, OpenBLAS);
 #       writes them all, with the commit, into gpu_pack/pack.tar.gz (ignored by git; ~25 MB).
 #   scripts/gpu_session.sh run [--out DIR] [--budget SEC]   (make gpu_session; on the GPU machine)
@@ -71,12 +72,14 @@ pack() {
     done
     # the attention kernels alone (test/gpu/bench_flash2.cu: errors against fp32, time per call),
     # and VARIANTS="NAME=NVCC-FLAGS ...": the bf16 trainer and that benchmark built with those flags
-    # too (train_gpt_bf16_vNAME, bench_flash2_vNAME: say -DF2_MINB_DQ=4), candidates to time
+    # too (train_gpt_bf16_vNAME, bench_flash2_vNAME: say -DF2_MINB_DQ=4), candidates to time.
+    # Unset, the switches still to time (docs/gpu.md, "Variants"); VARIANTS="" builds none.
+    local variants=${VARIANTS-"q8=-DF2_QWARPS=8 ds=-DF2_DS_STORE gelu=-DGPU_GELU_FAST all=-DF2_QWARPS=8,-DF2_DS_STORE,-DGPU_GELU_FAST"}
     rm -f test/bin/bench_flash2
     make -s test/bin/bench_flash2 GPU_ARCHS="$archs" || { echo "gpu_session pack: build of bench_flash2 failed"; exit 1; }
     cp test/bin/bench_flash2 "$st/bin/"
     local v
-    for v in ${VARIANTS:-}; do
+    for v in $variants; do
       local vn=${v%%=*} vf=${v#*=}
       vf=${vf//,/ } # flags within a variant are separated by commas
       rm -f train_gpt_bf16 test/bin/bench_flash2
@@ -85,7 +88,7 @@ pack() {
       cp test/bin/bench_flash2 "$st/bin/bench_flash2_v$vn"
       echo "$vn $vf" >> "$st/VARIANTS"
     done
-    [ -n "${VARIANTS:-}" ] && { rm -f train_gpt_bf16 test/bin/bench_flash2; make -s train_gpt_bf16 GPU_ARCHS="$archs"; }
+    [ -n "$variants" ] && { rm -f train_gpt_bf16 test/bin/bench_flash2; make -s train_gpt_bf16 GPU_ARCHS="$archs"; }
     # the oracle, for a host that may not be this one's CPU
     make -s .blas_dir
     mpicc -std=c11 -D_GNU_SOURCE -O3 -march=x86-64-v3 -fno-math-errno -fopenmp -Wall -Wextra -Werror -I. train_gpt_cpu.c \

@@ -122,7 +122,7 @@ static double rel_l2f(const float *a, const float *ref, size_t n) {
     return sqrt(num / (den > 0 ? den : 1));
 }
 
-struct Bufs { floatX *qkv, *dout, *out, *dqkv; float *lse, *D; };
+struct Bufs { floatX *qkv, *dout, *out, *dqkv, *ds; float *lse, *D; }; // ds: F2_DS_STORE's dS^T tiles (else NULL)
 static void run(int impl, const Bufs &m, int B, int T, int NH, int fwd, int bwd) {
     int C = NH * HS;
     dim3 grid(B * NH, ceil_div(T, 64));
@@ -131,10 +131,7 @@ static void run(int impl, const Bufs &m, int B, int T, int NH, int fwd, int bwd)
     if (impl == 1) {
         dim3 qgrid(B * NH, ceil_div(T, F2_QROWS));
         if (fwd) flash2_forward_kernel<<<qgrid, F2_QTHREADS>>>(m.out, m.lse, m.qkv, T, C, NH);
-        if (bwd) {
-            flash2_backward_dkv_kernel<<<grid, F2_THREADS>>>(m.dqkv, m.lse, m.D, m.dout, m.qkv, T, C, NH);
-            flash2_backward_dq_kernel<<<qgrid, F2_QTHREADS>>>(m.dqkv, m.lse, m.D, m.dout, m.qkv, T, C, NH);
-        }
+        if (bwd) flash2_backward(m.dqkv, m.lse, m.D, m.dout, m.qkv, m.ds, B, T, C, NH, 0);
     } else {
         if (fwd) flash_forward_kernel<<<grid, FA_THREADS>>>(m.out, m.lse, m.qkv, T, C, NH);
         if (bwd) {
@@ -153,12 +150,14 @@ static Bufs alloc(int B, int T, int NH) {
     CUDA_CHECK(cudaMalloc(&m.out, n * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&m.lse, (size_t)B * NH * T * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&m.D, (size_t)B * NH * T * sizeof(float)));
+    m.ds = NULL;
+    if (f2_ds_elems(B, NH, T)) CUDA_CHECK(cudaMalloc(&m.ds, f2_ds_elems(B, NH, T) * sizeof(floatX)));
     fill_random<<<256, 256>>>(m.qkv, 3 * n, 12345u, 1.7f);
     fill_random<<<256, 256>>>(m.dout, n, 777u, 1.0f);
     return m;
 }
 static void release(Bufs &m) {
-    cudaFree(m.qkv); cudaFree(m.dqkv); cudaFree(m.dout); cudaFree(m.out); cudaFree(m.lse); cudaFree(m.D);
+    cudaFree(m.qkv); cudaFree(m.dqkv); cudaFree(m.dout); cudaFree(m.out); cudaFree(m.lse); cudaFree(m.D); cudaFree(m.ds);
 }
 
 // errors of both implementations against the reference at one shape; returns the worst (flash2)
