@@ -20,8 +20,10 @@
 //   every peer for its recorder's tail and state within SIDE_DEADLINE seconds, and then either
 //   prints the verdict (stderr, lines starting "hang: ") and writes the JSON, or leaves that to
 //   another rank (hang_run says which) and waits HANG_DEFER seconds so that its abort does not
-//   cut the other's verdict short. It returns within SIDE_DEADLINE + HANG_LOWER + HANG_DEFER
-//   (8) seconds; h NULL or not started: at once.
+//   cut the other's verdict short; the rank that printed also waits HANG_DEFER seconds, answering
+//   its peers meanwhile, so that one whose watchdog fires a moment later leaves the verdict to it.
+//   It returns within SIDE_DEADLINE + HANG_LOWER + HANG_DEFER (8) seconds; h NULL or not started:
+//   at once.
 //   The verdict names: the collective #n the job is stuck in (the lowest any rank waits in);
 //   each rank that has not completed it and why (does not answer: stopped, gone or unreachable;
 //   computing; finished); the first collective number at which the ranks' recorders disagree
@@ -435,6 +437,9 @@ static inline void hang_run(Hang *h, const char *headline) {
     }
     free(at); free(again);
     hang_print(h, headline);
+    // still answering (stopping, fired first) a while: a peer whose watchdog fires a moment later
+    // (each rank's fires when its own wait began + --comm-timeout) leaves the verdict to this one
+    hang_sleep(HANG_DEFER);
 }
 
 // ----------------------------------------------------------------------------------------
