@@ -33,6 +33,8 @@
 //   error instead (cpu/mpi_backend.h: a message truncated because the ranks started different
 //   collectives is how MPI meets a divergence).
 //   hang_finish(h): the run is over (recorder FL_FINISHED); closes the side channel.
+//   ZERO_FLIGHT=off in the environment leaves the recorder out (zero.h's calls then do nothing): only
+//   to measure what it costs (docs/robustness.md: make bench and make bench-ranks with and without).
 //   Test-only fault hook: ZERO_TEST_SKIP=RANK:SEQ in the environment makes rank RANK skip its
 //   collective number SEQ (core/flight.h), so that its schedule diverges there (test/test_hang.sh).
 // No global state; C11 and CUDA C++.
@@ -77,7 +79,10 @@ static inline int hang_start(Hang *h, Zero *z, MPI_Comm comm, int nodes, const c
     flight_init(&h->flight, gpt2_final_unit(&z->lay));
     h->flight.check = fc;
     h->flight.check_ctx = h;
-    z->flight = &h->flight;
+    // ZERO_FLIGHT=off: no recorder (a measurement's switch: its cost, docs/robustness.md);
+    // the side channel and the verdicts go on, with empty recorders, and --check-collectives is off
+    const char *fl = getenv("ZERO_FLIGHT");
+    z->flight = fl && !strcmp(fl, "off") ? NULL : &h->flight;
     const char *skip = getenv("ZERO_TEST_SKIP"); // test-only (above)
     int srank = -1;
     long long sseq = -1;
