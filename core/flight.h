@@ -21,6 +21,13 @@
 //   started: it returns 0 when it is not to be started (the fault hook below), 1 otherwise, after
 //   f->check (when set: --check-collectives, run/verdict.h) has compared the fingerprint with
 //   every rank's (the check does not return when they differ).
+//   A device's completions (the GPU trainer: the host only queues a collective and its waits):
+//   with f->device set (by the backend), flight_done changes only the rank's phase, and the
+//   backend says what the device did: flight_complete(f, seq) when it completed collective seq
+//   (in order), flight_complete_all(f) when it is past every collective started so far;
+//   flight_device_wait(f, seq) while the host blocks and the device is held up in collective seq
+//   (the oldest it has not completed): the rank waits in seq then (or in the collective its host
+//   waits in, if that is older), until flight_device_resume(f) puts back what the host did.
 //   Test-only fault hook: skip_seq >= 0 makes flight_start return 0 once, when collective
 //   number skip_seq is about to be started, and zero.h then does not start it (the rank's
 //   schedule diverges from the others' there). run/verdict.h sets it from ZERO_TEST_SKIP.
@@ -60,6 +67,11 @@ typedef struct {
     int64_t skip_seq;     // test-only (see above); -1: none
     FlightCheck check;    // NULL, or the fingerprint check and its context
     void *check_ctx;
+    int32_t device;       // completions are the device's (above); 0: flight_done's
+    int32_t dev_waiting;  // flight_device_wait is in force; what it replaced:
+    int32_t dev_phase;
+    int64_t dev_wait_seq;
+    double dev_since;
     uint32_t gen;         // sequence lock
 } Flight;
 
@@ -125,8 +137,45 @@ static inline void flight_done(Flight *f, int64_t seq) {
     flight_lock(f);
     double now = flight_now();
     FlightEntry *e = flight_entry(f, seq);
-    if (e) { e->state = FL_DONE; e->done = now; }
+    if (e && !f->device) { e->state = FL_DONE; e->done = now; }
     if (f->phase == FL_WAITING_IN) { f->phase = FL_COMPUTING; f->wait_seq = -1; f->since = now; }
+    flight_unlock(f);
+}
+
+// The device completed collective seq / every collective started so far (f->device; above).
+static inline void flight_complete(Flight *f, int64_t seq) {
+    if (!f || seq < 0) return;
+    flight_lock(f);
+    FlightEntry *e = flight_entry(f, seq);
+    if (e && e->state != FL_DONE) { e->state = FL_DONE; e->done = flight_now(); }
+    flight_unlock(f);
+}
+static inline void flight_complete_all(Flight *f) {
+    if (!f) return;
+    flight_lock(f);
+    double now = flight_now();
+    for (int i = 0; i < FLIGHT_K; i++)
+        if (f->e[i].seq >= 0 && f->e[i].state != FL_DONE) { f->e[i].state = FL_DONE; f->e[i].done = now; }
+    flight_unlock(f);
+}
+// The host blocks while the device is held up in collective seq (above).
+static inline void flight_device_wait(Flight *f, int64_t seq) {
+    if (!f || seq < 0) return;
+    flight_lock(f);
+    if (!f->dev_waiting) { f->dev_waiting = 1; f->dev_phase = f->phase; f->dev_wait_seq = f->wait_seq; f->dev_since = f->since; }
+    if (f->phase == FL_COMPUTING || f->phase == FL_WAITING_IN) {
+        int64_t host = f->dev_phase == FL_WAITING_IN ? f->dev_wait_seq : -1;
+        if (f->phase == FL_COMPUTING) f->since = flight_now();
+        f->phase = FL_WAITING_IN;
+        f->wait_seq = host >= 0 && host < seq ? host : seq;
+    }
+    flight_unlock(f);
+}
+static inline void flight_device_resume(Flight *f) {
+    if (!f || !f->dev_waiting) return;
+    flight_lock(f);
+    if (f->phase == FL_WAITING_IN) { f->phase = f->dev_phase; f->wait_seq = f->dev_wait_seq; f->since = f->dev_since; }
+    f->dev_waiting = 0;
     flight_unlock(f);
 }
 

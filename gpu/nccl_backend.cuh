@@ -22,9 +22,19 @@
 // one communicator, issued in the schedule's order, the same on every rank.
 //
 // Watchdog. The host blocks only in gpu_sync(), which polls with --comm-timeout: when the
-// device does not get there in time, it names the oldest collective that has not completed,
+// device makes no progress that long (the collective it is held up in, or its computing
+// between two, does not end: timed from the last completion the host saw), it names the oldest
+// collective that has not completed,
 // in the CPU trainer's words, and aborts the job (ncclCommAbort, then job_abort). NCCL's
 // asynchronous errors (a peer gone) are checked at every poll and unit boundary.
+//
+// Flight recorder (core/flight.h, through the run's Hang). The host only queues a collective and
+// its wait, so the recorder takes its completions from the device (f->device): each slot
+// remembers the number of the collective it carries, and its completion event is polled, oldest
+// first, where the host blocks anyway (the watchdog's wait, and reclaiming slots), never
+// synchronising a stream; while the host blocks and the device is held up in a collective, the
+// rank waits in that one (flight_device_wait). So a verdict names the collective the device is
+// stuck in, not the last one the host asked for.
 //
 // ZeRO++ (zero/backend.h's host_size, group_all_gather, group_all_to_all, quantize, dequantize,
 // dequantize_add, convert). Hosts: run/job.h's job_host_size (ZERO_HOST_ID, or shared memory).
@@ -51,6 +61,8 @@ typedef struct NcclBackend {
     int state[MAX_PENDING];
     char what[MAX_PENDING][112];
     unsigned long seq[MAX_PENDING], next_seq;
+    int64_t fseq[MAX_PENDING];     // the flight recorder's number of the slot's collective
+    int fpend[MAX_PENDING];        // ... whose completion the recorder has not been told yet
     double *d_scalars, *h_scalars; // sum_doubles' buffers (device, pinned host)
     int scalar_cap;
     size_t allocated;              // bytes asked of cudaMalloc through the backend's alloc
@@ -85,8 +97,32 @@ static void comm_check_async(NcclBackend *b) {
         comm_abort(b, "a collective", why, b->timeout);
     }
 }
+// The run's flight recorder once it is started, its completions the device's; NULL before.
+static Flight *comm_flight(NcclBackend *b) {
+    if (!b->hang || !b->hang->ready) return NULL;
+    b->hang->flight.device = 1;
+    return &b->hang->flight;
+}
+// Tell the recorder what the device completed: the slots' collectives oldest first (they complete
+// in order, on one stream) up to the first not complete (waited_only: or not waited for yet),
+// whose slot it returns (-1: none). A collective of several slots (ZeRO++'s) completes with its last.
+static int comm_poll(NcclBackend *b, int waited_only) {
+    Flight *f = comm_flight(b);
+    for (;;) {
+        int h = -1;
+        for (int k = 0; k < MAX_PENDING; k++)
+            if (b->fpend[k] && (h < 0 || b->seq[k] < b->seq[h])) h = k;
+        if (h < 0 || (waited_only && b->state[h] != SLOT_WAITED)) return -1;
+        if (cudaEventQuery(b->done[h]) != cudaSuccess) return h;
+        b->fpend[h] = 0;
+        int more = 0;
+        for (int k = 0; k < MAX_PENDING; k++) more |= b->fpend[k] && b->fseq[k] == b->fseq[h];
+        if (!more) flight_complete(f, b->fseq[h]);
+    }
+}
 // Free the slots whose collective completed and was waited for.
 static void comm_reclaim(NcclBackend *b) {
+    comm_poll(b, 1);
     for (int h = 0; h < MAX_PENDING; h++)
         if (b->state[h] == SLOT_WAITED && cudaEventQuery(b->done[h]) == cudaSuccess) b->state[h] = SLOT_FREE;
 }
@@ -94,10 +130,16 @@ static void comm_reclaim(NcclBackend *b) {
 // Block the host until `ev` (recorded on a stream) completes, within --comm-timeout.
 static void wait_event_watchdog(NcclBackend *b, cudaEvent_t ev, const char *what) {
     double start = now_seconds();
+    Flight *f = comm_flight(b);
+    unsigned long held = ~0ul; // the collective the device is held up in (b->seq), ~0: not yet polled
     for (int spins = 0;; spins++) {
         cudaError_t e = cudaEventQuery(ev);
-        if (e == cudaSuccess) return;
+        if (e == cudaSuccess) { flight_device_resume(f); return; }
         if (e != cudaErrorNotReady) gpu_fatal(what, cudaGetErrorString(e), __FILE__, __LINE__);
+        int h = comm_poll(b, 0);
+        unsigned long at = h >= 0 ? b->seq[h] : ~0ul - 1;
+        if (at != held) held = at, start = now_seconds(); // the device moved on: the timeout counts from here
+        flight_device_wait(f, h >= 0 ? b->fseq[h] : -1); // (none held up: nothing changes)
         comm_check_async(b);
         double waited = now_seconds() - start;
         if (waited > b->timeout) {
@@ -139,8 +181,12 @@ static int comm_begin(NcclBackend *b, const char *kind) {
         }
         wait_event_watchdog(b, b->done[h], b->what[h]);
     }
+    if (b->fpend[h]) comm_poll(b, 0); // (complete: it was waited for)
+    Flight *f = comm_flight(b);
     b->state[h] = SLOT_INFLIGHT;
     b->seq[h] = b->next_seq++;
+    b->fseq[h] = f ? f->next : -1; // zero.h numbers it (flight_issue) as soon as this returns
+    b->fpend[h] = 1;
     snprintf(b->what[h], sizeof(b->what[h]), "%s", kind);
     CUDA_CHECK(cudaEventRecord(b->ready, b->gpu->compute));
     CUDA_CHECK(cudaStreamWaitEvent(b->stream, b->ready, 0));
@@ -206,6 +252,9 @@ static void nccl_sum_doubles(void *ctx, double *x, int n) {
     CUDA_CHECK(cudaEventRecord(ev, b->stream));
     wait_event_watchdog(b, ev, "all_reduce of scalars (loss, norm, reports)");
     CUDA_CHECK(cudaEventDestroy(ev));
+    // on one stream behind every collective started so far (zero.h numbered this one last): all complete
+    flight_complete_all(comm_flight(b));
+    for (int h = 0; h < MAX_PENDING; h++) b->fpend[h] = 0;
     memcpy(x, b->h_scalars, (size_t)n * sizeof(double));
 }
 // zero.h's memory, zeroed. `allocated` counts exactly the bytes asked for, as zero.h's `mem`

@@ -20,8 +20,10 @@
 //   every peer for its recorder's tail and state within SIDE_DEADLINE seconds, and then either
 //   prints the verdict (stderr, lines starting "hang: ") and writes the JSON, or leaves that to
 //   another rank (hang_run says which) and waits HANG_DEFER seconds so that its abort does not
-//   cut the other's verdict short. It returns within SIDE_DEADLINE + HANG_LOWER + HANG_DEFER
-//   (8) seconds; h NULL or not started: at once.
+//   cut the other's verdict short; the rank that printed also waits HANG_DEFER seconds, answering
+//   its peers meanwhile, so that one whose watchdog fires a moment later leaves the verdict to it.
+//   It returns within SIDE_DEADLINE + HANG_LOWER + HANG_DEFER (8) seconds; h NULL or not started:
+//   at once.
 //   The verdict names: the collective #n the job is stuck in (the lowest any rank waits in);
 //   each rank that has not completed it and why (does not answer: stopped, gone or unreachable;
 //   computing; finished); the first collective number at which the ranks' recorders disagree
@@ -31,6 +33,8 @@
 //   error instead (cpu/mpi_backend.h: a message truncated because the ranks started different
 //   collectives is how MPI meets a divergence).
 //   hang_finish(h): the run is over (recorder FL_FINISHED); closes the side channel.
+//   ZERO_FLIGHT=off in the environment leaves the recorder out (zero.h's calls then do nothing): only
+//   to measure what it costs (docs/robustness.md: make bench and make bench-ranks with and without).
 //   Test-only fault hook: ZERO_TEST_SKIP=RANK:SEQ in the environment makes rank RANK skip its
 //   collective number SEQ (core/flight.h), so that its schedule diverges there (test/test_hang.sh).
 // No global state; C11 and CUDA C++.
@@ -75,7 +79,10 @@ static inline int hang_start(Hang *h, Zero *z, MPI_Comm comm, int nodes, const c
     flight_init(&h->flight, gpt2_final_unit(&z->lay));
     h->flight.check = fc;
     h->flight.check_ctx = h;
-    z->flight = &h->flight;
+    // ZERO_FLIGHT=off: no recorder (a measurement's switch: its cost, docs/robustness.md);
+    // the side channel and the verdicts go on, with empty recorders, and --check-collectives is off
+    const char *fl = getenv("ZERO_FLIGHT");
+    z->flight = fl && !strcmp(fl, "off") ? NULL : &h->flight;
     const char *skip = getenv("ZERO_TEST_SKIP"); // test-only (above)
     int srank = -1;
     long long sseq = -1;
@@ -435,6 +442,9 @@ static inline void hang_run(Hang *h, const char *headline) {
     }
     free(at); free(again);
     hang_print(h, headline);
+    // still answering (stopping, fired first) a while: a peer whose watchdog fires a moment later
+    // (each rank's fires when its own wait began + --comm-timeout) leaves the verdict to this one
+    hang_sleep(HANG_DEFER);
 }
 
 // ----------------------------------------------------------------------------------------

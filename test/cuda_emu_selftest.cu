@@ -260,6 +260,36 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 0;
     }
+    if (!strcmp(c, "nccl_async")) { // 2 ranks: rank 1 joins an all-reduce 1 s late; rank 0's event is not ready till then
+        MPI_Init(&argc, &argv);
+        int rank;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        ncclUniqueId id;
+        ncclComm_t comm;
+        CHECK(ncclGetUniqueId(&id));
+        CHECK(ncclCommInitRank(&comm, 2, id, rank));
+        float *p = dev_floats(4), h[4] = {1.0f + rank, 2.0f + rank, 3.0f + rank, 4.0f + rank};
+        CHECK(cudaMemcpy(p, h, sizeof(h), cudaMemcpyHostToDevice));
+        cudaEvent_t ev;
+        CHECK(cudaEventCreate(&ev));
+        CHECK(ncclAllReduce(p, p, 4, ncclFloat, ncclSum, comm, s1));
+        CHECK(cudaEventRecord(ev, s1));
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (rank == 1) sleep(1);
+        cudaError_t first = cudaEventQuery(ev), e = first;
+        while (e == cudaErrorNotReady) e = cudaEventQuery(ev);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        CHECK(e);
+        CHECK(cudaMemcpy(h, p, sizeof(h), cudaMemcpyDeviceToHost));
+        if (rank == 0)
+            printf("nccl_async: first query %s, complete after %.1f s, sum %g %g %g %g\n",
+                   first == cudaErrorNotReady ? "not ready" : "ready", (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec),
+                   h[0], h[1], h[2], h[3]);
+        ncclCommDestroy(comm);
+        MPI_Finalize();
+        return 0;
+    }
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
 }

@@ -28,7 +28,11 @@
 //   streams    operations are queued per stream and run only when the host must wait for one
 //              (an event query or sync, a synchronous copy, a blocking free): the device is
 //              "infinitely slow" until then, so a host that reads a result it did not wait for
-//              sees stale data. EMU_SCHEDULE=compute-first (default) runs the earliest-created
+//              sees stale data. A collective (nccl.h) is asynchronous to the host as on a GPU:
+//              its stream starts it and then waits for the network, so an event behind one
+//              whose peers have not all joined stays not ready (cudaEventQuery returns
+//              cudaErrorNotReady, and the host's watchdog sees a collective that does not
+//              complete), while syncs block until it completes. EMU_SCHEDULE=compute-first (default) runs the earliest-created
 //              stream (train_gpt.cu's compute stream) as far as it can before any other, so
 //              collectives run as late as their waits allow; EMU_SCHEDULE=comm-first runs the
 //              later streams first, so collectives run as early as their events allow. A
@@ -486,10 +490,15 @@ static inline void emu_run_kernel(const char *name, dim3 grid, dim3 block, const
 struct CUevent_st { unsigned long long recorded, completed; unsigned flags; double when; }; // when: host seconds at completion
 typedef CUevent_st *cudaEvent_t;
 struct EmuOp {
-    enum { RUN, RECORD, WAIT } kind;
+    enum { RUN, RECORD, WAIT, NET } kind;
     std::function<void()> fn;  // RUN
     cudaEvent_t ev;            // RECORD, WAIT
     unsigned long long gen;    // the record a WAIT waits for / a RECORD completes
+    // NET (nccl.h's collectives): start() is run when the stream gets there (the device open)
+    // and returns test, which says, without touching device memory, whether the network has
+    // completed it; the stream goes on once it has.
+    std::function<std::function<bool()>()> start;
+    std::function<bool()> test;
 };
 struct CUstream_st { std::deque<EmuOp> q; int order; unsigned flags; };
 typedef CUstream_st *cudaStream_t;
@@ -523,30 +532,61 @@ static inline void emu_op_run(EmuOp &op) {
         op.ev->when = ts.tv_sec + 1e-9 * ts.tv_nsec;
     }
 }
-// Run queued operations, preferring streams in the schedule's order, until done() holds.
-static inline void emu_drain(const std::function<bool()> &done, const char *waiting_for) {
-    emu_device_open();
-    int n = (int)emu_dev.streams.size(), comm_first = emu_schedule_comm_first();
-    while (!done()) {
-        int progressed = 0;
+// Run queued operations, preferring streams in the schedule's order, until done() holds; true
+// then. A stream whose next operation is a collective in the network (NET, started) waits for
+// it while the others go on; when nothing else can, block (a sync) polls the network until
+// done() holds, and otherwise (an event query) the call returns false: not ready. Device memory
+// opens only for the operations that touch it (polling the network does not).
+static inline bool emu_drain(const std::function<bool()> &done, const char *waiting_for, int block = 1) {
+    int n = (int)emu_dev.streams.size(), comm_first = emu_schedule_comm_first(), open = 0, idle = 0;
+    bool ok;
+    while (!(ok = done())) {
+        int progressed = 0, network = 0;
+        for (cudaStream_t s : emu_dev.streams) // the network moves while kernels run, as a GPU's does
+            if (!s->q.empty() && s->q.front().kind == EmuOp::NET && s->q.front().test && s->q.front().test()) {
+                s->q.pop_front();
+                progressed = 1;
+            }
         for (int k = 0; k < n && !progressed; k++) {
             cudaStream_t s = emu_dev.streams[comm_first ? n - 1 - k : k];
-            if (s->q.empty() || !emu_op_runnable(s->q.front())) continue;
-            EmuOp op = std::move(s->q.front());
+            if (s->q.empty()) continue;
+            EmuOp &head = s->q.front();
+            if (head.kind == EmuOp::NET && head.test) { // in the network
+                if (!head.test()) { network = 1; continue; }
+                s->q.pop_front();
+                progressed = 1;
+                continue;
+            }
+            if (!emu_op_runnable(head)) continue;
+            if (!open++) emu_device_open();
+            if (head.kind == EmuOp::NET) { head.test = head.start(); progressed = 1; continue; }
+            EmuOp op = std::move(head);
             s->q.pop_front();
             emu_op_run(op);
             progressed = 1;
         }
-        if (!progressed) emu_fatal("deadlock: waiting for %s, but every stream waits for an event that is never recorded "
-                                   "or whose record waits itself", waiting_for);
+        if (progressed) { idle = 0; continue; }
+        if (!network) emu_fatal("deadlock: waiting for %s, but every stream waits for an event that is never recorded "
+                                "or whose record waits itself", waiting_for);
+        if (!block) break;
+        if (++idle > 100) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
     }
-    emu_device_close();
+    if (open) emu_device_close();
+    return ok;
 }
 static inline void emu_drain_stream(cudaStream_t s, const char *what) {
     emu_drain([s] { return s->q.empty(); }, what);
 }
 static inline void emu_drain_all(const char *what) {
     emu_drain([] { for (cudaStream_t s : emu_dev.streams) if (!s->q.empty()) return false; return true; }, what);
+}
+static inline void emu_enqueue_net(cudaStream_t s, std::function<std::function<bool()>()> start) {
+    EmuOp op;
+    op.kind = EmuOp::NET;
+    op.start = std::move(start);
+    op.ev = NULL;
+    op.gen = 0;
+    emu_stream(s)->q.push_back(std::move(op));
 }
 static inline void emu_enqueue(cudaStream_t s, std::function<void()> fn) {
     EmuOp op;
@@ -599,12 +639,16 @@ static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, uns
     emu_stream(s)->q.push_back(std::move(op));
     return cudaSuccess;
 }
-// The device gets there when the host asks: the record and what precedes it run now.
+// The device gets there when the host asks: the record and what precedes it run now, as far
+// as the network lets them (a collective not yet completed: cudaErrorNotReady).
 static inline cudaError_t cudaEventQuery(cudaEvent_t e) {
-    emu_drain([e] { return e->completed >= e->recorded; }, "an event (cudaEventQuery)");
+    return emu_drain([e] { return e->completed >= e->recorded; }, "an event (cudaEventQuery)", 0) ? cudaSuccess
+                                                                                                  : cudaErrorNotReady;
+}
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    emu_drain([e] { return e->completed >= e->recorded; }, "an event (cudaEventSynchronize)");
     return cudaSuccess;
 }
-static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) { return cudaEventQuery(e); }
 // The milliseconds between two completed records (the emulator's: host time, as its streams ran
 // them). CUDA refuses events made with cudaEventDisableTiming, and events not yet recorded or
 // not yet complete: so does the emulator (the caller must have waited).

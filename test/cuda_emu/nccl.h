@@ -1,12 +1,17 @@
 // nccl.h, the emulator's (see cuda_runtime.h): NCCL's collectives over MPI, queued on the stream
-// they are issued on and run when it gets there. NCCL's rules are checked: device buffers,
+// they are issued on and run when it gets there. As NCCL's, they are asynchronous to the host:
+// when its stream gets there a collective copies what it sends out of device memory and starts
+// non-blocking MPI requests into staging buffers of its own; the stream then waits until MPI
+// says they are complete (polled by the host's event queries and syncs, which are what moves
+// MPI), and the result lands in device memory. So a peer that never joins leaves the
+// collective, and every event behind it, not ready; the host's watchdog sees that. NCCL's rules are checked: device buffers,
 // counts within them, and in-place only in NCCL's exact layouts (all-reduce: send == recv;
 // reduce-scatter: recv == send + rank * count; all-gather: send == recv + rank * count); any
 // other overlap is an error. 16-bit sums are computed in fp32 and rounded per pair.
 // ZeRO++'s pieces: ncclCommSplit (MPI_Comm_split over a control communicator the host alone uses,
 // so no split can interleave with a queued collective), bytes (ncclInt8/ncclUint8) for
 // all-gathers, and ncclSend/ncclRecv between ncclGroupStart and ncclGroupEnd, run as one queued
-// item (non-blocking MPI sends and receives, then a wait for all) on the group's one stream.
+// item (non-blocking MPI sends and receives, complete together) on the group's one stream.
 #pragma once
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1 // MPI's C API only
@@ -15,6 +20,7 @@
 #include "cuda_runtime.h"
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
+#include <memory>
 
 typedef enum { ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3,
                ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclRemoteError = 6, ncclInProgress = 7 } ncclResult_t;
@@ -101,13 +107,48 @@ static inline void emu_nccl_check(const char *fn, const void *send, size_t send_
     if (!in_place && emu_overlap(send, send_bytes, recv, recv_bytes))
         emu_fatal("%s: send and receive buffers overlap without being NCCL's in-place layout", fn);
 }
+// A collective queued on stream s: post (run when the stream gets there, the device open) fills
+// the staging buffers and starts the requests; once MPI has completed them all, each buffer that
+// has a landing place (receives) is copied there.
+struct EmuNet {
+    std::vector<std::vector<char>> buf;
+    std::vector<void *> land; // buf[k]'s destination in device memory, NULL: none (what is sent)
+    std::vector<MPI_Request> req;
+    int add(const void *from, size_t bytes, void *to) { // staging: a copy of `from`, or zeros
+        buf.emplace_back(bytes);
+        if (from) memcpy(buf.back().data(), from, bytes);
+        land.push_back(to);
+        return (int)buf.size() - 1;
+    }
+    MPI_Request *next() { req.push_back(MPI_REQUEST_NULL); return &req.back(); }
+};
+static inline void emu_net(cudaStream_t s, std::function<void(EmuNet &)> post) {
+    emu_enqueue_net(s, [post] {
+        auto net = std::make_shared<EmuNet>();
+        net->req.reserve(64);
+        post(*net);
+        return std::function<bool()>([net] {
+            int done = 0;
+            MPI_Testall((int)net->req.size(), net->req.data(), &done, MPI_STATUSES_IGNORE);
+            if (!done) return false;
+            emu_device_open();
+            for (size_t k = 0; k < net->buf.size(); k++)
+                if (net->land[k]) memcpy(net->land[k], net->buf[k].data(), net->buf[k].size());
+            emu_device_close();
+            return true;
+        });
+    });
+}
 static inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
                                   cudaStream_t s) {
     size_t bytes = count * emu_nccl_size(t);
     emu_nccl_check("ncclAllReduce", send, bytes, recv, bytes, send == recv);
     MPI_Op mop = emu_nccl_op(t, op);
     MPI_Datatype mt = emu_nccl_mpi_type(t);
-    emu_enqueue(s, [=] { MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, mt, mop, c->comm); });
+    emu_net(s, [=](EmuNet &net) {
+        int a = net.add(send, bytes, NULL), b = net.add(NULL, bytes, recv);
+        MPI_Iallreduce(net.buf[a].data(), net.buf[b].data(), (int)count, mt, mop, c->comm, net.next());
+    });
     return ncclSuccess;
 }
 static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
@@ -118,9 +159,9 @@ static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_
     MPI_Op mop = emu_nccl_op(t, op);
     MPI_Datatype mt = emu_nccl_mpi_type(t);
     int n = c->nranks;
-    emu_enqueue(s, [=] { // MPI's in-place layout is not NCCL's: reduce from a copy
-        std::vector<char> copy((const char *)send, (const char *)send + bytes * n);
-        MPI_Reduce_scatter_block(copy.data(), recv, (int)count, mt, mop, c->comm);
+    emu_net(s, [=](EmuNet &net) { // (from a copy: MPI's in-place layout is not NCCL's)
+        int a = net.add(send, bytes * n, NULL), b = net.add(NULL, bytes, recv);
+        MPI_Ireduce_scatter_block(net.buf[a].data(), net.buf[b].data(), (int)count, mt, mop, c->comm, net.next());
     });
     return ncclSuccess;
 }
@@ -129,9 +170,9 @@ static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t co
     int in_place = (const char *)send == (const char *)recv + (size_t)c->rank * bytes;
     emu_nccl_check("ncclAllGather", send, bytes, recv, bytes * c->nranks, in_place);
     MPI_Datatype mt = emu_nccl_mpi_type(t);
-    emu_enqueue(s, [=] { // MPI's in-place all-gather is NCCL's layout
-        if (in_place) MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)count, mt, c->comm);
-        else MPI_Allgather(send, (int)count, mt, recv, (int)count, mt, c->comm);
+    emu_net(s, [=](EmuNet &net) { // (in place too: the send buffer is copied first)
+        int a = net.add(send, bytes, NULL), b = net.add(NULL, bytes * c->nranks, recv);
+        MPI_Iallgather(net.buf[a].data(), (int)count, mt, net.buf[b].data(), (int)count, mt, c->comm, net.next());
     });
     return ncclSuccess;
 }
@@ -150,14 +191,13 @@ static inline ncclResult_t ncclGroupEnd() {
     if (ops.empty()) return ncclSuccess;
     for (const EmuP2p &o : ops)
         if (o.stream != ops[0].stream) emu_fatal("ncclGroupEnd: sends and receives on several streams are not emulated");
-    emu_enqueue(ops[0].stream, [ops] {
-        std::vector<MPI_Request> req(ops.size());
-        for (size_t k = 0; k < ops.size(); k++) {
-            const EmuP2p &o = ops[k];
-            if (o.send) MPI_Isend(o.buf, (int)o.bytes, MPI_BYTE, o.peer, 77, o.comm->comm, &req[k]);
-            else MPI_Irecv(o.buf, (int)o.bytes, MPI_BYTE, o.peer, 77, o.comm->comm, &req[k]);
+    emu_net(ops[0].stream, [ops](EmuNet &net) {
+        net.req.reserve(ops.size());
+        for (const EmuP2p &o : ops) {
+            int k = net.add(o.send ? o.buf : NULL, o.bytes, o.send ? NULL : o.buf);
+            if (o.send) MPI_Isend(net.buf[k].data(), (int)o.bytes, MPI_BYTE, o.peer, 77, o.comm->comm, net.next());
+            else MPI_Irecv(net.buf[k].data(), (int)o.bytes, MPI_BYTE, o.peer, 77, o.comm->comm, net.next());
         }
-        MPI_Waitall((int)req.size(), req.data(), MPI_STATUSES_IGNORE);
     });
     return ncclSuccess;
 }
