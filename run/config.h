@@ -1079,7 +1079,7 @@ static inline int config_validate(TrainConfig *c, int world) {
                         "state a stage partitions)\n", zero_offload_names[c->offload_optimizer]);
         return -1;
     }
-    if (optimizer_reductions(c->optimizer) && c->build && !c->build->reductions && c->program == CU_TRAIN) {
+    if (optimizer_reductions(c->optimizer) && c->build && !c->build->reductions) { // (--plan's too: planner_main)
         fprintf(stderr, "error: --optimizer %s needs a per-tensor reduction pass before its update, which this GPU "
                         "trainer does not have yet: use train_gpt_cpu\n", optimizer_names[c->optimizer]);
         return -1;

@@ -30,7 +30,7 @@
 //     (TrainConfig), and planner_time_input() the time model's: the trainer's report and --plan
 //     both come through them. --nvme-host-cache auto is settled by planner_host_cache_auto (this
 //     machine's available memory less the plan; the trainer's rank 0 asks it for all ranks).
-//   - planner_main(argc, argv, backend) is the command line (`train_gpt_cpu --plan ...`): the
+//   - planner_main(argc, argv, backend, build) is the command line (`train_gpt_cpu --plan ...`): the
 //     option table's rows that --plan takes (config.h: every trainer option that changes the
 //     memory or the step time, with the trainer's meaning, ranges and errors, and --plan's own),
 //     read by config_parse_as, the model taken from --init's header or --resume's manifest as the
@@ -996,9 +996,18 @@ static inline double planner_host_cache_auto(const PlanInput *in, int nlocal) {
 }
 
 // Returns the process exit code: 0 (plan printed, or --help), 1 (bad options: one line on stderr).
-static inline int planner_main(int argc, char **argv, const PlanBackend *backend) {
+// build: the binary's (run/config.h's ConfigBuild; NULL: the CPU trainer's), so that a plan
+// refuses and warns as that binary's training runs do (the GPU trainer: LAMB, aio.use_gds), but
+// in every precision: the GPU trainer runs each in a build of its own, and a plan describes them all.
+static inline int planner_main(int argc, char **argv, const PlanBackend *backend, const ConfigBuild *build) {
     TrainConfig c;
     config_defaults(&c);
+    ConfigBuild any_precision;
+    if (build) {
+        any_precision = *build;
+        any_precision.precisions = (1u << ZC_F32) | (1u << ZC_BF16) | (1u << ZC_FP16);
+        config_set_build(&c, &any_precision);
+    }
     if (backend) c.precision = backend->default_precision;
     TrainConfig defaults = c;
     int rc = config_parse_as(&c, argc, argv, CU_PLAN);

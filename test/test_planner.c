@@ -449,7 +449,7 @@ static void test_bad_inputs(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "plan")) return planner_main(argc - 1, argv + 1, &cpu_plan_backend);
+    if (argc > 1 && !strcmp(argv[1], "plan")) return planner_main(argc - 1, argv + 1, &cpu_plan_backend, &config_cpu_build);
     test_7b();
     test_stage_formulas();
     test_optimizers();
