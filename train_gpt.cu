@@ -796,25 +796,13 @@ static void gpu_shutdown(NcclBackend *b) {
 }
 
 // The one precision this binary runs (its kernels are compiled for floatX), for the options.
-static const ConfigBuild gpu_build = {
-    1u << FLOATX_DTYPE, FLOATX_DTYPE,
-#if defined(GPU_PRECISION_FP32)
-    {NULL, "this binary was built for fp32 (make train_gpt PRECISION=BF16)", "this binary was built for fp32 (make train_gpt PRECISION=FP16)"},
-    "bf16, fp16: make train_gpt PRECISION=BF16 or FP16", 1, 0, 0 // kernel profiler; no per-tensor reductions (LAMB) yet; device memory (GDS: host buffers)
-#elif defined(GPU_PRECISION_FP16)
-    {"this binary was built for fp16 (make train_gpt PRECISION=FP32)", "this binary was built for fp16 (make train_gpt PRECISION=BF16)", NULL},
-    "bf16, fp32: make train_gpt PRECISION=BF16 or FP32", 1, 0, 0 // kernel profiler; no per-tensor reductions (LAMB) yet; device memory (GDS: host buffers)
-#else
-    {"this binary was built for bf16 (make train_gpt PRECISION=FP32)", NULL, "this binary was built for bf16 (make train_gpt PRECISION=FP16)"},
-    "fp16, fp32: make train_gpt PRECISION=FP16 or FP32", 1, 0, 0 // kernel profiler; no per-tensor reductions (LAMB) yet; device memory (GDS: host buffers)
-#endif
-};
 
 #ifndef TESTING
 int main(int argc, char **argv) {
     PlanBackend plan_backend = gpu_plan_backend(FLOATX_DTYPE);
+    const ConfigBuild gpu_build = gpu_config_build(FLOATX_DTYPE);
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--plan")) return planner_main(argc, argv, &plan_backend); // arithmetic only
+        if (!strcmp(argv[i], "--plan")) return planner_main(argc, argv, &plan_backend, &gpu_build); // arithmetic only
     if (argc > 1 && !strcmp(argv[1], "--export")) return export_main(argc, argv);
     preempt_install();
     MPI_Init(&argc, &argv);

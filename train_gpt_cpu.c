@@ -537,7 +537,7 @@ static void share_cores(void) {
 #ifndef TESTING
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--plan")) return planner_main(argc, argv, &cpu_plan_backend); // arithmetic only: no MPI
+        if (!strcmp(argv[i], "--plan")) return planner_main(argc, argv, &cpu_plan_backend, &config_cpu_build); // arithmetic only: no MPI
     if (argc > 1 && !strcmp(argv[1], "--export")) return export_main(argc, argv);
     mpi_heap_huge_pages(argv);
     openblas_pick_threading(argv);

@@ -1,5 +1,6 @@
 // gpu/layout.h: how the GPU trainer stores its activations, so that its gpt2_build allocates and
-// the planner predicts the same bytes (gpu_plan_backend). Plain C: no CUDA in it.
+// the planner predicts the same bytes (gpu_plan_backend), and what a build of it runs
+// (gpu_config_build). Plain C: no CUDA in it.
 //
 // Contract
 //   - Attention: the flash kernels (16-bit builds, through tensor cores, whose tiles need a head
@@ -96,6 +97,24 @@ static inline double gpu_plan_activations(const GPT2Config *c, int B, int T, int
 static inline double gpu_plan_workspace(const ParamLayout *lay, const GPT2Config *c, int B, int T, int dtype, int threads) {
     (void)lay; (void)c; (void)B; (void)T; (void)dtype; (void)threads;
     return 0.0; // the GPU kernels compute on the 16-bit storage itself
+}
+// What a build of the GPU trainer runs (run/config.h's ConfigBuild): the one precision its kernels
+// were compiled for (dtype), its kernel profiler, no per-tensor reductions (LAMB) yet, and compute
+// in device memory (aio.use_gds: NVMe goes through host buffers). train_gpt.cu's training runs and
+// --plan, and the planner page's train_gpt, take it from here.
+static inline ConfigBuild gpu_config_build(int dtype) {
+    static const char *const refusal[ZC_NUM_DTYPES][ZC_NUM_DTYPES] = { // [the build's][the one asked for]
+        {NULL, "this binary was built for fp32 (make train_gpt PRECISION=BF16)",
+         "this binary was built for fp32 (make train_gpt PRECISION=FP16)"},
+        {"this binary was built for bf16 (make train_gpt PRECISION=FP32)", NULL,
+         "this binary was built for bf16 (make train_gpt PRECISION=FP16)"},
+        {"this binary was built for fp16 (make train_gpt PRECISION=FP32)",
+         "this binary was built for fp16 (make train_gpt PRECISION=BF16)", NULL}};
+    static const char *const others[ZC_NUM_DTYPES] = {"bf16, fp16: make train_gpt PRECISION=BF16 or FP16",
+                                                      "fp16, fp32: make train_gpt PRECISION=FP16 or FP32",
+                                                      "bf16, fp32: make train_gpt PRECISION=BF16 or FP32"};
+    ConfigBuild b = {1u << dtype, dtype, {refusal[dtype][0], refusal[dtype][1], refusal[dtype][2]}, others[dtype], 1, 0, 0};
+    return b;
 }
 // default_precision: the build's (the GPU trainer's kernels are compiled for one).
 static inline PlanBackend gpu_plan_backend(int default_precision) {

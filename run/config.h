@@ -36,7 +36,8 @@
 //     one) is the trainer's to say (ConfigBuild, config_set_build); the default is every
 //     precision (the CPU trainer).
 //   - config_lr_schedule() and config_optimizer() hand the lr schedule's and the optimizer's
-//     settings to optimizer.h, which knows no options.
+//     settings to optimizer.h, which knows no options; config_zero_options() hands ZeRO's
+//     (zero/store.h's ZeroOptions) to the trainer, the planner and the time model: its one copy.
 // Shared by both trainers (C11 and CUDA C++); no global state (getopt's own aside). Uses cJSON
 // (the --log's line).
 #ifndef CONFIG_H
@@ -57,6 +58,7 @@
 #include "core/optimizer.h"
 #include "mixed_precision.h"
 #include "zero/location.h"
+#include "zero/store.h"
 
 // DeepSpeed settings the trainer has no option for: recorded from the file, reported in the
 // resolved configuration with whether the trainer honours them, else unused. One row each:
@@ -1077,7 +1079,7 @@ static inline int config_validate(TrainConfig *c, int world) {
                         "state a stage partitions)\n", zero_offload_names[c->offload_optimizer]);
         return -1;
     }
-    if (optimizer_reductions(c->optimizer) && c->build && !c->build->reductions && c->program == CU_TRAIN) {
+    if (optimizer_reductions(c->optimizer) && c->build && !c->build->reductions) { // (--plan's too: planner_main)
         fprintf(stderr, "error: --optimizer %s needs a per-tensor reduction pass before its update, which this GPU "
                         "trainer does not have yet: use train_gpt_cpu\n", optimizer_names[c->optimizer]);
         return -1;
@@ -1165,6 +1167,26 @@ static inline OptimizerHyper config_optimizer(const TrainConfig *c) {
     h.momentum = c->momentum; h.grad_clip = c->grad_clip; h.bias_correction = c->bias_correction;
     h.max_coeff = c->max_coeff; h.min_coeff = c->min_coeff;
     return h;
+}
+
+// ----------------------------------------------------------------------------------------
+// The settings zero.h needs, in its own terms: the ONE place ZeroOptions (zero/store.h) is made
+// from the options, for the trainer's zero_init, the memory planner and the step-time model alike
+// (planner.h's PlanInput and timemodel.h's TimeInput hold it whole). A new ZeRO option is a row, a
+// ZeroOptions field and a line here. Left to the caller: nvme_dir (the rank's own directory, made
+// at start) and zeropp_per_host (0: the backend's hosts; --plan sets --gpus-per-node's). An "auto"
+// host tier (-1, until the trainer settles it) counts as none.
+static inline ZeroOptions config_zero_options(const TrainConfig *c) {
+    ZeroOptions o = zero_options(c->zero_stage, c->precision, c->optimizer);
+    o.offload_optimizer = c->offload_optimizer; o.offload_param = c->offload_param; o.pin_memory = c->pin_memory;
+    o.delayed_update = c->offload_delayed_update;
+    o.twin_device = 1.0 - (double)c->offload_ratio;
+    o.nvme_buffers = c->nvme_buffers; o.nvme_piece = (size_t)c->nvme_buffer_size;
+    o.nvme_threads = c->aio_threads * c->aio_queue_depth; o.nvme_block = (size_t)c->aio_block_size;
+    o.nvme_host_cache = c->nvme_host_cache_bytes > 0 ? (size_t)c->nvme_host_cache_bytes : 0;
+    o.zeropp_qwz = c->zeropp_qwz; o.zeropp_hpz = c->zeropp_hpz; o.zeropp_qgz = c->zeropp_qgz;
+    o.zeropp_block = c->zeropp_block;
+    return o;
 }
 
 // ----------------------------------------------------------------------------------------

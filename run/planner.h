@@ -30,7 +30,7 @@
 //     (TrainConfig), and planner_time_input() the time model's: the trainer's report and --plan
 //     both come through them. --nvme-host-cache auto is settled by planner_host_cache_auto (this
 //     machine's available memory less the plan; the trainer's rank 0 asks it for all ranks).
-//   - planner_main(argc, argv, backend) is the command line (`train_gpt_cpu --plan ...`): the
+//   - planner_main(argc, argv, backend, build) is the command line (`train_gpt_cpu --plan ...`): the
 //     option table's rows that --plan takes (config.h: every trainer option that changes the
 //     memory or the step time, with the trainer's meaning, ranges and errors, and --plan's own),
 //     read by config_parse_as, the model taken from --init's header or --resume's manifest as the
@@ -126,23 +126,13 @@ typedef struct {
     const char *model_name;// "d12" etc. or NULL, for the printout only
     double params_count;   // > 0: a bare parameter count P; model states by the textbook
     int shape_known;       // with params_count: cfg.num_layers/channels/num_heads are given
-    int precision;         // ZC_F32, ZC_BF16, ZC_FP16
-    int optimizer;         // optimizer.h's OPT_*
-    int zero_stage;        // 0-3
+    ZeroOptions zo;        // ZeRO's settings, as the trainer hands them to zero_init (config_zero_options):
+                           // stage, dtype (the precision), optimizer, offload, Twin-Flow, the delayed
+                           // update, NVMe's pieces and host tier, ZeRO++; zeropp_per_host: the ranks
+                           // per host qgZ's levels use (0 or not dividing world: every rank on one host)
     int world;             // N ranks
     int batch, seq_len;    // micro-batch B and sequence length T
     GPT2Recompute recompute; // activation recompute (gpt2.h): none, full every K layers, selective
-    int offload_optimizer; // zero/location.h's LOC_*: where the master weights and optimizer state live (LOC_DEVICE: none)
-    int offload_param;     // LOC_*: where stage 3's parameter shard lives
-    int delayed_update;    // the delayed parameter update: a second gradient shard (zero.h's held)
-    double twin_device;    // Twin-Flow: 1 - offload_optimizer.ratio, the part of a cpu-offloaded optimizer shard
-                           // kept on the device (0: none; zero/store.h's ZeroOptions)
-    int nvme_buffers;      // NVMe: buffer sets and the piece in elements (zero/store.h's ZeroOptions; 0: its defaults)
-    size_t nvme_piece;
-    // ZeRO++ (zero/pp.h): qwZ, hpZ's group, qgZ's bits, the block; the ranks per host qgZ's
-    // levels use (0: every rank on one host): its buffers and hpZ's secondary shard (MEM_HPZ)
-    int zeropp_qwz, zeropp_hpz, zeropp_qgz, zeropp_block, zeropp_per_host;
-    double nvme_host_cache; // NVMe: bytes of the optimizer state kept in host memory (zero/store.h's host tier)
     int threads;           // the CPU trainer's OpenMP threads per rank (its matmul scratch);
                            // 0: as it picks them with all ranks on this machine (planner_threads)
     const PlanBackend *backend; // the trainer's activations and workspace (NULL: unknown)
@@ -183,31 +173,24 @@ static inline PlanInput planner_input_from_train_config(const TrainConfig *c, in
     in.params_count = c->plan.params;
     in.shape_known = c->plan.params > 0 && config_given(c, CK_LAYERS) && config_given(c, CK_CHANNELS) &&
                      config_given(c, CK_HEADS);
-    in.precision = c->precision;
-    in.optimizer = c->optimizer;
-    in.zero_stage = c->zero_stage;
+    in.zo = config_zero_options(c);
+    in.zo.zeropp_per_host = c->plan.per_node;
     in.world = world;
     in.batch = c->batch;
     in.seq_len = c->seq_len;
     in.recompute = config_recompute(c);
-    in.offload_optimizer = c->offload_optimizer;
-    in.offload_param = c->offload_param;
-    in.twin_device = 1.0 - (double)c->offload_ratio;
-    in.delayed_update = c->offload_delayed_update;
-    in.nvme_buffers = c->nvme_buffers;
-    in.nvme_piece = (size_t)c->nvme_buffer_size;
-    in.nvme_host_cache = c->nvme_host_cache_bytes > 0 ? c->nvme_host_cache_bytes : 0.0; // (auto: planner_host_cache_auto)
     in.threads = c->plan.threads;
     in.backend = backend;
-    in.zeropp_qwz = c->zeropp_qwz; in.zeropp_hpz = c->zeropp_hpz; in.zeropp_qgz = c->zeropp_qgz;
-    in.zeropp_block = c->zeropp_block; in.zeropp_per_host = c->plan.per_node;
     return in;
 }
 // ... and of its step time (after config_validate: grad_accum is known).
 static inline TimeInput planner_time_input(const TrainConfig *c) {
-    TimeInput ti = {c->model, c->precision, c->optimizer, c->zero_stage, c->world, c->plan.per_node,
-                    c->batch, c->seq_len, c->grad_accum, c->recompute != RECOMPUTE_NONE, c->offload_optimizer,
-                    c->zeropp_qwz, c->zeropp_hpz, c->zeropp_qgz, c->zeropp_block};
+    TimeInput ti;
+    memset(&ti, 0, sizeof(ti));
+    ti.cfg = c->model;
+    ti.zo = config_zero_options(c);
+    ti.world = c->world; ti.per_node = c->plan.per_node;
+    ti.batch = c->batch; ti.seq_len = c->seq_len; ti.accum = c->grad_accum; ti.recompute = c->recompute != RECOMPUTE_NONE;
     return ti;
 }
 
@@ -237,21 +220,21 @@ static inline int planner_threads(const PlanInput *in) { return in->threads > 0 
 
 // One message naming what is wrong with the input, or NULL.
 static inline const char *planner_input_problem(const PlanInput *in) {
-    if (in->precision < 0 || in->precision >= ZC_NUM_DTYPES) return "precision must be fp32, bf16 or fp16";
-    if (in->optimizer < 0 || in->optimizer >= OPT_NUM) return "optimizer must be adamw, lion, sgd-momentum or sgd";
-    if (in->zero_stage < 0 || in->zero_stage > 3) return "zero stage must be 0, 1, 2 or 3";
+    if (in->zo.dtype < 0 || in->zo.dtype >= ZC_NUM_DTYPES) return "precision must be fp32, bf16 or fp16";
+    if (in->zo.optimizer < 0 || in->zo.optimizer >= OPT_NUM) return "optimizer must be adamw, lion, sgd-momentum or sgd";
+    if (in->zo.stage < 0 || in->zo.stage > 3) return "zero stage must be 0, 1, 2 or 3";
     if (in->world < 1) return "world size must be at least 1";
     if (in->batch < 1 || in->seq_len < 1) return "batch and sequence length must be positive";
-    if (in->offload_optimizer != LOC_DEVICE && in->zero_stage == 0)
+    if (in->zo.offload_optimizer != LOC_DEVICE && in->zo.stage == 0)
         return "--offload-optimizer needs --zero-stage 1, 2 or 3 (ZeRO-Offload moves the state a stage partitions)";
-    if (in->offload_param != LOC_DEVICE && in->zero_stage != 3)
+    if (in->zo.offload_param != LOC_DEVICE && in->zo.stage != 3)
         return "--offload-param needs --zero-stage 3 (only stage 3 partitions the parameters)";
-    if (!(in->twin_device >= 0.0 && in->twin_device <= 1.0)) return "--offload-ratio must be between 0 and 1";
-    if (in->twin_device > 0.0 && in->offload_optimizer != LOC_HOST)
+    if (!(in->zo.twin_device >= 0.0 && in->zo.twin_device <= 1.0)) return "--offload-ratio must be between 0 and 1";
+    if (in->zo.twin_device > 0.0 && in->zo.offload_optimizer != LOC_HOST)
         return "--offload-ratio (Twin-Flow) needs --offload-optimizer cpu";
-    if (in->delayed_update && in->offload_optimizer != LOC_HOST)
+    if (in->zo.delayed_update && in->zo.offload_optimizer != LOC_HOST)
         return "--offload-delayed-update needs --offload-optimizer cpu";
-    if (in->twin_device > 0.0 && in->offload_param != LOC_DEVICE)
+    if (in->zo.twin_device > 0.0 && in->zo.offload_param != LOC_DEVICE)
         return "--offload-ratio (Twin-Flow) needs the parameters on the device (no --offload-param)";
     if (in->params_count != in->params_count || in->params_count < 0) return "the parameter count must be positive";
     if (in->params_count > 0) {
@@ -312,46 +295,41 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
     if (planner_input_problem(in)) return -1;
     MemoryPlan *p = out;
     p->in = *in;
-    planner_bytes_per_param(in->precision, in->optimizer, &p->bytes_param, &p->bytes_grad, &p->bytes_master,
+    planner_bytes_per_param(in->zo.dtype, in->zo.optimizer, &p->bytes_param, &p->bytes_grad, &p->bytes_master,
                             p->bytes_state);
-    int S = in->zero_stage;
+    int S = in->zo.stage;
     // where each kind lives: as zero.h places them for this trainer (a bare count models a GPU)
-    ZeroOptions zo = zero_options(S, in->precision, in->optimizer);
-    zo.offload_optimizer = in->offload_optimizer; zo.offload_param = in->offload_param;
-    zo.zeropp_qwz = in->zeropp_qwz; zo.zeropp_hpz = in->zeropp_hpz; zo.zeropp_qgz = in->zeropp_qgz;
-    zo.zeropp_block = in->zeropp_block;
-    zo.zeropp_per_host = in->zeropp_per_host > 0 && in->world % in->zeropp_per_host == 0 ? in->zeropp_per_host : in->world;
-    zo.nvme_buffers = in->nvme_buffers; zo.nvme_piece = in->nvme_piece; zo.nvme_host_cache = (size_t)in->nvme_host_cache;
-    zo.twin_device = in->twin_device;
+    ZeroOptions zo = in->zo;
+    if (!(zo.zeropp_per_host > 0 && in->world % zo.zeropp_per_host == 0)) zo.zeropp_per_host = in->world;
     int unified = in->params_count > 0 || !in->backend ? 0 : in->backend->unified;
     zero_placement(&zo, unified, p->where);
     if (p->where[MEM_MASTER] != LOC_DEVICE || p->where[MEM_PARAMS] != LOC_DEVICE)
         p->bytes_master = 4.0; // a streamed update keeps fp32 weights even in fp32
     double N = in->world, K = p->bytes_master + planner_state_bytes(p);
-    double elem = in->precision == ZC_F32 ? 4.0 : 2.0;
+    double elem = in->zo.dtype == ZC_F32 ? 4.0 : 2.0;
     double *dev = p->bytes;
     if (in->params_count > 0) { // textbook on a bare count
         double P = in->params_count;
         p->exact = 0;
         p->num_params = p->padded_params = P;
         dev[MEM_PARAMS] = p->bytes_param * (S == 3 ? P / N : P);
-        dev[MEM_GRADS] = p->bytes_grad * ((S >= 2 ? P / N : P) + (in->delayed_update ? P / N : 0.0));
+        dev[MEM_GRADS] = p->bytes_grad * ((S >= 2 ? P / N : P) + (in->zo.delayed_update ? P / N : 0.0));
         double opt_elems = S == 0 ? P : P / N;
         dev[MEM_MASTER] = p->bytes_master * opt_elems;
         for (int k = 0; k < OPT_MAX_SLICES; k++) dev[MEM_STATE + k] = p->bytes_state[k] * opt_elems;
-        if (S == 3 && N > 1 && in->zeropp_hpz > 1) dev[MEM_HPZ] = p->bytes_param * P / in->zeropp_hpz; // hpZ: 2 Psi / G
+        if (S == 3 && N > 1 && in->zo.zeropp_hpz > 1) dev[MEM_HPZ] = p->bytes_param * P / in->zo.zeropp_hpz; // hpZ: 2 Psi / G
         p->buffers_known = 0;
         p->activations_known = in->shape_known;
-        if (p->where[MEM_MASTER] == LOC_HOST) p->twin_device = in->twin_device * K * opt_elems;
+        if (p->where[MEM_MASTER] == LOC_HOST) p->twin_device = in->zo.twin_device * K * opt_elems;
     } else { // exact: the trainer's layout, zero.h's partition
         Zero z;
         memset(&z, 0, sizeof(z));
         z.stage = S; z.rank = 0; z.world = in->world;
-        z.esize = zc_dtype_size(in->precision); z.nstate = optimizer_info(in->optimizer)->slices;
-        z.optimizer = in->optimizer; // (an optimizer's per-tensor sums are among the buffers)
+        z.esize = zc_dtype_size(in->zo.dtype); z.nstate = optimizer_info(in->zo.optimizer)->slices;
+        z.optimizer = in->zo.optimizer; // (an optimizer's per-tensor sums are among the buffers)
         memcpy(z.where, p->where, sizeof(z.where));
         gpt2_layout_init(&z.lay, &in->cfg, (size_t)in->world * ZERO_ALIGN);
-        z.dtype = in->precision;
+        z.dtype = in->zo.dtype;
         zero_pp_setup(&z, &zo); // ZeRO++'s buffers (in zero_buffer_floats) and hpZ's shard
         zero_store_shape(&z.st, &z.lay, z.where, 0, in->world, z.esize, z.nstate);
         zero_store_pieces(&z.st, &zo);
@@ -360,7 +338,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         p->num_params = (double)z.lay.num_params;
         p->padded_params = full;
         dev[MEM_PARAMS] = p->bytes_param * (S == 3 ? shard : full);
-        dev[MEM_GRADS] = p->bytes_grad * ((S >= 2 ? shard : full) + (in->delayed_update ? shard : 0.0));
+        dev[MEM_GRADS] = p->bytes_grad * ((S >= 2 ? shard : full) + (in->zo.delayed_update ? shard : 0.0));
         double opt_elems = S == 0 ? full : shard;
         dev[MEM_MASTER] = p->bytes_master * opt_elems;
         for (int k = 0; k < OPT_MAX_SLICES; k++) dev[MEM_STATE + k] = p->bytes_state[k] * opt_elems;
@@ -372,9 +350,9 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         p->twin_device = (double)zero_twin_bytes(&z.st);
         p->buffers_known = 1;
         if (in->backend) { // the trainer's own layout
-            dev[MEM_ACTIVATIONS] = in->backend->activation_bytes(&in->cfg, in->batch, in->seq_len, in->precision,
+            dev[MEM_ACTIVATIONS] = in->backend->activation_bytes(&in->cfg, in->batch, in->seq_len, in->zo.dtype,
                                                                  in->recompute, &dev[MEM_HOST_ACTIVATIONS]);
-            dev[MEM_WORKSPACE] = in->backend->workspace_bytes(&z.lay, &in->cfg, in->batch, in->seq_len, in->precision,
+            dev[MEM_WORKSPACE] = in->backend->workspace_bytes(&z.lay, &in->cfg, in->batch, in->seq_len, in->zo.dtype,
                                                               planner_threads(in));
             p->activations_known = p->workspace_known = 1;
         } // else no trainer named: its workspace is unknown, the activations the textbook's (below)
@@ -470,7 +448,7 @@ static inline const char *planner_term(char *buf, size_t n, double k, int partit
 // The stage's textbook formula with this precision's numbers, e.g. "2P + 2P + 12P/N".
 static inline const char *planner_states_formula(char *buf, size_t n, const MemoryPlan *p) {
     double a = p->bytes_param, g = p->bytes_grad, K = p->bytes_master + planner_state_bytes(p);
-    switch (p->in.zero_stage) {
+    switch (p->in.zo.stage) {
     case 0: snprintf(buf, n, "(%g + %g + %g)P = %gP", a, g, K, a + g + K); break;
     case 1: snprintf(buf, n, "%gP + %gP + %gP/N", a, g, K); break;
     case 2: snprintf(buf, n, "%gP + (%g + %g)P/N", a, g, K); break;
@@ -525,8 +503,8 @@ static inline void planner_print_table_twin(FILE *f, const MemoryPlan *p, const 
     const PlanInput *in = &p->in;
     const GPT2Config *c = &in->cfg;
     char b1[64], b2[64], fm[64];
-    const char *pn = zc_dtype_names[in->precision];
-    int S = in->zero_stage;
+    const char *pn = zc_dtype_names[in->zo.dtype];
+    int S = in->zo.stage;
     fprintf(f, "memory plan per rank (1 GB = 1e9 bytes; P = parameters, N = ranks)\n");
     if (p->exact) {
         fprintf(f, "  model     GPT-2%s%s: L=%d C=%d NH=%d V=%d (Vp %d) maxT=%d\n", in->model_name ? " " : "",
@@ -542,9 +520,9 @@ static inline void planner_print_table_twin(FILE *f, const MemoryPlan *p, const 
                 v >= 1e12 ? v / 1e12 : v >= 1e9 ? v / 1e9 : v >= 1e6 ? v / 1e6 : v / 1e3,
                 v >= 1e12 ? "trillion" : v >= 1e9 ? "billion" : v >= 1e6 ? "million" : "thousand");
     }
-    fprintf(f, "  training  %s, %s, ZeRO stage %d, N = %d ranks\n", planner_mode_name(in->precision),
-            in->optimizer == OPT_ADAMW ? "AdamW" : in->optimizer == OPT_LION ? "Lion"
-            : in->optimizer == OPT_SGD_MOMENTUM ? "SGD with momentum" : in->optimizer == OPT_LAMB ? "LAMB" : "plain SGD",
+    fprintf(f, "  training  %s, %s, ZeRO stage %d, N = %d ranks\n", planner_mode_name(in->zo.dtype),
+            in->zo.optimizer == OPT_ADAMW ? "AdamW" : in->zo.optimizer == OPT_LION ? "Lion"
+            : in->zo.optimizer == OPT_SGD_MOMENTUM ? "SGD with momentum" : in->zo.optimizer == OPT_LAMB ? "LAMB" : "plain SGD",
             S, in->world);
     char rn[80];
     fprintf(f, "            micro-batch B = %d, T = %d, activation recompute %s, optimizer state on the %s, "
@@ -552,7 +530,7 @@ static inline void planner_print_table_twin(FILE *f, const MemoryPlan *p, const 
             zero_location_names[p->where[MEM_MASTER]], zero_location_names[p->where[MEM_PARAMS]]);
     if (p->twin_device > 0.0)
         fprintf(f, "            Twin-Flow: offload ratio %g, %s bytes of the optimizer state (%.1f%%) stay on the device "
-                   "and update there\n", 1.0 - in->twin_device, planner_commas(b1, sizeof(b1), p->twin_device),
+                   "and update there\n", 1.0 - in->zo.twin_device, planner_commas(b1, sizeof(b1), p->twin_device),
                 100.0 * p->twin_device / (p->optimizer + p->host_optimizer));
     fprintf(f, "\n  %-38s %-24s %-6s %19s %11s", "per rank", "formula", "where", "bytes", "size");
     if (actual) fprintf(f, " %19s", actual_ranks > 1 ? "allocated (rank 0)" : "allocated");
@@ -563,7 +541,7 @@ static inline void planner_print_table_twin(FILE *f, const MemoryPlan *p, const 
     double K = p->bytes_master + planner_state_bytes(p);
     unsigned OPT = PLANNER_KIND(MEM_MASTER);
     for (int k = 0; k < OPT_MAX_SLICES; k++) OPT |= PLANNER_KIND(MEM_STATE + k);
-    const OptimizerInfo *oi = optimizer_info(in->optimizer);
+    const OptimizerInfo *oi = optimizer_info(in->zo.optimizer);
 #define W(k) zero_location_names[p->where[k]]
     char lab[80];
     snprintf(lab, sizeof(lab), "parameters (%s)", pn);
@@ -588,12 +566,12 @@ static inline void planner_print_table_twin(FILE *f, const MemoryPlan *p, const 
     planner_row(f, !p->buffers_known ? "ZeRO buffers"
                    : S == 3 ? "ZeRO buffers (buckets, recv, gathers)"
                    : S == 2 ? "ZeRO buffers (buckets, recv slices)"
-                   : optimizer_reductions(in->optimizer) ? "ZeRO buffers (LAMB's per-tensor sums)" : "ZeRO buffers (none below stage 2)",
+                   : optimizer_reductions(in->zo.optimizer) ? "ZeRO buffers (LAMB's per-tensor sums)" : "ZeRO buffers (none below stage 2)",
                 p->buffers_known ? "zero_init's units" : "not modelled", W(MEM_BUFFERS),
                 p->buffers_known ? &d[MEM_BUFFERS] : NULL, A, R, PLANNER_KIND(MEM_BUFFERS));
     if (p->bytes[MEM_STAGING] > 0.0)
         planner_row(f, p->where[MEM_MASTER] == LOC_NVME || p->where[MEM_PARAMS] == LOC_NVME
-                           ? (p->in.nvme_host_cache > 0 ? "staging (NVMe buffers, host tier)" : "staging (offload, NVMe buffer sets)")
+                           ? (p->in.zo.nvme_host_cache > 0 ? "staging (NVMe buffers, host tier)" : "staging (offload, NVMe buffer sets)")
                            : "staging (offload: 2+2 pieces)",
                     "zero_staging_bytes", W(MEM_STAGING), &d[MEM_STAGING], A, R, PLANNER_KIND(MEM_STAGING));
     if (p->bytes[MEM_HPZ] > 0.0) // ZeRO++ hpZ's secondary parameter shard
@@ -601,13 +579,13 @@ static inline void planner_print_table_twin(FILE *f, const MemoryPlan *p, const 
     int rc = in->recompute.mode != RECOMPUTE_NONE;
     if (p->exact && rc) snprintf(lab, sizeof(lab), "activations (recompute %s)", gpt2_recompute_names[in->recompute.mode]);
     else snprintf(lab, sizeof(lab), "activations (%s%s)", p->exact ? "this trainer" : "textbook", rc ? ", recompute" : "");
-    planner_row(f, lab, p->exact && in->backend ? (rc ? in->backend->recompute_formula : in->backend->activation_formula)[in->precision]
-                 : planner_textbook_formula(in->recompute, in->precision), W(MEM_ACTIVATIONS),
+    planner_row(f, lab, p->exact && in->backend ? (rc ? in->backend->recompute_formula : in->backend->activation_formula)[in->zo.dtype]
+                 : planner_textbook_formula(in->recompute, in->zo.dtype), W(MEM_ACTIVATIONS),
                 p->activations_known ? &d[MEM_ACTIVATIONS] : NULL, A, R, PLANNER_KIND(MEM_ACTIVATIONS));
     if (d[MEM_HOST_ACTIVATIONS] > 0.0) // cpu_checkpointing: the kept layer inputs, pinned
         planner_row(f, "activations: checkpoints (pinned)", "cpu_checkpointing", W(MEM_HOST_ACTIVATIONS),
                     &d[MEM_HOST_ACTIVATIONS], A, R, PLANNER_KIND(MEM_HOST_ACTIVATIONS));
-    planner_row(f, in->backend ? in->backend->workspace_label[in->precision] : "workspace",
+    planner_row(f, in->backend ? in->backend->workspace_label[in->zo.dtype] : "workspace",
                 p->workspace_known ? in->backend->workspace_formula : "not modelled", W(MEM_WORKSPACE),
                 p->workspace_known ? &d[MEM_WORKSPACE] : NULL, A, R, PLANNER_KIND(MEM_WORKSPACE));
 #undef W
@@ -639,12 +617,12 @@ static inline void planner_print_table_twin(FILE *f, const MemoryPlan *p, const 
     planner_row(f, p->exact ? "model states, unpadded P" : "model states (all of them)",
                 planner_states_formula(fm, sizeof(fm), p), "", &p->model_states_textbook, NULL, 0, 0);
     if (p->activations_known) {
-        planner_row(f, "activations of one layer", in->precision == ZC_F32 ? "sbh(66 + 9as/h)" : "sbh(34 + 5as/h)", "",
+        planner_row(f, "activations of one layer", in->zo.dtype == ZC_F32 ? "sbh(66 + 9as/h)" : "sbh(34 + 5as/h)", "",
                     &p->act_textbook_layer, NULL, 0, 0);
         planner_row(f, in->recompute.mode == RECOMPUTE_FULL ? "activations, kept inputs + K layers"
                        : in->recompute.mode == RECOMPUTE_SELECTIVE ? "activations, L layers less attention's"
                                                                    : "activations, L layers",
-                    rc ? planner_textbook_formula(in->recompute, in->precision) : "L x the above",
+                    rc ? planner_textbook_formula(in->recompute, in->zo.dtype) : "L x the above",
                     "", &p->act_textbook, NULL, 0, 0);
     } else {
         fprintf(f, "  activations: unknown (give --layers, --channels and --heads with --params)\n");
@@ -684,34 +662,34 @@ static inline void planner_print_json(FILE *f, const MemoryPlan *p, const char *
     fprintf(f, ",\"precision\":\"%s\",\"optimizer\":\"%s\",\"zero_stage\":%d,\"world\":%d,\"batch\":%d,\"seq_len\":%d,"
                "\"recompute\":\"%s\",\"recompute_every\":%d,\"cpu_checkpointing\":%s,"
                "\"offload_optimizer\":\"%s\",\"offload_param\":\"%s\",\"offload_ratio\":%.9g},",
-            zc_dtype_names[in->precision], optimizer_info(in->optimizer)->name, in->zero_stage, in->world,
+            zc_dtype_names[in->zo.dtype], optimizer_info(in->zo.optimizer)->name, in->zo.stage, in->world,
             in->batch, in->seq_len, gpt2_recompute_names[in->recompute.mode], gpt2_recompute_every(in->recompute),
-            in->recompute.host ? "true" : "false", zero_location_names[in->offload_optimizer],
-            zero_location_names[in->offload_param], 1.0 - in->twin_device);
+            in->recompute.host ? "true" : "false", zero_location_names[in->zo.offload_optimizer],
+            zero_location_names[in->zo.offload_param], 1.0 - in->zo.twin_device);
     fprintf(f, "\"exact\":%s,", p->exact ? "true" : "false");
     planner_json_num(f, "optimizer_on_device", p->twin_device, 1); fputc(',', f); // Twin-Flow's device part
     planner_json_num(f, "num_params", p->num_params, 1); fputc(',', f);
     planner_json_num(f, "padded_params", p->padded_params, 1); fputc(',', f);
-    const OptimizerInfo *oi = optimizer_info(in->optimizer);
+    const OptimizerInfo *oi = optimizer_info(in->zo.optimizer);
     fprintf(f, "\"bytes_per_param\":{\"params\":%g,\"grads\":%g,\"master\":%g", p->bytes_param, p->bytes_grad,
             p->bytes_master);
     for (int k = 0; k < oi->slices; k++) fprintf(f, ",\"%s\":%g", oi->slice_names[k], p->bytes_state[k]);
     fprintf(f, ",\"K\":%g},\"kinds\":[", p->bytes_master + planner_state_bytes(p));
     for (int k = 0, first = 1; k < MEM_KINDS; k++)
-        if (zero_memory_name(in->optimizer, k)) { fprintf(f, "%s\"%s\"", first ? "" : ",", zero_memory_name(in->optimizer, k)); first = 0; }
+        if (zero_memory_name(in->zo.optimizer, k)) { fprintf(f, "%s\"%s\"", first ? "" : ",", zero_memory_name(in->zo.optimizer, k)); first = 0; }
     fprintf(f, "],");
     fprintf(f, "\"where\":{");
     for (int k = 0, first = 1; k < MEM_KINDS; k++)
-        if (zero_memory_name(in->optimizer, k)) {
-            fprintf(f, "%s\"%s\":\"%s\"", first ? "" : ",", zero_memory_name(in->optimizer, k), zero_location_names[p->where[k]]);
+        if (zero_memory_name(in->zo.optimizer, k)) {
+            fprintf(f, "%s\"%s\":\"%s\"", first ? "" : ",", zero_memory_name(in->zo.optimizer, k), zero_location_names[p->where[k]]);
             first = 0;
         }
     fprintf(f, "},");
     for (int k = 0; k < MEM_KINDS; k++) { // each kind's bytes, wherever it lives
-        if (!zero_memory_name(in->optimizer, k)) continue;
+        if (!zero_memory_name(in->zo.optimizer, k)) continue;
         int known = k == MEM_BUFFERS || k == MEM_STAGING ? p->buffers_known : k == MEM_WORKSPACE ? p->workspace_known
                     : k == MEM_ACTIVATIONS || k == MEM_HOST_ACTIVATIONS ? p->activations_known : 1;
-        planner_json_num(f, zero_memory_name(in->optimizer, k), p->bytes[k], known);
+        planner_json_num(f, zero_memory_name(in->zo.optimizer, k), p->bytes[k], known);
         fputc(',', f);
     }
     double opt_all = p->optimizer + p->host_optimizer + p->nvme_optimizer; // wherever it lives
@@ -750,8 +728,8 @@ static inline int planner_fit(const PlanInput *base, double bytes, int json) {
     if (!json)
         printf("models that fit in %.3g GB on the device per rank (%s, %s, ZeRO-%d, N = %d, optimizer on the %s, "
                "parameters on the %s, B = %d, T = %d):\n  %-22s %16s %16s %16s  %s\n", bytes / 1e9,
-               planner_mode_name(base->precision), optimizer_info(base->optimizer)->name, base->zero_stage, base->world,
-               zero_location_names[base->offload_optimizer], zero_location_names[base->offload_param], base->batch,
+               planner_mode_name(base->zo.dtype), optimizer_info(base->zo.optimizer)->name, base->zo.stage, base->world,
+               zero_location_names[base->zo.offload_optimizer], zero_location_names[base->zo.offload_param], base->batch,
                base->seq_len, "model", "parameters", "device bytes", "host bytes", "fits");
     else printf("{\"fit_bytes\":%.0f,\"models\":[", bytes);
     for (int i = 0; i < n; i++) {
@@ -792,7 +770,7 @@ static inline const char *planner_unit_name(char *buf, size_t n, const ParamLayo
 }
 
 static inline int planner_print_partitions(FILE *f, const PlanInput *base) {
-    if (base->params_count > 0 || base->offload_optimizer != LOC_DEVICE || base->offload_param != LOC_DEVICE) {
+    if (base->params_count > 0 || base->zo.offload_optimizer != LOC_DEVICE || base->zo.offload_param != LOC_DEVICE) {
         fprintf(stderr, "error: --partitions: needs a GPT-2 shape (--model, or --layers/--channels/--heads) and no "
                         "--offload-* (the slices are the same wherever they live)\n");
         return 1;
@@ -838,10 +816,10 @@ static inline int planner_print_partitions(FILE *f, const PlanInput *base) {
     MemoryPlan p[4];
     for (int s = 0; s < 4; s++) {
         PlanInput in = *base;
-        in.zero_stage = s;
+        in.zo.stage = s;
         if (planner_plan(&in, &p[s])) return 1;
     }
-    const OptimizerInfo *oi = optimizer_info(base->optimizer);
+    const OptimizerInfo *oi = optimizer_info(base->zo.optimizer);
     double K = p[0].bytes_master + planner_state_bytes(&p[0]);
     char kdesc[160] = "";
     size_t o = 0;
@@ -849,7 +827,7 @@ static inline int planner_print_partitions(FILE *f, const PlanInput *base) {
     for (int k = 0; k < oi->slices && o < sizeof(kdesc); k++)
         o += (size_t)snprintf(kdesc + o, sizeof(kdesc) - o, "%s%s %g", o ? " + " : "", oi->slice_names[k], p[0].bytes_state[k]);
     fprintf(f, "\nwhat every rank keeps (%s, %s; bytes per element: parameters %g, gradients %g, optimizer state %g%s%s):\n",
-            planner_mode_name(base->precision), oi->name, p[0].bytes_param, p[0].bytes_grad, K, o ? " = " : "", kdesc);
+            planner_mode_name(base->zo.dtype), oi->name, p[0].bytes_param, p[0].bytes_grad, K, o ? " = " : "", kdesc);
     fprintf(f, "  %-7s %-16s %-16s %s\n", "stage", "parameters", "gradients", "optimizer state");
     for (int s = 0; s < 4; s++)
         fprintf(f, "  %-7d %-16s %-16s %s\n", s, s >= 3 ? "its slices" : "whole units", s >= 2 ? "its slices" : "whole units",
@@ -973,7 +951,7 @@ static inline int planner_time(const TrainConfig *c, const MemoryPlan *p) {
     if (c->trace_path) {
         char meta[256];
         snprintf(meta, sizeof(meta), "\"predicted\":true,\"hardware\":\"%s\",\"world\":%d,\"zero_stage\":%d,\"precision\":\"%s\"",
-                 hw.name, ti.world, ti.stage, zc_dtype_names[ti.precision]);
+                 hw.name, ti.world, ti.zo.stage, zc_dtype_names[ti.zo.dtype]);
         if (timemodel_trace(c->trace_path, &ti, &hw, meta)) return 1;
     }
     if (c->plan.json) {
@@ -998,7 +976,7 @@ static inline int planner_time(const TrainConfig *c, const MemoryPlan *p) {
 // it apart agree); 0 where the memory is unknown.
 static inline double planner_host_cache_auto(const PlanInput *in, int nlocal) {
     PlanInput base = *in;
-    base.nvme_host_cache = 0.0;
+    base.zo.nvme_host_cache = 0;
     MemoryPlan p;
     if (planner_plan(&base, &p) != 0) return 0.0;
     int unified = in->backend && in->backend->unified;
@@ -1018,9 +996,18 @@ static inline double planner_host_cache_auto(const PlanInput *in, int nlocal) {
 }
 
 // Returns the process exit code: 0 (plan printed, or --help), 1 (bad options: one line on stderr).
-static inline int planner_main(int argc, char **argv, const PlanBackend *backend) {
+// build: the binary's (run/config.h's ConfigBuild; NULL: the CPU trainer's), so that a plan
+// refuses and warns as that binary's training runs do (the GPU trainer: LAMB, aio.use_gds), but
+// in every precision: the GPU trainer runs each in a build of its own, and a plan describes them all.
+static inline int planner_main(int argc, char **argv, const PlanBackend *backend, const ConfigBuild *build) {
     TrainConfig c;
     config_defaults(&c);
+    ConfigBuild any_precision;
+    if (build) {
+        any_precision = *build;
+        any_precision.precisions = (1u << ZC_F32) | (1u << ZC_BF16) | (1u << ZC_FP16);
+        config_set_build(&c, &any_precision);
+    }
     if (backend) c.precision = backend->default_precision;
     TrainConfig defaults = c;
     int rc = config_parse_as(&c, argc, argv, CU_PLAN);
@@ -1028,7 +1015,7 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
     if (rc || planner_settle(&c)) return 1;
     if (c.plan.calibrate) return planner_calibrate(&c);
     PlanInput in = planner_input_from_train_config(&c, c.world, backend);
-    if (c.nvme_host_cache_bytes < 0) in.nvme_host_cache = planner_host_cache_auto(&in, c.world); // (all on this machine)
+    if (c.nvme_host_cache_bytes < 0) in.zo.nvme_host_cache = (size_t)planner_host_cache_auto(&in, c.world); // (all on this machine)
     const char *why = planner_input_problem(&in);
     if (why) { fprintf(stderr, "error: %s%s\n", why[0] == '-' ? "" : "model options: ", why); return 1; }
     if (c.plan.partitions) {

@@ -76,10 +76,12 @@
 
 typedef struct {
     GPT2Config cfg;
-    int precision, optimizer, stage, world, per_node; // per_node 0: the hardware's devices per node
+    ZeroOptions zo;        // ZeRO's settings, as the trainer hands them to zero_init (run/config.h's
+                           // config_zero_options): stage, dtype, optimizer, ZeRO++; offload_optimizer
+                           // (where the optimizer state and its update live) is charged by formula
+                           // (tm_update), the schedule itself runs on the device
+    int world, per_node;   // per_node 0: the hardware's devices per node
     int batch, seq_len, accum, recompute;
-    int offload_optimizer; // zero/location.h's LOC_*: where the optimizer state and its update live
-    int zeropp_qwz, zeropp_hpz, zeropp_qgz, zeropp_block; // ZeRO++ (zero.h; 0: off, block 0: 2048)
 } TimeInput;
 
 typedef struct {
@@ -307,7 +309,7 @@ enum { TM_PHASE_OTHER, TM_PHASE_PASS, TM_PHASE_OPT };
 static inline double tm_clock(void *ctx) { return ((TimeSim *)ctx)->now; }
 
 static inline void tm_flops(TimeSim *s, double flops) {
-    double t = flops / (s->hw->peak[s->in->precision] * s->hw->matmul_eff * s->share);
+    double t = flops / (s->hw->peak[s->in->zo.dtype] * s->hw->matmul_eff * s->share);
     s->flops += flops;
     s->matmul_s += t;
     s->now += t;
@@ -414,14 +416,14 @@ static inline void tm_update(void *ctx, const OptStep *step, float *p, float *co
     // more before its update (zero.h's reduction pass; the backend here has no reduce: charged here)
     int reads_twice = optimizer_reductions(s->z->optimizer) > 0;
     if (reads_twice) bytes += (4.0 + 4.0 * s->z->nstate + (double)zc_dtype_size(dtype)) * n;
-    if (s->in->offload_optimizer == LOC_DEVICE) { tm_bytes(s, bytes); return; }
+    if (s->in->zo.offload_optimizer == LOC_DEVICE) { tm_bytes(s, bytes); return; }
     const Hardware *hw = s->hw;
     Trace *tr = s->z->trace;
     double e = zc_dtype_size(dtype), t0 = trace_begin(tr, "offload", TRACE_OFFLOAD, -1, 2.0 * e * n);
     double pcie = hw->pcie_bw > 0 ? 2.0 * e * n / hw->pcie_bw : 0.0; // gradient down, parameter up
     double host = bytes / (hw->host_bw * hw->mem_eff * s->share);
     double nvme = 0.0;
-    if (s->in->offload_optimizer == LOC_NVME) { // the fp32 weights and the state arrays, read and written
+    if (s->in->zo.offload_optimizer == LOC_NVME) { // the fp32 weights and the state arrays, read and written
         double io = (2.0 + reads_twice) * 4.0 * (1 + s->z->nstate) * n;
         nvme = io / (hw->nvme_bw * s->share);
         double n0 = trace_begin(tr, "nvme", TRACE_NVME, -1, io);
@@ -504,7 +506,7 @@ static inline TmWork tm_work(double flops, double bytes) { TmWork w = {flops, by
 static inline TmCosts tm_costs(const TimeInput *in) {
     const GPT2Config *c = &in->cfg;
     double B = in->batch, T = in->seq_len, N = B * T, C = c->channels, L = c->num_layers, Vp = c->padded_vocab_size;
-    double e = in->precision == ZC_F32 ? 4.0 : 2.0;
+    double e = in->zo.dtype == ZC_F32 ? 4.0 : 2.0;
     size_t n[NUM_ACTIVATIONS];
     gpt2_activation_numels(c, in->batch, in->seq_len, n);
     double layer_bytes = 0.0; // one layer's activations, at their element sizes, without the T x T probabilities
@@ -640,8 +642,8 @@ static inline const char *timemodel_problem(const TimeInput *in, const Hardware 
     if (in->seq_len > in->cfg.max_seq_len) return "the sequence length exceeds the model's max_seq_len";
     if (in->world < 1 || in->batch < 1 || in->seq_len < 1 || in->accum < 1) return "world, batch, seq-len and grad-accum must be positive";
     if (in->world % tm_per_node(in, hw)) return "the world size must be a multiple of the ranks per node (--gpus-per-node)";
-    if (in->offload_optimizer != LOC_DEVICE && hw->host_bw <= 0) return "offload needs the description's host_bandwidth";
-    if (in->offload_optimizer == LOC_NVME && hw->nvme_bw <= 0) return "NVMe offload needs the description's nvme_bandwidth";
+    if (in->zo.offload_optimizer != LOC_DEVICE && hw->host_bw <= 0) return "offload needs the description's host_bandwidth";
+    if (in->zo.offload_optimizer == LOC_NVME && hw->nvme_bw <= 0) return "NVMe offload needs the description's nvme_bandwidth";
     return NULL;
 }
 
@@ -661,9 +663,11 @@ static inline int timemodel_step(const TimeInput *in, const Hardware *hw, TimeRe
     Trace *tr = trace ? trace : &local;
     if (!trace) trace_init(tr, 0, 0);
     trace_set_clock(tr, tm_clock, s);
-    ZeroOptions zo = zero_options(in->stage, in->precision, in->optimizer);
-    zo.zeropp_qwz = in->zeropp_qwz; zo.zeropp_hpz = in->zeropp_hpz; zo.zeropp_qgz = in->zeropp_qgz;
-    zo.zeropp_block = in->zeropp_block; zo.zeropp_per_host = s->per_node;
+    ZeroOptions zo = in->zo; // the schedule on the device: offload is charged by formula (tm_update)
+    zo.offload_optimizer = zo.offload_param = LOC_DEVICE;
+    zo.twin_device = 0.0;
+    zo.delayed_update = 0;
+    zo.zeropp_per_host = s->per_node;
     zero_init(z, &in->cfg, 0, in->world, &zo, tm_backend(s));
     z->trace = tr;
     trace_step_begin(tr, 1);
@@ -731,7 +735,7 @@ static inline int timemodel_trace(const char *path, const TimeInput *in, const H
 
 static inline double tm_peak_total(const TimeInput *in, const Hardware *hw) {
     // the devices the run computes on: one each, or the node's one device shared by its ranks
-    return hw->peak[in->precision] * (hw->shared ? (double)in->world / tm_per_node(in, hw) : in->world);
+    return hw->peak[in->zo.dtype] * (hw->shared ? (double)in->world / tm_per_node(in, hw) : in->world);
 }
 
 static const char *const tm_optimizer_at[LOC_KINDS] = {"the device", "the host", "NVMe (via the host)"};
@@ -742,9 +746,9 @@ static inline void timemodel_print(FILE *f, const TimeInput *in, const Hardware 
             in->world == 1 ? "" : "s", g, nodes, nodes == 1 ? "" : "s");
     fprintf(f, "  numbers   %s\n", hw->source);
     fprintf(f, "  run       %s, ZeRO stage %d, %d micro-step%s of B=%d x T=%d per rank, recompute %s, optimizer on %s\n",
-            zc_dtype_names[in->precision], in->stage, in->accum, in->accum == 1 ? "" : "s", in->batch, in->seq_len,
+            zc_dtype_names[in->zo.dtype], in->zo.stage, in->accum, in->accum == 1 ? "" : "s", in->batch, in->seq_len,
             in->recompute ? "on" : "off",
-            tm_optimizer_at[in->offload_optimizer]);
+            tm_optimizer_at[in->zo.offload_optimizer]);
     fprintf(f, "  %-34s %10.2f ms\n", "forward (incl. its waits)", r->fwd * ms);
     fprintf(f, "  %-34s %10.2f ms\n", "backward (incl. its waits)", r->bwd * ms);
     fprintf(f, "  %-34s %10.2f ms\n", "optimizer (norm, update, gathers)", r->optim * ms);
@@ -752,13 +756,13 @@ static inline void timemodel_print(FILE *f, const TimeInput *in, const Hardware 
             100.0 * r->model_flops / r->step / tm_peak_total(in, hw));
     fprintf(f, "  work: matmuls %.2f ms, memory-bound %.2f ms, collectives %.2f ms%s", r->matmul * ms, r->memory * ms,
             r->comm_work * ms, hw->inline_comm ? " (done by the compute threads)" : "");
-    if (in->offload_optimizer != LOC_DEVICE) fprintf(f, ", offload %.2f ms (NVMe %.2f ms)", r->offload * ms, r->nvme * ms);
+    if (in->zo.offload_optimizer != LOC_DEVICE) fprintf(f, ", offload %.2f ms (NVMe %.2f ms)", r->offload * ms, r->nvme * ms);
     fprintf(f, "\n  communication per rank: all_reduce %.2f MiB, reduce_scatter %.2f MiB, all_gather %.2f MiB\n",
             r->bytes[ZC_ALL_REDUCE] / mib, r->bytes[ZC_REDUCE_SCATTER] / mib, r->bytes[ZC_ALL_GATHER] / mib);
     if (in->world > g)
         fprintf(f, "  of which inside a node %.2f MiB, across nodes %.2f MiB (textbook across: %.2f MiB; ZeRO++ %s)\n",
                 r->bytes_inside / mib, r->bytes_across / mib, r->theory_across / mib,
-                in->zeropp_qwz || in->zeropp_hpz > 1 || in->zeropp_qgz ? "on" : "off");
+                in->zo.zeropp_qwz || in->zo.zeropp_hpz > 1 || in->zo.zeropp_qgz ? "on" : "off");
     fprintf(f, "  collectives in flight %.2f ms, compute waiting for them %.2f ms", r->comm * ms, r->exposed * ms);
     if (r->comm > 0) fprintf(f, ": overlap %.0f%%", 100.0 * (1.0 - r->exposed / r->comm));
     fprintf(f, "\n");
@@ -772,7 +776,7 @@ static inline void timemodel_json(FILE *f, const TimeInput *in, const Hardware *
                "\"optim_ms\":%.6g,\"comm_ms\":%.6g,\"exposed_comm_ms\":%.6g,\"matmul_ms\":%.6g,\"memory_ms\":%.6g,"
                "\"comm_work_ms\":%.6g,\"offload_ms\":%.6g,\"nvme_ms\":%.6g,\"all_reduce_bytes\":%.17g,"
                "\"reduce_scatter_bytes\":%.17g,\"all_gather_bytes\":%.17g,\"inside_bytes\":%.17g,\"across_bytes\":%.17g,\"textbook_across_bytes\":%.17g,\"tokens_per_s\":%.6g,\"mfu\":%.6g",
-            r->per_node, in->accum, zero_offload_names[in->offload_optimizer],
+            r->per_node, in->accum, zero_offload_names[in->zo.offload_optimizer],
             r->step * 1e3, r->fwd * 1e3, r->bwd * 1e3, r->optim * 1e3, r->comm * 1e3, r->exposed * 1e3, r->matmul * 1e3,
             r->memory * 1e3, r->comm_work * 1e3, r->offload * 1e3, r->nvme * 1e3, r->bytes[ZC_ALL_REDUCE],
             r->bytes[ZC_REDUCE_SCATTER], r->bytes[ZC_ALL_GATHER], r->bytes_inside, r->bytes_across, r->theory_across,
@@ -827,13 +831,13 @@ static inline int timemodel_read_log(const char *path, TimeInput *in, TmMeasured
             in->batch = (int)tm_setting(st, "batch", &ok);
             in->seq_len = (int)tm_setting(st, "seq-len", &ok);
             in->accum = (int)tm_setting(st, "grad-accum", &ok);
-            in->stage = (int)tm_setting(st, "zero-stage", &ok);
+            in->zo.stage = (int)tm_setting(st, "zero-stage", &ok);
             const char *p = tm_setting_str(st, "precision"), *o2 = tm_setting_str(st, "optimizer");
-            in->precision = -1;
-            for (int k = 0; p && k < ZC_NUM_DTYPES; k++) if (!strcmp(p, zc_dtype_names[k])) in->precision = k;
-            in->optimizer = -1;
-            for (int k = 0; o2 && k < OPT_NUM; k++) if (!strcmp(o2, optimizer_names[k])) in->optimizer = k;
-            if (in->precision < 0 || in->optimizer < 0 || in->world < 1) ok = 0;
+            in->zo.dtype = -1;
+            for (int k = 0; p && k < ZC_NUM_DTYPES; k++) if (!strcmp(p, zc_dtype_names[k])) in->zo.dtype = k;
+            in->zo.optimizer = -1;
+            for (int k = 0; o2 && k < OPT_NUM; k++) if (!strcmp(o2, optimizer_names[k])) in->zo.optimizer = k;
+            if (in->zo.dtype < 0 || in->zo.optimizer < 0 || in->world < 1) ok = 0;
             have_config = 1;
         } else if (!ev && cJSON_GetObjectItemCaseSensitive(o, "loss")) {
             const cJSON *x[6] = {cJSON_GetObjectItemCaseSensitive(o, "ms"), cJSON_GetObjectItemCaseSensitive(o, "fwd_ms"),
@@ -907,14 +911,14 @@ static inline int timemodel_calibrate(const char *log_path, Hardware *hw, TimeIn
     // machine's measured bandwidth swings from 46 to 93 GB/s between runs): the figure becomes
     // what the run achieved, at an efficiency of 1.
     if (mem_eff > 1.0) { hw->mem_bw *= mem_eff; mem_eff = 1.0; }
-    if (matmul_eff > 1.0) { hw->peak[in.precision] *= matmul_eff; matmul_eff = 1.0; }
+    if (matmul_eff > 1.0) { hw->peak[in.zo.dtype] *= matmul_eff; matmul_eff = 1.0; }
     hw->mem_eff = mem_eff;
     hw->matmul_eff = matmul_eff;
     if (hw->inline_comm && in.world > 1) { hw->intra_bw *= bw_scale; hw->inter_bw *= bw_scale; }
     size_t used = strlen(hw->source);
     if (used + 1 < sizeof(hw->source))
         snprintf(hw->source + used, sizeof(hw->source) - used, "; calibrated on %s (N=%d, stage %d, %s, L=%d C=%d, B=%d T=%d, "
-                 "%d steps)", log_path, in.world, in.stage, zc_dtype_names[in.precision], in.cfg.num_layers, in.cfg.channels,
+                 "%d steps)", log_path, in.world, in.zo.stage, zc_dtype_names[in.zo.dtype], in.cfg.num_layers, in.cfg.channels,
                  in.batch, in.seq_len, m.steps);
     if (in_out) *in_out = in;
     if (m_out) *m_out = m;

@@ -323,15 +323,8 @@ static int setup(Run *r, int argc, char **argv) {
     char nvme_dir[4500] = "";
     int nvme = c->offload_optimizer == LOC_NVME || c->offload_param == LOC_NVME;
     if (nvme && nvme_prepare(r, nvme_dir, sizeof(nvme_dir))) { if (init) fclose(init); free(resume); return -1; }
-    ZeroOptions zo = zero_options(c->zero_stage, c->precision, c->optimizer);
-    zo.offload_optimizer = c->offload_optimizer; zo.offload_param = c->offload_param; zo.pin_memory = c->pin_memory;
-    zo.twin_device = 1.0 - (double)c->offload_ratio;
-    zo.delayed_update = c->offload_delayed_update;
-    zo.nvme_dir = nvme_dir; zo.nvme_buffers = c->nvme_buffers; zo.nvme_piece = (size_t)c->nvme_buffer_size;
-    zo.nvme_threads = c->aio_threads * c->aio_queue_depth; zo.nvme_block = (size_t)c->aio_block_size;
-    zo.zeropp_qwz = c->zeropp_qwz; zo.zeropp_hpz = c->zeropp_hpz; zo.zeropp_qgz = c->zeropp_qgz;
-    zo.zeropp_block = c->zeropp_block;
-    zo.nvme_host_cache = (size_t)c->nvme_host_cache_bytes;
+    ZeroOptions zo = config_zero_options(c); // (the planner's and the time model's too)
+    zo.nvme_dir = nvme_dir;
     if (c->trace_path) MPI_Barrier(MPI_COMM_WORLD); // the ranks' trace clocks start together
     trace_init(&r->trace, r->rank, c->trace_path != NULL);
     ZeroBackend be = trainer_backend(r); // (after trace_init: a backend may set the trace's clock sync)
@@ -470,7 +463,7 @@ static void report_memory(Run *r) {
     if (r->rank == 0) {
         PlanInput in = planner_input_from_train_config(&r->cfg, r->world, r->plan_backend);
         in.threads = omp_get_max_threads(); // rank 0's, as share_cores gave every rank
-        in.zeropp_per_host = z->per_host;   // the hosts the backend found
+        in.zo.zeropp_per_host = z->per_host; // the hosts the backend found
         MemoryPlan plan;
         if (planner_plan(&in, &plan) == 0) planner_print_table_twin(stdout, &plan, all, r->world, twin);
         for (int q = 0; q < r->world && r->log; q++) {

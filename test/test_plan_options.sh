@@ -14,6 +14,10 @@
 #   5. --plan --time with --total-batch X equals --plan --time with --grad-accum G, where G is the
 #      micro-steps the trainer itself derives from X (its resolved configuration in a real run's
 #      --log), and differs from --grad-accum 1.
+#   6. each binary's --plan refuses and warns as that binary's own training runs do (its
+#      ConfigBuild): the GPU trainer (its CUDA emulator build, bf16) refuses LAMB and warns on
+#      aio.use_gds with the very lines its training run prints, the CPU trainer does neither; the
+#      bf16 build's --plan still plans fp32 and fp16 (each build of it runs one), by default bf16.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu || exit 1
@@ -177,3 +181,53 @@ else:
 print(f"{len(fails)} failure(s)")
 sys.exit(1 if fails else 0)
 PY
+rc=$?
+
+# 6. --plan with the binary's own build
+make -s test/bin/train_gpt_emu_bf16 || exit 1
+gpu=test/bin/train_gpt_emu_bf16
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+echo '{"train_micro_batch_size_per_gpu": "auto", "aio": {"use_gds": true}}' > $d/gds.json
+train=(--train-data $d/missing_*.bin --steps 1) # a training run that stops at its data, after the options
+for bin in $gpu ./train_gpt_cpu; do
+  # shellcheck disable=SC2086
+  $bin $small --optimizer lamb "${train[@]}" > $d/t.out 2> $d/t.err; trc=$?
+  # shellcheck disable=SC2086
+  $bin --plan $small --optimizer lamb > $d/p.out 2> $d/p.err; prc=$?
+  tl=$(grep '^error: --optimizer' $d/t.err); pl=$(cat $d/p.err)
+  if [ $bin = $gpu ]; then
+    [ $trc -ne 0 ] && [ $prc -eq 1 ] && [ -n "$tl" ] && [ "$pl" = "$tl" ] \
+      && echo "$bin --plan --optimizer lamb: refused as its training run is: $pl" \
+      || fail "$bin --plan --optimizer lamb: rc $prc, '$pl'; its training run: rc $trc, '$tl'"
+  else
+    [ $prc -eq 0 ] && [ -z "$tl" ] && grep -q "LAMB" $d/p.out && echo "$bin --plan --optimizer lamb: planned, as its training runs take it" \
+      || fail "$bin --plan --optimizer lamb: rc $prc, '$pl' (its training run said '$tl')"
+  fi
+  # shellcheck disable=SC2086
+  $bin $small --deepspeed $d/gds.json "${train[@]}" > $d/t.out 2> $d/t.err
+  # shellcheck disable=SC2086
+  $bin --plan $small --deepspeed $d/gds.json > $d/p.out 2> $d/p.err; prc=$?
+  tl=$(grep 'use_gds' $d/t.err); pl=$(grep 'use_gds' $d/p.err)
+  want=0; [ $bin = $gpu ] && want=1
+  if [ $prc -eq 0 ] && [ "$pl" = "$tl" ] && [ "$(echo -n "$pl" | grep -c '^warning: .*aio.use_gds: true: GPUDirect Storage is not implemented')" = $want ]; then
+    echo "$bin --plan, aio.use_gds true: ${pl:-no warning}, as its training run"
+  else
+    fail "$bin --plan, aio.use_gds true: rc $prc, '$pl'; its training run: '$tl'"
+  fi
+done
+for p in fp32 bf16 fp16 default; do
+  arg=(--precision $p); [ $p = default ] && arg=()
+  # shellcheck disable=SC2086
+  line=$($gpu --plan $small "${arg[@]}" 2> $d/p.err | grep '^  training')
+  want=$p; [ $p = default ] && want=bf16
+  echo "$line" | grep -q "^  training  $want" && [ ! -s $d/p.err ] && echo "$gpu --plan ${arg[*]}: $line" \
+    || fail "$gpu --plan ${arg[*]}: '$line' $(cat $d/p.err)"
+done
+# ... while its training runs refuse the precisions it was not built for
+# shellcheck disable=SC2086
+$gpu $small --precision fp32 "${train[@]}" > $d/t.out 2> $d/t.err \
+  && fail "$gpu trained --precision fp32" || grep -q "^error: --precision fp32: this binary was built for bf16" $d/t.err \
+  || fail "$gpu --precision fp32: $(cat $d/t.err)"
+echo "$fails failure(s) in 6"
+[ $rc -eq 0 ] && [ $fails -eq 0 ]

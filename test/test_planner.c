@@ -29,9 +29,9 @@ static PlanInput bare(double P, int precision, int optimizer, int stage, int wor
     PlanInput in;
     planner_input_defaults(&in, &cpu_plan_backend);
     in.params_count = P;
-    in.precision = precision;
-    in.optimizer = optimizer;
-    in.zero_stage = stage;
+    in.zo.dtype = precision;
+    in.zo.optimizer = optimizer;
+    in.zo.stage = stage;
     in.world = world;
     return in;
 }
@@ -40,8 +40,8 @@ static PlanInput gpt(const GPT2Config *c, int precision, int stage, int world, i
     PlanInput in;
     planner_input_defaults(&in, &cpu_plan_backend);
     in.cfg = *c;
-    in.precision = precision;
-    in.zero_stage = stage;
+    in.zo.dtype = precision;
+    in.zo.stage = stage;
     in.world = world;
     in.batch = B;
     in.seq_len = T;
@@ -129,7 +129,7 @@ static void test_optimizers(void) {
               "%s %s: K=%g expected, optimizer %.0f", zc_dtype_names[cases[i].prec],
               optimizer_info(cases[i].opt)->name, cases[i].K, p.optimizer);
         // stage 1 over 4 ranks: the optimizer state is divided by 4
-        in.zero_stage = 1; in.world = 4;
+        in.zo.stage = 1; in.world = 4;
         p = plan(&in);
         CHECK(p.optimizer == cases[i].K * P / 4, "%s %s stage 1 N=4", zc_dtype_names[cases[i].prec],
               optimizer_info(cases[i].opt)->name);
@@ -140,7 +140,7 @@ static void test_offload(void) {
     for (int S = 1; S < 4; S++) {
         PlanInput in = bare(7e9, ZC_BF16, OPT_ADAMW, S, 8);
         MemoryPlan on = plan(&in);
-        in.offload_optimizer = LOC_HOST;
+        in.zo.offload_optimizer = LOC_HOST;
         MemoryPlan off = plan(&in);
         CHECK(off.optimizer == 0 && off.device[MEM_MASTER] == 0 && off.device[MEM_STATE] == 0 && off.device[MEM_STATE + 1] == 0,
               "offload S=%d: no optimizer bytes on the device", S);
@@ -177,7 +177,7 @@ static void test_activations(void) {
         // ln2, fch, fch_gelu, residual3: BT(C + 3C + C + C + C + 4C + 4C + C) + B NH T^2 elements)
         // at 2 bytes for every layer, plus two fp32 layer slots; all else stays fp32
         double l16 = (double)B * T * 16 * c.channels + (double)B * c.num_heads * T * T;
-        in.precision = ZC_BF16;
+        in.zo.dtype = ZC_BF16;
         p = plan(&in);
         CHECK(p.device[MEM_ACTIVATIONS] == 4.0 * (floats - c.num_layers * l16) + 2.0 * c.num_layers * l16 + 4.0 * 2 * l16,
               "%s bf16 activations %.0f", names[k], p.device[MEM_ACTIVATIONS]);
@@ -270,7 +270,7 @@ static void test_zero_init_agreement(void) {
                 CHECK(p.model_states == zero_theory_model_states(S, F, N), "shape %zu N=%d S=%d: %.0f != formula %.0f",
                       s, N, S, p.model_states, zero_theory_model_states(S, F, N));
                 // and in 16-bit mixed precision: 2F + 2F + 12F/N etc., exactly (F is a multiple of N)
-                in.precision = ZC_BF16;
+                in.zo.dtype = ZC_BF16;
                 MemoryPlan b = plan(&in);
                 double want = planner_textbook_states(S, 2, 2, 12, F, N);
                 CHECK(b.model_states == want && fmod(F, N) == 0, "bf16 shape %zu N=%d S=%d: %.0f != %.0f", s, N, S,
@@ -339,8 +339,8 @@ static void test_nvme_agreement(void) {
             Zero z;
             zero_init(&z, &shapes[sh], N - 1, N, &o, be);
             PlanInput in = gpt(&shapes[sh], dtype, S, N, 2, 16);
-            in.optimizer = opt; in.offload_optimizer = oo; in.offload_param = op;
-            in.nvme_buffers = nbuf; in.nvme_piece = piece;
+            in.zo.optimizer = opt; in.zo.offload_optimizer = oo; in.zo.offload_param = op;
+            in.zo.nvme_buffers = nbuf; in.zo.nvme_piece = piece;
             if (!unified) in.backend = NULL; // (a trainer whose compute memory is not the host's)
             MemoryPlan p = plan(&in);
             char what[300];
@@ -393,7 +393,7 @@ static void test_from_train_config(void) {
     PlanInput in = planner_input_from_train_config(&c, 4, &cpu_plan_backend);
     MemoryPlan p = plan(&in);
     Zero z;
-    ZeroOptions zo = zero_options(c.zero_stage, ZC_F32, OPT_ADAMW);
+    ZeroOptions zo = config_zero_options(&c); // as the trainer makes it
     zero_init(&z, &c.model, 1, 4, &zo, be);
     z.mem[MEM_ACTIVATIONS] = cpu_activation_floats(&c.model, c.batch, c.seq_len, config_recompute(&c), 0) * sizeof(float);
     // (fp32's workspace: the fp32 matmuls' scratch, at the threads the plan assumed)
@@ -449,7 +449,7 @@ static void test_bad_inputs(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "plan")) return planner_main(argc - 1, argv + 1, &cpu_plan_backend);
+    if (argc > 1 && !strcmp(argv[1], "plan")) return planner_main(argc - 1, argv + 1, &cpu_plan_backend, &config_cpu_build);
     test_7b();
     test_stage_formulas();
     test_optimizers();

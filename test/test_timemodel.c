@@ -43,7 +43,7 @@ static TimeInput small_run(int stage, int world, int precision) {
     memset(&in, 0, sizeof(in));
     in.cfg.num_layers = 3; in.cfg.channels = 64; in.cfg.num_heads = 4; in.cfg.max_seq_len = 32;
     in.cfg.vocab_size = 1000; in.cfg.padded_vocab_size = 1024;
-    in.precision = precision; in.optimizer = OPT_ADAMW; in.stage = stage; in.world = world;
+    in.zo.dtype = precision; in.zo.optimizer = OPT_ADAMW; in.zo.stage = stage; in.world = world;
     in.batch = 2; in.seq_len = 32; in.accum = 2;
     return in;
 }
@@ -94,7 +94,7 @@ static void recompute_and_offload(void) {
     in = small_run(2, 8, ZC_BF16);
     in.accum = 1;
     timemodel_step(&in, &h, &a, NULL);
-    in.offload_optimizer = LOC_HOST;
+    in.zo.offload_optimizer = LOC_HOST;
     timemodel_step(&in, &h, &b, NULL);
     ParamLayout lay;
     gpt2_layout_init(&lay, &in.cfg, 8 * ZERO_ALIGN);
@@ -103,7 +103,7 @@ static void recompute_and_offload(void) {
     double host = 28 * owned / (50e9 * 0.8), pcie = 2 * 2 * owned / 32e9;
     CHECK(b.offload > 0 && b.offload <= host + pcie + 1e-15 && b.offload >= 0.9 * (host + pcie),
           "offload %g s vs at most %g", b.offload, host + pcie);
-    in.offload_optimizer = LOC_NVME;
+    in.zo.offload_optimizer = LOC_NVME;
     timemodel_step(&in, &h, &b, NULL);
     CHECK(b.nvme > 0 && b.nvme <= 2 * 12 * owned / 3e9 + 1e-15 && b.nvme >= 0.9 * 2 * 12 * owned / 3e9,
           "nvme %g s vs 24 bytes per element at 3 GB/s", b.nvme);
@@ -144,7 +144,7 @@ static int calibrate_on_truth(const Hardware *truth, Hardware *got) {
                "\"seq-len\":{\"value\":%d},\"grad-accum\":{\"value\":%d},\"zero-stage\":{\"value\":%d},"
                "\"precision\":{\"value\":\"bf16\"},\"optimizer\":{\"value\":\"adamw\"}}}\n",
             in.world, in.cfg.num_layers, in.cfg.channels, in.cfg.num_heads, in.cfg.max_seq_len, in.cfg.vocab_size, in.batch,
-            in.seq_len, in.accum, in.stage);
+            in.seq_len, in.accum, in.zo.stage);
     for (int step = 1; step <= 3; step++)
         fprintf(f, "{\"step\":%d,\"loss\":1,\"ms\":%.9f,\"fwd_ms\":%.9f,\"bwd_ms\":%.9f,\"optim_ms\":%.9f,\"comm_ms\":%.9f,"
                    "\"exposed_comm_ms\":%.9f}\n", step, r.step * 1e3 * (step == 1 ? 3 : 1), r.fwd * 1e3, r.bwd * 1e3,

@@ -165,8 +165,9 @@ int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--ds-config")) rc = ds_options(argv[2], argv[3]);
     else if (!strcmp(argv[0], "train_gpt")) { // the GPU trainer's plan, as its default (bf16) build hands it over
         PlanBackend gpu = gpu_plan_backend(ZC_BF16);
-        rc = planner_main(argc, argv, &gpu);
-    } else rc = planner_main(argc, argv, &cpu_plan_backend);
+        ConfigBuild build = gpu_config_build(ZC_BF16);
+        rc = planner_main(argc, argv, &gpu, &build);
+    } else rc = planner_main(argc, argv, &cpu_plan_backend, &config_cpu_build);
     fflush(NULL);
     return rc;
 }
