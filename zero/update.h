@@ -38,6 +38,13 @@
 //   counted as gradients) with its OptStep instead of updating; zero_take_held hands it back, and
 //   the next zero_update reads the held gradients (zero_update_grads while z->from_held). The
 //   caller decides when (run/trainer.h: after the next step's forward and backward).
+//   Meanwhile its host part runs on a helper thread (zero_held_start, from zero.h's zero_hold):
+//   the host's units (st.host_units: all of them on a unified backend) updated by the CPU
+//   optimizer engine from the held gradients in host memory, their new parameters into a staging
+//   shard (held_out); the thread touches host memory only and calls no backend entry. The next
+//   zero_update joins it and puts the parameters in place (zero_held_finish), with the same bits
+//   as the synchronous update. Not with the parameter shard on NVMe (zero_held_threaded), nor when
+//   the caller sets z->held_sync: then the next zero_update streams the held update as above.
 // No global state; compiles as C11 and as CUDA C++.
 #ifndef ZERO_UPDATE_H
 #define ZERO_UPDATE_H
