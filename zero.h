@@ -77,8 +77,10 @@
 //   done (the device's first, so they overlap the host's work), else every unit's after the walk.
 //   With only the parameter shard off a device the host cannot address (offload_param alone),
 //   the update stays on the device and each unit's new parameters are written back through the
-//   store (zero_store_write_back). The delayed parameter update (zero/update.h's zero_hold_update,
-//   zero_take_held) makes the next zero_update read a held step's gradients.
+//   store (zero_store_write_back). The delayed parameter update (zero_hold, zero/update.h's
+//   zero_take_held) makes the next zero_update read a held step's gradients; the host's part of it
+//   runs on a helper thread meanwhile (zero/update.h), and that zero_update only puts its new
+//   parameters in place and all-gathers them.
 //   The backend (ZeroBackend, zero/backend.h) performs what it is handed and never decides what
 //   to communicate.
 //   Mixed precision: the update reads the 16-bit gradient (times OptStep.grad_scale, which
@@ -525,9 +527,12 @@ static inline void zero_reductions(Zero *z, const OptStep *step) {
 // Twin-Flow: the device's units (from st.host_units on) are updated by the backend's kernel and
 // their all-gathers started first, so that the device works on them while the host streams its part.
 // offload_param alone (back): the device's update writes each unit's new parameters back.
+// A held update whose host part ran on the helper thread (zero_hold: its sums taken then) commits
+// the host's units' new parameters instead of streaming them (zero/update.h's zero_held_finish).
 static inline void zero_update(Zero *z, const OptStep *step) {
-    zero_reductions(z, step);
-    int streams = zero_update_on_host(z->where, z->be.unified), first = streams ? z->st.host_units : 0;
+    int held = z->from_held && z->held_started;
+    if (!held) zero_reductions(z, step);
+    int streams = zero_update_on_host(z->where, z->be.unified), first = streams || held ? z->st.host_units : 0;
     int back = !streams && z->where[MEM_PARAMS] != LOC_DEVICE; // the shard is off the device: written back unit by unit
     if (back) zero_stream_begin(&z->st, 0);
     for (int u = first; u < z->lay.num_units; u++) {
@@ -542,11 +547,24 @@ static inline void zero_update(Zero *z, const OptStep *step) {
         if (streams) zero_gather_updated_unit(z, u);
     }
     if (back) zero_stream_end(&z->st, NULL, 0);
-    if (streams) { // the host's units; each unit's all-gather starts after its last piece
-        zero_update_streamed(z, step, zero_gather_updated_unit);
+    if (streams || held) { // the host's units; each unit's all-gather starts after its last piece
+        if (held) zero_held_finish(z, zero_gather_updated_unit);
+        else zero_update_streamed(z, step, zero_gather_updated_unit);
         for (int u = 0; u < z->lay.num_units; u++) zero_wait(z, u, "all_gather (updated parameters)");
     } else zero_gather_updated_params(z);
     z->from_held = 0;
+}
+
+// The delayed parameter update: step's update is held (zero/update.h's zero_hold_update); where
+// its host part may overlap (zero_held_overlaps), an optimizer's per-tensor sums over the held
+// gradients are taken now (a collective: on this thread) and the helper thread starts on it.
+static inline void zero_hold(Zero *z, const OptStep *step) {
+    zero_hold_update(z, step);
+    if (!zero_held_overlaps(z)) return;
+    z->from_held = 1;
+    zero_reductions(z, step);
+    z->from_held = 0;
+    zero_held_start(z);
 }
 
 // --- parameters in and out, one unit at a time through a host buffer ---------------------

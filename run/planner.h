@@ -346,7 +346,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
             if (p->where[k] == LOC_NVME && dev[k] > 0) dev[k] = (double)zero_nvme_file_bytes(&z.st, k);
         dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z, unified);
         dev[MEM_HPZ] = p->bytes_param * (double)zero_hpz_elems(&z);
-        dev[MEM_STAGING] = (double)zero_staging_bytes(&z.st, unified);
+        dev[MEM_STAGING] = (double)(zero_staging_bytes(&z.st, unified) + zero_held_staging_bytes(&z.st, unified, in->delayed_update));
         p->twin_device = (double)zero_twin_bytes(&z.st);
         p->buffers_known = 1;
         if (in->backend) { // the trainer's own layout

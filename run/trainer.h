@@ -354,6 +354,15 @@ static int setup(Run *r, int argc, char **argv) {
                "already, so cpu moves nothing%s\n", zero_offload_names[c->offload_optimizer], zero_offload_names[c->offload_param],
                c->offload_ratio < 1.0f ? "; --offload-ratio (Twin-Flow) has no device to keep a part on, so it changes "
                                          "nothing either" : "");
+    // The delayed update's host part on a helper thread during the next forward and backward
+    // (zero/update.h), unless the parameters are on NVMe or ZEROC_DELAYED_SYNC=1 (a test's switch:
+    // the synchronous update, the same bits) says otherwise: one line says which.
+    r->model.z.held_sync = getenv("ZEROC_DELAYED_SYNC") && !strcmp(getenv("ZEROC_DELAYED_SYNC"), "1");
+    if (r->rank == 0 && c->offload_delayed_update)
+        printf("delayed update: %s\n", zero_held_overlaps(&r->model.z)
+               ? "the host's update runs on a helper thread during the next step's forward and backward"
+               : r->model.z.held_sync ? "synchronous, after the next step's backward (ZEROC_DELAYED_SYNC=1)"
+               : "synchronous, after the next step's backward (the parameters on NVMe are written back by the step's thread)");
     r->first_step = 1;
     r->sample_rng = c->seed ^ 0x5A3C1E;
     if (c->precision == ZC_FP16)
@@ -711,7 +720,7 @@ static StepResult train_step(Run *r, int step) {
     OptStep upd = optimizer_step_begin(&hyper, res.lr, (int)r->applied, res.norm);
     upd.grad_scale /= scale;
     upd.grad_scale *= post;
-    if (c->offload_delayed_update && step > c->offload_delay_warmup && step < c->steps) zero_hold_update(&m->z, &upd);
+    if (c->offload_delayed_update && step > c->offload_delay_warmup && step < c->steps) zero_hold(&m->z, &upd);
     else gpt2_update(m, &upd); // (the last step's update is not held: the run ends with every update applied)
     trace_end(tr, opt);
     return res;

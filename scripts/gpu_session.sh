@@ -29,7 +29,9 @@
 #         4. with the fastest attention build of 2: d12 at ZeRO-1/2/3 (B=16), d48 at B=4 (65,536
 #            tokens per step); d12 at ZeRO-2 with the optimizer offloaded (--offload-ratio 1, 0.5,
 #            0: Twin-Flow), with the GPU's idle share of the update (1 - its update kernels' time /
-#            optim_ms); then d12 at B=32 and 64 at ZeRO-1/2/3, d24;
+#            optim_ms); then d12 at B=32 and 64 at ZeRO-1/2/3, d24; last, the delayed parameter
+#            update (its host part during the next forward and backward): d12 as in 4b, then the
+#            6.65B shape (L=32, C=4096, B=1, T=1024) when the budget leaves time;
 #       each run under a timeout from what is left of the budget, so that a slow card still
 #       leaves a complete summary. DIR (default docs/gpu-runs/DATE-COMMIT) receives summary.md,
 #       summary.json (commit, device, checks_passed, checks_failed, ceilings, runs: one object
@@ -287,6 +289,16 @@ EOF
     for z in "${stages[@]}"; do bench d12_B${b}_z$z "$G" "$z" "$b" $model "${common[@]}"; done
   done
   [ "$emulated" = 1 ] || bench d24_B16_z2 "$G" 2 16 --model d24 --seq-len 1024 --total-batch 131072 --steps 3 --lr 1e-4 --warmup 0
+
+  note "== 4d. the delayed parameter update: the host's update during the next forward and backward (beside 4b's r1)"
+  # (last, so that the runs above keep their budget; the 6.65B shape of docs/offload.md, 8.7 s a
+  # step synchronous, when the budget leaves time for it)
+  local dsteps=6; [ "$emulated" = 1 ] && dsteps=3
+  bench delayed_d12_B${B}_z2 "$G" 2 "$B" $model "${common[@]}" --steps $dsteps --offload-optimizer cpu --pin-memory \
+    --offload-delayed-update --offload-delay-warmup 1 --profile-kernels "${peaks[@]}"
+  [ "$emulated" = 1 ] || BENCH_LIMIT=300 bench delayed_6p65b_B1_z2 "$G" 2 1 --layers 32 --channels 4096 --heads 32 \
+    --max-seq-len 1024 --seq-len 1024 --total-batch 1024 --steps 5 --lr 1e-4 --warmup 0 --offload-optimizer cpu \
+    --offload-delayed-update --offload-delay-warmup 1 --profile-kernels "${peaks[@]}"
 
   note "== 5. summary"
   SESSION_NAME="$date-$commit" $PY - "$out" "$commit" "$base" "$device" "$driver" "$copy_gbps" "$mm_tflops" "$cpass" "$cfail" "$emulated" <<'EOF'

@@ -5,7 +5,7 @@
 # the summary holds what docs and the issue ask of it. Independent checks:
 #   - summary.json: commit = this checkout's, checks_failed = 0 with checks passed, one run per
 #     configuration (each attention build's profiled run, the baseline, the grid at ZeRO 1-3 and
-#     twice the batch at ZeRO-2, a bigger model), each with tokens_per_s = total_batch / (ms_per_step / 1000) within the
+#     twice the batch at ZeRO-2, a bigger model, the delayed update), each with tokens_per_s = total_batch / (ms_per_step / 1000) within the
 #     rounding of the log's numbers (the trainer prints both independently);
 #   - the kernel profile: rows for every kind of wrapper the step runs (forward and backward
 #     matmuls, attention, LayerNorm, GELU, the classifier, the optimizer), calls per step as the
@@ -37,7 +37,7 @@ want(s["commit"].split("+")[0] == head, f"commit {s['commit']} is not this check
 want(s["checks_failed"] == 0 and s["checks_passed"] >= 5, f"checks: {s['checks_passed']} passed, {s['checks_failed']} failed")
 tags = [r["tag"] for r in s["runs"]]
 grid = [f"d12_B2_z{z}" for z in (1, 2, 3)] + ["d12_B4_z2"]  # the emulated grid: 2B at ZeRO-2 only
-for t in ["d12_B2_z2_profile", "d12_B2_z2_mm_profile", "base_d12_B2_z2", "bigger_B1_z3"] + grid:
+for t in ["d12_B2_z2_profile", "d12_B2_z2_mm_profile", "base_d12_B2_z2", "bigger_B1_z3", "delayed_d12_B2_z2"] + grid:
     want(t in tags, f"no run {t}")
 for r in s["runs"]:
     for k in ("model", "seq_len", "batch", "zero_stage", "tokens_per_s", "mfu"):

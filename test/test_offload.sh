@@ -28,6 +28,13 @@
 #      equals the CPU trainer's within float rounding over 6 steps; with Twin-Flow (bf16, R = 0.5)
 #      it equals itself at R = 1 bit for bit; planned to the byte (the held gradient shard); and
 #      without --offload-optimizer cpu it is one line.
+#   7b. its host part on a helper thread during the next forward and backward equals the synchronous
+#      update (ZEROC_DELAYED_SYNC=1) bit for bit (losses, norms, weights, optimizer state), planned to
+#      the byte, on 2 ranks: CPU trainer at stages 1-3 (LAMB at 1), GPU trainer (emulated) at
+#      stages 1-3 (Twin-Flow with R = 0.5 at 2, parameters on the host at 3); with parameters on
+#      NVMe it is synchronous and says so.
+#   7c. kill -9 during a step with a held update, then --resume: the rest equals the uninterrupted
+#      run bit for bit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo; then
@@ -232,6 +239,55 @@ emu bf16 "${tw[@]}" --offload-ratio 0.5 --out $d/dt5 --log $d/dt5.jsonl > $d/dt5
 ./train_gpt_cpu $common --steps 1 --zero-stage 2 --offload-delayed-update > $d/bad.out 2> $d/bad.err; rc=$?
 [ $rc -ne 0 ] && [ "$(grep -c . $d/bad.err)" = 1 ] && grep -q "needs --offload-optimizer cpu" $d/bad.err \
   && echo "ok   without offload: $(cat $d/bad.err)" || { fail "delayed update without offload: rc $rc"; cat $d/bad.err; }
+
+echo "== 7b. the delayed update's host part on a helper thread = the synchronous update, bit for bit"
+# ZEROC_DELAYED_SYNC=1 (a test's switch) keeps the update on the step's thread after the backward.
+# The threaded runs above at stage 2 (dc, dt5: Twin-Flow) get their synchronous twins; stages 1 and 3
+# get a pair each in both trainers (the CPU's at stage 1 with LAMB's per-tensor sums, the GPU's at
+# stage 3 with the parameters on the host).
+ds=(--lr 1e-2 --warmup 0 --lr-schedule constant --offload-optimizer cpu --offload-delayed-update --offload-delay-warmup 1 --steps 4)
+ZEROC_DELAYED_SYNC=1 cpu $common "${dl[@]}" --steps 6 "${dpu[@]}" --log $d/dc_s.jsonl > $d/dc_s.out 2>&1 || fail "CPU delayed run, synchronous"
+ZEROC_DELAYED_SYNC=1 emu bf16 "${tw[@]}" --offload-ratio 0.5 --out $d/dt5_s --log $d/dt5_s.jsonl > $d/dt5_s.out 2>&1 || fail "bf16 delayed, R = 0.5, synchronous"
+for cfg in "cpu bf16 1 --optimizer lamb" "cpu bf16 3" "emu bf16 1" "emu fp32 3 --offload-param cpu --pin-memory"; do
+  set -- $cfg; tr=$1; p=$2; s=$3; shift 3
+  for sync in 0 1; do
+    x=(emu $p); [ $tr = cpu ] && x=(cpu --precision $p)
+    ZEROC_DELAYED_SYNC=$sync "${x[@]}" $common "${ds[@]}" --zero-stage $s "$@" --out $d/th_${tr}_${s}_$sync \
+      --log $d/th_${tr}_${s}_$sync.jsonl > $d/th_${tr}_${s}_$sync.out 2>&1 || { tail -5 $d/th_${tr}_${s}_$sync.out; fail "$tr $p stage $s sync=$sync"; }
+  done
+done
+for pair in "dc dc_s" "dt5 dt5_s" "th_cpu_1_0 th_cpu_1_1" "th_cpu_3_0 th_cpu_3_1" "th_emu_1_0 th_emu_1_1" "th_emu_3_0 th_emu_3_1"; do
+  set -- $pair; a=$d/$1; b=$d/$2; same=1
+  grep -q "delayed update: the host's update runs on a helper thread" $a.out && grep -q "delayed update: synchronous.*ZEROC_DELAYED_SYNC=1" $b.out \
+    || { same=0; echo "$1: the log does not say which path ran"; }
+  [ -n "$(steps $a.jsonl)" ] && [ "$(steps $a.jsonl)" = "$(steps $b.jsonl)" ] || { same=0; echo "logs differ: $1"; }
+  if [ -d $a ]; then for f in $(cd $a && ls model_*.bin step_*/*_rank*.bin); do cmp -s $a/$f $b/$f || { same=0; echo "differs: $1 $f"; }; done; fi
+  grep -q "plan vs allocated: every kind on every rank matches exactly" $a.out || { same=0; echo "$1: plan != allocated"; }
+  [ $same = 1 ] && echo "ok   $1: helper thread = synchronous, bit for bit ($(steps $a.jsonl | wc -l) steps$([ -d $a ] && echo ', weights and optimizer state'))" \
+    || fail "$1: the threaded delayed update differs from the synchronous one"
+done
+cpu $common "${ds[@]}" --steps 2 --zero-stage 3 --offload-param nvme --nvme-path $d/nvme > $d/dn.out 2>&1 || { tail -3 $d/dn.out; fail "delayed update, parameters on NVMe"; }
+grep -q "delayed update: synchronous, after the next step's backward (the parameters on NVMe" $d/dn.out \
+  && echo "ok   parameters on NVMe: $(grep 'delayed update:' $d/dn.out)" || fail "the NVMe fallback is not logged"
+
+echo "== 7c. kill -9 during a step with a held update, then --resume"
+kr=(--lr 1e-2 --warmup 0 --lr-schedule constant --zero-stage 3 --offload-optimizer cpu --offload-delayed-update
+    --offload-delay-warmup 1 --steps 60 --save-every 3)
+cpu $common "${kr[@]}" --out $d/kfull --log $d/kfull.jsonl > $d/kfull.out 2>&1 || fail "uninterrupted run (7c)"
+cpu $common "${kr[@]}" --out $d/killed --log $d/k1.jsonl > $d/k1.out 2>&1 &
+pid=$!
+n1() { local n; n=$(grep -c '"loss"' "$1" 2>/dev/null); echo "${n:-0}"; }
+for i in $(seq 600); do [ "$(n1 $d/k1.jsonl)" -ge 8 ] && break; sleep 0.05; done
+pkill -9 -f "train_gpt_cpu.*$d/killed" ; wait $pid 2>/dev/null
+for i in $(seq 200); do pgrep -f "train_gpt_cpu.*$d/killed" > /dev/null || break; sleep 0.05; done
+k=$(n1 $d/k1.jsonl)
+cpu $run "${kr[@]}" --resume $d/killed --out $d/resumed --log $d/k2.jsonl > $d/k2.out 2>&1 || { tail -3 $d/k2.out; fail "resume after kill -9"; }
+step=$(grep -o 'resuming from .*: step [0-9]*' $d/k2.out | grep -o '[0-9]*$')
+a=$(steps $d/kfull.jsonl | tail -n +$((${step:-0} + 1))); b=$(steps $d/k2.jsonl)
+[ "$k" -lt 60 ] && [ -n "$step" ] && [ "$step" -gt 1 ] && [ -n "$b" ] && [ "$a" = "$b" ] \
+  && cmp -s $d/kfull/model_00000060.bin $d/resumed/model_00000060.bin \
+  && echo "ok   killed after step $k ($([ $((k % 3)) != 0 ] && echo "step $k's update held, not yet applied" || echo "just after a save, which applied the held update")), resumed from step $step: the rest and the final weights bit for bit" \
+  || fail "resume after kill -9 with a held update (killed after ${k} steps, resumed from ${step:-?})"
 
 echo "$fails failures"
 [ $fails -eq 0 ]

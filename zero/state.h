@@ -37,6 +37,7 @@
 
 #include <stdint.h>
 #include <stddef.h>
+#include <pthread.h>
 #include "core/gpt2.h"
 #include "core/optimizer.h"
 #include "mixed_precision.h"
@@ -81,6 +82,14 @@ typedef struct {
     void *held;
     OptStep held_step;
     int held_pending, from_held;
+    // ... its host part on a helper thread (zero/update.h's zero_held_start): the held gradients of
+    // the host's units where the host reads them (held_host: a copy on a device the host cannot
+    // address, else held itself), their new parameters until the step's backward is done
+    // (held_out; both staging), the thread and whether it runs; held_sync (set by the caller, a
+    // test's switch) keeps the synchronous update
+    void *held_host, *held_out;
+    pthread_t held_thread;
+    int held_started, held_sync;
     // schedule state
     int micro, accum;              // current micro-step (0-based) and how many per step
     int grads_written;             // set by the caller: its backward writes a fresh gradient (see above)

@@ -38,6 +38,13 @@
 //   counted as gradients) with its OptStep instead of updating; zero_take_held hands it back, and
 //   the next zero_update reads the held gradients (zero_update_grads while z->from_held). The
 //   caller decides when (run/trainer.h: after the next step's forward and backward).
+//   Meanwhile its host part runs on a helper thread (zero_held_start, from zero.h's zero_hold):
+//   the host's units (st.host_units: all of them on a unified backend) updated by the CPU
+//   optimizer engine from the held gradients in host memory, their new parameters into a staging
+//   shard (held_out); the thread touches host memory only and calls no backend entry. The next
+//   zero_update joins it and puts the parameters in place (zero_held_finish), with the same bits
+//   as the synchronous update. Not with the parameter shard on NVMe (zero_held_threaded), nor when
+//   the caller sets z->held_sync: then the next zero_update streams the held update as above.
 // No global state; compiles as C11 and as CUDA C++.
 #ifndef ZERO_UPDATE_H
 #define ZERO_UPDATE_H
@@ -240,12 +247,28 @@ static inline void zero_twin_alloc(Zero *z, size_t twin) {
     if (z->has_master) z->twin_master = (float *)dev->alloc(st, MEM_MASTER, twin * sizeof(float));
     for (int k = 0; k < z->nstate; k++) z->twin_state[k] = (float *)dev->alloc(st, MEM_STATE + k, twin * sizeof(float));
 }
-// The delayed update's held gradients: a second gradient shard.
+// The delayed update's host part runs on a helper thread unless the parameter shard is on NVMe
+// (its write-back streams through the buffer sets, on the step's thread): placement decides, so
+// the planner asks too. Its staging (elements of the model's type, MEM_STAGING): the new
+// parameters of the host's units (st.host_elems: all of them without Twin-Flow), and on a device
+// the host cannot address (not unified) their held gradients copied to the host.
+static inline int zero_held_threaded(const int where[MEM_KINDS], int delayed) { return delayed && !zero_on_nvme(where); }
+static inline size_t zero_held_staging_bytes(const ZeroStore *s, int unified, int delayed) {
+    return zero_held_threaded(s->where, delayed) ? (unified ? 1 : 2) * s->host_elems * s->esize : 0;
+}
+// The delayed update's held gradients: a second gradient shard; and the helper thread's staging.
 static inline void zero_held_alloc(Zero *z, const ZeroOptions *o) {
     if (o->delayed_update) z->held = zero_store_alloc(&z->st, MEM_GRADS, zero_shard_size(z));
+    if (!zero_held_threaded(z->where, o->delayed_update)) return;
+    z->held_out = zero_store_alloc(&z->st, MEM_STAGING, z->st.host_elems);
+    z->held_host = z->st.loc[LOC_DEVICE]->staged ? zero_store_alloc(&z->st, MEM_STAGING, z->st.host_elems) : z->held;
 }
+static inline void zero_held_join(Zero *z);
 static inline void zero_offload_free(Zero *z) {
     ZeroStore *st = &z->st;
+    zero_held_join(z);
+    if (z->held_host != z->held) zero_store_free(st, MEM_STAGING, z->held_host);
+    zero_store_free(st, MEM_STAGING, z->held_out);
     zero_store_free(st, MEM_GRADS, z->held);
     st->loc[LOC_DEVICE]->free(st, z->twin_master);
     for (int k = 0; k < OPT_MAX_SLICES; k++) st->loc[LOC_DEVICE]->free(st, z->twin_state[k]);
@@ -268,6 +291,78 @@ static inline int zero_take_held(Zero *z, OptStep *step) {
     z->held_pending = 0;
     z->from_held = 1;
     return 1;
+}
+
+// --- the delayed update's host part on a helper thread ----------------------------------------
+
+// Whether a held update's host part may run on the helper thread (zero_held_alloc gave it its
+// staging, and the caller did not ask for the synchronous update).
+static inline int zero_held_overlaps(const Zero *z) { return z->held_out && !z->held_sync; }
+// The helper thread: the held update of the host's units (st.host_units), each as the update walks
+// it (the CPU optimizer engine, optimizer_engine.h: also a unified backend's update), reading the
+// held gradients at held_host and writing the new parameters into held_out (in fp32 without
+// master weights, held_out first takes the parameters, which are then the weights it updates).
+// It touches host memory only (the master weights and state arrays in place: nothing else reads
+// them before zero_held_finish joins it) and calls no backend entry: no collective, no copy. Each
+// unit is an "update" span of its own lane (trace_span: safe from any thread, never syncing the
+// device).
+static inline void *zero_held_main(void *arg) {
+    Zero *z = (Zero *)arg;
+    for (int u = 0; u < z->st.host_units; u++) {
+        double t0 = trace_clock(z->trace);
+        size_t begin = zero_update_begin(z, u), n = zero_update_count(z, u), off = zero_shard_offset(z, u);
+        void *out = zero_at(z, z->held_out, off);
+        float *master = z->has_master ? zero_opt_unit(z, MEM_MASTER, u) : NULL;
+        if (!master) memcpy(out, zero_update_params(z, u), n * z->esize);
+        ZeroUpdateRun r = {z, begin, master ? master : (float *)out, {NULL}, zero_at(z, z->held_host, off),
+                           master ? out : NULL, &z->held_step, begin};
+        for (int k = 0; k < z->nstate; k++) r.state[k] = zero_opt_unit(z, MEM_STATE + k, u);
+        gpt2_for_each_segment(&z->lay, begin, begin + n, zero_update_host_segment, &r);
+        trace_span(z->trace, "update", TRACE_OPTIMIZER, u, zero_update_bytes_per_element(z) * (double)n, t0,
+                   trace_clock(z->trace));
+    }
+    return NULL;
+}
+// Step i's update was just held (zero_hold_update; an optimizer's per-tensor sums already taken
+// over the held gradients): the host's units' held gradients go where the host reads them (one
+// copy, waited for), and the helper thread starts on them; it runs during step i+1's forward and
+// backward. A thread that cannot start leaves the work to this one, at once.
+static inline void zero_held_start(Zero *z) {
+    if (z->held_host != z->held) {
+        int copy = z->be.copy_to_host(z->be.ctx, z->held_host, z->held, z->st.host_elems * z->esize);
+        zero_store_host_wait(&z->st, copy, "the held gradients' copy to the host (delayed update)");
+    }
+    z->held_started = 1;
+    if (pthread_create(&z->held_thread, NULL, zero_held_main, z) == 0) z->held_started = 2;
+    else zero_held_main(z);
+}
+static inline void zero_held_join(Zero *z) {
+    if (z->held_started == 2) pthread_join(z->held_thread, NULL);
+    if (z->held_started) z->held_started = 1;
+}
+// After the next step's backward (zero.h's zero_update, the held step's): waits for the helper
+// (a "wait update" span: the host's update the step's thread waits for), then puts each host unit's
+// new parameters where the shard is (a copy to a device the host cannot address, its all-gather
+// ordered after it; else in place) and calls unit_done(z, u) (stages 1 and 2: its all-gather).
+static inline void zero_held_finish(Zero *z, void (*unit_done)(Zero *z, int u)) {
+    double t0 = trace_begin(z->trace, "wait update", TRACE_OPTIMIZER, -1, 0.0);
+    zero_held_join(z);
+    trace_end(z->trace, t0);
+    z->held_started = 0;
+    int staged = zero_store_of(&z->st, MEM_PARAMS)->staged, copy[2] = {-1, -1};
+    for (int u = 0; u < z->st.host_units; u++) {
+        const void *src = zero_at(z, z->held_out, zero_shard_offset(z, u));
+        size_t bytes = zero_update_count(z, u) * z->esize;
+        if (!staged) memcpy(zero_update_params(z, u), src, bytes);
+        else {
+            if (copy[u % 2] >= 0) zero_store_host_wait(&z->st, copy[u % 2], "a held update's parameters' copy to the device");
+            copy[u % 2] = z->be.copy_to_device(z->be.ctx, zero_update_params(z, u), src, bytes);
+            z->be.device_wait(z->be.ctx, copy[u % 2]);
+        }
+        unit_done(z, u);
+    }
+    for (int q = 0; q < 2; q++) // (held_out is written again by the next held update)
+        if (copy[q] >= 0) zero_store_host_wait(&z->st, copy[q], "a held update's parameters' copy to the device");
 }
 
 #endif // ZERO_UPDATE_H
