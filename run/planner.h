@@ -28,8 +28,9 @@
 //     host memory). Unknown amounts are null and not in total.
 //   - planner_input_from_train_config() makes a plan's input from the one settings struct
 //     (TrainConfig), and planner_time_input() the time model's: the trainer's report and --plan
-//     both come through them. --nvme-host-cache auto is settled by planner_host_cache_auto (this
-//     machine's available memory less the plan; the trainer's rank 0 asks it for all ranks).
+//     both come through them. --nvme-host-cache auto and --nvme-readahead auto are settled by
+//     planner_nvme_auto (this machine's available memory less the plan; the trainer's rank 0
+//     asks it for all ranks).
 //   - planner_main(argc, argv, backend) is the command line (`train_gpt_cpu --plan ...`): the
 //     option table's rows that --plan takes (config.h: every trainer option that changes the
 //     memory or the step time, with the trainer's meaning, ranges and errors, and --plan's own),
@@ -142,7 +143,8 @@ typedef struct {
     // ZeRO++ (zero/pp.h): qwZ, hpZ's group, qgZ's bits, the block; the ranks per host qgZ's
     // levels use (0: every rank on one host): its buffers and hpZ's secondary shard (MEM_HPZ)
     int zeropp_qwz, zeropp_hpz, zeropp_qgz, zeropp_block, zeropp_per_host;
-    double nvme_host_cache; // NVMe: bytes of the optimizer state kept in host memory (zero/store.h's host tier)
+    double nvme_host_cache; // NVMe: bytes of the optimizer state kept in host memory (zero/nvme_store.h's host tier)
+    double nvme_readahead;  // NVMe: bytes of host memory the next update's first pieces are read ahead into
     int threads;           // the CPU trainer's OpenMP threads per rank (its matmul scratch);
                            // 0: as it picks them with all ranks on this machine (planner_threads)
     const PlanBackend *backend; // the trainer's activations and workspace (NULL: unknown)
@@ -196,7 +198,8 @@ static inline PlanInput planner_input_from_train_config(const TrainConfig *c, in
     in.delayed_update = c->offload_delayed_update;
     in.nvme_buffers = c->nvme_buffers;
     in.nvme_piece = (size_t)c->nvme_buffer_size;
-    in.nvme_host_cache = c->nvme_host_cache_bytes > 0 ? c->nvme_host_cache_bytes : 0.0; // (auto: planner_host_cache_auto)
+    in.nvme_host_cache = c->nvme_host_cache_bytes > 0 ? c->nvme_host_cache_bytes : 0.0; // (auto: planner_nvme_auto)
+    in.nvme_readahead = c->nvme_readahead_bytes > 0 ? c->nvme_readahead_bytes : 0.0;
     in.threads = c->plan.threads;
     in.backend = backend;
     in.zeropp_qwz = c->zeropp_qwz; in.zeropp_hpz = c->zeropp_hpz; in.zeropp_qgz = c->zeropp_qgz;
@@ -322,6 +325,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
     zo.zeropp_block = in->zeropp_block;
     zo.zeropp_per_host = in->zeropp_per_host > 0 && in->world % in->zeropp_per_host == 0 ? in->zeropp_per_host : in->world;
     zo.nvme_buffers = in->nvme_buffers; zo.nvme_piece = in->nvme_piece; zo.nvme_host_cache = (size_t)in->nvme_host_cache;
+    zo.nvme_readahead = (size_t)in->nvme_readahead;
     zo.twin_device = in->twin_device;
     int unified = in->params_count > 0 || !in->backend ? 0 : in->backend->unified;
     zero_placement(&zo, unified, p->where);
@@ -355,6 +359,8 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         zero_pp_setup(&z, &zo); // ZeRO++'s buffers (in zero_buffer_floats) and hpZ's shard
         zero_store_shape(&z.st, &z.lay, z.where, 0, in->world, z.esize, z.nstate);
         zero_store_pieces(&z.st, &zo);
+        ZeroNvme nv; // (the NVMe store's sizes: buffer sets, host tier, read-ahead)
+        zero_nvme_shape(&z.st, &nv, &zo);
         double full = (double)z.lay.num_flat, shard = (double)zero_shard_size(&z);
         p->exact = 1;
         p->num_params = (double)z.lay.num_params;
@@ -593,7 +599,8 @@ static inline void planner_print_table_twin(FILE *f, const MemoryPlan *p, const 
                 p->buffers_known ? &d[MEM_BUFFERS] : NULL, A, R, PLANNER_KIND(MEM_BUFFERS));
     if (p->bytes[MEM_STAGING] > 0.0)
         planner_row(f, p->where[MEM_MASTER] == LOC_NVME || p->where[MEM_PARAMS] == LOC_NVME
-                           ? (p->in.nvme_host_cache > 0 ? "staging (NVMe buffers, host tier)" : "staging (offload, NVMe buffer sets)")
+                           ? (p->in.nvme_host_cache > 0 ? "staging (NVMe buffers, host tier)"
+                              : p->in.nvme_readahead > 0 ? "staging (NVMe buffers, read-ahead)" : "staging (offload, NVMe buffer sets)")
                            : "staging (offload: 2+2 pieces)",
                     "zero_staging_bytes", W(MEM_STAGING), &d[MEM_STAGING], A, R, PLANNER_KIND(MEM_STAGING));
     if (p->bytes[MEM_HPZ] > 0.0) // ZeRO++ hpZ's secondary parameter shard
@@ -992,15 +999,16 @@ static inline int planner_time(const TrainConfig *c, const MemoryPlan *p) {
     return 0;
 }
 
-// --nvme-host-cache auto: per rank, what this machine's available memory (/proc/meminfo's
-// MemAvailable) leaves after nlocal ranks' plans without the host tier and a margin (a fifth of
+// --nvme-host-cache auto and --nvme-readahead auto (*cache, *ahead: bytes, or < 0 for auto,
+// settled here): per rank, what this machine's available memory (/proc/meminfo's MemAvailable)
+// leaves after nlocal ranks' plans with the budgets given (auto: 0) and a margin (a fifth of
 // MemTotal, at least 4 GiB: other processes grow too), in whole 256 MiB (so that ranks reading
-// it apart agree); 0 where the memory is unknown.
-static inline double planner_host_cache_auto(const PlanInput *in, int nlocal) {
-    PlanInput base = *in;
-    base.nvme_host_cache = 0.0;
+// it apart agree); 0 where the memory is unknown. Both auto: the host tier takes half of it (a
+// byte there saves a read and a write each step) and the read-ahead the rest (a byte there hides
+// a read behind the forward and backward).
+static inline double planner_memory_left(const PlanInput *in, int nlocal) {
     MemoryPlan p;
-    if (planner_plan(&base, &p) != 0) return 0.0;
+    if (planner_plan(in, &p) != 0) return 0.0;
     int unified = in->backend && in->backend->unified;
     double used = p.host_total + (unified ? p.total : 0.0), avail = -1.0, total = -1.0;
     FILE *f = fopen("/proc/meminfo", "r");
@@ -1016,6 +1024,16 @@ static inline double planner_host_cache_auto(const PlanInput *in, int nlocal) {
     double left = (avail - margin) / nlocal - used, unit = 268435456.0;
     return left > unit ? floor(left / unit) * unit : 0.0;
 }
+static inline void planner_nvme_auto(const PlanInput *in, int nlocal, double *cache, double *ahead) {
+    PlanInput base = *in;
+    base.nvme_host_cache = *cache > 0.0 ? *cache : 0.0;
+    base.nvme_readahead = *ahead > 0.0 ? *ahead : 0.0;
+    if (!(*cache < 0.0) && !(*ahead < 0.0)) return;
+    double left = planner_memory_left(&base, nlocal), unit = 268435456.0;
+    double half = *cache < 0.0 && *ahead < 0.0 ? floor(left / 2.0 / unit) * unit : left;
+    if (*cache < 0.0) { *cache = half; left -= half; }
+    if (*ahead < 0.0) *ahead = left;
+}
 
 // Returns the process exit code: 0 (plan printed, or --help), 1 (bad options: one line on stderr).
 static inline int planner_main(int argc, char **argv, const PlanBackend *backend) {
@@ -1028,7 +1046,8 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
     if (rc || planner_settle(&c)) return 1;
     if (c.plan.calibrate) return planner_calibrate(&c);
     PlanInput in = planner_input_from_train_config(&c, c.world, backend);
-    if (c.nvme_host_cache_bytes < 0) in.nvme_host_cache = planner_host_cache_auto(&in, c.world); // (all on this machine)
+    in.nvme_host_cache = c.nvme_host_cache_bytes; in.nvme_readahead = c.nvme_readahead_bytes; // (auto: < 0)
+    planner_nvme_auto(&in, c.world, &in.nvme_host_cache, &in.nvme_readahead); // (all on this machine)
     const char *why = planner_input_problem(&in);
     if (why) { fprintf(stderr, "error: %s%s\n", why[0] == '-' ? "" : "model options: ", why); return 1; }
     if (c.plan.partitions) {
