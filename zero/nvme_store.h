@@ -19,9 +19,9 @@
 //   buffer sets. The read-ahead area (nvme_readahead bytes): narea whole pieces of the master
 //   weights and state arrays (the stream's first narea pieces, which zero_nvme_shape keeps
 //   outside the host tier), host memory of their own: the update works on them in place there
-//   and writes them back from there, so the next step's reads into the area wait only for
-//   those writes, and the buffer sets serve the pieces after them (piece i >= narea: set i %
-//   nbuf). A checkpoint's get or put first waits for every transfer and drops the reads ahead (a
+//   and writes them back from there in the background (core/nvme.h runs those writes only when
+//   no read or other write is queued: only the next step's reads into the area wait for them),
+//   and the buffer sets serve the pieces after them (piece i >= narea: set i % nbuf). A checkpoint's get or put first waits for every transfer and drops the reads ahead (a
 //   put changes the files under them; the poll starts them again). The host tier
 //   (nvme_host_cache bytes): the last units' slices of the master weights and state arrays (the
 //   first whole pieces of one more slice) stay in host memory, counted as staging, and the
@@ -318,7 +318,8 @@ static inline void *zero_nvme_open(ZeroStore *s, int kind, const ZeroPiece *pc, 
 static inline void zero_nvme_close(ZeroStore *s, int kind, const ZeroPiece *pc, int i) {
     ZeroNvme *nv = zero_nvme_of(s);
     if (zero_cache_at(nv, kind, pc->u, pc->lo)) return;
-    *zero_nvme_ticket(nv, kind, i, 1) = zero_nvme_io(s, kind, pc->u, pc->lo, pc->n, zero_nvme_buf(s, kind, i), 1);
+    int later = zero_nvme_in_area(nv, kind, i); // (the area's writes are waited for only by the next step's reads: in the background)
+    *zero_nvme_ticket(nv, kind, i, 1) = zero_nvme_io(s, kind, pc->u, pc->lo, pc->n, zero_nvme_buf(s, kind, i), later ? 2 : 1);
 }
 
 // --- its part of the store's life ----------------------------------------------------------
