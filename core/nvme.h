@@ -18,7 +18,15 @@
 //     checks the same first (a write past a truncation would extend the file again over a hole
 //     that reads back as zeros), so writes still draining behind the next step cannot hide one.
 //   nvme_done(io, ticket): whether the transfer has finished, without blocking (the caller polls
-//     to start a transfer that must follow it without waiting for it).
+//     to start a transfer that must follow it without waiting for it). nvme_room(io, transfers,
+//     bytes, writing): whether that many transfers of that many bytes each would be taken now,
+//     without blocking (free tickets and room in their queue): a caller that must not block (a read ahead) asks first.
+//   Order: queued reads run first, then queued writes, then background writes (writing = 2:
+//     writes nothing will wait for soon); three queues, each FIFO. A caller waits for what it
+//     reads; a write only frees its buffer. So a read the caller will wait for never queues
+//     behind writes that drain behind it, nor a write whose buffer is needed soon behind a
+//     background one. The caller orders a read after a write to the same bytes by waiting for
+//     the write first (the stores do).
 //   A ticket is a handle: waiting for it again, or for one whose transfer finished long ago,
 //     returns at once (its slot's generation says so), whatever the slot now carries.
 //   io->trace (core/trace.h; NULL: none): each transfer, when its last request finishes, is a
@@ -49,8 +57,8 @@
 #define NVME_ALIGN 4096      // bytes: buffers, sizes and offsets of direct I/O
 #define NVME_MAX_FILES 8
 #define NVME_MAX_THREADS 32
-#define NVME_QUEUE 4096      // requests waiting at once
-#define NVME_TICKETS 256
+#define NVME_QUEUE 16384     // requests waiting at once, per direction
+#define NVME_TICKETS 1024    // transfers in flight at once
 
 typedef struct { int file, ticket, writing; char *buf; size_t bytes; size_t offset; } NvmeRequest;
 typedef struct {
@@ -64,8 +72,8 @@ typedef struct {
     pthread_t th[NVME_MAX_THREADS];
     pthread_mutex_t mu;
     pthread_cond_t work, done;
-    NvmeRequest q[NVME_QUEUE];
-    int head, count, stop, running;           // queued requests; requests being run
+    NvmeRequest q[3][NVME_QUEUE];             // queued requests: reads [0], writes [1], background writes [2]
+    int head[3], count[3], stop, running;     // ...; requests being run
     int pending[NVME_TICKETS];                // requests left per ticket (0: free or done)
     int gen[NVME_TICKETS];                    // each slot's generation: a ticket is gen * NVME_TICKETS + slot
     double submitted[NVME_TICKETS], bytes[NVME_TICKETS]; // each slot's transfer, for the trace:
@@ -88,11 +96,12 @@ static void *nvme_thread(void *arg) {
     Nvme *io = (Nvme *)arg;
     pthread_mutex_lock(&io->mu);
     for (;;) {
-        while (!io->count && !io->stop) pthread_cond_wait(&io->work, &io->mu);
-        if (!io->count && io->stop) break;
-        NvmeRequest r = io->q[io->head];
-        io->head = (io->head + 1) % NVME_QUEUE;
-        io->count--;
+        while (!io->count[0] && !io->count[1] && !io->count[2] && !io->stop) pthread_cond_wait(&io->work, &io->mu);
+        if (!io->count[0] && !io->count[1] && !io->count[2] && io->stop) break;
+        int d = io->count[0] ? 0 : io->count[1] ? 1 : 2; // reads first, background writes last
+        NvmeRequest r = io->q[d][io->head[d]];
+        io->head[d] = (io->head[d] + 1) % NVME_QUEUE;
+        io->count[d]--;
         if (io->running++ == 0) io->busy_since = nvme_now();
         pthread_mutex_unlock(&io->mu);
         size_t done = 0;
@@ -198,16 +207,17 @@ static inline int nvme_submit(Nvme *io, int file, void *buf, size_t bytes, size_
     }
     io->pending[t] = 1; // held while the requests are queued
     io->gen[t] = (io->gen[t] + 1) % (1 << 22);
-    io->submitted[t] = nvme_now(); io->bytes[t] = (double)bytes; io->tag[t] = tag; io->writing[t] = writing;
+    io->submitted[t] = nvme_now(); io->bytes[t] = (double)bytes; io->tag[t] = tag; io->writing[t] = writing != 0;
     io->step[t] = io->trace ? io->trace->step + io->step_ahead : 0; // (a read ahead: the step that uses it)
     if (writing) io->bytes_written += (double)bytes;
     else io->bytes_read += (double)bytes;
+    int d = writing == 2 ? 2 : writing ? 1 : 0;
     for (size_t at = 0; at < bytes; at += io->block) {
-        while (io->count == NVME_QUEUE) pthread_cond_wait(&io->done, &io->mu);
-        NvmeRequest *r = &io->q[(io->head + io->count) % NVME_QUEUE];
+        while (io->count[d] == NVME_QUEUE) pthread_cond_wait(&io->done, &io->mu);
+        NvmeRequest *r = &io->q[d][(io->head[d] + io->count[d]) % NVME_QUEUE];
         r->file = file; r->ticket = t; r->writing = writing; r->buf = (char *)buf + at; r->offset = offset + at;
         r->bytes = bytes - at < io->block ? bytes - at : io->block;
-        io->count++;
+        io->count[d]++;
         io->pending[t]++;
         pthread_cond_signal(&io->work);
     }
@@ -238,6 +248,16 @@ static inline int nvme_done(Nvme *io, int ticket) {
     int done = io->gen[t] != g || !io->pending[t];
     pthread_mutex_unlock(&io->mu);
     return done;
+}
+
+static inline int nvme_room(Nvme *io, int transfers, size_t bytes, int writing) {
+    size_t requests = (size_t)transfers * ((bytes + io->block - 1) / io->block);
+    pthread_mutex_lock(&io->mu);
+    int tickets = 0;
+    for (int k = 0; k < NVME_TICKETS && tickets < transfers; k++) tickets += !io->pending[k];
+    int room = tickets >= transfers && io->count[writing == 2 ? 2 : writing ? 1 : 0] + requests <= NVME_QUEUE;
+    pthread_mutex_unlock(&io->mu);
+    return room;
 }
 
 static inline int nvme_check(Nvme *io) {

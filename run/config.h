@@ -345,6 +345,10 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
            "with --offload-optimizer nvme: keep BYTES of the optimizer state in host\n" \
            "memory (the last units' slices), the rest on NVMe; auto: what the plan\n" \
            "leaves of this machine's available memory, less a margin", NULL) \
+    CO_STR("nvme-readahead", NVME_READAHEAD, CU_TRAIN | CU_MEM, nvme_readahead, NULL, NULL, "BYTES", \
+           "with --offload-optimizer nvme: BYTES of host memory the next update's\n" \
+           "first pieces are read into during the forward and backward; auto:\n" \
+           "what the plan leaves (with --nvme-host-cache auto too: half each)", NULL) \
     CO_NUM("aio-threads", AIO_THREADS, CU_TRAIN, OT_INT, aio_threads, 1, 1, 32, NULL, "N", \
            "NVMe I/O: threads x queue depth requests run at once (at most 32)", "aio.thread_count", NULL) \
     CO_NUM("aio-queue-depth", AIO_QUEUE_DEPTH, CU_TRAIN, OT_INT, aio_queue_depth, 8, 1, 32, NULL, "N", \
@@ -488,6 +492,8 @@ typedef struct TrainConfig {
     long nvme_buffer_size;
     const char *nvme_host_cache;   // --nvme-host-cache as given: bytes or "auto"
     double nvme_host_cache_bytes;  // ... as bytes (config_validate; -1: auto, for the trainer to settle)
+    const char *nvme_readahead;    // --nvme-readahead as given: bytes or "auto"
+    double nvme_readahead_bytes;   // ... as bytes (as nvme_host_cache_bytes)
     int aio_threads, aio_queue_depth;
     long aio_block_size;
     float comm_timeout;   // seconds a collective may take before the job is aborted
@@ -1012,6 +1018,26 @@ static inline int config_validate_zeropp(const TrainConfig *c, int world) {
     return 0;
 }
 
+// An NVMe host-memory budget (--nvme-host-cache, --nvme-readahead): bytes, or auto (-1, for the
+// trainer to settle); one line naming the option when it is not a byte count or is set without
+// the optimizer on NVMe.
+static inline int config_nvme_budget(const TrainConfig *c, const char *opt, const char *given, const char *why, double *bytes) {
+    *bytes = 0;
+    if (!given) return 0;
+    char *e = NULL;
+    double v = strcmp(given, "auto") ? strtod(given, &e) : -1.0;
+    if (e && (e == given || *e || !(v >= 0.0 && v < 1e18))) {
+        fprintf(stderr, "error: %s %s: not a byte count or auto\n", opt, given);
+        return -1;
+    }
+    if (v != 0.0 && c->offload_optimizer != LOC_NVME) {
+        fprintf(stderr, "error: %s %s needs --offload-optimizer nvme (%s)\n", opt, given, why);
+        return -1;
+    }
+    *bytes = v < 0.0 ? -1.0 : floor(v);
+    return 0;
+}
+
 // Checks the options against each other and the model (known once --init's header is read).
 // world: processes in the job. Fills total_batch, grad_accum and lr_total_steps when they were
 // left to their defaults.
@@ -1116,21 +1142,11 @@ static inline int config_validate(TrainConfig *c, int world) {
         return -1;
     }
     if (config_validate_zeropp(c, world)) return -1;
-    c->nvme_host_cache_bytes = 0;
-    if (c->nvme_host_cache) {
-        char *e = NULL;
-        double v = strcmp(c->nvme_host_cache, "auto") ? strtod(c->nvme_host_cache, &e) : -1.0;
-        if (e && (e == c->nvme_host_cache || *e || !(v >= 0.0 && v < 1e18))) {
-            fprintf(stderr, "error: --nvme-host-cache %s: not a byte count or auto\n", c->nvme_host_cache);
-            return -1;
-        }
-        if (v != 0.0 && c->offload_optimizer != LOC_NVME) {
-            fprintf(stderr, "error: --nvme-host-cache %s needs --offload-optimizer nvme (it keeps part of the "
-                            "optimizer state NVMe would hold)\n", c->nvme_host_cache);
-            return -1;
-        }
-        c->nvme_host_cache_bytes = v < 0.0 ? -1.0 : floor(v);
-    }
+    if (config_nvme_budget(c, "--nvme-host-cache", c->nvme_host_cache, "it keeps part of the optimizer state NVMe would hold",
+                           &c->nvme_host_cache_bytes) ||
+        config_nvme_budget(c, "--nvme-readahead", c->nvme_readahead, "it reads ahead the optimizer state NVMe holds",
+                           &c->nvme_readahead_bytes))
+        return -1;
     if (c->aio_block_size % 4096) {
         fprintf(stderr, "error: --aio-block-size %ld is not a multiple of 4096 (direct I/O's alignment)\n", c->aio_block_size);
         return -1;
@@ -1183,7 +1199,8 @@ static inline ZeroOptions config_zero_options(const TrainConfig *c) {
     o.twin_device = 1.0 - (double)c->offload_ratio;
     o.nvme_buffers = c->nvme_buffers; o.nvme_piece = (size_t)c->nvme_buffer_size;
     o.nvme_threads = c->aio_threads * c->aio_queue_depth; o.nvme_block = (size_t)c->aio_block_size;
-    o.nvme_host_cache = c->nvme_host_cache_bytes > 0 ? (size_t)c->nvme_host_cache_bytes : 0;
+    o.nvme_host_cache = c->nvme_host_cache_bytes > 0 ? (size_t)c->nvme_host_cache_bytes : 0; // (auto: planner_nvme_auto)
+    o.nvme_readahead = c->nvme_readahead_bytes > 0 ? (size_t)c->nvme_readahead_bytes : 0;
     o.zeropp_qwz = c->zeropp_qwz; o.zeropp_hpz = c->zeropp_hpz; o.zeropp_qgz = c->zeropp_qgz;
     o.zeropp_block = c->zeropp_block;
     return o;

@@ -28,8 +28,9 @@
 //     host memory). Unknown amounts are null and not in total.
 //   - planner_input_from_train_config() makes a plan's input from the one settings struct
 //     (TrainConfig), and planner_time_input() the time model's: the trainer's report and --plan
-//     both come through them. --nvme-host-cache auto is settled by planner_host_cache_auto (this
-//     machine's available memory less the plan; the trainer's rank 0 asks it for all ranks).
+//     both come through them. --nvme-host-cache auto and --nvme-readahead auto are settled by
+//     planner_nvme_auto (this machine's available memory less the plan; the trainer's rank 0
+//     asks it for all ranks).
 //   - planner_main(argc, argv, backend, build) is the command line (`train_gpt_cpu --plan ...`): the
 //     option table's rows that --plan takes (config.h: every trainer option that changes the
 //     memory or the step time, with the trainer's meaning, ranges and errors, and --plan's own),
@@ -333,6 +334,8 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         zero_pp_setup(&z, &zo); // ZeRO++'s buffers (in zero_buffer_floats) and hpZ's shard
         zero_store_shape(&z.st, &z.lay, z.where, 0, in->world, z.esize, z.nstate);
         zero_store_pieces(&z.st, &zo);
+        ZeroNvme nv; // (the NVMe store's sizes: buffer sets, host tier, read-ahead)
+        zero_nvme_shape(&z.st, &nv, &zo);
         double full = (double)z.lay.num_flat, shard = (double)zero_shard_size(&z);
         p->exact = 1;
         p->num_params = (double)z.lay.num_params;
@@ -346,7 +349,7 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
             if (p->where[k] == LOC_NVME && dev[k] > 0) dev[k] = (double)zero_nvme_file_bytes(&z.st, k);
         dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z, unified);
         dev[MEM_HPZ] = p->bytes_param * (double)zero_hpz_elems(&z);
-        dev[MEM_STAGING] = (double)(zero_staging_bytes(&z.st, unified) + zero_held_staging_bytes(&z.st, unified, in->delayed_update));
+        dev[MEM_STAGING] = (double)(zero_staging_bytes(&z.st, unified) + zero_held_staging_bytes(&z.st, unified, in->zo.delayed_update));
         p->twin_device = (double)zero_twin_bytes(&z.st);
         p->buffers_known = 1;
         if (in->backend) { // the trainer's own layout
@@ -571,7 +574,8 @@ static inline void planner_print_table_twin(FILE *f, const MemoryPlan *p, const 
                 p->buffers_known ? &d[MEM_BUFFERS] : NULL, A, R, PLANNER_KIND(MEM_BUFFERS));
     if (p->bytes[MEM_STAGING] > 0.0)
         planner_row(f, p->where[MEM_MASTER] == LOC_NVME || p->where[MEM_PARAMS] == LOC_NVME
-                           ? (p->in.zo.nvme_host_cache > 0 ? "staging (NVMe buffers, host tier)" : "staging (offload, NVMe buffer sets)")
+                           ? (p->in.zo.nvme_host_cache > 0 ? "staging (NVMe buffers, host tier)"
+                              : p->in.zo.nvme_readahead > 0 ? "staging (NVMe buffers, read-ahead)" : "staging (offload, NVMe buffer sets)")
                            : "staging (offload: 2+2 pieces)",
                     "zero_staging_bytes", W(MEM_STAGING), &d[MEM_STAGING], A, R, PLANNER_KIND(MEM_STAGING));
     if (p->bytes[MEM_HPZ] > 0.0) // ZeRO++ hpZ's secondary parameter shard
@@ -970,15 +974,16 @@ static inline int planner_time(const TrainConfig *c, const MemoryPlan *p) {
     return 0;
 }
 
-// --nvme-host-cache auto: per rank, what this machine's available memory (/proc/meminfo's
-// MemAvailable) leaves after nlocal ranks' plans without the host tier and a margin (a fifth of
+// --nvme-host-cache auto and --nvme-readahead auto (*cache, *ahead: bytes, or < 0 for auto,
+// settled here): per rank, what this machine's available memory (/proc/meminfo's MemAvailable)
+// leaves after nlocal ranks' plans with the budgets given (auto: 0) and a margin (a fifth of
 // MemTotal, at least 4 GiB: other processes grow too), in whole 256 MiB (so that ranks reading
-// it apart agree); 0 where the memory is unknown.
-static inline double planner_host_cache_auto(const PlanInput *in, int nlocal) {
-    PlanInput base = *in;
-    base.zo.nvme_host_cache = 0;
+// it apart agree); 0 where the memory is unknown. Both auto: the host tier takes half of it (a
+// byte there saves a read and a write each step) and the read-ahead the rest (a byte there hides
+// a read behind the forward and backward).
+static inline double planner_memory_left(const PlanInput *in, int nlocal) {
     MemoryPlan p;
-    if (planner_plan(&base, &p) != 0) return 0.0;
+    if (planner_plan(in, &p) != 0) return 0.0;
     int unified = in->backend && in->backend->unified;
     double used = p.host_total + (unified ? p.total : 0.0), avail = -1.0, total = -1.0;
     FILE *f = fopen("/proc/meminfo", "r");
@@ -993,6 +998,16 @@ static inline double planner_host_cache_auto(const PlanInput *in, int nlocal) {
     double margin = total / 5.0 > 4294967296.0 ? total / 5.0 : 4294967296.0;
     double left = (avail - margin) / nlocal - used, unit = 268435456.0;
     return left > unit ? floor(left / unit) * unit : 0.0;
+}
+static inline void planner_nvme_auto(const PlanInput *in, int nlocal, double *cache, double *ahead) {
+    PlanInput base = *in;
+    base.zo.nvme_host_cache = *cache > 0.0 ? (size_t)*cache : 0;
+    base.zo.nvme_readahead = *ahead > 0.0 ? (size_t)*ahead : 0;
+    if (!(*cache < 0.0) && !(*ahead < 0.0)) return;
+    double left = planner_memory_left(&base, nlocal), unit = 268435456.0;
+    double half = *cache < 0.0 && *ahead < 0.0 ? floor(left / 2.0 / unit) * unit : left;
+    if (*cache < 0.0) { *cache = half; left -= half; }
+    if (*ahead < 0.0) *ahead = left;
 }
 
 // Returns the process exit code: 0 (plan printed, or --help), 1 (bad options: one line on stderr).
@@ -1015,7 +1030,9 @@ static inline int planner_main(int argc, char **argv, const PlanBackend *backend
     if (rc || planner_settle(&c)) return 1;
     if (c.plan.calibrate) return planner_calibrate(&c);
     PlanInput in = planner_input_from_train_config(&c, c.world, backend);
-    if (c.nvme_host_cache_bytes < 0) in.zo.nvme_host_cache = (size_t)planner_host_cache_auto(&in, c.world); // (all on this machine)
+    double cache = c.nvme_host_cache_bytes, ahead = c.nvme_readahead_bytes; // (auto: < 0)
+    planner_nvme_auto(&in, c.world, &cache, &ahead); // (all on this machine)
+    in.zo.nvme_host_cache = (size_t)cache; in.zo.nvme_readahead = (size_t)ahead;
     const char *why = planner_input_problem(&in);
     if (why) { fprintf(stderr, "error: %s%s\n", why[0] == '-' ? "" : "model options: ", why); return 1; }
     if (c.plan.partitions) {

@@ -313,12 +313,16 @@ static int setup(Run *r, int argc, char **argv) {
     if (r->rank == 0 && c->ds_config_path) config_print_resolved(stdout, c);
 
     r->accum = config_accum_steps(c, r->world);
-    if (c->nvme_host_cache_bytes < 0) { // auto: rank 0 settles it for all (the plan is everyone's)
+    if (c->nvme_host_cache_bytes < 0 || c->nvme_readahead_bytes < 0) { // auto: rank 0 settles them for all (the plan is everyone's)
         PlanInput in = planner_input_from_train_config(c, r->world, r->plan_backend);
-        double b = r->rank == 0 ? planner_host_cache_auto(&in, r->world / (r->nodes > 0 ? r->nodes : 1)) : 0.0;
-        MPI_Bcast(&b, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-        c->nvme_host_cache_bytes = b;
-        if (r->rank == 0) printf("--nvme-host-cache auto: %.0f bytes (%.2f GB) of the optimizer state per rank in host memory\n", b, b / 1e9);
+        double b[2] = {c->nvme_host_cache_bytes, c->nvme_readahead_bytes};
+        if (r->rank == 0) planner_nvme_auto(&in, r->world / (r->nodes > 0 ? r->nodes : 1), &b[0], &b[1]);
+        MPI_Bcast(b, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        if (r->rank == 0 && c->nvme_host_cache_bytes < 0)
+            printf("--nvme-host-cache auto: %.0f bytes (%.2f GB) of the optimizer state per rank in host memory\n", b[0], b[0] / 1e9);
+        if (r->rank == 0 && c->nvme_readahead_bytes < 0)
+            printf("--nvme-readahead auto: %.0f bytes (%.2f GB) of host memory per rank to read the next update into\n", b[1], b[1] / 1e9);
+        c->nvme_host_cache_bytes = b[0]; c->nvme_readahead_bytes = b[1];
     }
     char nvme_dir[4500] = "";
     int nvme = c->offload_optimizer == LOC_NVME || c->offload_param == LOC_NVME;
@@ -346,7 +350,7 @@ static int setup(Run *r, int argc, char **argv) {
                z->block, r->world / z->per_host, r->world / z->per_host == 1 ? "" : "s", z->per_host);
     }
     hang_start(&r->hang, &r->model.z, MPI_COMM_WORLD, r->nodes, c->log_path, c->comm_timeout, c->check_collectives);
-    if (r->rank == 0 && r->model.z.st.nvme && !r->model.z.st.nvme->direct)
+    if (r->rank == 0 && zero_store_nvme(&r->model.z.st) && !zero_store_nvme(&r->model.z.st)->direct)
         printf("note: --nvme-path %s does not take direct I/O (O_DIRECT; ramfs and older tmpfs do not): the NVMe files go through "
                "the page cache, which may keep them in memory\n", c->nvme_path);
     if (r->rank == 0 && r->model.z.be.unified && (c->offload_optimizer == LOC_HOST || c->offload_param == LOC_HOST))
@@ -863,9 +867,9 @@ static int trainer_run(Run *r, int argc, char **argv) {
             if (fp16) snprintf(scale, sizeof(scale), " | scale %g, %ld skipped%s", s.scale, r->scaler.skipped,
                                s.skipped ? " (this one: overflow)" : "");
             char nvme[128] = "";
-            if (r->model.z.st.nvme)
-                snprintf(nvme, sizeof(nvme), " | nvme %.2f GB in %.2f out, %.0f ms busy, %.0f exposed", io.read / 1e9,
-                         io.written / 1e9, io.busy_ms, io.exposed_ms);
+            if (zero_store_nvme(&r->model.z.st))
+                snprintf(nvme, sizeof(nvme), " | nvme %.2f GB in %.2f out, %.0f ms busy, %.0f exposed, %.2f GB read ahead",
+                         io.read / 1e9, io.written / 1e9, io.busy_ms, io.exposed_ms, io.ahead / 1e9);
             if (step % c->print_every == 0 || step == 1 || step == c->steps || s.skipped) // --print-every, steps_per_print
                 printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %8.1f ms | %8.0f tok/s | %6.1f GFLOP/s | ETA %s%s%s\n",
                        step, c->steps, loss, lr, norm, ms, tok_s, tok_s * flops_per_token / 1e9, eta, scale, nvme);
@@ -877,9 +881,9 @@ static int trainer_run(Run *r, int argc, char **argv) {
                 log_step_times(r->log, &times, r->trace.comm_timed);
                 fprintf(r->log, ",\"page_faults\":%ld", faults);
                 if (fp16) fprintf(r->log, ",\"loss_scale\":%.17g,\"skipped\":%s", s.scale, s.skipped ? "true" : "false");
-                if (r->model.z.st.nvme)
-                    fprintf(r->log, ",\"nvme_read\":%.0f,\"nvme_write\":%.0f,\"nvme_ms\":%.3f,\"exposed_io_ms\":%.3f", io.read,
-                            io.written, io.busy_ms, io.exposed_ms);
+                if (zero_store_nvme(&r->model.z.st))
+                    fprintf(r->log, ",\"nvme_read\":%.0f,\"nvme_write\":%.0f,\"nvme_ms\":%.3f,\"exposed_io_ms\":%.3f,\"nvme_ahead\":%.0f",
+                            io.read, io.written, io.busy_ms, io.exposed_ms, io.ahead);
                 fprintf(r->log, "}\n");
             }
         }

@@ -3,7 +3,9 @@
 # B=1, T=256, one rank: how much of the NVMe time the step hides, before (BEFORE: a binary of an
 # earlier commit, e.g. /work/ref/train_gpt_cpu_*; skipped when unset) and now, with the default
 # buffers, with more buffer sets (the next update's reads run during the forward and backward,
-# as far as the buffer sets reach) and with the host tier (--nvme-host-cache $CACHE).
+# as far as the buffer sets reach), with the host tier (--nvme-host-cache $CACHE), with a
+# read-ahead area (--nvme-readahead $AHEAD: the next update's first pieces read during the
+# forward and backward into host memory of their own) and with both auto (half each).
 # For each run, per step (mean of the steps after the first): the step, the NVMe bytes, busy
 # and exposed time, and the two floors the step is held to: its compute alone (the step less
 # the time it waited on I/O) and its NVMe bytes at bench_nvme's rates on the same disk.
@@ -11,7 +13,8 @@
 #   NVME_PATH=DIR   where the files go (default /var/tmp/zeroc_nvme; ~19 GB free per run)
 #   STEPS=N         steps per run (default 3)   T=N  sequence length (default 256)
 #   CACHE=BYTES     the host tier's budget (default auto), with the default 4 buffer sets
-#   CASES="..."     which runs, of: before buffers4 buffers16 cache (default all)
+#   AHEAD=BYTES     the read-ahead area's budget (default auto)
+#   CASES="..."     which runs, of: before buffers4 buffers16 cache readahead both (default all)
 #   OUT=DIR         logs (default bench/out/nvme_overlap)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +23,7 @@ NVME_PATH=${NVME_PATH:-/var/tmp/zeroc_nvme}
 STEPS=${STEPS:-3}
 T=${T:-256}
 CACHE=${CACHE:-auto}
+AHEAD=${AHEAD:-auto}
 OUT=${OUT:-bench/out/nvme_overlap}
 PY=${PYTHON:-/usr/bin/python3}
 mkdir -p "$NVME_PATH" "$OUT"
@@ -37,7 +41,7 @@ run() { # NAME BINARY, then options
   echo
   echo "== $name: $bin $(echo $common) $*"
   $bin $common "$@" --nvme-path "$NVME_PATH" --log "$OUT/$name.jsonl" > "$OUT/$name.out" 2>&1 || { tail -3 "$OUT/$name.out"; return; }
-  grep -E "^(--nvme-host-cache|  = TOTAL)" "$OUT/$name.out" || true
+  grep -E "^(--nvme-host-cache|--nvme-readahead|  = TOTAL)" "$OUT/$name.out" || true
   $PY - "$OUT/$name.jsonl" "$W" "$R" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 log, W, R = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
@@ -48,21 +52,24 @@ rss = max(r["bytes"] for r in rows if r.get("event") == "peak_rss")
 n = len(steps)
 avg = lambda k: sum(s[k] for s in steps) / n
 rd, wr, busy, exp, ms = avg("nvme_read"), avg("nvme_write"), avg("nvme_ms"), avg("exposed_io_ms"), avg("ms")
+ahead = avg("nvme_ahead") if all("nvme_ahead" in s for s in steps) else None
 fwd, bwd, opt = avg("fwd_ms"), avg("bwd_ms"), avg("optim_ms")
 compute, disk = ms - exp, (rd / R + wr / W) * 1e3
 print(f"{log}: planned memory {mem['device']/1e9:.2f} GB, NVMe {mem['nvme']/1e9:.2f} GB; peak RSS {rss/1e9:.2f} GB")
 print(f"  step {ms/1e3:.2f} s (forward {fwd/1e3:.2f}, backward {bwd/1e3:.2f}, update {opt/1e3:.2f}), mean of {n}")
-print(f"  NVMe per step: read {rd/1e9:.2f} GB, wrote {wr/1e9:.2f} GB; busy {busy/1e3:.2f} s, exposed {exp/1e3:.2f} s "
-      f"= {exp/busy*100 if busy else 0:.0f}% of nvme_ms")
+print(f"  NVMe per step: read {rd/1e9:.2f} GB" + (f" ({ahead/1e9:.2f} GB of it started ahead)" if ahead is not None else "") +
+      f", wrote {wr/1e9:.2f} GB; busy {busy/1e3:.2f} s, exposed {exp/1e3:.2f} s = {exp/busy*100 if busy else 0:.0f}% of nvme_ms")
 print(f"  floors: compute alone {compute/1e3:.2f} s, the bytes at bench_nvme's rates {disk/1e3:.2f} s; "
       f"step / max = {ms/max(compute, disk):.2f}")
 PY
 }
-for c in ${CASES:-before buffers4 buffers16 cache}; do
+for c in ${CASES:-before buffers4 buffers16 cache readahead both}; do
   case $c in
     before) [ -n "${BEFORE:-}" ] && run before "$BEFORE" ;;
     buffers4) run buffers4 ./train_gpt_cpu ;;
     buffers16) run buffers16 ./train_gpt_cpu --nvme-buffers 16 ;;
     cache) run cache ./train_gpt_cpu --nvme-host-cache "$CACHE" ;;
+    readahead) run readahead ./train_gpt_cpu --nvme-readahead "$AHEAD" ;;
+    both) run both ./train_gpt_cpu --nvme-host-cache auto --nvme-readahead auto ;;
   esac
 done

@@ -21,4 +21,4 @@ new_scratch() {
 
 # log_steps LOG prints LOG's step lines (those with a loss) without what may differ between two
 # runs that must agree bit for bit: times (every "...ms" field, tok_s), I/O byte counts and page faults.
-log_steps() { grep '^{"step"' "$1" | grep '"loss"' | sed -E 's/,"([a-z_]*ms|tok_s|nvme_read|nvme_write|page_faults)":[0-9.e+-]+//g'; }
+log_steps() { grep '^{"step"' "$1" | grep '"loss"' | sed -E 's/,"([a-z_]*ms|tok_s|nvme_read|nvme_write|nvme_ahead|page_faults)":[0-9.e+-]+//g'; }

@@ -4,7 +4,9 @@
 #   1. NVMe = memory, bit for bit (losses, gradient norms, the checkpoint's weights and optimizer
 #      state), 2 ranks of the CPU trainer: bf16 and fp32 at stages 1-3 (stage 3 with the parameters
 #      on NVMe too), fp16 at stage 2; small pieces (2048 elements) and 2 or 5 buffer sets, so the
-#      read-ahead and write-behind wrap around many times a step. The scratch directories are gone
+#      read-ahead and write-behind wrap around many times a step; three of them also with a
+#      read-ahead area (--nvme-readahead: part of the pieces, and all of them), whose reads
+#      count in the log's nvme_ahead. The scratch directories are gone
 #      after a clean exit; the memory log's nvme bytes equal the planner's (--plan --json) and
 #      the files' sizes while it runs. offload_param alone (stage 3, bf16 and fp32, on NVMe and on
 #      the host: here a note that it moves nothing) equals memory too, planned to the byte.
@@ -12,12 +14,13 @@
 #      bf16 ZeRO-1, fp32 ZeRO-3 with parameters on NVMe, fp16 ZeRO-2: bit for bit equal to memory
 #      as above (the update reads the next step's first pieces ahead across the step boundary in
 #      every NVMe run); the NVMe bytes fall by the cached share, the planner's nvme and staging
-#      equal the memory log's, all cached reads nothing; auto runs; a bad budget is one line.
+#      equal the memory log's, all cached reads nothing (the part run with a read-ahead area
+#      too); both budgets auto run; a bad budget is one line.
 #   2. The GPU trainer on the CUDA emulator (host staging between NVMe and the device), 2 ranks:
 #      bf16 ZeRO-2, fp16 ZeRO-3 with parameters on NVMe, fp32 ZeRO-1: equal to no offload.
 #   3. Resume across placements: saved with NVMe, resumed in memory, and the reverse (to another
 #      path): the resumed steps equal the uninterrupted run's.
-#   4. kill -9 mid-run (with a host tier and the next update's reads ahead), then --resume: the checkpoint loads, the killed run's scratch directories
+#   4. kill -9 mid-run (with a host tier and the next update's reads ahead into a read-ahead area), then --resume: the checkpoint loads, the killed run's scratch directories
 #      are removed (a note says so), and the resumed steps equal the uninterrupted run's.
 #   5. Faults, each one line naming the path and a non-zero exit: a missing --nvme-path, a file
 #      given for it, a read-only filesystem, a filesystem without the planned bytes free (a 1 MB
@@ -54,20 +57,29 @@ same_ckpt() { # every file of two --out directories
 mkdir -p $d/nvme
 
 echo "== 1. CPU trainer: NVMe = memory, bit for bit"
-for cfg in "bf16 1 none 2" "bf16 2 none 5" "bf16 3 nvme 2" "fp32 1 none 5" "fp32 2 none 2" "fp32 3 nvme 5" "fp16 2 none 3"; do
-  set -- $cfg; p=$1; s=$2; op=$3; nb=$4
+# the last field: --nvme-readahead's bytes (a piece of master + 2 state arrays is 24576 bytes here)
+for cfg in "bf16 1 none 2 0" "bf16 2 none 5 1e9" "bf16 3 nvme 2 60000" "fp32 1 none 5 0" "fp32 2 none 2 0" "fp32 3 nvme 5 0" \
+           "fp16 2 none 3 30000"; do
+  set -- $cfg; p=$1; s=$2; op=$3; nb=$4; ra=$5
   k=${p}_$s
   cpu $common --steps 5 --precision $p --zero-stage $s --out $d/m_$k --log $d/m_$k.jsonl > $d/m_$k.out 2>&1 \
     || { tail -3 $d/m_$k.out; fail "$k in memory"; continue; }
   cpu $common --steps 5 --precision $p --zero-stage $s --offload-optimizer nvme --offload-param $op --nvme-path $d/nvme \
-    --nvme-buffers $nb --nvme-buffer-size 2048 --out $d/n_$k --log $d/n_$k.jsonl > $d/n_$k.out 2>&1 \
+    --nvme-buffers $nb --nvme-buffer-size 2048 --nvme-readahead $ra --out $d/n_$k --log $d/n_$k.jsonl > $d/n_$k.out 2>&1 \
     || { tail -3 $d/n_$k.out; fail "$k on NVMe"; continue; }
+  if [ $ra != 0 ]; then # the reads started ahead: some, and never more than the update read
+    $PYTHON - $d/n_$k.jsonl <<'PY' || fail "$k: nvme_ahead out of range"
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1]) if '"nvme_ahead"' in l]
+assert s and sum(r["nvme_ahead"] for r in s) > 0 and all(0 <= r["nvme_ahead"] <= r["nvme_read"] for r in s), s
+PY
+  fi
   grep -q "plan vs allocated: every kind on every rank matches exactly" $d/n_$k.out || fail "$k: plan and allocation differ"
   grep -q '"master":"nvme"' $d/n_$k.jsonl || fail "$k: the memory log does not put the master weights on NVMe"
   [ $op = nvme ] && { grep -q '"params":"nvme"' $d/n_$k.jsonl || fail "$k: parameters not on NVMe"; }
   grep -q '"nvme_read":[1-9]' $d/n_$k.jsonl && grep -q '"exposed_io_ms"' $d/n_$k.jsonl || fail "$k: no NVMe traffic in the step log"
   if same_steps $d/m_$k.jsonl $d/n_$k.jsonl && same_ckpt $d/m_$k $d/n_$k; then
-    echo "ok   $p ZeRO-$s (parameters on $op, $nb buffer sets): losses, norms, weights and optimizer state identical"
+    echo "ok   $p ZeRO-$s (parameters on $op, $nb buffer sets, read-ahead $ra bytes): losses, norms, weights and optimizer state identical"
   else fail "$k: NVMe differs from memory"; diff <(steps $d/m_$k.jsonl) <(steps $d/n_$k.jsonl) | head -4; fi
 done
 # offload_param alone (the optimizer stays in memory; DeepSpeed takes it): the parameters on NVMe,
@@ -107,6 +119,7 @@ for cfg in "bf16 1 none" "fp32 3 nvme" "fp16 2 none"; do
   [ -d $d/m_$k ] || continue
   for hc in 100000 1e9; do
     o="--precision $p --zero-stage $s --offload-optimizer nvme --offload-param $op --nvme-buffer-size 2048"
+    [ $hc = 100000 ] && o="$o --nvme-readahead 50000"
     cpu $common --steps 5 $o --nvme-path $d/nvme --nvme-buffers 3 --nvme-host-cache $hc --out $d/c_${k}_$hc \
       --log $d/c_${k}_$hc.jsonl > $d/c_${k}_$hc.out 2>&1 || { tail -3 $d/c_${k}_$hc.out; fail "$k host tier $hc"; continue; }
     grep -q "plan vs allocated: every kind on every rank matches exactly" $d/c_${k}_$hc.out || fail "$k $hc: plan and allocation differ"
@@ -117,24 +130,27 @@ for cfg in "bf16 1 none" "fp32 3 nvme" "fp16 2 none"; do
     if [ $hc = 1e9 ] && [ $op = none ]; then [ "$rd" = 0 ] && [ "$now" = 0 ] || fail "$k all cached: NVMe still read $rd bytes, files $now"
     else [ "$now" -lt "$base" ] && [ "$now" -gt 0 ] || fail "$k cached: files $now bytes against $base without the tier"; fi
     if same_steps $d/m_$k.jsonl $d/c_${k}_$hc.jsonl && same_ckpt $d/m_$k $d/c_${k}_$hc; then
-      echo "ok   $p ZeRO-$s, host tier $hc bytes: NVMe files $now bytes (without: $base), identical to memory"
+      echo "ok   $p ZeRO-$s, host tier $hc bytes$([ $hc = 100000 ] && echo ' and read-ahead 50000'): NVMe files $now bytes (without: $base), identical to memory"
     else fail "$k host tier $hc: differs from memory"; fi
   done
 done
 cpu $common --steps 5 --precision bf16 --zero-stage 1 --offload-optimizer nvme --nvme-path $d/nvme --nvme-buffer-size 2048 \
-  --nvme-host-cache auto --log $d/c_auto.jsonl > $d/c_auto.out 2>&1 || fail "--nvme-host-cache auto"
-grep -q '^--nvme-host-cache auto: [0-9]* bytes' $d/c_auto.out && same_steps $d/m_bf16_1.jsonl $d/c_auto.jsonl \
+  --nvme-host-cache auto --nvme-readahead auto --log $d/c_auto.jsonl > $d/c_auto.out 2>&1 || fail "--nvme-host-cache auto"
+auto() { grep -o "^--nvme-$1 auto: [0-9]* bytes" $d/c_auto.out | cut -d' ' -f3; }
+[ -n "$(auto host-cache)" ] && [ -n "$(auto readahead)" ] && same_steps $d/m_bf16_1.jsonl $d/c_auto.jsonl \
   && grep -q "plan vs allocated: every kind on every rank matches exactly" $d/c_auto.out \
-  && echo "ok   --nvme-host-cache auto: $(grep -o '^--nvme-host-cache auto: [0-9]* bytes' $d/c_auto.out | cut -d' ' -f3-), identical to memory" \
-  || fail "--nvme-host-cache auto"
-for bad in "12x|not a byte count" "1e30|not a byte count"; do
-  ./train_gpt_cpu $common --steps 1 --offload-optimizer nvme --zero-stage 1 --nvme-path $d/nvme --nvme-host-cache ${bad%|*} > $d/f.out 2>&1
-  [ $? -ne 0 ] && [ "$(grep -c '^error' $d/f.out)" = 1 ] && grep -q "^error: --nvme-host-cache .*${bad#*|}" $d/f.out \
-    && echo "ok   --nvme-host-cache ${bad%|*}: $(grep '^error' $d/f.out)" || fail "--nvme-host-cache ${bad%|*} accepted"
+  && echo "ok   --nvme-host-cache auto --nvme-readahead auto: $(auto host-cache) and $(auto readahead) bytes, identical to memory" \
+  || fail "--nvme-host-cache auto --nvme-readahead auto"
+for opt in host-cache readahead; do
+  for bad in "12x|not a byte count" "1e30|not a byte count"; do
+    ./train_gpt_cpu $common --steps 1 --offload-optimizer nvme --zero-stage 1 --nvme-path $d/nvme --nvme-$opt ${bad%|*} > $d/f.out 2>&1
+    [ $? -ne 0 ] && [ "$(grep -c '^error' $d/f.out)" = 1 ] && grep -q "^error: --nvme-$opt .*${bad#*|}" $d/f.out \
+      && echo "ok   --nvme-$opt ${bad%|*}: $(grep '^error' $d/f.out)" || fail "--nvme-$opt ${bad%|*} accepted"
+  done
+  ./train_gpt_cpu $common --steps 1 --zero-stage 1 --nvme-$opt 1000 > $d/f.out 2>&1
+  [ $? -ne 0 ] && [ "$(grep -c '^error' $d/f.out)" = 1 ] && grep -q "^error: --nvme-$opt 1000 needs --offload-optimizer nvme" $d/f.out \
+    && echo "ok   --nvme-$opt without NVMe: one line" || fail "--nvme-$opt without NVMe accepted"
 done
-./train_gpt_cpu $common --steps 1 --zero-stage 1 --nvme-host-cache 1000 > $d/f.out 2>&1
-[ $? -ne 0 ] && grep -q "^error: --nvme-host-cache 1000 needs --offload-optimizer nvme" $d/f.out && echo "ok   --nvme-host-cache without NVMe: one line" \
-  || fail "--nvme-host-cache without NVMe accepted"
 
 echo "== 2. GPU trainer (emulated): NVMe = memory"
 for cfg in "bf16 2 none" "fp16 3 nvme" "fp32 1 none"; do
@@ -162,7 +178,7 @@ for first in nvme memory; do
 done
 
 echo "== 4. kill -9 mid-run, then --resume"
-long="$run --precision bf16 --zero-stage 2 $nv --offload-param none --nvme-path $d/nvme --nvme-host-cache 100000"
+long="$run --precision bf16 --zero-stage 2 $nv --offload-param none --nvme-path $d/nvme --nvme-host-cache 100000 --nvme-readahead 50000"
 cpu $common --steps 120 --precision bf16 --zero-stage 2 --log $d/k_full.jsonl > /dev/null 2>&1 || fail "uninterrupted run (4)"
 cpu $model $long --steps 120 --out $d/killed --save-every 2 --log $d/k1.jsonl > $d/k1.out 2>&1 &
 pid=$!

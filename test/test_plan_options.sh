@@ -83,6 +83,7 @@ good = {
     "zeropp-block": (["--zeropp-block", "1024"], ["--zero-stage", "3", "--world", "2", "--zeropp-qwz", "1"],
                      "the messages' scales"),
     "nvme-host-cache": (["--nvme-host-cache", "1e6"], ["--zero-stage", "1", "--offload-optimizer", "nvme"], "the host tier: staging, nvme"),
+    "nvme-readahead": (["--nvme-readahead", "1e9"], ["--zero-stage", "1", "--offload-optimizer", "nvme"], "the read-ahead area: staging"),
     "deepspeed": (["--deepspeed", f"{d}/ds.json"], [], "the file sets stage, batch, offload, precision"),
     "strict": (["--strict"], ["--deepspeed", f"{d}/ds.json"], "decides which --deepspeed files run"),
 }

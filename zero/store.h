@@ -30,7 +30,8 @@
 //   NVMe (ZeRO-Infinity): offload_optimizer = nvme (stages 1-3) keeps the master weights and the
 //   state arrays in files, offload_param = nvme (stage 3) the parameter shard too; the NVMe store,
 //   its buffer sets, host tier, read-ahead across the step boundary and failure rules are
-//   zero/nvme_store.h's. This header sizes its pieces, buffer sets and host tier (zero_store_pieces,
+//   zero/nvme_store.h's. This header sizes the pieces (zero_store_pieces) and the device's
+//   staging (zero_store_staging_bytes); the NVMe store sizes its own (zero_nvme_shape,
 //   zero_staging_bytes: the planner asks too).
 //
 //   The stores. Each location (zero/location.h) is one ZeroLocation, a table of what a kind's
@@ -40,8 +41,10 @@
 //   and the streamed update's fetch, open and close of piece i (the gradient read, the master
 //   weights and state arrays read and written, the parameters written: in place where the host
 //   can address them, else through staging or a buffer set); and, where a store keeps more than
-//   its kinds' memory (NVMe: files, buffer sets, reads in flight), its own staging, its part of a
-//   stream's begin and end, a poll at every unit boundary and its release (NULL: nothing). The
+//   its kinds' memory (NVMe: files, buffer sets, reads in flight), that state (state[location],
+//   of a type only that store knows), its own staging, its part of a stream's begin and end, a
+//   poll at every unit boundary, which unit holds a gather slot (holder) and its release (NULL:
+//   nothing). The
 //   device's store is one of two: compute memory the host cannot address (the GPU: copies) or can
 //   (unified: the CPU trainer). zero.h asks the kind's store and never which location it is.
 //   Timeline (core/trace.h): the host's waits for a staging copy are "wait copy" spans (offload);
@@ -56,14 +59,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/gpt2.h"
-#include "core/nvme.h"
 #include "core/optimizer.h"
 #include "core/trace.h"
 #include "mixed_precision.h"
 #include "zero/backend.h"
 #include "zero/location.h"
-
-#define ZERO_MAX_BUFS 16 // NVMe buffer sets at most
 
 // The kinds of memory a rank holds. MEM_STATE + k is the optimizer's state array k (named by
 // optimizer.h: "adam_m", "adam_v", "lion_m", ...). staging: the offload's transfer buffers in
@@ -106,8 +106,10 @@ typedef struct {
     // consecutive ranks (<= 1: off), qgZ's bits (0: off, 4, 8), the block (0: 2048), and the ranks
     // per host qgZ's hierarchy uses (0: the backend's host_size)
     int zeropp_qwz, zeropp_hpz, zeropp_qgz, zeropp_block, zeropp_per_host;
-    // NVMe's host tier: bytes of the optimizer state kept in host memory instead of its files
-    size_t nvme_host_cache;
+    // NVMe's host tier: bytes of the optimizer state kept in host memory instead of its files;
+    // its read-ahead: bytes of host memory the next update's first pieces are read into during
+    // the forward and backward (zero/nvme_store.h)
+    size_t nvme_host_cache, nvme_readahead;
 } ZeroOptions;
 // Nothing offloaded; the rest as given.
 static inline ZeroOptions zero_options(int stage, int dtype, int optimizer) {
@@ -138,6 +140,7 @@ typedef struct {
     void (*end)(ZeroStore *s, const ZeroPiece *pcs, int P); // ... and ends, after the copies landed
     void (*poll)(ZeroStore *s);                            // a unit boundary (zero_store_poll)
     void (*release)(ZeroStore *s);                         // everything it holds (zero_store_close)
+    int (*holder)(const ZeroStore *s, int u);              // zero_store_holder (NULL: -1)
 } ZeroLocation;
 
 struct ZeroStore {
@@ -155,36 +158,16 @@ struct ZeroStore {
     // slice before its gather (embeddings, final LayerNorm, two layers: zero_store_slot)
     void *stage_grad[2], *stage_param[2], *land[4];
     int d2h[2], h2d[2];
-    // NVMe: the files, each unit's slice's byte offset in an fp32 file and in the parameter file,
-    // the streamed update's pieces and buffer sets (reads and writes in flight per set and kind:
-    // master 0, state k 1 + k, parameters 1 + OPT_MAX_SLICES), and a host slot per gather buffer
-    // for a shard on NVMe (the unit it holds, its read and the copy that reads it, tickets/handles)
-    Nvme *nvme;
-    int file[MEM_KINDS];
-    size_t offo[GPT2_MAX_UNITS + 1], offp[GPT2_MAX_UNITS + 1];
-    // the host tier: unit u's first cached[u] elements of the master weights and state arrays
-    // live in host memory (cache[0]: master, cache[1 + k]: state k, from element cache_at[u]),
-    // the rest in the files (offo: each unit's file part's byte offset)
-    size_t cached[GPT2_MAX_UNITS], cache_at[GPT2_MAX_UNITS + 1];
-    float *cache[1 + OPT_MAX_SLICES];
-    // across the step boundary: the next update's first pieces (nnext) and how many of their
-    // reads have started (prefetched), each once its buffer set's write behind is done
-    ZeroPiece next[ZERO_MAX_BUFS];
-    int nnext, prefetched;
-    size_t piece;
-    int nbuf;
-    float *buf_master[ZERO_MAX_BUFS], *buf_state[ZERO_MAX_BUFS][OPT_MAX_SLICES];
-    void *buf_param[ZERO_MAX_BUFS];
-    int buf_read[ZERO_MAX_BUFS][2 + OPT_MAX_SLICES], buf_write[ZERO_MAX_BUFS][2 + OPT_MAX_SLICES];
+    // what a location's store keeps beyond its kinds' memory (NULL: nothing): its own type,
+    // known only to that store (the NVMe store's ZeroNvme: zero/nvme_store.h)
+    void *state[LOC_KINDS];
+    size_t piece;                  // the streamed update's piece, in elements
     int reading;                   // the stream is a read pass (an optimizer's reductions): nothing written
-    double ahead_read;             // bytes read ahead for the next update, counted when it starts
     int host_units;                // Twin-Flow: the offloaded optimizer kinds keep units [0, host_units) where
     size_t host_elems;             // they live, the rest of the shard (from element host_elems) on the device
     int fetched[MEM_KINDS];        // the streamed update: pieces fetched so far, per kind,
     int ahead[LOC_KINDS];          // and how far ahead of the one updated, per location
-    void *pslot[4];
-    int pslot_unit[4], pslot_read[4], pslot_copy[4];
-    unsigned long pslot_gen[4], updates; // a slot holds the parameters of update `gen`
+    unsigned long updates;         // updates streamed so far (not read passes)
 };
 
 // --- geometry ------------------------------------------------------------------------
@@ -201,8 +184,6 @@ static inline size_t zero_store_elem(const ZeroStore *s, int kind) {
 static inline int zero_store_slot(const ZeroStore *s, int u) {
     return u == UNIT_EMBED ? 0 : u == gpt2_final_unit(s->lay) ? 1 : 2 + u % 2;
 }
-// A buffer set's slot of a kind (buf_read / buf_write).
-static inline int zero_store_bufslot(int kind) { return kind == MEM_PARAMS ? 1 + OPT_MAX_SLICES : kind - MEM_MASTER; }
 static inline const ZeroLocation *zero_store_of(const ZeroStore *s, int kind) { return s->loc[s->where[kind]]; }
 
 // --- placement ---------------------------------------------------------------------------
@@ -267,52 +248,22 @@ static inline size_t zero_twin_bytes(const ZeroStore *s) {
 }
 // The piece the streamed update works in: a whole unit slice, unless something is on NVMe (then
 // at most the buffer size, a multiple of 2048 elements so every piece starts NVME_ALIGN-aligned
-// in its file at 2 or 4 bytes an element); and the buffer sets.
+// in its file at 2 or 4 bytes an element). (The NVMe store sizes its buffer sets, host tier and
+// read-ahead: zero_nvme_shape.)
 static inline void zero_store_pieces(ZeroStore *s, const ZeroOptions *o) {
     size_t e = gpt2_unit_padded(s->lay, UNIT_EMBED), l = gpt2_unit_padded(s->lay, 1);
     size_t slice = (e > l ? e : l) / (size_t)s->world;
     size_t want = o->nvme_piece ? o->nvme_piece : (size_t)1 << 24;
     s->piece = zero_on_nvme(s->where) ? zero_round(want < slice ? want : slice, 2048) : slice;
-    s->nbuf = o->nvme_buffers < 2 ? 2 : o->nvme_buffers > ZERO_MAX_BUFS ? ZERO_MAX_BUFS : o->nvme_buffers;
-    // the host tier, from the last unit back: whole slices while the budget lasts, then the first
-    // whole pieces of one more slice (so that every piece is either cached or in its file)
-    size_t left = s->where[MEM_MASTER] == LOC_NVME ? o->nvme_host_cache / (4 * (1 + (size_t)s->nstate)) : 0;
-    for (int u = s->lay->num_units - 1; u >= 0; u--) {
-        size_t n = zero_store_slice(s, u), c = n <= left ? n : left / s->piece * s->piece;
-        s->cached[u] = c;
-        left -= c;
-    }
-    s->cache_at[0] = 0;
-    for (int u = 0; u < s->lay->num_units; u++) s->cache_at[u + 1] = s->cache_at[u] + s->cached[u];
     zero_twin_split(s, o->twin_device);
 }
-// Elements of the host tier per array (master weights, each state array).
-static inline size_t zero_cache_elems(const ZeroStore *s) { return s->cache_at[s->lay->num_units]; }
-// Where element lo of unit u's slice of a kind is in the host tier; NULL when in its file.
-static inline float *zero_cache_at(const ZeroStore *s, int kind, int u, size_t lo) {
-    if (kind < MEM_MASTER || kind >= MEM_BUFFERS || lo >= s->cached[u]) return NULL;
-    return s->cache[kind - MEM_MASTER] + s->cache_at[u] + lo;
-}
-// Bytes of the host staging these placements need (the planner predicts with it):
-//   a device's offloaded update: two pieces of gradients, and two of parameters unless the
-//     parameter shard is off the device;
-//   the optimizer state on NVMe: nbuf sets of (master + state arrays) pieces, and the host tier
-//     (master + state arrays of the cached elements);
-//   a shard on NVMe: nbuf pieces of parameters (the update writes them there), and one slice per
-//     gather buffer (embeddings, final LayerNorm, two layers).
-static inline size_t zero_staging_bytes(const ZeroStore *s, int unified) {
-    const int *where = s->where;
-    size_t b = 0, piece = s->piece, e = s->esize;
-    if (!unified && where[MEM_MASTER] != LOC_DEVICE)
-        b += 2 * piece * e + (where[MEM_PARAMS] == LOC_DEVICE ? 2 * piece * e : 0);
-    if (where[MEM_MASTER] == LOC_NVME) b += ((size_t)s->nbuf * piece + zero_cache_elems(s)) * 4 * (1 + (size_t)s->nstate);
-    if (where[MEM_PARAMS] == LOC_NVME) {
-        b += (size_t)s->nbuf * piece * e;
-        b += zero_round(zero_store_slice(s, UNIT_EMBED) * e, NVME_ALIGN) +
-             zero_round(zero_store_slice(s, gpt2_final_unit(s->lay)) * e, NVME_ALIGN) +
-             2 * zero_round(zero_store_layer_slice(s) * e, NVME_ALIGN);
-    }
-    return b;
+// Bytes of the host staging a device's offloaded update needs (zero_staging_bytes adds the NVMe
+// store's): two pieces of gradients, and two of parameters unless the parameter shard is off the
+// device.
+static inline size_t zero_store_staging_bytes(const ZeroStore *s, int unified) {
+    size_t piece = s->piece, e = s->esize;
+    if (unified || s->where[MEM_MASTER] == LOC_DEVICE) return 0;
+    return 2 * piece * e + (s->where[MEM_PARAMS] == LOC_DEVICE ? 2 * piece * e : 0);
 }
 // Elements of the device landing slices a host or NVMe shard's slices are copied into before
 // their gathers (embeddings, final LayerNorm, two layers), counted with zero.h's buffers.
@@ -412,19 +363,19 @@ static const ZeroLocation zero_device_store = {.alloc = zero_dev_alloc, .free = 
                                                .send = zero_send_in_place, .fetch = zero_dev_fetch,
                                                .open = zero_dev_open, .close = zero_dev_close, .staged = 1,
                                                .staging = NULL, .begin = NULL, .end = NULL, .poll = NULL,
-                                               .release = NULL};
+                                               .release = NULL, .holder = NULL};
 static const ZeroLocation zero_unified_store = {.alloc = zero_dev_alloc, .free = zero_dev_free, .put = zero_host_put,
                                                 .get = zero_host_get, .prefetch = zero_no_prefetch,
                                                 .send = zero_send_in_place, .fetch = zero_no_piece,
                                                 .open = zero_piece_in_place, .close = zero_no_piece, .staged = 0,
                                                 .staging = NULL, .begin = NULL, .end = NULL, .poll = NULL,
-                                                .release = NULL};
+                                                .release = NULL, .holder = NULL};
 static const ZeroLocation zero_host_store = {.alloc = zero_host_alloc, .free = zero_host_free, .put = zero_host_put,
                                              .get = zero_host_get, .prefetch = zero_no_prefetch,
                                              .send = zero_host_send, .fetch = zero_no_piece,
                                              .open = zero_piece_in_place, .close = zero_no_piece, .staged = 0,
                                              .staging = NULL, .begin = NULL, .end = NULL, .poll = NULL,
-                                             .release = NULL};
+                                             .release = NULL, .holder = NULL};
 // Each bound store's hook of that name, where it has one (loc[LOC_NVME]: bound by zero/nvme_store.h).
 #define ZERO_EACH_STORE(s, hook, ...) \
     for (int l_ = 0; l_ < LOC_KINDS; l_++)   \
@@ -442,12 +393,7 @@ static inline void zero_store_init(ZeroStore *s, const ZeroBackend *be, Trace *c
     s->loc[LOC_DEVICE] = be->unified ? &zero_unified_store : &zero_device_store;
     s->loc[LOC_HOST] = &zero_host_store;
     zero_store_pieces(s, o);
-    s->ahead[LOC_DEVICE] = s->ahead[LOC_HOST] = 1;                 // two staging pieces
-    s->ahead[LOC_NVME] = s->nbuf - 2 > 0 ? s->nbuf - 2 : 0;        // nbuf buffer sets
-    for (int k = 0; k < MEM_KINDS; k++) s->file[k] = -1;
-    for (int q = 0; q < 4; q++) s->pslot_unit[q] = s->pslot_read[q] = s->pslot_copy[q] = -1;
-    for (int b = 0; b < ZERO_MAX_BUFS; b++)
-        for (int k = 0; k < 2 + OPT_MAX_SLICES; k++) s->buf_read[b][k] = s->buf_write[b][k] = -1;
+    s->ahead[LOC_DEVICE] = s->ahead[LOC_HOST] = 1;                 // two staging pieces (NVMe's: zero_nvme_bind)
     s->d2h[0] = s->d2h[1] = s->h2d[0] = s->h2d[1] = -1;
 }
 
@@ -495,8 +441,8 @@ static inline void zero_get(ZeroStore *s, int kind, int u, size_t lo, float *hos
 // slot is reused (-1: none), the read ahead, and where the gather sends from (at: the shard's
 // slice where it lives in memory).
 static inline int zero_store_holder(const ZeroStore *s, int u) {
-    int q = zero_store_slot(s, u); // (only NVMe's prefetch fills a slot)
-    return s->pslot_unit[q] == u && s->pslot_gen[q] == s->updates ? -1 : s->pslot_unit[q];
+    const ZeroLocation *l = zero_store_of(s, MEM_PARAMS); // (only NVMe's prefetch fills a slot)
+    return l->holder ? l->holder(s, u) : -1;
 }
 static inline void zero_store_prefetch(ZeroStore *s, int u) { zero_store_of(s, MEM_PARAMS)->prefetch(s, MEM_PARAMS, u); }
 static inline const void *zero_store_send(ZeroStore *s, int u, const void *at) { return zero_store_of(s, MEM_PARAMS)->send(s, u, at); }
