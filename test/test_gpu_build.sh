@@ -28,35 +28,44 @@ fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 
 # -Werror turns warnings into errors, but nvcc's driver prints some of its own that are not
 # ("nvcc warning : ..."): any warning line is a failure too (gcc "warning:", cudafe "warning #").
-build() { # build TARGET [make variables...]
-  local target=$1; shift
+# The three trainers come from one make, two at a time: nvcc's host compile runs on one thread
+# (its two device compiles on two, --threads 2), so a 2-core machine finishes them sooner side
+# by side; the log is one, and a warning in it is any build's failure.
+build() { # build TARGET...
   local start; start=$(date +%s)
-  rm -f "$target"
-  if env -u PRECISION make --no-print-directory "$target" "$@" >"$d/build_$target.log" 2>&1; then
-    echo "ok   $target built in $(( $(date +%s) - start )) s"
-    if grep -iE 'warning ?[:#]' "$d/build_$target.log"; then fail "$target: the build printed warnings"; fi
+  rm -f "$@"
+  if env -u PRECISION make --no-print-directory -j2 "$@" >"$d/build.log" 2>&1; then
+    echo "ok   $* built in $(( $(date +%s) - start )) s"
+    if grep -iE 'warning ?[:#]' "$d/build.log"; then fail "$*: the build printed warnings"; fi
   else
-    cat "$d/build_$target.log"; fail "make $target"
+    cat "$d/build.log"; fail "make $*"
   fi
 }
-echo "== make train_gpt (bf16, the default; sm_80 + sm_90, no warnings)"
-build train_gpt
-echo "== make train_gpt_fp16 train_gpt_fp32 (the other precisions, under their own names)"
-build train_gpt_fp16
-build train_gpt_fp32
+echo "== make train_gpt (bf16, the default; sm_80 + sm_90, no warnings), train_gpt_fp16 train_gpt_fp32 (the other precisions, under their own names)"
+build train_gpt train_gpt_fp16 train_gpt_fp32
 
 echo "== every shared header compiles alone as CUDA C++"
+# (two compiles at a time, for the same reason; each its own file, log and exit status)
+hdr() { # HEADER
+  local n=${1//\//_}
+  printf '#include "%s"\n' "$1" >"$d/hdr_$n.cu"
+  # (with MPI's include path, as the trainer's build: run/job.h speaks MPI)
+  "$NVCC" -std=c++17 -D_GNU_SOURCE -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -I. $(mpicc -showme:compile) \
+    -c "$d/hdr_$n.cu" -o "$d/hdr_$n.o" >"$d/hdr_$n.log" 2>&1
+  echo $? >"$d/hdr_$n.rc"
+}
+hdrs=()
 for h in *.h core/*.h zero/*.h run/*.h data/*.h gpu/layout.h; do
   case "$h" in run/trainer.h|core/model.h) continue ;; esac # need the including trainer's GPT2, kernels and functions
+  hdrs+=("$h")
+  hdr "$h" &
+  [ "$(jobs -rp | wc -l)" -lt 2 ] || wait -n
+done
+wait
+for h in "${hdrs[@]}"; do
   n=${h//\//_}
-  printf '#include "%s"\n' "$h" >"$d/hdr_$n.cu"
-  # (with MPI's include path, as the trainer's build: run/job.h speaks MPI)
-  if "$NVCC" -std=c++17 -D_GNU_SOURCE -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -I. $(mpicc -showme:compile) \
-       -c "$d/hdr_$n.cu" -o "$d/hdr_$n.o" >"$d/hdr_$n.log" 2>&1; then
-    echo "ok   $h"
-  else
-    cat "$d/hdr_$n.log"; fail "$h as CUDA C++"
-  fi
+  if [ "$(cat "$d/hdr_$n.rc" 2>/dev/null)" = 0 ]; then echo "ok   $h"
+  else cat "$d/hdr_$n.log"; fail "$h as CUDA C++"; fi
 done
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

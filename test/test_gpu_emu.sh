@@ -12,7 +12,7 @@
 #      gpu/mma16.cuh's portable m16n8k16 product (the PTX fragment layouts, bf16 and fp16) and its
 #      ldmatrix.x4, plain and transposed (the PTX layout; a row address not 16-byte aligned is caught).
 #   2. run_gpu_checks.sh, emulated: loss and every gradient against the CPU trainer in fp32,
-#      bf16 and fp16 (two shapes), ZeRO stages 0-3 on 2 ranks agreeing (fp32, bf16); activation
+#      bf16 and fp16 (two shapes; a 1000-token vocabulary, as in 4 and 7), ZeRO stages 0-3 on 2 ranks agreeing (fp32, bf16); activation
 #      recompute (full, every 2, selective, cpu_checkpointing) equal to no recompute bit for bit
 #      in the three precisions and at ZeRO-3 on 2 ranks, and to the CPU trainer's within tolerance.
 #   3. the ZeRO runs again with collectives scheduled as early as their events allow
@@ -82,7 +82,8 @@ EMULATED=1 GPU_BIN=test/bin/train_gpt_emu_ NGPU=2 ZERO_STEPS=2 OUT="$d/checks" b
   fail "run_gpu_checks.sh on the emulator"
 
 echo "== 3. collectives as early as possible: the same losses, bit for bit"
-common=(--train-data "data/brown_train_*.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
+# run_gpu_checks.sh section 1's emulated tokens: random, below its 1000-token vocabulary
+common=(--train-data "$d/checks/tokens.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
 zcommon=(--train-data "$d/checks/zero_tokens.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
 for s in 1 2 3; do # run_gpu_checks.sh section 2's emulated runs: its small model and tokens
   ref=$d/checks/zero_bf16_$s.jsonl out=$d/early_bf16_$s.jsonl
@@ -143,7 +144,7 @@ else diff <(pick "$d/full_cpu.log") <(pick "$d/full_gpu.log"); fail "validation/
 echo "== 7. attention at head sizes 64, 24, 16 and T=77, bf16"
 for ch_nh in "128 2" "96 4" "64 4" "128 2 flash"; do
   set -- $ch_nh; k=hs$(($1 / $2))${3:+_$3}
-  shape7=(--layers 2 --channels "$1" --heads "$2" --batch 3 --seq-len 77 --steps 1 "${common[@]}" --precision bf16)
+  shape7=(--layers 2 --channels "$1" --heads "$2" --vocab-size 1000 --batch 3 --seq-len 77 --steps 1 "${common[@]}" --precision bf16)
   ./train_gpt_cpu "${shape7[@]}" --dump-grads "$d/g7_cpu_$k.bin" --log "$d/l7_cpu_$k.jsonl" >"$d/r7_cpu_$k.log" 2>&1 || fail "CPU $k"
   test/bin/train_gpt_emu_bf16${3:+_$3} "${shape7[@]}" --dump-grads "$d/g7_gpu_$k.bin" --log "$d/l7_gpu_$k.jsonl" >"$d/r7_gpu_$k.log" 2>&1 ||
     { tail -n 5 "$d/r7_gpu_$k.log"; fail "emulated GPU $k"; continue; }
