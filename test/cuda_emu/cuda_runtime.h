@@ -580,21 +580,19 @@ static inline void emu_drain_stream(cudaStream_t s, const char *what) {
 static inline void emu_drain_all(const char *what) {
     emu_drain([] { for (cudaStream_t s : emu_dev.streams) if (!s->q.empty()) return false; return true; }, what);
 }
-static inline void emu_enqueue_net(cudaStream_t s, std::function<std::function<bool()>()> start) {
+// Work for stream s: fn runs when the stream gets there (RUN), or start begins a collective (NET).
+static inline void emu_enqueue_op(cudaStream_t s, std::function<void()> fn, std::function<std::function<bool()>()> start) {
     EmuOp op;
-    op.kind = EmuOp::NET;
+    op.kind = start ? EmuOp::NET : EmuOp::RUN;
+    op.fn = std::move(fn);
     op.start = std::move(start);
     op.ev = NULL;
     op.gen = 0;
     emu_stream(s)->q.push_back(std::move(op));
 }
-static inline void emu_enqueue(cudaStream_t s, std::function<void()> fn) {
-    EmuOp op;
-    op.kind = EmuOp::RUN;
-    op.fn = std::move(fn);
-    op.ev = NULL;
-    op.gen = 0;
-    emu_stream(s)->q.push_back(std::move(op));
+static inline void emu_enqueue(cudaStream_t s, std::function<void()> fn) { emu_enqueue_op(s, std::move(fn), nullptr); }
+static inline void emu_enqueue_net(cudaStream_t s, std::function<std::function<bool()>()> start) {
+    emu_enqueue_op(s, nullptr, std::move(start));
 }
 
 static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
