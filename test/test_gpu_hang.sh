@@ -52,10 +52,19 @@ line=$(grep -E "^hang: rank 1 \($host\) has not completed its part of [a-z_]+ #[
 op=$(echo "$line" | sed -E 's/.*part of ([a-z_]+) #.*/\1/'); seq=$(echo "$line" | sed -E 's/.*part of [a-z_]+ #([0-9]+) .*/\1/')
 if echo "$line" | grep -q "#$seq (scalars,"; then unit=-1; watch="$op of scalars"
 else unit=$(echo "$line" | sed -E 's/.*#[0-9]+ \(unit ([0-9]+) .*/\1/'); watch="$op of unit $unit \("; fi
-# the watchdogs of ranks 0 and 2 name the oldest collective whose completion event is not ready
+# the watchdogs of ranks 0 and 2 name the oldest collective whose completion event is not ready:
+# the verdict's, or, for a rank whose part of it completed (rank 1's data left before the stop),
+# the next one the verdict says that rank waits in
 for r in 0 2; do
-  grep -Eq "^error: rank $r: $watch.* did not complete within $timeout s" $d/err.txt \
-    || fail "rank $r's watchdog does not name $op of unit $unit, the verdict's collective: $(grep "^error: rank $r:" $d/err.txt)"
+  w=$watch
+  next=$(grep -E "^hang: rank $r \($host\) has completed its part of #$seq and waits in [a-z_]+ #[0-9]+ \((unit [0-9]+|scalars)" $d/err.txt)
+  if [ -n "$next" ]; then
+    nop=$(echo "$next" | sed -E 's/.*waits in ([a-z_]+) #.*/\1/')
+    if echo "$next" | grep -q "waits in $nop #[0-9]* (scalars"; then w="$nop of scalars"
+    else w="$nop of unit $(echo "$next" | sed -E 's/.*waits in [a-z_]+ #[0-9]+ \(unit ([0-9]+).*/\1/') \("; fi
+  fi
+  grep -Eq "^error: rank $r: $w.* did not complete within $timeout s" $d/err.txt \
+    || fail "rank $r's watchdog does not name $w, the collective the verdict says it waits in: $(grep "^error: rank $r:" $d/err.txt)"
 done
 $PYTHON - $d/hang.json $seq $unit <<'PY' || fail "hang.json"
 import json, sys
@@ -66,12 +75,14 @@ for r in j["ranks"]:
     if r["rank"] == 1:
         assert r["status"] == "no answer", r
         continue
-    assert r["wait_seq"] == seq, (r["rank"], r["wait_seq"])
+    # it waits in the stuck collective, or (its part of that one done) in a later one
+    w = r["wait_seq"]
+    assert w >= seq, (r["rank"], w)
     done = {e["seq"]: e["state"] == "done" for e in r["recorder"]}
-    assert seq in done and not done[seq], (r["rank"], "the stuck collective is complete or missing")
-    assert all(d for s, d in done.items() if s < seq), (r["rank"], "one before the stuck collective is not complete")
-    assert not any(d for s, d in done.items() if s > seq), (r["rank"], "one after the stuck collective is complete")
+    assert w in done and not done[w], (r["rank"], "the collective it waits in is complete or missing")
+    assert all(d for s, d in done.items() if s < w), (r["rank"], "one before the collective it waits in is not complete")
+    assert not any(d for s, d in done.items() if s > w), (r["rank"], "one after the collective it waits in is complete")
     print("rank %d: %d collectives started, those before #%d complete, #%d and the %d after it not" %
-          (r["rank"], r["started"], seq, seq, sum(1 for s in done if s > seq)))
+          (r["rank"], r["started"], w, w, sum(1 for s in done if s > w)))
 PY
 echo ok
