@@ -203,8 +203,9 @@ static inline void *zero_nvme_buf(ZeroStore *s, int kind, int i) {
 }
 static inline int *zero_nvme_ticket(ZeroNvme *nv, int kind, int i, int writing) {
     int q = zero_nvme_q(kind);
-    if (zero_nvme_in_area(nv, kind, i)) return &(writing ? nv->area_write : nv->area_read)[(size_t)i * ZERO_NVME_Q + q];
-    return &(writing ? nv->buf_write : nv->buf_read)[i % nv->nbuf][q];
+    if (zero_nvme_in_area(nv, kind, i)) return (writing ? nv->area_write : nv->area_read) + (size_t)i * ZERO_NVME_Q + q;
+    int b = i % nv->nbuf; // (no conditional over the two arrays: g++ -O1 with ASan calls that maybe-uninitialized)
+    return writing ? &nv->buf_write[b][q] : &nv->buf_read[b][q];
 }
 
 // --- the store -----------------------------------------------------------------------------
