@@ -7,14 +7,14 @@
 # (ip -s link, both directions, both ends: what the kernel sent, independent of the trainer's
 # count), over the whole run divided by its steps (start-up's few KB included); the step time is
 # the trainer's mean after the first step. Needs root (network namespaces). Prints a table.
-#   STEPS (default 4), BATCH (1), SEQ (128), RATE (1gbit), MODEL ("--model d12"; a smoke test: a tiny
+#   STEPS (default 4), BATCH (1), SEQ (32, as the README's figures), RATE (1gbit), MODEL ("--model d12"; a smoke test: a tiny
 #   shape), CONFIGS (a subset of: zero3 qwz hpz qgz all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench-zeropp: network namespaces need root"; exit 1; }
 PY=${PYTHON:-python3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-STEPS=${STEPS:-4} BATCH=${BATCH:-1} SEQ=${SEQ:-128} RATE=${RATE:-1gbit} MODEL=${MODEL:-"--model d12"}
+STEPS=${STEPS:-4} BATCH=${BATCH:-1} SEQ=${SEQ:-32} RATE=${RATE:-1gbit} MODEL=${MODEL:-"--model d12"}
 CONFIGS=${CONFIGS:-"zero3 qwz hpz qgz all"}
 make -s train_gpt_cpu || exit 1
 d=$(mktemp -d "${TMPDIR:-/tmp}/bench_zeropp.XXXXXX")
