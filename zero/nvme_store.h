@@ -10,13 +10,14 @@
 //   Each unit's slice starts at an NVME_ALIGN-aligned offset, and everything is read and written
 //   with direct I/O (core/nvme.h) in pieces of at most `piece` elements: the update streams the
 //   pieces through `nbuf` host buffer sets, reading ahead nbuf - 2 pieces while it updates one
-//   and writes the last one behind. Across the step boundary: the update's last writes drain
-//   behind the next forward (zero_stream_end waits for none: a parameter slice's read first waits
-//   for its unit's writes still in flight), and zero_store_poll, called at every unit boundary of the forward
-//   and backward, starts the next update's reads of its first pieces as soon as the memory they
-//   go to is free (its write behind done), in order and without blocking; the update then finds
-//   them in flight or done. Those first pieces: the read-ahead area's, then nbuf - 1 more in the
-//   buffer sets. The read-ahead area (nvme_readahead bytes): narea whole pieces of the master
+//   and writes the last one behind. Across the step boundary: the update's last writes drain behind
+//   the next forward (zero_stream_end waits for none: a parameter slice's read first waits for its
+//   unit's writes still in flight), and zero_store_poll, called at every unit boundary of the
+//   forward and backward, starts the next update's reads of its first pieces as soon as the memory
+//   they go to is free (its write behind done), in order and without blocking; the update then
+//   finds them in flight or done. Those first pieces: the read-ahead area's, then nbuf more, one in
+//   each buffer set (the update's first fetch into a set waits for that set's first write anyway).
+//   The read-ahead area (nvme_readahead bytes): narea whole pieces of the master
 //   weights and state arrays (the stream's first narea pieces, which zero_nvme_shape keeps
 //   outside the host tier), host memory of their own: the update works on them in place there
 //   and writes them back from there in the background (core/nvme.h runs those writes only when
@@ -81,7 +82,7 @@ typedef struct {
     int narea;
     float *area[1 + OPT_MAX_SLICES];
     int *area_read, *area_write;
-    // across the step boundary: the next update's first pieces (nnext of at most narea + nbuf - 1)
+    // across the step boundary: the next update's first pieces (nnext of at most narea + nbuf)
     // and how many of their reads have started (prefetched)
     ZeroPiece *next;
     int nnext, prefetched;
@@ -423,12 +424,13 @@ static inline void zero_nvme_begin(ZeroStore *s) {
 }
 // A stream ends: every write drains behind the next forward (a parameter write before the read
 // of its unit's slice: zero_nvme_prefetch), and the next update's first pieces are read ahead
-// into the read-ahead area and the buffer sets (all but one: the update's own read-ahead starts
-// its next piece there) as their writes free them.
+// into the read-ahead area and every buffer set as their writes free them (an update reading
+// nbuf - 2 ahead first fetches into a set once it has written its first piece from it: none is
+// worth keeping free).
 static inline void zero_nvme_end(ZeroStore *s, const ZeroPiece *pcs, int P) {
     ZeroNvme *nv = zero_nvme_of(s);
     if (!nv) return;
-    int ahead = nv->narea + nv->nbuf - 1;
+    int ahead = nv->narea + nv->nbuf;
     nv->nnext = s->where[MEM_MASTER] == LOC_NVME ? (P < ahead ? P : ahead) : 0;
     for (int i = 0; i < nv->nnext; i++) nv->next[i] = pcs[i];
     nv->prefetched = 0;
