@@ -135,11 +135,12 @@ want = [E + F + (L + L - 2) * Ly] + [(L - 2 + L - 2) * Ly] * 3
 got = [r["nvme_read"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r and "nvme_read" in r]
 assert got == want, (got, want)
 PY
+for k in n4 p4; do grep -q "plan vs allocated: every kind on every rank matches exactly" $d/$k.out || r=1; done
 if [ $r = 0 ] && same_steps $d/m4.jsonl $d/n4.jsonl && same_ckpt $d/m4 $d/n4 && same_steps $d/m4.jsonl $d/p4.jsonl \
   && same_ckpt $d/m4 $d/p4; then
   echo "ok   bf16 ZeRO-3, 4 layers, optimizer and parameters on NVMe, and parameters alone: identical to memory; parameter bytes"
   echo "     read per step = the gather schedule's less what the update left in the slots"
-else fail "4 layers at stage 3: NVMe differs from memory, or the parameter reads per step are not the schedule's"; fi
+else fail "4 layers at stage 3: NVMe differs from memory, the plan from the allocation, or the reads from the schedule"; fi
 left=$(ls $d/nvme); [ -z "$left" ] && echo "ok   the scratch directories are removed at a clean exit" || fail "left behind: $left"
 # the planner's nvme bytes (the files, slices padded to 4096) = the memory log's
 for cfg in "bf16 3 nvme" "fp32 1 none"; do
