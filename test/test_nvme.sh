@@ -6,7 +6,7 @@
 #      on NVMe too), fp16 at stage 2; small pieces (2048 elements) and 2 or 5 buffer sets, so the
 #      read-ahead and write-behind wrap around many times a step; three of them also with a
 #      read-ahead area (--nvme-readahead: part of the pieces, and all of them), whose reads
-#      count in the log's nvme_ahead. The scratch directories are gone
+#      count in the log's nvme_ahead (without one: exactly the first --nvme-buffers pieces). The scratch directories are gone
 #      after a clean exit; the memory log's nvme bytes equal the planner's (--plan --json) and
 #      the files' sizes while it runs. offload_param alone (stage 3, bf16 and fp32, on NVMe and on
 #      the host: here a note that it moves nothing) equals memory too, planned to the byte.
