@@ -6,10 +6,12 @@
 #      on NVMe too), fp16 at stage 2; small pieces (2048 elements) and 2 or 5 buffer sets, so the
 #      read-ahead and write-behind wrap around many times a step; three of them also with a
 #      read-ahead area (--nvme-readahead: part of the pieces, and all of them), whose reads
-#      count in the log's nvme_ahead. The scratch directories are gone
+#      count in the log's nvme_ahead (without one: exactly the first --nvme-buffers pieces). The scratch directories are gone
 #      after a clean exit; the memory log's nvme bytes equal the planner's (--plan --json) and
 #      the files' sizes while it runs. offload_param alone (stage 3, bf16 and fp32, on NVMe and on
 #      the host: here a note that it moves nothing) equals memory too, planned to the byte.
+#      Across the step boundary at stage 3 (4 layers): NVMe = memory, and the parameter bytes read
+#      per step equal the gather schedule's less what the update leaves in the gather slots.
 #   1b. The host tier (--nvme-host-cache): budgets part (~40% of the optimizer state) and all,
 #      bf16 ZeRO-1, fp32 ZeRO-3 with parameters on NVMe, fp16 ZeRO-2: bit for bit equal to memory
 #      as above (the update reads the next step's first pieces ahead across the step boundary in
@@ -20,8 +22,10 @@
 #      bf16 ZeRO-2, fp16 ZeRO-3 with parameters on NVMe, fp32 ZeRO-1: equal to no offload.
 #   3. Resume across placements: saved with NVMe, resumed in memory, and the reverse (to another
 #      path): the resumed steps equal the uninterrupted run's.
-#   4. kill -9 mid-run (with a host tier and the next update's reads ahead into a read-ahead area), then --resume: the checkpoint loads, the killed run's scratch directories
-#      are removed (a note says so), and the resumed steps equal the uninterrupted run's.
+#   4. kill -9 mid-run (ZeRO-3 with the parameters on NVMe, a host tier and the next update's reads
+#      ahead into a read-ahead area: the update's writes drain behind the next step, so the kill
+#      lands during some), then --resume: the checkpoint loads, the killed run's scratch
+#      directories are removed (a note says so), and the resumed steps equal the uninterrupted run's.
 #   5. Faults, each one line naming the path and a non-zero exit: a missing --nvme-path, a file
 #      given for it, a read-only filesystem, a filesystem without the planned bytes free (a 1 MB
 #      tmpfs in a private mount namespace); a file deleted, and one truncated, under a running job.
@@ -67,6 +71,17 @@ for cfg in "bf16 1 none 2 0" "bf16 2 none 5 1e9" "bf16 3 nvme 2 60000" "fp32 1 n
   cpu $common --steps 5 --precision $p --zero-stage $s --offload-optimizer nvme --offload-param $op --nvme-path $d/nvme \
     --nvme-buffers $nb --nvme-buffer-size 2048 --nvme-readahead $ra --out $d/n_$k --log $d/n_$k.jsonl > $d/n_$k.out 2>&1 \
     || { tail -3 $d/n_$k.out; fail "$k on NVMe"; continue; }
+  if [ $ra = 0 ]; then # the next update's first nbuf pieces (one per buffer set) read ahead, each array's padded to 4096
+    $PYTHON - $d/n_$k.jsonl $nb <<'PY' || fail "$k: nvme_ahead is not the first $nb pieces"
+import json, sys
+C, V, T, W, piece, nb = 32, 512, 16, 2, 2048, int(sys.argv[2])
+units = [(V * C + T * C) // W] + [(12 * C * C + 13 * C) // W] * 2 + [2 * C // W]  # a rank's slices
+pieces = [min(piece, n - lo) for n in units for lo in range(0, n, piece)]
+want = 3 * sum((n * 4 + 4095) // 4096 * 4096 for n in pieces[:nb])  # master weights and 2 moments, fp32
+got = [r["nvme_ahead"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r and "nvme_ahead" in r]
+assert got[1:] == [want] * (len(got) - 1) and got[0] == 0, (got, want)
+PY
+  fi
   if [ $ra != 0 ]; then # the reads started ahead: some, and never more than the update read
     $PYTHON - $d/n_$k.jsonl <<'PY' || fail "$k: nvme_ahead out of range"
 import json, sys
@@ -99,6 +114,33 @@ for cfg in "bf16 nvme" "fp32 nvme" "bf16 cpu" "fp32 cpu"; do
     echo "ok   $p ZeRO-3, parameters alone on $op (optimizer in memory): losses, norms, weights and optimizer state identical"
   else fail "$k: parameters alone on $op differ from memory"; diff <(steps $d/m_$k.jsonl) <(steps $d/p_${k}_$op.jsonl) | head -4; fi
 done
+# across the step boundary at stage 3 (4 layers, so that the next forward reads some layers back while
+# the update's last parameter writes still drain): NVMe = memory; the parameter reads per step are
+# the gather schedule's (forward: every unit; backward: the layers not in the two layer buffers at
+# its start) less, after the first update, what the update left in the slots (embeddings, the
+# first two layers, the final LayerNorm), each unit's slice padded to 4096 bytes
+m4="--layers 4 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16 $run --steps 4 --precision bf16 --zero-stage 3"
+s4="--nvme-path $d/nvme --nvme-buffer-size 2048"
+cpu $m4 --out $d/m4 --log $d/m4.jsonl > $d/m4.out 2>&1 || fail "4 layers in memory"
+cpu $m4 $s4 --offload-optimizer nvme --offload-param nvme --nvme-buffers 2 --nvme-readahead 60000 --out $d/n4 \
+  --log $d/n4.jsonl > $d/n4.out 2>&1 || fail "4 layers on NVMe"
+cpu $m4 $s4 --offload-param nvme --nvme-buffers 3 --out $d/p4 --log $d/p4.jsonl > $d/p4.out 2>&1 || fail "4 layers, parameters on NVMe"
+$PYTHON - $d/p4.jsonl <<'PY'; r=$?
+import json, sys
+C, L, V, T, W = 32, 4, 512, 16, 2
+def pad(n):  # a rank's slice of a unit of n bf16 elements, in bytes padded to 4096
+    return (((n + W - 1) // W * 2 + 4095) // 4096) * 4096
+E, Ly, F = pad(V * C + T * C), pad(12 * C * C + 13 * C), pad(2 * C)
+want = [E + F + (L + L - 2) * Ly] + [(L - 2 + L - 2) * Ly] * 3
+got = [r["nvme_read"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r and "nvme_read" in r]
+assert got == want, (got, want)
+PY
+for k in n4 p4; do grep -q "plan vs allocated: every kind on every rank matches exactly" $d/$k.out || r=1; done
+if [ $r = 0 ] && same_steps $d/m4.jsonl $d/n4.jsonl && same_ckpt $d/m4 $d/n4 && same_steps $d/m4.jsonl $d/p4.jsonl \
+  && same_ckpt $d/m4 $d/p4; then
+  echo "ok   bf16 ZeRO-3, 4 layers, optimizer and parameters on NVMe, and parameters alone: identical to memory; parameter bytes"
+  echo "     read per step = the gather schedule's less what the update left in the slots"
+else fail "4 layers at stage 3: NVMe differs from memory, the plan from the allocation, or the reads from the schedule"; fi
 left=$(ls $d/nvme); [ -z "$left" ] && echo "ok   the scratch directories are removed at a clean exit" || fail "left behind: $left"
 # the planner's nvme bytes (the files, slices padded to 4096) = the memory log's
 for cfg in "bf16 3 nvme" "fp32 1 none"; do
@@ -178,8 +220,8 @@ for first in nvme memory; do
 done
 
 echo "== 4. kill -9 mid-run, then --resume"
-long="$run --precision bf16 --zero-stage 2 $nv --offload-param none --nvme-path $d/nvme --nvme-host-cache 100000 --nvme-readahead 50000"
-cpu $common --steps 120 --precision bf16 --zero-stage 2 --log $d/k_full.jsonl > /dev/null 2>&1 || fail "uninterrupted run (4)"
+long="$run --precision bf16 --zero-stage 3 $nv --nvme-path $d/nvme --nvme-host-cache 100000 --nvme-readahead 50000"
+cpu $common --steps 120 --precision bf16 --zero-stage 3 --log $d/k_full.jsonl > /dev/null 2>&1 || fail "uninterrupted run (4)"
 cpu $model $long --steps 120 --out $d/killed --save-every 2 --log $d/k1.jsonl > $d/k1.out 2>&1 &
 pid=$!
 for i in $(seq 600); do [ "$(losses $d/k1.jsonl)" -ge 7 ] && break; sleep 0.05; done

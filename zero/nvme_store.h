@@ -10,26 +10,31 @@
 //   Each unit's slice starts at an NVME_ALIGN-aligned offset, and everything is read and written
 //   with direct I/O (core/nvme.h) in pieces of at most `piece` elements: the update streams the
 //   pieces through `nbuf` host buffer sets, reading ahead nbuf - 2 pieces while it updates one
-//   and writes the last one behind. Across the step boundary: the optimizer state's last writes
-//   drain behind the next forward (zero_stream_end waits only for the parameters' writes, which
-//   the next gathers read), and zero_store_poll, called at every unit boundary of the forward
-//   and backward, starts the next update's reads of its first pieces as soon as the memory they
-//   go to is free (its write behind done), in order and without blocking; the update then finds
-//   them in flight or done. Those first pieces: the read-ahead area's, then nbuf - 1 more in the
-//   buffer sets. The read-ahead area (nvme_readahead bytes): narea whole pieces of the master
+//   and writes the last one behind. Across the step boundary: the update's last writes drain behind
+//   the next forward (zero_stream_end waits for none: a parameter slice's read first waits for its
+//   unit's writes still in flight), and zero_store_poll, called at every unit boundary of the
+//   forward and backward, starts the next update's reads of its first pieces as soon as the memory
+//   they go to is free (its write behind done), in order and without blocking; the update then
+//   finds them in flight or done. Those first pieces: the read-ahead area's, then nbuf more, one in
+//   each buffer set (the update's first fetch into a set waits for that set's first write anyway).
+//   The read-ahead area (nvme_readahead bytes): narea whole pieces of the master
 //   weights and state arrays (the stream's first narea pieces, which zero_nvme_shape keeps
 //   outside the host tier), host memory of their own: the update works on them in place there
 //   and writes them back from there in the background (core/nvme.h runs those writes only when
 //   no read or other write is queued: only the next step's reads into the area wait for them),
-//   and the buffer sets serve the pieces after them (piece i >= narea: set i % nbuf). A checkpoint's get or put first waits for every transfer and drops the reads ahead (a
-//   put changes the files under them; the poll starts them again). The host tier
+//   and the buffer sets serve the pieces after them (piece i >= narea: set i % nbuf). A
+//   checkpoint's get or put first waits for every transfer (the writes draining behind too) and
+//   drops the reads ahead (a put changes the files under them; the poll starts them again). The host tier
 //   (nvme_host_cache bytes): the last units' slices of the master weights and state arrays (the
 //   first whole pieces of one more slice) stay in host memory, counted as staging, and the
 //   update works on them in place; the files hold only the rest. A shard on NVMe is read into a
 //   host slot per gather buffer before its all-gather, the next unit's read issued while this
-//   one computes. Host memory for all this is the staging kind, bounded by the buffer settings
-//   and the two budgets; the files' bytes are counted per kind, where = nvme. An I/O error, or a
-//   file deleted or truncated under the job, ends it through the backend's fatal() with one line.
+//   one computes; the units the next forward gathers first in each slot (the embeddings, the
+//   first two layers, the final LayerNorm) are copied into their slots by the update as it
+//   writes them, so they are never read back. Host memory for all this is the staging kind,
+//   bounded by the buffer settings and the two budgets; the files' bytes are counted per kind,
+//   where = nvme. An I/O error, or a file deleted or truncated under the job, ends it through
+//   the backend's fatal() with one line.
 //   Sizes (buffer sets, the host tier, the read-ahead area: zero_nvme_shape; staging bytes:
 //   zero_staging_bytes; each file's bytes: zero_nvme_file_bytes) are computed here without a
 //   bound Zero, so that the planner predicts them.
@@ -71,12 +76,13 @@ typedef struct {
     float *buf_master[ZERO_MAX_BUFS], *buf_state[ZERO_MAX_BUFS][OPT_MAX_SLICES];
     void *buf_param[ZERO_MAX_BUFS];
     int buf_read[ZERO_MAX_BUFS][ZERO_NVME_Q], buf_write[ZERO_MAX_BUFS][ZERO_NVME_Q];
+    int buf_punit[ZERO_MAX_BUFS];  // the unit of each set's last parameter write (-1: none)
     // the read-ahead area: narea pieces per array (area[0]: master, area[1 + k]: state k), and
     // each piece's reads and writes in flight (narea x ZERO_NVME_Q)
     int narea;
     float *area[1 + OPT_MAX_SLICES];
     int *area_read, *area_write;
-    // across the step boundary: the next update's first pieces (nnext of at most narea + nbuf - 1)
+    // across the step boundary: the next update's first pieces (nnext of at most narea + nbuf)
     // and how many of their reads have started (prefetched)
     ZeroPiece *next;
     int nnext, prefetched;
@@ -273,11 +279,16 @@ static inline void zero_nvme_get(ZeroStore *s, int kind, int u, size_t lo, float
 // reads it on a unified backend) by the caller (zero_store_holder).
 static inline void zero_nvme_prefetch(ZeroStore *s, int kind, int u) {
     ZeroNvme *nv = zero_nvme_of(s);
-    int q = zero_store_slot(s, u);
+    int q = zero_store_slot(s, u), w = zero_nvme_q(MEM_PARAMS);
     if (kind != MEM_PARAMS || (nv->pslot_unit[q] == u && nv->pslot_gen[q] == s->updates)) return;
     if (nv->pslot_copy[q] >= 0) zero_store_host_wait(s, nv->pslot_copy[q], "a parameter slice's copy to the device");
     nv->pslot_copy[q] = -1;
     if (nv->pslot_read[q] >= 0) zero_nvme_wait(s, nv->pslot_read[q]);
+    for (int b = 0; b < nv->nbuf; b++) // u's writes still draining land first (core/nvme.h runs reads before writes)
+        if (nv->buf_punit[b] == u) {
+            zero_nvme_wait(s, nv->buf_write[b][w]);
+            nv->buf_write[b][w] = nv->buf_punit[b] = -1;
+        }
     nv->pslot_read[q] = zero_nvme_io(s, MEM_PARAMS, u, 0, zero_store_slice(s, u), nv->pslot[q], 0);
     nv->pslot_unit[q] = u;
     nv->pslot_gen[q] = s->updates;
@@ -316,9 +327,30 @@ static inline void *zero_nvme_open(ZeroStore *s, int kind, const ZeroPiece *pc, 
     zero_nvme_wait(s, *zero_nvme_ticket(nv, kind, i, kind == MEM_PARAMS));
     return zero_nvme_buf(s, kind, i);
 }
+// An updated parameter piece of a unit the next forward gathers first in its slot (the
+// embeddings, the first two layers, the final LayerNorm) is copied into that slot too, so that
+// the slot holds, once the unit's last piece is in, what the file will: no read. Nothing reads
+// the slots during an update (stage 3 gathers none then; a copy to the device still running from
+// one is waited for).
+static inline void zero_nvme_keep(ZeroStore *s, const ZeroPiece *pc, const void *buf) {
+    ZeroNvme *nv = zero_nvme_of(s);
+    int u = pc->u, q = zero_store_slot(s, u);
+    if (u > 2 && u != gpt2_final_unit(s->lay)) return;
+    if (pc->lo == 0) {
+        if (nv->pslot_copy[q] >= 0) zero_store_host_wait(s, nv->pslot_copy[q], "a parameter slice's copy out");
+        zero_nvme_wait(s, nv->pslot_read[q]);
+        nv->pslot_copy[q] = nv->pslot_read[q] = nv->pslot_unit[q] = -1;
+    }
+    memcpy((char *)nv->pslot[q] + pc->lo * s->esize, buf, pc->n * s->esize);
+    if (pc->lo + pc->n == zero_store_slice(s, u)) { nv->pslot_unit[q] = u; nv->pslot_gen[q] = s->updates + 1; }
+}
 static inline void zero_nvme_close(ZeroStore *s, int kind, const ZeroPiece *pc, int i) {
     ZeroNvme *nv = zero_nvme_of(s);
     if (zero_cache_at(nv, kind, pc->u, pc->lo)) return;
+    if (kind == MEM_PARAMS) {
+        zero_nvme_keep(s, pc, zero_nvme_buf(s, kind, i));
+        nv->buf_punit[i % nv->nbuf] = pc->u;
+    }
     int later = zero_nvme_in_area(nv, kind, i); // (the area's writes are waited for only by the next step's reads: in the background)
     *zero_nvme_ticket(nv, kind, i, 1) = zero_nvme_io(s, kind, pc->u, pc->lo, pc->n, zero_nvme_buf(s, kind, i), later ? 2 : 1);
 }
@@ -390,20 +422,15 @@ static inline void zero_nvme_begin(ZeroStore *s) {
         if (s->where[k] == LOC_NVME) s->fetched[k] = nv->prefetched;
     nv->nnext = nv->prefetched = 0;
 }
-// A stream ends: the parameters' writes land before the next gathers read them; the optimizer
-// state's writes drain behind the next forward, and the next update's first pieces are read ahead
-// into the read-ahead area and the buffer sets (all but one: the update's own read-ahead starts
-// its next piece there) as their writes free them.
+// A stream ends: every write drains behind the next forward (a parameter write before the read
+// of its unit's slice: zero_nvme_prefetch), and the next update's first pieces are read ahead
+// into the read-ahead area and every buffer set as their writes free them (an update reading
+// nbuf - 2 ahead first fetches into a set once it has written its first piece from it: none is
+// worth keeping free).
 static inline void zero_nvme_end(ZeroStore *s, const ZeroPiece *pcs, int P) {
     ZeroNvme *nv = zero_nvme_of(s);
     if (!nv) return;
-    if (s->where[MEM_PARAMS] == LOC_NVME)
-        for (int b = 0; b < nv->nbuf; b++) {
-            int q = zero_nvme_q(MEM_PARAMS);
-            zero_nvme_wait(s, nv->buf_write[b][q]);
-            nv->buf_write[b][q] = -1;
-        }
-    int ahead = nv->narea + nv->nbuf - 1;
+    int ahead = nv->narea + nv->nbuf;
     nv->nnext = s->where[MEM_MASTER] == LOC_NVME ? (P < ahead ? P : ahead) : 0;
     for (int i = 0; i < nv->nnext; i++) nv->next[i] = pcs[i];
     nv->prefetched = 0;
@@ -452,8 +479,10 @@ static inline void zero_nvme_bind(ZeroStore *s, const ZeroOptions *o) {
     zero_nvme_shape(s, nv, o);
     for (int k = 0; k < MEM_KINDS; k++) nv->file[k] = -1;
     for (int q = 0; q < 4; q++) nv->pslot_unit[q] = nv->pslot_read[q] = nv->pslot_copy[q] = -1;
-    for (int b = 0; b < ZERO_MAX_BUFS; b++)
+    for (int b = 0; b < ZERO_MAX_BUFS; b++) {
+        nv->buf_punit[b] = -1;
         for (int q = 0; q < ZERO_NVME_Q; q++) nv->buf_read[b][q] = nv->buf_write[b][q] = -1;
+    }
     nv->io = (Nvme *)calloc(1, sizeof(Nvme));
     char err[1024];
     if (!nv->io || nvme_open(nv->io, o->nvme_dir, o->nvme_threads, o->nvme_block, err, sizeof(err))) {

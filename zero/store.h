@@ -451,7 +451,7 @@ static inline const void *zero_store_send(ZeroStore *s, int u, const void *at) {
 // landing slice, zero_store_landing_of) to where the shard lives (at: the shard's slice in host
 // memory; NULL on NVMe), a piece at a time: each piece opened where the host addresses it, copied
 // into it from the device, and closed back (NVMe: written to the file behind, through the buffer
-// sets). Between zero_stream_begin and zero_stream_end, which waits for the writes.
+// sets). Between zero_stream_begin and zero_stream_end (NVMe: the writes drain behind it).
 static inline void *zero_store_landing_of(const ZeroStore *s, int u) { return s->land[zero_store_slot(s, u)]; }
 static inline void zero_store_write_back(ZeroStore *s, int u, void *at, const void *dev) {
     const ZeroLocation *l = zero_store_of(s, MEM_PARAMS);
@@ -473,7 +473,7 @@ static inline void zero_store_write_back(ZeroStore *s, int u, void *at, const vo
 // open: piece i of every kind the update touches (gradients, master weights, state arrays,
 // parameters) where the host addresses it, each kind's next pieces fetched ahead (two staging
 // pieces: one ahead; nbuf buffer sets: nbuf - 2). close: piece i goes back where it lives.
-// end: every write and copy has landed.
+// end: every copy has landed (NVMe's writes may drain behind).
 // A read pass (reading: an optimizer's per-tensor reductions before its update) opens the gradient,
 // master weights and state arrays the same way, leaves the parameters alone and closes nothing
 // back: with NVMe it reads the master weights and state arrays once more, and writes nothing.
