@@ -252,6 +252,7 @@ for cfg in "cpu bf16 1 --optimizer lamb" "cpu bf16 3" "emu bf16 1" "emu fp32 3 -
   set -- $cfg; tr=$1; p=$2; s=$3; shift 3
   for sync in 0 1; do
     x=(emu $p); [ $tr = cpu ] && x=(cpu --precision $p)
+    [ $tr$s = emu3 ] && x+=(--trace $d/th_trace_$sync.json) # (the async held copy, the GPU's idle span: below)
     ZEROC_DELAYED_SYNC=$sync "${x[@]}" $common "${ds[@]}" --zero-stage $s "$@" --out $d/th_${tr}_${s}_$sync \
       --log $d/th_${tr}_${s}_$sync.jsonl > $d/th_${tr}_${s}_$sync.out 2>&1 || { tail -5 $d/th_${tr}_${s}_$sync.out; fail "$tr $p stage $s sync=$sync"; }
   done
@@ -266,6 +267,41 @@ for pair in "dc dc_s" "dt5 dt5_s" "th_cpu_1_0 th_cpu_1_1" "th_cpu_3_0 th_cpu_3_1
   [ $same = 1 ] && echo "ok   $1: helper thread = synchronous, bit for bit ($(steps $a.jsonl | wc -l) steps$([ -d $a ] && echo ', weights and optimizer state'))" \
     || fail "$1: the threaded delayed update differs from the synchronous one"
 done
+# The held gradients' copy to the host: asynchronous into pinned memory (th_emu_3: the emulator
+# faults a helper that reads them before the copy's event), synchronous into pageable (th_emu_1).
+# The trace's "gpu idle" spans (device_idle: the step's thread waiting for the host's update, the
+# device drained): one per rank in each step that applies a held update (3, 4), inside its "wait
+# update" span, after the held gradients' copy landed; the step log's device_idle_flight_ms is
+# their sum from the trace.
+grep -q "held gradients' copy to the host is asynchronous (pinned" $d/th_emu_3_0.out \
+  && grep -q "held gradients' copy to the host is synchronous (pageable" $d/th_emu_1_0.out \
+  || fail "the held copy's path is not logged"
+$PYTHON - $d/th_trace_0.json $d/th_emu_3_0.jsonl <<'PY' && echo "ok   the held copy overlaps the forward; the GPU's idle spans = the log's device_idle" \
+  || fail "GPU idle spans"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+def spans(name, pid): return [e for e in ev if e.get("name") == name and e.get("pid") == pid and e.get("ph") == "X"]
+bad = []
+for pid in (0, 1):
+    idle, wait, held = spans("gpu idle", pid), spans("wait update", pid), spans("held gradients", pid)
+    if sorted(e["args"]["step"] for e in idle) != [3, 4] or any(e["cat"] != "device_idle" for e in idle):
+        bad.append(f"rank {pid}: idle {idle}")
+    if sorted(e["args"]["step"] for e in held) != [3, 4] or any(e["args"]["bytes"] <= 0 for e in held):
+        bad.append(f"rank {pid}: held {held}")
+    for i in idle:
+        if not any(w["ts"] - 1e-3 <= i["ts"] and i["ts"] + i["dur"] <= w["ts"] + w["dur"] + 1e-3 for w in wait):
+            bad.append(f"{i} outside a wait")
+        if not any(h["args"]["step"] == i["args"]["step"] and h["ts"] + h["dur"] <= i["ts"] for h in held):
+            bad.append(f"{i} before its copy landed")
+log = {o["step"]: o for o in map(json.loads, open(sys.argv[2])) if "loss" in o and "step" in o}
+for st, o in log.items():
+    want = sum(e["dur"] for e in spans("gpu idle", 0) if e["args"]["step"] == st) / 1e3
+    got = o.get("device_idle_flight_ms", 0.0)
+    if abs(got - want) > 2e-3 or (st >= 3) != (want > 0):
+        bad.append(f"step {st}: device_idle_flight_ms {got}, the spans sum to {want}")
+for b in bad: print(b)
+sys.exit(1 if bad else 0)
+PY
 cpu $common "${ds[@]}" --steps 2 --zero-stage 3 --offload-param nvme --nvme-path $d/nvme > $d/dn.out 2>&1 || { tail -3 $d/dn.out; fail "delayed update, parameters on NVMe"; }
 grep -q "delayed update: synchronous, after the next step's backward (the parameters on NVMe" $d/dn.out \
   && echo "ok   parameters on NVMe: $(grep 'delayed update:' $d/dn.out)" || fail "the NVMe fallback is not logged"
