@@ -32,7 +32,7 @@
 //     trace_device_idle(t, name, start, end);
 //         the device had no work from start to end: the step's thread waited in a span of its own
 //         (trace_begin/trace_end: with a device `sync` and recording, both sync the device) for work
-//         of the host's that queued nothing on the device (the delayed update's host part). A span of
+//         of the host's that queued no kernel (the host's optimizer update). A span of
 //         category TRACE_IDLE ("device_idle") on a lane of its own, kept only where that holds (a
 //         recording Trace with a `sync`); so s.flight[TRACE_IDLE] is the device's idle time that the
 //         host's update caused (the step log's device_idle_flight_ms).

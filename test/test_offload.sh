@@ -269,36 +269,41 @@ for pair in "dc dc_s" "dt5 dt5_s" "th_cpu_1_0 th_cpu_1_1" "th_cpu_3_0 th_cpu_3_1
 done
 # The held gradients' copy to the host: asynchronous into pinned memory (th_emu_3: the emulator
 # faults a helper that reads them before the copy's event), synchronous into pageable (th_emu_1).
-# The trace's "gpu idle" spans (device_idle: the step's thread waiting for the host's update, the
-# device drained): one per rank in each step that applies a held update (3, 4), inside its "wait
-# update" span, after the held gradients' copy landed; the step log's device_idle_flight_ms is
-# their sum from the trace.
+# The trace's "gpu idle" spans (device_idle: the GPU drained, nothing queued on its compute stream
+# while the host updates): on each rank one per host update in steps 1, 3 and 4 (step 2's is held;
+# step 4 applies step 3's and its own), each either the step's thread's "wait update" for the
+# helper (threaded, after the held gradients' copy landed) or the streamed host update's "update"
+# spans from first to last; the step log's device_idle_flight_ms is their sum, from the trace.
 grep -q "held gradients' copy to the host is asynchronous (pinned" $d/th_emu_3_0.out \
   && grep -q "held gradients' copy to the host is synchronous (pageable" $d/th_emu_1_0.out \
   || fail "the held copy's path is not logged"
-$PYTHON - $d/th_trace_0.json $d/th_emu_3_0.jsonl <<'PY' && echo "ok   the held copy overlaps the forward; the GPU's idle spans = the log's device_idle" \
-  || fail "GPU idle spans"
+$PYTHON - $d/th_trace_0.json $d/th_emu_3_0.jsonl $d/th_trace_1.json $d/th_emu_3_1.jsonl <<'PY' \
+  && echo "ok   the held copy overlaps the forward; the GPU's idle spans = the log's device_idle" || fail "GPU idle spans"
 import json, sys
-ev = json.load(open(sys.argv[1]))["traceEvents"]
-def spans(name, pid): return [e for e in ev if e.get("name") == name and e.get("pid") == pid and e.get("ph") == "X"]
 bad = []
-for pid in (0, 1):
-    idle, wait, held = spans("gpu idle", pid), spans("wait update", pid), spans("held gradients", pid)
-    if sorted(e["args"]["step"] for e in idle) != [3, 4] or any(e["cat"] != "device_idle" for e in idle):
-        bad.append(f"rank {pid}: idle {idle}")
-    if sorted(e["args"]["step"] for e in held) != [3, 4] or any(e["args"]["bytes"] <= 0 for e in held):
-        bad.append(f"rank {pid}: held {held}")
-    for i in idle:
-        if not any(w["ts"] - 1e-3 <= i["ts"] and i["ts"] + i["dur"] <= w["ts"] + w["dur"] + 1e-3 for w in wait):
-            bad.append(f"{i} outside a wait")
-        if not any(h["args"]["step"] == i["args"]["step"] and h["ts"] + h["dur"] <= i["ts"] for h in held):
-            bad.append(f"{i} before its copy landed")
-log = {o["step"]: o for o in map(json.loads, open(sys.argv[2])) if "loss" in o and "step" in o}
-for st, o in log.items():
-    want = sum(e["dur"] for e in spans("gpu idle", 0) if e["args"]["step"] == st) / 1e3
-    got = o.get("device_idle_flight_ms", 0.0)
-    if abs(got - want) > 2e-3 or (st >= 3) != (want > 0):
-        bad.append(f"step {st}: device_idle_flight_ms {got}, the spans sum to {want}")
+for trace, logf, threaded in ((sys.argv[1], sys.argv[2], 1), (sys.argv[3], sys.argv[4], 0)):
+    ev = [e for e in json.load(open(trace))["traceEvents"] if e.get("ph") == "X"]
+    near = lambda x, y: abs(x - y) <= 2e-3  # (microseconds, written to 3 decimals)
+    for pid in (0, 1):
+        sp = lambda name, lane=None: [e for e in ev if e["name"] == name and e["pid"] == pid and lane in (None, e["tid"])]
+        idle, wait, held, upd = sp("gpu idle"), sp("wait update", 0), sp("held gradients"), sp("update", 0)
+        if sorted(e["args"]["step"] for e in idle) != [1, 3, 4, 4] or any(e["cat"] != "device_idle" for e in idle):
+            bad.append(f"{trace} rank {pid}: idle spans {idle}")
+        if sorted(e["args"]["step"] for e in held) != ([3, 4] if threaded else []) or len(wait) != len(held):
+            bad.append(f"{trace} rank {pid}: held copies {held}, waits {wait}")
+        for i in idle:
+            st, a, b = i["args"]["step"], i["ts"], i["ts"] + i["dur"]
+            inwait = [w for w in wait if w["ts"] - 2e-3 <= a and b <= w["ts"] + w["dur"] + 2e-3]
+            streamed = any(near(u["ts"], a) for u in upd) and any(near(u["ts"] + u["dur"], b) for u in upd)
+            if not (inwait or streamed): bad.append(f"{trace}: {i} neither a wait nor a streamed update")
+            if inwait and not any(h["args"]["step"] == st and h["ts"] + h["dur"] <= a for h in held):
+                bad.append(f"{trace}: {i} before its copy landed")
+    log = {o["step"]: o for o in map(json.loads, open(logf)) if "loss" in o and "step" in o}
+    for st, o in log.items():
+        want = sum(e["dur"] for e in ev if e["name"] == "gpu idle" and e["pid"] == 0 and e["args"]["step"] == st) / 1e3
+        got = o.get("device_idle_flight_ms", 0.0)
+        if abs(got - want) > 2e-3 or (st != 2) != (want > 0):
+            bad.append(f"{logf} step {st}: device_idle_flight_ms {got}, the spans sum to {want}")
 for b in bad: print(b)
 sys.exit(1 if bad else 0)
 PY

@@ -18,7 +18,10 @@
 //   state arrays and parameters are opened where the host addresses them (zero/store.h's stream),
 //   updated by the CPU optimizer engine (optimizer_engine.h) and closed back; after a unit's last
 //   piece the caller's unit_done runs (zero.h: stages 1 and 2 start its all-gather). Frozen runs
-//   are written as the zeros they are, since staging is reused. Each unit is an "update" span.
+//   are written as the zeros they are, since staging is reused. Each unit is an "update" span, and
+//   on a traced GPU the whole a "gpu idle" span (core/trace.h's trace_device_idle: the compute
+//   stream is drained at the first span's start and gets no kernel until the last one's end but
+//   ZeRO++'s quantization of an all-gather, when qwZ is on).
 //   Per-tensor reductions (an optimizer that declares them, optimizer.h: LAMB's sum p^2, sum u^2):
 //   zero_reduce_pass adds each tensor's terms of this rank's elements (ParamSegment.tensor) into
 //   z->red, R doubles per tensor of the model (host memory, counted among the buffers:
@@ -188,20 +191,24 @@ static inline void zero_update_streamed(Zero *z, const OptStep *step, void (*uni
     int P;
     ZeroPiece *pcs = zero_piece_list(z, &P);
     zero_stream_begin(&z->st, 0);
-    double t_unit = 0.0;
+    double t_unit = 0.0, t_first = 0.0, t_last = 0.0;
     for (int i = 0; i < P; i++) {
         const ZeroPiece *pc = &pcs[i];
         int u = pc->u;
-        if (pc->lo == 0) // the unit's update: a span over its pieces
+        if (pc->lo == 0) { // the unit's update: a span over its pieces
             t_unit = trace_begin(z->trace, "update", TRACE_OPTIMIZER, u,
                                  zero_update_bytes_per_element(z) * (double)zero_update_count(z, u));
+            if (i == 0) t_first = t_unit;
+        }
         void *at[MEM_BUFFERS] = {NULL};
         zero_stream_open(&z->st, pcs, P, i, at);
         ZeroUpdateRun r = zero_piece_run(z, pc, at, step);
         gpt2_for_each_segment(&z->lay, r.base, r.base + pc->n, zero_update_host_segment, &r);
         zero_stream_close(&z->st, pc, i);
-        if (pc->lo + pc->n == zero_slice(z, u)) { trace_end(z->trace, t_unit); unit_done(z, u); }
+        if (pc->lo + pc->n == zero_slice(z, u)) { t_last = t_unit + trace_end(z->trace, t_unit); unit_done(z, u); }
     }
+    // (the compute stream got no kernel meanwhile: copies' and all-gathers' waits only, but qwZ's)
+    if (P) trace_device_idle(z->trace, "gpu idle", t_first, t_last);
     zero_stream_end(&z->st, pcs, P);
     free(pcs);
 }
