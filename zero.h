@@ -298,6 +298,7 @@ static inline void zero_progress(Zero *z, int u) {
     z->be.progress(z->be.ctx);
     if (busy) trace_end(z->trace, t0);
     zero_store_poll(&z->st); // the next update's NVMe reads, as their buffers free up
+    zero_held_poll(z);       // the delayed update's held gradients on their way to the host
 }
 
 // A blocking all-reduce of n doubles, numbered in the flight recorder (unit -1). Everything that

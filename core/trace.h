@@ -29,6 +29,13 @@
 //         the same, for a collective whose bytes split by where they went: `across` of them
 //         across hosts, the rest inside the host (the JSON's inside_host and across_hosts).
 //     trace_instant(t, name, cat, unit, value);  a moment (a skipped step, a dropped buffer).
+//     trace_device_idle(t, name, start, end);
+//         the device had no work from start to end: the step's thread waited in a span of its own
+//         (trace_begin/trace_end: with a device `sync` and recording, both sync the device) for work
+//         of the host's that queued no kernel (the host's optimizer update). A span of
+//         category TRACE_IDLE ("device_idle") on a lane of its own, kept only where that holds (a
+//         recording Trace with a `sync`); so s.flight[TRACE_IDLE] is the device's idle time that the
+//         host's update caused (the step log's device_idle_flight_ms).
 //   Steps: trace_step_begin(t, step) when an optimizer step starts, trace_set_micro(t, micro)
 //   at each micro-step, trace_step_end(t, &s) when it ends. TraceStep then holds, per category,
 //     s.lane[cat]: the compute lane's time in spans of that category, counting only the outermost
@@ -59,11 +66,11 @@
 
 enum {
     TRACE_STEP, TRACE_FORWARD, TRACE_BACKWARD, TRACE_RECOMPUTE, TRACE_OPTIMIZER, TRACE_COMM, TRACE_WAIT,
-    TRACE_DATA, TRACE_CHECKPOINT, TRACE_OFFLOAD, TRACE_NVME, TRACE_EVAL, TRACE_NUM_CATS
+    TRACE_DATA, TRACE_CHECKPOINT, TRACE_OFFLOAD, TRACE_NVME, TRACE_EVAL, TRACE_IDLE, TRACE_NUM_CATS
 };
 static const char *const trace_cat_names[TRACE_NUM_CATS] = {
     "step", "forward", "backward", "recompute", "optimizer", "comm", "wait", "data", "checkpoint", "offload", "nvme",
-    "eval"};
+    "eval", "device_idle"};
 
 #define TRACE_MAX_EVENTS (1u << 20)
 #define TRACE_MAX_NAMES 64
@@ -231,6 +238,10 @@ static inline void trace_span_at(Trace *t, int step, const char *name, int cat, 
 
 static inline void trace_span(Trace *t, const char *name, int cat, int unit, double bytes, double start, double end) {
     if (t) trace_span_at(t, t->step, name, cat, unit, bytes, -1.0, start, end);
+}
+// The device idle from start to end (the contract above): only on a recording Trace that syncs a device.
+static inline void trace_device_idle(Trace *t, const char *name, double start, double end) {
+    if (t && t->recording && t->sync) trace_span(t, name, TRACE_IDLE, -1, 0.0, start, end);
 }
 static inline void trace_span_of(Trace *t, int step, const char *name, int cat, int unit, double bytes, double start,
                                  double end) {

@@ -409,6 +409,13 @@ static void dev_host_wait(void *ctx, int h, const char *what) {
     NcclBackend *b = (NcclBackend *)ctx;
     wait_event_watchdog(b, b->copy_done[h], what);
 }
+static int dev_copy_landed(void *ctx, int h) {
+    NcclBackend *b = (NcclBackend *)ctx;
+    cudaError_t e = cudaEventQuery(b->copy_done[h]);
+    if (e == cudaErrorNotReady) return 0;
+    CUDA_CHECK(e);
+    return 1;
+}
 static void dev_device_wait(void *ctx, int h) {
     NcclBackend *b = (NcclBackend *)ctx;
     CUDA_CHECK(cudaStreamWaitEvent(b->gpu->compute, b->copy_done[h], 0));
@@ -486,6 +493,7 @@ static ZeroBackend nccl_backend(NcclBackend *b) {
                       .to_host = dev_to_host, .from_host = dev_from_host, .update = dev_update, .unified = 0,
                       .host_alloc = host_mem_alloc, .host_free = host_mem_free, .copy_to_host = dev_copy_to_host,
                       .copy_to_device = dev_copy_to_device, .host_wait = dev_host_wait, .device_wait = dev_device_wait,
+                      .copy_landed = dev_copy_landed,
                       .fatal = dev_fatal, .host_size = nccl_host_size, .group_all_gather = nccl_group_all_gather,
                       .group_all_to_all = nccl_group_all_to_all, .quantize = dev_quantize, .dequantize = dev_dequantize,
                       .dequantize_add = dev_dequantize_add, .convert = dev_convert,

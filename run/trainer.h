@@ -367,6 +367,13 @@ static int setup(Run *r, int argc, char **argv) {
                ? "the host's update runs on a helper thread during the next step's forward and backward"
                : r->model.z.held_sync ? "synchronous, after the next step's backward (ZEROC_DELAYED_SYNC=1)"
                : "synchronous, after the next step's backward (the parameters on NVMe are written back by the step's thread)");
+    // On a device the host cannot address, its held gradients' copy to the host: asynchronous into
+    // pinned memory, else (pageable: CUDA stages it) waited for when the update is held; one line says which.
+    const Zero *hz = &r->model.z;
+    if (r->rank == 0 && zero_held_overlaps(hz) && hz->held_host != hz->held)
+        printf("delayed update: the held gradients' copy to the host %s\n", hz->held_async
+               ? "is asynchronous (pinned memory), overlapped with the next forward"
+               : "is synchronous (pageable host memory: --pin-memory overlaps it)");
     r->first_step = 1;
     r->sample_rng = c->seed ^ 0x5A3C1E;
     if (c->precision == ZC_FP16)

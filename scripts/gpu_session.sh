@@ -31,7 +31,8 @@
 #            0: Twin-Flow), with the GPU's idle share of the update (1 - its update kernels' time /
 #            optim_ms); then d12 at B=32 and 64 at ZeRO-1/2/3, d24; last, the delayed parameter
 #            update (its host part during the next forward and backward): d12 as in 4b, then the
-#            6.65B shape (L=32, C=4096, B=1, T=1024) when the budget leaves time;
+#            6.65B shape (L=32, C=4096, B=1, T=1024) when the budget leaves time, each with the
+#            GPU's idle fraction of the step (gpu_idle_fraction: 1 - its kernels' time / the step's);
 #       each run under a timeout from what is left of the budget, so that a slow card still
 #       leaves a complete summary. DIR (default docs/gpu-runs/DATE-COMMIT) receives summary.md,
 #       summary.json (commit, device, checks_passed, checks_failed, ceilings, runs: one object
@@ -388,6 +389,24 @@ if twin:
         idle = r["gpu_idle_in_update"]
         md.append(f"| {r['tag']} | {r['offload_ratio']:g} | {r['ms_per_step']:.1f} | {r['optim_ms']:.1f} | {r['device_update_ms']:.2f} | "
                   f"{'' if idle is None else f'{100 * idle:.0f}%'} |")
+# The delayed update (4d): the GPU's idle fraction of the step, from the device's own spans (the
+# kernel profile: 1 - its kernels' time / the step's device time, which runs from one step's end to
+# the next): the time the host's update, its copies and the host's gaps leave the GPU without work.
+delayed = []
+for r in runs:
+    p = profiles.get(r["tag"])
+    if not r["tag"].startswith("delayed_") or r.get("failed") or not p or p["step_ms"] <= 0:
+        continue
+    busy = sum(row["ms"] for row in p["rows"])
+    r.update({"gpu_kernels_ms": busy, "profile_step_ms": p["step_ms"], "gpu_idle_fraction": 1.0 - busy / p["step_ms"]})
+    delayed.append(r)
+if delayed:
+    json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=1)
+    md += ["", "## The delayed parameter update: the GPU's idle fraction of the step (kernel profile)", "",
+           "| run | ms/step | GPU kernels ms/step | profiled step ms | GPU idle |", "|---|---|---|---|---|"]
+    for r in delayed:
+        md.append(f"| {r['tag']} | {r['ms_per_step']:.1f} | {r['gpu_kernels_ms']:.1f} | {r['profile_step_ms']:.1f} | "
+                  f"{100 * r['gpu_idle_fraction']:.0f}% |")
 # the attention kernels alone (bench_flash2 per build): its error and timing lines
 fbs = sorted(f for f in os.listdir(L) if f.startswith("bench_flash2") and f.endswith(".txt"))
 if fbs:

@@ -13,6 +13,8 @@
 #     spans' time no more than the step's;
 #   - the Twin-Flow run (offload ratio 0.5): its update's wall time, the device's update kernels in
 #     it (> 0: half the state updates on the GPU) and the GPU's idle share of the update in [0, 1];
+#   - the delayed update's run: the GPU's idle fraction of the step in [0, 1], its kernels' time
+#     positive and within the step;
 #   - a run that fails (a batch that does not divide the total) is recorded as failed, not lost.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -68,8 +70,14 @@ want(len(tw) == 1, "no Twin-Flow run (twin_d12_B2_z2_r0.5)")
 for r in tw:
     want(r.get("offload_ratio") == 0.5 and r.get("device_update_ms", 0) > 0 and 0.0 <= r.get("gpu_idle_in_update", -1) <= 1.0
          and r["optim_ms"] > 0, f"Twin-Flow run: ratio, device update ms, GPU idle share {r}")
+for r in [r for r in s["runs"] if r["tag"] == "delayed_d12_B2_z2" and not r.get("failed")]:
+    f = r.get("gpu_idle_fraction")
+    want(f is not None and 0.0 <= f <= 1.0 and 0 < r["gpu_kernels_ms"] <= r["profile_step_ms"],
+         f"delayed run: the GPU's idle fraction {f} not in [0, 1], or its kernels' "
+         f"{r.get('gpu_kernels_ms')} ms not within the step")
 md = open(os.path.join(out, "summary.md")).read()
-want("GPU idle during the update" in md, "summary.md lacks the offload table")
+want("GPU idle during the update" in md and "delayed parameter update: the GPU's idle" in md,
+     "summary.md lacks an offload table")
 want("| d12_B2_z2_profile |" in md and "Kernel profile" in md, "summary.md lacks the run table or the profile")
 for b in bad: print("FAIL", b)
 print(f"{'ok' if not bad else 'FAIL'}: {len(s['runs'])} runs, {s['checks_passed']} checks passed, profile rows "

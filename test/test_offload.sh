@@ -252,6 +252,7 @@ for cfg in "cpu bf16 1 --optimizer lamb" "cpu bf16 3" "emu bf16 1" "emu fp32 3 -
   set -- $cfg; tr=$1; p=$2; s=$3; shift 3
   for sync in 0 1; do
     x=(emu $p); [ $tr = cpu ] && x=(cpu --precision $p)
+    [ $tr$s = emu3 ] && x+=(--trace $d/th_trace_$sync.json) # (the async held copy, the GPU's idle span: below)
     ZEROC_DELAYED_SYNC=$sync "${x[@]}" $common "${ds[@]}" --zero-stage $s "$@" --out $d/th_${tr}_${s}_$sync \
       --log $d/th_${tr}_${s}_$sync.jsonl > $d/th_${tr}_${s}_$sync.out 2>&1 || { tail -5 $d/th_${tr}_${s}_$sync.out; fail "$tr $p stage $s sync=$sync"; }
   done
@@ -266,6 +267,46 @@ for pair in "dc dc_s" "dt5 dt5_s" "th_cpu_1_0 th_cpu_1_1" "th_cpu_3_0 th_cpu_3_1
   [ $same = 1 ] && echo "ok   $1: helper thread = synchronous, bit for bit ($(steps $a.jsonl | wc -l) steps$([ -d $a ] && echo ', weights and optimizer state'))" \
     || fail "$1: the threaded delayed update differs from the synchronous one"
 done
+# The held gradients' copy to the host: asynchronous into pinned memory (th_emu_3: the emulator
+# faults a helper that reads them before the copy's event), synchronous into pageable (th_emu_1).
+# The trace's "gpu idle" spans (device_idle: the GPU drained, nothing queued on its compute stream
+# while the host updates): on each rank one per host update in steps 1, 3 and 4 (step 2's is held;
+# step 4 applies step 3's and its own), each either the step's thread's "wait update" for the
+# helper (threaded, after the held gradients' copy landed) or the streamed host update's "update"
+# spans from first to last; the step log's device_idle_flight_ms is their sum, from the trace.
+grep -q "held gradients' copy to the host is asynchronous (pinned" $d/th_emu_3_0.out \
+  && grep -q "held gradients' copy to the host is synchronous (pageable" $d/th_emu_1_0.out \
+  || fail "the held copy's path is not logged"
+$PYTHON - $d/th_trace_0.json $d/th_emu_3_0.jsonl $d/th_trace_1.json $d/th_emu_3_1.jsonl <<'PY' \
+  && echo "ok   the held copy overlaps the forward; the GPU's idle spans = the log's device_idle" || fail "GPU idle spans"
+import json, sys
+bad = []
+for trace, logf, threaded in ((sys.argv[1], sys.argv[2], 1), (sys.argv[3], sys.argv[4], 0)):
+    ev = [e for e in json.load(open(trace))["traceEvents"] if e.get("ph") == "X"]
+    near = lambda x, y: abs(x - y) <= 2e-3  # (microseconds, written to 3 decimals)
+    for pid in (0, 1):
+        sp = lambda name, lane=None: [e for e in ev if e["name"] == name and e["pid"] == pid and lane in (None, e["tid"])]
+        idle, wait, held, upd = sp("gpu idle"), sp("wait update", 0), sp("held gradients"), sp("update", 0)
+        if sorted(e["args"]["step"] for e in idle) != [1, 3, 4, 4] or any(e["cat"] != "device_idle" for e in idle):
+            bad.append(f"{trace} rank {pid}: idle spans {idle}")
+        if sorted(e["args"]["step"] for e in held) != ([3, 4] if threaded else []) or len(wait) != len(held):
+            bad.append(f"{trace} rank {pid}: held copies {held}, waits {wait}")
+        for i in idle:
+            st, a, b = i["args"]["step"], i["ts"], i["ts"] + i["dur"]
+            inwait = [w for w in wait if w["ts"] - 2e-3 <= a and b <= w["ts"] + w["dur"] + 2e-3]
+            streamed = any(near(u["ts"], a) for u in upd) and any(near(u["ts"] + u["dur"], b) for u in upd)
+            if not (inwait or streamed): bad.append(f"{trace}: {i} neither a wait nor a streamed update")
+            if inwait and not any(h["args"]["step"] == st and h["ts"] + h["dur"] <= a for h in held):
+                bad.append(f"{trace}: {i} before its copy landed")
+    log = {o["step"]: o for o in map(json.loads, open(logf)) if "loss" in o and "step" in o}
+    for st, o in log.items():
+        want = sum(e["dur"] for e in ev if e["name"] == "gpu idle" and e["pid"] == 0 and e["args"]["step"] == st) / 1e3
+        got = o.get("device_idle_flight_ms", 0.0)
+        if abs(got - want) > 2e-3 or (st != 2) != (want > 0):
+            bad.append(f"{logf} step {st}: device_idle_flight_ms {got}, the spans sum to {want}")
+for b in bad: print(b)
+sys.exit(1 if bad else 0)
+PY
 cpu $common "${ds[@]}" --steps 2 --zero-stage 3 --offload-param nvme --nvme-path $d/nvme > $d/dn.out 2>&1 || { tail -3 $d/dn.out; fail "delayed update, parameters on NVMe"; }
 grep -q "delayed update: synchronous, after the next step's backward (the parameters on NVMe" $d/dn.out \
   && echo "ok   parameters on NVMe: $(grep 'delayed update:' $d/dn.out)" || fail "the NVMe fallback is not logged"

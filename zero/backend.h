@@ -72,6 +72,11 @@ typedef struct {
     int (*copy_to_device)(void *ctx, void *dst, const void *host, size_t bytes);
     void (*host_wait)(void *ctx, int copy, const char *what);
     void (*device_wait)(void *ctx, int copy);
+    // Whether a copy has landed (1) or not yet (0), without blocking: the step's thread polls the
+    // delayed update's held gradients with it at unit boundaries. Copies land in the order they were
+    // handed; a handle whose copy landed may be reused by a later one (it then answers for that one,
+    // which lands after it). NULL: the caller waits with host_wait instead.
+    int (*copy_landed)(void *ctx, int copy);
     // Ends the job after printing one line ("error: rank R: " + msg): what zero.h cannot recover
     // from (an NVMe file that fails under a running job).
     void (*fatal)(void *ctx, const char *msg);

@@ -86,10 +86,15 @@ typedef struct {
     // the host's units where the host reads them (held_host: a copy on a device the host cannot
     // address, else held itself), their new parameters until the step's backward is done
     // (held_out; both staging), the thread and whether it runs; held_sync (set by the caller, a
-    // test's switch) keeps the synchronous update
+    // test's switch) keeps the synchronous update; held_async: the held gradients go to held_host
+    // (pinned) by an asynchronous copy (held_copy, issued at held_copy_t0), in flight (held_inflight)
+    // until the step's thread sees it land, and the helper waits on held_cv until then (held_landed)
     void *held_host, *held_out;
     pthread_t held_thread;
-    int held_started, held_sync;
+    int held_started, held_sync, held_async, held_copy, held_inflight, held_landed;
+    double held_copy_t0;
+    pthread_mutex_t held_mu;
+    pthread_cond_t held_cv;
     // schedule state
     int micro, accum;              // current micro-step (0-based) and how many per step
     int grads_written;             // set by the caller: its backward writes a fresh gradient (see above)

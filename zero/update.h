@@ -18,7 +18,10 @@
 //   state arrays and parameters are opened where the host addresses them (zero/store.h's stream),
 //   updated by the CPU optimizer engine (optimizer_engine.h) and closed back; after a unit's last
 //   piece the caller's unit_done runs (zero.h: stages 1 and 2 start its all-gather). Frozen runs
-//   are written as the zeros they are, since staging is reused. Each unit is an "update" span.
+//   are written as the zeros they are, since staging is reused. Each unit is an "update" span, and
+//   on a traced GPU the whole a "gpu idle" span (core/trace.h's trace_device_idle: the compute
+//   stream is drained at the first span's start and gets no kernel until the last one's end but
+//   ZeRO++'s quantization of an all-gather, when qwZ is on).
 //   Per-tensor reductions (an optimizer that declares them, optimizer.h: LAMB's sum p^2, sum u^2):
 //   zero_reduce_pass adds each tensor's terms of this rank's elements (ParamSegment.tensor) into
 //   z->red, R doubles per tensor of the model (host memory, counted among the buffers:
@@ -41,7 +44,11 @@
 //   Meanwhile its host part runs on a helper thread (zero_held_start, from zero.h's zero_hold):
 //   the host's units (st.host_units: all of them on a unified backend) updated by the CPU
 //   optimizer engine from the held gradients in host memory, their new parameters into a staging
-//   shard (held_out); the thread touches host memory only and calls no backend entry. The next
+//   shard (held_out); the thread touches host memory only and calls no backend entry. On a device
+//   the host cannot address the held gradients reach it by a copy: into pinned memory an
+//   asynchronous one, overlapped with the next forward, which the step's thread polls at unit
+//   boundaries (zero_held_poll, from zero.h's zero_progress) and the helper waits for before it
+//   reads them; into pageable memory a synchronous one (CUDA stages it). The next
 //   zero_update joins it and puts the parameters in place (zero_held_finish), with the same bits
 //   as the synchronous update. Not with the parameter shard on NVMe (zero_held_threaded), nor when
 //   the caller sets z->held_sync: then the next zero_update streams the held update as above.
@@ -184,20 +191,24 @@ static inline void zero_update_streamed(Zero *z, const OptStep *step, void (*uni
     int P;
     ZeroPiece *pcs = zero_piece_list(z, &P);
     zero_stream_begin(&z->st, 0);
-    double t_unit = 0.0;
+    double t_unit = 0.0, t_first = 0.0, t_last = 0.0;
     for (int i = 0; i < P; i++) {
         const ZeroPiece *pc = &pcs[i];
         int u = pc->u;
-        if (pc->lo == 0) // the unit's update: a span over its pieces
+        if (pc->lo == 0) { // the unit's update: a span over its pieces
             t_unit = trace_begin(z->trace, "update", TRACE_OPTIMIZER, u,
                                  zero_update_bytes_per_element(z) * (double)zero_update_count(z, u));
+            if (i == 0) t_first = t_unit;
+        }
         void *at[MEM_BUFFERS] = {NULL};
         zero_stream_open(&z->st, pcs, P, i, at);
         ZeroUpdateRun r = zero_piece_run(z, pc, at, step);
         gpt2_for_each_segment(&z->lay, r.base, r.base + pc->n, zero_update_host_segment, &r);
         zero_stream_close(&z->st, pc, i);
-        if (pc->lo + pc->n == zero_slice(z, u)) { trace_end(z->trace, t_unit); unit_done(z, u); }
+        if (pc->lo + pc->n == zero_slice(z, u)) { t_last = t_unit + trace_end(z->trace, t_unit); unit_done(z, u); }
     }
+    // (the compute stream got no kernel meanwhile: copies' and all-gathers' waits only, but qwZ's)
+    if (P) trace_device_idle(z->trace, "gpu idle", t_first, t_last);
     zero_stream_end(&z->st, pcs, P);
     free(pcs);
 }
@@ -262,12 +273,16 @@ static inline void zero_held_alloc(Zero *z, const ZeroOptions *o) {
     if (!zero_held_threaded(z->where, o->delayed_update)) return;
     z->held_out = zero_store_alloc(&z->st, MEM_STAGING, z->st.host_elems);
     z->held_host = z->st.loc[LOC_DEVICE]->staged ? zero_store_alloc(&z->st, MEM_STAGING, z->st.host_elems) : z->held;
+    z->held_async = z->held_host != z->held && z->st.pinned && z->be.copy_landed;
+    pthread_mutex_init(&z->held_mu, NULL);
+    pthread_cond_init(&z->held_cv, NULL);
 }
 static inline void zero_held_join(Zero *z);
 static inline void zero_offload_free(Zero *z) {
     ZeroStore *st = &z->st;
     zero_held_join(z);
     if (z->held_host != z->held) zero_store_free(st, MEM_STAGING, z->held_host);
+    if (z->held_out) { pthread_mutex_destroy(&z->held_mu); pthread_cond_destroy(&z->held_cv); }
     zero_store_free(st, MEM_STAGING, z->held_out);
     zero_store_free(st, MEM_GRADS, z->held);
     st->loc[LOC_DEVICE]->free(st, z->twin_master);
@@ -308,6 +323,9 @@ static inline int zero_held_overlaps(const Zero *z) { return z->held_out && !z->
 // device).
 static inline void *zero_held_main(void *arg) {
     Zero *z = (Zero *)arg;
+    pthread_mutex_lock(&z->held_mu); // (the held gradients' copy: until the step's thread saw it land)
+    while (!z->held_landed) pthread_cond_wait(&z->held_cv, &z->held_mu);
+    pthread_mutex_unlock(&z->held_mu);
     for (int u = 0; u < z->st.host_units; u++) {
         double t0 = trace_clock(z->trace);
         size_t begin = zero_update_begin(z, u), n = zero_update_count(z, u), off = zero_shard_offset(z, u);
@@ -323,31 +341,64 @@ static inline void *zero_held_main(void *arg) {
     }
     return NULL;
 }
+// The held gradients' copy has landed in held_host (the step's thread saw it: zero_held_poll, or
+// waited for it): the helper may read them. A "held gradients" span of the offload lanes from the
+// copy's issue to then.
+static inline void zero_held_landed(Zero *z) {
+    if (z->held_inflight) trace_span(z->trace, "held gradients", TRACE_OFFLOAD, -1,
+                                     (double)(z->st.host_elems * z->esize), z->held_copy_t0, trace_clock(z->trace));
+    z->held_inflight = 0;
+    pthread_mutex_lock(&z->held_mu);
+    z->held_landed = 1;
+    pthread_cond_signal(&z->held_cv);
+    pthread_mutex_unlock(&z->held_mu);
+}
+// At a unit boundary of the next step's forward and backward (zero.h's zero_progress): the held
+// gradients' copy polled (never waited for); once it landed the helper starts its update.
+static inline void zero_held_poll(Zero *z) {
+    if (z->held_inflight && z->be.copy_landed(z->be.ctx, z->held_copy)) zero_held_landed(z);
+}
 // Step i's update was just held (zero_hold_update; an optimizer's per-tensor sums already taken
-// over the held gradients): the host's units' held gradients go where the host reads them (one
-// copy, waited for), and the helper thread starts on them; it runs during step i+1's forward and
-// backward. A thread that cannot start leaves the work to this one, at once.
+// over the held gradients): the host's units' held gradients go where the host reads them, and
+// the helper thread starts on them; it runs during step i+1's forward and backward. Into pinned
+// memory (held_async) the copy runs on the backend's copy stream behind the hold (which wrote the
+// held shard: nothing writes it again before zero_held_finish joins the helper), overlapped with
+// the next forward, and the helper waits for zero_held_poll to see it land; into pageable memory
+// it is waited for here (the step's thread could not overlap it anyway: CUDA stages it). A thread
+// that cannot start leaves the work to this one, at once.
 static inline void zero_held_start(Zero *z) {
+    z->held_landed = 1;
     if (z->held_host != z->held) {
+        z->held_copy_t0 = trace_clock(z->trace);
         int copy = z->be.copy_to_host(z->be.ctx, z->held_host, z->held, z->st.host_elems * z->esize);
-        zero_store_host_wait(&z->st, copy, "the held gradients' copy to the host (delayed update)");
+        if (z->held_async) { z->held_copy = copy; z->held_inflight = 1; z->held_landed = 0; }
+        else zero_store_host_wait(&z->st, copy, "the held gradients' copy to the host (delayed update)");
     }
     z->held_started = 1;
-    if (pthread_create(&z->held_thread, NULL, zero_held_main, z) == 0) z->held_started = 2;
-    else zero_held_main(z);
+    if (pthread_create(&z->held_thread, NULL, zero_held_main, z) == 0) { z->held_started = 2; return; }
+    if (z->held_inflight) { // no helper: wait here and update on this thread
+        zero_store_host_wait(&z->st, z->held_copy, "the held gradients' copy to the host (delayed update)");
+        zero_held_landed(z);
+    }
+    zero_held_main(z);
 }
 static inline void zero_held_join(Zero *z) {
+    if (z->held_inflight) { // not seen landed by the polls: wait for it, then let the helper go
+        zero_store_host_wait(&z->st, z->held_copy, "the held gradients' copy to the host (delayed update)");
+        zero_held_landed(z);
+    }
     if (z->held_started == 2) pthread_join(z->held_thread, NULL);
     if (z->held_started) z->held_started = 1;
 }
 // After the next step's backward (zero.h's zero_update, the held step's): waits for the helper
-// (a "wait update" span: the host's update the step's thread waits for), then puts each host unit's
+// (a "wait update" span: the host's update the step's thread waits for; on a traced GPU also a
+// "gpu idle" span, core/trace.h's trace_device_idle: the device has nothing queued then), then puts each host unit's
 // new parameters where the shard is (a copy to a device the host cannot address, its all-gather
 // ordered after it; else in place) and calls unit_done(z, u) (stages 1 and 2: its all-gather).
 static inline void zero_held_finish(Zero *z, void (*unit_done)(Zero *z, int u)) {
     double t0 = trace_begin(z->trace, "wait update", TRACE_OPTIMIZER, -1, 0.0);
     zero_held_join(z);
-    trace_end(z->trace, t0);
+    trace_device_idle(z->trace, "gpu idle", t0, t0 + trace_end(z->trace, t0)); // (nothing queued meanwhile)
     z->held_started = 0;
     int staged = zero_store_of(&z->st, MEM_PARAMS)->staged, copy[2] = {-1, -1};
     for (int u = 0; u < z->st.host_units; u++) {
