@@ -112,11 +112,11 @@ static HeadLoop head_loop(int B, int T, int C, int NH) {
 // Whether this build and this head size run the flash kernels (gpt2.h decides, for the
 // activations' layout too); then att holds the log-sum-exp rows, (B,NH,T) fp32.
 static int flash_attention(int C, int NH) { return gpu_flash_attention(C, NH, sizeof(floatX)); }
-// ATTENTION=flash2 builds: whether gpu/flash2.cuh's kernels take this head size (64; the flash
-// kernels above keep the others, with the same log-sum-exp rows in att).
+// ATTENTION=flash2 builds: whether gpu/flash2.cuh's kernels take this head size (64 or 128; the
+// flash kernels above keep the others up to 64, with the same log-sum-exp rows in att).
 static int flash2_attention(int C, int NH) {
 #if defined(GPU_ATTENTION_FLASH2) && !defined(GPU_PRECISION_FP32)
-    return flash_attention(C, NH) && C / NH == F2_HS;
+    return flash_attention(C, NH) && f2_head_size(C / NH);
 #else
     (void)C; (void)NH;
     return 0;
@@ -144,8 +144,7 @@ static void attention_forward(GpuKernels *kc, floatX *out, floatX *att, const fl
 #if !defined(GPU_PRECISION_FP32)
 #if defined(GPU_ATTENTION_FLASH2)
     if (flash2_attention(C, NH)) {
-        flash2_forward_kernel<<<dim3(B * NH, ceil_div(T, F2_QROWS)), F2_QTHREADS, 0, kc->gpu->compute>>>(out, (float *)(void *)att, qkv, T, C, NH);
-        LAUNCH_CHECK();
+        flash2_forward(out, (float *)(void *)att, qkv, B, T, C, NH, kc->gpu->compute);
         return;
     }
 #endif
