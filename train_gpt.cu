@@ -230,6 +230,30 @@ static void residual_forward(GpuKernels *kc, floatX *out, const floatX *a, const
     residual_forward_k<<<grid_for(kc->gpu, vec ? n / VEC : n, 256), 256, 0, kc->gpu->compute>>>(out, a, b, n);
     LAUNCH_CHECK();
 }
+#if defined(GPU_FUSED_RESIDUAL_LN)
+// core/model.h's fused hook (GPT2_FUSED_RESIDUAL_LN): res = a + b, out = layernorm(res), in one
+// kernel where gpu/kernels.cuh's residual_layernorm_forward_kernel takes the shape (16-byte packs,
+// C <= RLN_PACKS * WARP * VEC; 4 packs a lane up to 1,024 channels in 16 bits, fewer registers);
+// else the two kernels. The same bits either way.
+#define GPT2_FUSED_RESIDUAL_LN
+static void residual_layernorm_forward(GpuKernels *kc, floatX *res, floatX *out, float *mean, float *rstd,
+                                       const floatX *a, const floatX *b, const floatX *w, const floatX *bias, int N,
+                                       int C) {
+    if (C % VEC != 0 || C > RLN_PACKS * WARP * VEC || !vec_ok(res) || !vec_ok(out) || !vec_ok(a) || !vec_ok(b) ||
+        !vec_ok(w) || !vec_ok(bias)) {
+        residual_forward(kc, res, a, b, (size_t)N * C);
+        layernorm_forward(kc, out, mean, rstd, res, w, bias, N, C);
+        return;
+    }
+    KSpan span(kc->gpu->prof, "residual_layernorm_forward", 0.0,
+               (4.0 * N * C + 2.0 * C) * sizeof(floatX) + 8.0 * N);
+    void (*rln_k)(floatX *, floatX *, float *, float *, const floatX *, const floatX *, const floatX *, const floatX *,
+                  int, int) =
+        C <= 4 * WARP * VEC ? residual_layernorm_forward_kernel<4> : residual_layernorm_forward_kernel<RLN_PACKS>;
+    rln_k<<<ceil_div(N, 8), 256, 0, kc->gpu->compute>>>(res, out, mean, rstd, a, b, w, bias, N, C);
+    LAUNCH_CHECK();
+}
+#endif
 static void gelu_forward(GpuKernels *kc, floatX *out, const floatX *inp, size_t n) {
     KSpan span(kc->gpu->prof, "gelu_forward", 0.0, 2.0 * n * sizeof(floatX));
     int vec = vec_ok(out) && vec_ok(inp);

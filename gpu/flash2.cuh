@@ -113,7 +113,8 @@ template <int N> static __device__ __forceinline__ void f2_cp_wait() {
 // covers 16 rows x 32 bytes). Rows at or past T are zeros. base: row 0 of the head, ld: the row
 // stride (3C for qkv's parts, C for dout). NT: the block's threads.
 template <int NT, int COLS>
-static __device__ __forceinline__ void f2_load_tile(floatX (*s)[COLS + 8], const floatX *base, size_t ld, int row0, int T) {
+static __device__ __forceinline__ void f2_load_tile(floatX (*s)[COLS + 8], const floatX *base, size_t ld, int row0,
+                                                    int T) {
     constexpr int R = NT / (COLS / 8);
     int c = threadIdx.x / R;
 #pragma unroll
@@ -123,7 +124,8 @@ static __device__ __forceinline__ void f2_load_tile(floatX (*s)[COLS + 8], const
     }
 }
 // This lane's A fragments (4 k-steps of 16 columns) of rows r and r + 8 of a head (zeros past T).
-template <int HS> static __device__ __forceinline__ void f2_load_a(uint32_t a[HS / 16][4], const floatX *base, size_t ld, int r, int T) {
+template <int HS>
+static __device__ __forceinline__ void f2_load_a(uint32_t a[HS / 16][4], const floatX *base, size_t ld, int r, int T) {
     int t = threadIdx.x % 4;
     const floatX *p0 = base + (size_t)r * ld + 2 * t, *p1 = p0 + 8 * ld;
 #pragma unroll
@@ -140,11 +142,13 @@ template <int HS> static __device__ __forceinline__ void f2_load_a(uint32_t a[HS
 //     b[0..1] = B (k0..k0+15, n0..n0+7), b[2..3] = B (k0+16..k0+31, n0..n0+7)
 //   f2_ldsm_kn: the tile holds B (rows k, columns n): the k-step k0 for the n-tiles n0 and n0 + 8:
 //     b[0..1] = B (k0..k0+15, n0..n0+7), b[2..3] = B (k0..k0+15, n0+8..n0+15)
-template <int LD> static __device__ __forceinline__ void f2_ldsm_nk(uint32_t b[4], const floatX (*s)[LD], int n0, int k0) {
+template <int LD>
+static __device__ __forceinline__ void f2_ldsm_nk(uint32_t b[4], const floatX (*s)[LD], int n0, int k0) {
     int l = threadIdx.x % 32;
     mma16_ldsm_x4<0>(b, &s[n0 + l % 8][k0 + 8 * (l / 8)]);
 }
-template <int LD> static __device__ __forceinline__ void f2_ldsm_kn(uint32_t b[4], const floatX (*s)[LD], int k0, int n0) {
+template <int LD>
+static __device__ __forceinline__ void f2_ldsm_kn(uint32_t b[4], const floatX (*s)[LD], int k0, int n0) {
     int l = threadIdx.x % 32, m = l / 8;
     mma16_ldsm_x4<1>(b, &s[k0 + 8 * (m % 2) + l % 8][n0 + 8 * (m / 2)]);
 }
@@ -152,8 +156,11 @@ template <int LD> static __device__ __forceinline__ void f2_ldsm_kn(uint32_t b[4
 // The backward's two score-shaped products over 32 rows n0 .. n0+31 of two shared tiles, fresh
 // accumulators: x = a . tx[n0..]^T and y = b . ty[n0..]^T (the warp's 16 rows against 4 n-tiles of
 // 8, 4 k-steps of 16 each): S and dP in the dQ kernel, S^T and dP^T in the dK/dV kernel.
-template <int HS> static __device__ __forceinline__ void f2_two_products(float x[4][4], const uint32_t a[HS / 16][4], const floatX (*tx)[HS + 8],
-                                                       float y[4][4], const uint32_t b[HS / 16][4], const floatX (*ty)[HS + 8], int n0) {
+template <int HS>
+static __device__ __forceinline__ void f2_two_products(float x[4][4], const uint32_t a[HS / 16][4],
+                                                       const floatX (*tx)[HS + 8], float y[4][4],
+                                                       const uint32_t b[HS / 16][4], const floatX (*ty)[HS + 8],
+                                                       int n0) {
 #pragma unroll
     for (int n = 0; n < 4; n++) {
         x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.0f;
@@ -173,8 +180,9 @@ template <int HS> static __device__ __forceinline__ void f2_two_products(float x
 
 // out (B,T,C): head h's columns = softmax(scale Q K^T, causal) V; lse (B,NH,T).
 // Grid (B*NH, ceil(T/F2_QROWS)), F2_QTHREADS threads, the heaviest query blocks (last) first.
-template <int HS> static __global__ void __launch_bounds__(F2_QTHREADS, F2_MINB(HS, F2_MINB_FWD, F2_QWARPS)) flash2_forward_kernel(floatX *out, float *lse, const floatX *qkv, int T,
-                                                                          int C, int NH) {
+template <int HS>
+static __global__ void __launch_bounds__(F2_QTHREADS, F2_MINB(HS, F2_MINB_FWD, F2_QWARPS))
+flash2_forward_kernel(floatX *out, float *lse, const floatX *qkv, int T, int C, int NH) {
     constexpr int NS = F2_NS(HS); // tile stages
     __shared__ __align__(16) floatX Ks[NS][F2_ROWS][HS + 8], Vs[NS][F2_ROWS][HS + 8]; // K and V (key, dim), NS stages
     int b = blockIdx.x / NH, h = blockIdx.x % NH, q0 = (gridDim.y - 1 - blockIdx.y) * F2_QROWS;
@@ -189,7 +197,8 @@ template <int HS> static __global__ void __launch_bounds__(F2_QTHREADS, F2_MINB(
     const float c = F2_LOG2E / sqrtf((float)HS);
     uint32_t qa[HS / 16][4];
     f2_load_a<HS>(qa, qb, ld, r0, T);
-    float o[HS / 8][4], m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; // rows' running max (base 2) and partial sums
+    // the output's accumulators; the rows' running max (base 2) and partial sums
+    float o[HS / 8][4], m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 #pragma unroll
     for (int n = 0; n < HS / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     f2_load_tile<F2_QTHREADS, HS>(Ks[0], kb, ld, 0, T);
@@ -309,7 +318,9 @@ static inline size_t f2_ds_elems(int B, int NH, int T) {
 }
 // A warp's dQ accumulators (rows r0 and r1 of this lane, columns 2t + 8n) times scale into ob
 // (dqkv's q part of the head, offset by 2t; rows ld apart), rows past T skipped.
-template <int HS> static __device__ __forceinline__ void f2_store_dq(floatX *ob, size_t ld, const float dq[HS / 8][4], int r0, int r1, int T) {
+template <int HS>
+static __device__ __forceinline__ void f2_store_dq(floatX *ob, size_t ld, const float dq[HS / 8][4], int r0, int r1,
+                                                   int T) {
     const float scale = 1.0f / sqrtf((float)HS);
 #pragma unroll
     for (int n = 0; n < HS / 8; n++) {
@@ -321,9 +332,10 @@ template <int HS> static __device__ __forceinline__ void f2_store_dq(floatX *ob,
 #if !defined(F2_DS_STORE)
 // dqkv's q part, OVERWRITTEN: dQ = scale dS K, dS = P (dP - D), dP = dY V^T, per 64-query block,
 // iterating key tiles up to the diagonal (two 32-key halves each). Grid and threads as the forward's.
-template <int HS> static __global__ void __launch_bounds__(F2_QTHREADS, F2_MINB(HS, F2_MINB_DQ, F2_QWARPS)) flash2_backward_dq_kernel(floatX *dqkv, const float *lse, const float *D,
-                                                                              const floatX *dout, const floatX *qkv, int T,
-                                                                              int C, int NH) {
+template <int HS>
+static __global__ void __launch_bounds__(F2_QTHREADS, F2_MINB(HS, F2_MINB_DQ, F2_QWARPS))
+flash2_backward_dq_kernel(floatX *dqkv, const float *lse, const float *D, const floatX *dout, const floatX *qkv,
+                          int T, int C, int NH) {
     constexpr int NS = F2_NS(HS); // tile stages
     __shared__ __align__(16) floatX Ks[NS][F2_ROWS][HS + 8], Vs[NS][F2_ROWS][HS + 8]; // K and V (key, dim), NS stages
     int b = blockIdx.x / NH, h = blockIdx.x % NH, q0 = (gridDim.y - 1 - blockIdx.y) * F2_QROWS;
@@ -395,11 +407,13 @@ template <int HS> static __global__ void __launch_bounds__(F2_QTHREADS, F2_MINB(
 // dP^T = V dY^T, dS^T = P^T (dP^T - D), dK += scale dS^T Q. Grid (B*NH, ceil(T/64)), key
 // block = blockIdx.y (the heaviest, first, first).
 // ds: F2_DS_STORE builds' dS^T tiles (f2_ds_tile), written here; NULL and unused otherwise.
-template <int HS> static __global__ void __launch_bounds__(F2_THREADS, F2_MINB(HS, F2_MINB_DKV, 4)) flash2_backward_dkv_kernel(floatX *dqkv, const float *lse, const float *D,
-                                                                               const floatX *dout, const floatX *qkv, floatX *ds,
-                                                                               int T, int C, int NH) {
+template <int HS>
+static __global__ void __launch_bounds__(F2_THREADS, F2_MINB(HS, F2_MINB_DKV, 4))
+flash2_backward_dkv_kernel(floatX *dqkv, const float *lse, const float *D, const floatX *dout, const floatX *qkv,
+                           floatX *ds, int T, int C, int NH) {
     constexpr int NS = F2_NS(HS); // tile stages
-    __shared__ __align__(16) floatX Qs[NS][F2_ROWS][HS + 8], dYs[NS][F2_ROWS][HS + 8]; // Q and dY (query, dim), NS stages
+    // Q and dY (query, dim), NS stages
+    __shared__ __align__(16) floatX Qs[NS][F2_ROWS][HS + 8], dYs[NS][F2_ROWS][HS + 8];
     __shared__ float Ls[2][F2_ROWS], Ds[2][F2_ROWS]; // the tiles' rows' lse (base 2) and D
     int b = blockIdx.x / NH, h = blockIdx.x % NH, kt = blockIdx.y, k0 = kt * F2_ROWS, nq = gridDim.y;
     int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
@@ -523,8 +537,9 @@ template <int HS> static __global__ void __launch_bounds__(F2_THREADS, F2_MINB(H
 // two cp.async stages. dS's A fragment is ldmatrix.trans of dS^T (rows keys, columns queries):
 // f2_ldsm_kn's registers in the order (q, k), (q+8, k), (q, k+8), (q+8, k+8). The products, their
 // order and the rounding are flash2_backward_dq_kernel's. Grid (B*NH, ceil(T/64)), heaviest first.
-template <int HS> static __global__ void __launch_bounds__(F2_THREADS, F2_MINB(HS, F2_MINB_DQDS, 4)) flash2_backward_dq_ds_kernel(floatX *dqkv, const floatX *ds,
-                                                                                   const floatX *qkv, int T, int C, int NH) {
+template <int HS>
+static __global__ void __launch_bounds__(F2_THREADS, F2_MINB(HS, F2_MINB_DQDS, 4))
+flash2_backward_dq_ds_kernel(floatX *dqkv, const floatX *ds, const floatX *qkv, int T, int C, int NH) {
     constexpr int NS = F2_NS(HS); // tile stages
     __shared__ __align__(16) floatX Ks[NS][F2_ROWS][HS + 8], Ss[NS][F2_ROWS][F2_LD]; // K (key, dim), dS^T (key, query)
     int nq = gridDim.y, qt = nq - 1 - blockIdx.y, q0 = qt * F2_ROWS, b = blockIdx.x / NH, h = blockIdx.x % NH;
@@ -574,14 +589,15 @@ template <int HS> static __global__ void __launch_bounds__(F2_THREADS, F2_MINB(H
 // dS^T tiles in ds, f2_ds_elems of them, in F2_DS_STORE builds; ds unused otherwise).
 // The instances are launched through pointers (the emulator's launch rewrite takes a plain name).
 template <int HS>
-static void flash2_forward_hs(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH, cudaStream_t stream) {
+static void flash2_forward_hs(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH,
+                              cudaStream_t stream) {
     auto fwd = flash2_forward_kernel<HS>;
     fwd<<<dim3(B * NH, ceil_div(T, F2_QROWS)), F2_QTHREADS, 0, stream>>>(out, lse, qkv, T, C, NH);
     LAUNCH_CHECK();
 }
 template <int HS>
-static void flash2_backward_hs(floatX *dqkv, const float *lse, const float *D, const floatX *dout, const floatX *qkv, floatX *ds,
-                               int B, int T, int C, int NH, cudaStream_t stream) {
+static void flash2_backward_hs(floatX *dqkv, const float *lse, const float *D, const floatX *dout, const floatX *qkv,
+                               floatX *ds, int B, int T, int C, int NH, cudaStream_t stream) {
     dim3 grid(B * NH, ceil_div(T, F2_ROWS));
     auto dkv = flash2_backward_dkv_kernel<HS>;
     dkv<<<grid, F2_THREADS, 0, stream>>>(dqkv, lse, D, dout, qkv, ds, T, C, NH);
@@ -597,13 +613,14 @@ static void flash2_backward_hs(floatX *dqkv, const float *lse, const float *D, c
     LAUNCH_CHECK();
 }
 // The forward: out and lse from qkv, at head size C / NH (f2_head_size: 64 or 128; any other is fatal).
-static void flash2_forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH, cudaStream_t stream) {
+static void flash2_forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH,
+                           cudaStream_t stream) {
     if (C / NH == 64) flash2_forward_hs<64>(out, lse, qkv, B, T, C, NH, stream);
     else if (C / NH == 128) flash2_forward_hs<128>(out, lse, qkv, B, T, C, NH, stream);
     else gpu_fatal("flash2_forward", "head size not 64 or 128", __FILE__, __LINE__);
 }
-static void flash2_backward(floatX *dqkv, const float *lse, const float *D, const floatX *dout, const floatX *qkv, floatX *ds,
-                            int B, int T, int C, int NH, cudaStream_t stream) {
+static void flash2_backward(floatX *dqkv, const float *lse, const float *D, const floatX *dout, const floatX *qkv,
+                            floatX *ds, int B, int T, int C, int NH, cudaStream_t stream) {
     if (C / NH == 64) flash2_backward_hs<64>(dqkv, lse, D, dout, qkv, ds, B, T, C, NH, stream);
     else if (C / NH == 128) flash2_backward_hs<128>(dqkv, lse, D, dout, qkv, ds, B, T, C, NH, stream);
     else gpu_fatal("flash2_backward", "head size not 64 or 128", __FILE__, __LINE__);

@@ -76,7 +76,8 @@ pack() {
     # and VARIANTS="NAME=NVCC-FLAGS ...": the bf16 trainer and that benchmark built with those flags
     # too (train_gpt_bf16_vNAME, bench_flash2_vNAME: say -DF2_MINB_DQ=4), candidates to time.
     # Unset, the switches still to time (docs/gpu.md, "Variants"); VARIANTS="" builds none.
-    local variants=${VARIANTS-"q8=-DF2_QWARPS=8 ds=-DF2_DS_STORE gelu=-DGPU_GELU_FAST all=-DF2_QWARPS=8,-DF2_DS_STORE,-DGPU_GELU_FAST"}
+    local variants=${VARIANTS-"q8=-DF2_QWARPS=8 ds=-DF2_DS_STORE gelu=-DGPU_GELU_FAST rln=-DGPU_FUSED_RESIDUAL_LN
+      all=-DF2_QWARPS=8,-DF2_DS_STORE,-DGPU_GELU_FAST,-DGPU_FUSED_RESIDUAL_LN"}
     rm -f test/bin/bench_flash2
     make -s test/bin/bench_flash2 GPU_ARCHS="$archs" || { echo "gpu_session pack: build of bench_flash2 failed"; exit 1; }
     cp test/bin/bench_flash2 "$st/bin/"

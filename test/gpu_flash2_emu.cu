@@ -90,6 +90,7 @@ int main(int argc, char **argv) {
     attention_case(1, 130, 2, 128);
     attention_case(1, 70, 1, 128);
     fclose(out);
-    printf("gpu_flash2_emu: 5 cases written (F2_QWARPS=%d, dS^T tiles %s)\n", F2_QWARPS, f2_ds_elems(1, 1, 1) ? "on" : "off");
+    printf("gpu_flash2_emu: 5 cases written (F2_QWARPS=%d, dS^T tiles %s)\n", F2_QWARPS,
+           f2_ds_elems(1, 1, 1) ? "on" : "off");
     return 0;
 }
