@@ -1,30 +1,33 @@
-// gpu/flash2.cuh: FlashAttention-2-style causal self-attention for 16-bit builds at head size 64
-// (GPT-2's), selected by `make train_gpt ATTENTION=flash2` (-DGPU_ATTENTION_FLASH2); other head
-// sizes keep gpu/flash_attention.cuh's kernels. The data contract is theirs: qkv (B,T,3C) in,
-// out (B,T,C), the log-sum-exp rows (B,NH,T) fp32 in the att slot (units of the scaled scores,
-// natural log), dqkv (B,T,3C) overwritten by the backward.
+// gpu/flash2.cuh: FlashAttention-2-style causal self-attention for 16-bit builds at head sizes 64
+// (GPT-2's) and 128, selected by `make train_gpt ATTENTION=flash2` (-DGPU_ATTENTION_FLASH2); every
+// kernel is a template over the head size HS, and flash2_forward / flash2_backward pick the
+// instance from C / NH (f2_head_size says which they take); other head sizes keep
+// gpu/flash_attention.cuh's kernels (up to 64) or the matmul path. The data contract is theirs:
+// qkv (B,T,3C) in, out (B,T,C), the log-sum-exp rows (B,NH,T) fp32 in the att slot (units of the
+// scaled scores, natural log), dqkv (B,T,3C) overwritten by the backward.
 //
 // Design (the chip's, not WMMA's): every product is mma.sync m16n8k16 (gpu/mma16.cuh) on
 // registers. A warp owns 16 rows: queries (forward, dQ) or keys (dK/dV); a block is 4 warps, 64
 // rows; the inner loop walks 64-row tiles of the other operand, held row-major in shared memory
-// with rows padded to F2_LD = 72 elements (144 bytes: the 8 rows an ldmatrix phase reads fall on
-// distinct banks), in two stages: cp.async fills the next tile's stage while the current one
-// computes. The warp's own rows (Q, or K and V, and dO) stay in registers as A fragments for the
-// whole kernel; S, P and the accumulators never leave registers: the C fragments of two adjacent
-// 16x8 score tiles are P's A fragment for P V (mma16_pack_a, FlashAttention-2's trick). Online
-// softmax in base 2 (scores scaled by scale*log2 e), each row's max and sum reduced over its quad
-// by two shuffles (the sum only at the end). B fragments come from the tiles by ldmatrix.x4, two
-// fragments an instruction: as stored for the operands that run along a tile's columns (K for
-// Q K^T, V for dO V^T, Q and dO for K Q^T and V dO^T), transposed by ldmatrix.trans for those
-// that run along its rows (V for P V, K for dS K, Q and dO for dS^T Q and P^T dO), so each tile
-// is stored once, untransposed.
+// with rows padded to HS + 8 elements (144 or 272 bytes: the 8 rows an ldmatrix phase reads fall
+// on distinct banks), in two stages at HS = 64 (one at 128: F2_NS): cp.async fills the next tile's
+// stage while the current one computes. The warp's own rows (Q, or K and V, and dO) stay in
+// registers as A fragments for the whole kernel; S, P and the accumulators never leave registers:
+// the C fragments of two adjacent 16x8 score tiles are P's A fragment for P V (mma16_pack_a,
+// FlashAttention-2's trick). Online softmax in base 2 (scores scaled by scale*log2 e), each row's
+// max and sum reduced over its quad by two shuffles (the sum only at the end). B fragments come
+// from the tiles by ldmatrix.x4, two fragments an instruction: as stored for the operands that run
+// along a tile's columns (K for Q K^T, V for dO V^T, Q and dO for K Q^T and V dO^T), transposed by
+// ldmatrix.trans for those that run along its rows (V for P V, K for dS K, Q and dO for dS^T Q and
+// P^T dO), so each tile is stored once, untransposed.
 // Causal: tiles above the block's diagonal are not visited; on the diagonal tile, each warp skips
 // the 8-column score tiles (and 16- or 32-row sub-tiles) entirely above its own diagonal.
 // Backward as FlashAttention-2's: D = rowsum(dO * O) once per row into a (B,NH,T) fp32 scratch
 // (flash_attention.cuh's flash_backward_preprocess_kernel), then dK/dV per key block (iterating query tiles, P = exp2(S c - lse c)
 // recomputed) and dQ per query block (iterating key tiles): deterministic, no atomics. dS is
 // rounded to the 16-bit type unscaled; dQ and dK are scaled once at the end (scale = 1/8 at head
-// size 64: exact). All shared memory is static, under 48 KB (two stages of two tiles, 36-37 KB).
+// size 64: exact). All shared memory is static, under 48 KB (two stages of two tiles, 36-37 KB, at
+// HS = 64; one stage, 34-35 KB, at 128).
 // -DF2_DS_STORE (a variant to time, off by default): the dK/dV kernel also writes dS^T, rounded as
 // the dQ kernel rounds dS, into 16-bit tiles in global memory (f2_ds_elems), and dQ = dS K is read
 // back from them by flash2_backward_dq_ds_kernel: 5 tile products per (query, key) tile pair
