@@ -94,8 +94,8 @@ check_precision = $(if $(filter $(1),$(GPU_PRECISIONS)),,$(error PRECISION=$(1):
 	@echo $(PRECISION) $(ATTENTION) | cmp -s - $@ || { echo $(PRECISION) $(ATTENTION) > $(TMP) && mv -f $(TMP) $@; }
 # Attention, fixed at build time like the precision (a change of either rebuilds train_gpt):
 # ATTENTION=flash2 (the default): gpu/flash2.cuh's FlashAttention-2-style kernels (mma.sync
-# through inline PTX) at head size 64, GPT-2's, and gpu/flash_attention.cuh's WMMA kernels at
-# the other multiples of 16 up to 64; the fastest on an H200 (docs/gpu-runs/2026-11-27-4d85839:
+# through inline PTX) at head sizes 64, GPT-2's, and 128, and gpu/flash_attention.cuh's WMMA
+# kernels at the other multiples of 16 up to 64; the fastest on an H200 (docs/gpu-runs/2026-11-27-4d85839:
 # d12 409k tokens/s against 264k and 45k). ATTENTION=flash: the WMMA kernels at every such head
 # size (train_gpt_bf16_flash). ATTENTION=matmul: cuBLASLt's batched products and the softmax
 # kernels, the (T,T) probabilities stored per layer (train_gpt_bf16_mm). Emulator builds follow.

@@ -24,7 +24,7 @@
 #            --base binary the same way;
 #         3. the checks (test/gpu/run_gpu_checks.sh, sections 1-3 and 5, the CPU trainer of the
 #            pack as the oracle): GPU vs CPU loss and gradients in fp32, bf16, fp16 and at head
-#            size 64; ZeRO 0-3; recompute and cpu_checkpointing bit-identical; offload pageable,
+#            sizes 64 and 128; ZeRO 0-3; recompute and cpu_checkpointing bit-identical; offload pageable,
 #            pinned, NVMe;
 #         4. with the fastest attention build of 2: d12 at ZeRO-1/2/3 (B=16), d48 at B=4 (65,536
 #            tokens per step); d12 at ZeRO-2 with the optimizer offloaded (--offload-ratio 1, 0.5,
