@@ -94,8 +94,8 @@ check_precision = $(if $(filter $(1),$(GPU_PRECISIONS)),,$(error PRECISION=$(1):
 	@echo $(PRECISION) $(ATTENTION) | cmp -s - $@ || { echo $(PRECISION) $(ATTENTION) > $(TMP) && mv -f $(TMP) $@; }
 # Attention, fixed at build time like the precision (a change of either rebuilds train_gpt):
 # ATTENTION=flash2 (the default): gpu/flash2.cuh's FlashAttention-2-style kernels (mma.sync
-# through inline PTX) at head size 64, GPT-2's, and gpu/flash_attention.cuh's WMMA kernels at
-# the other multiples of 16 up to 64; the fastest on an H200 (docs/gpu-runs/2026-11-27-4d85839:
+# through inline PTX) at head sizes 64, GPT-2's, and 128, and gpu/flash_attention.cuh's WMMA
+# kernels at the other multiples of 16 up to 64; the fastest on an H200 (docs/gpu-runs/2026-11-27-4d85839:
 # d12 409k tokens/s against 264k and 45k). ATTENTION=flash: the WMMA kernels at every such head
 # size (train_gpt_bf16_flash). ATTENTION=matmul: cuBLASLt's batched products and the softmax
 # kernels, the (T,T) probabilities stored per layer (train_gpt_bf16_mm). Emulator builds follow.
@@ -171,6 +171,13 @@ test/bin/train_gpt_emu_bf16_flash: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_
 	@mkdir -p test/bin
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
 	$(EMU_CXX) -DGPU_PRECISION_BF16 -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
+# The bf16 build with -DGPU_FUSED_RESIDUAL_LN (the residual add and the MLP's LayerNorm in one kernel:
+# a variant scripts/gpu_session.sh times; test_gpu_rln compares it with the default build bit for bit)
+test/bin/train_gpt_emu_bf16_rln: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
+	@mkdir -p test/bin
+	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
+	$(EMU_CXX) -DGPU_PRECISION_BF16 $(ATTENTION_FLAGS) -DGPU_FUSED_RESIDUAL_LN -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && \
+	  mv -f $(TMP) $@
 # The same, bf16, under AddressSanitizer + UndefinedBehaviorSanitizer: the trainer's host code
 # (checkpoints, token grouping, the backend's bookkeeping) checked as the CPU trainer's is.
 test/bin/train_gpt_emu_bf16_asan: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)

@@ -112,11 +112,11 @@ static HeadLoop head_loop(int B, int T, int C, int NH) {
 // Whether this build and this head size run the flash kernels (gpt2.h decides, for the
 // activations' layout too); then att holds the log-sum-exp rows, (B,NH,T) fp32.
 static int flash_attention(int C, int NH) { return gpu_flash_attention(C, NH, sizeof(floatX)); }
-// ATTENTION=flash2 builds: whether gpu/flash2.cuh's kernels take this head size (64; the flash
-// kernels above keep the others, with the same log-sum-exp rows in att).
+// ATTENTION=flash2 builds: whether gpu/flash2.cuh's kernels take this head size (64 or 128; the
+// flash kernels above keep the others up to 64, with the same log-sum-exp rows in att).
 static int flash2_attention(int C, int NH) {
 #if defined(GPU_ATTENTION_FLASH2) && !defined(GPU_PRECISION_FP32)
-    return flash_attention(C, NH) && C / NH == F2_HS;
+    return flash_attention(C, NH) && f2_head_size(C / NH);
 #else
     (void)C; (void)NH;
     return 0;
@@ -144,8 +144,7 @@ static void attention_forward(GpuKernels *kc, floatX *out, floatX *att, const fl
 #if !defined(GPU_PRECISION_FP32)
 #if defined(GPU_ATTENTION_FLASH2)
     if (flash2_attention(C, NH)) {
-        flash2_forward_kernel<<<dim3(B * NH, ceil_div(T, F2_QROWS)), F2_QTHREADS, 0, kc->gpu->compute>>>(out, (float *)(void *)att, qkv, T, C, NH);
-        LAUNCH_CHECK();
+        flash2_forward(out, (float *)(void *)att, qkv, B, T, C, NH, kc->gpu->compute);
         return;
     }
 #endif
@@ -231,6 +230,30 @@ static void residual_forward(GpuKernels *kc, floatX *out, const floatX *a, const
     residual_forward_k<<<grid_for(kc->gpu, vec ? n / VEC : n, 256), 256, 0, kc->gpu->compute>>>(out, a, b, n);
     LAUNCH_CHECK();
 }
+#if defined(GPU_FUSED_RESIDUAL_LN)
+// core/model.h's fused hook (GPT2_FUSED_RESIDUAL_LN): res = a + b, out = layernorm(res), in one
+// kernel where gpu/kernels.cuh's residual_layernorm_forward_kernel takes the shape (16-byte packs,
+// C <= RLN_PACKS * WARP * VEC; 4 packs a lane up to 1,024 channels in 16 bits, fewer registers);
+// else the two kernels. The same bits either way.
+#define GPT2_FUSED_RESIDUAL_LN
+static void residual_layernorm_forward(GpuKernels *kc, floatX *res, floatX *out, float *mean, float *rstd,
+                                       const floatX *a, const floatX *b, const floatX *w, const floatX *bias, int N,
+                                       int C) {
+    if (C % VEC != 0 || C > RLN_PACKS * WARP * VEC || !vec_ok(res) || !vec_ok(out) || !vec_ok(a) || !vec_ok(b) ||
+        !vec_ok(w) || !vec_ok(bias)) {
+        residual_forward(kc, res, a, b, (size_t)N * C);
+        layernorm_forward(kc, out, mean, rstd, res, w, bias, N, C);
+        return;
+    }
+    KSpan span(kc->gpu->prof, "residual_layernorm_forward", 0.0,
+               (4.0 * N * C + 2.0 * C) * sizeof(floatX) + 8.0 * N);
+    void (*rln_k)(floatX *, floatX *, float *, float *, const floatX *, const floatX *, const floatX *, const floatX *,
+                  int, int) =
+        C <= 4 * WARP * VEC ? residual_layernorm_forward_kernel<4> : residual_layernorm_forward_kernel<RLN_PACKS>;
+    rln_k<<<ceil_div(N, 8), 256, 0, kc->gpu->compute>>>(res, out, mean, rstd, a, b, w, bias, N, C);
+    LAUNCH_CHECK();
+}
+#endif
 static void gelu_forward(GpuKernels *kc, floatX *out, const floatX *inp, size_t n) {
     KSpan span(kc->gpu->prof, "gelu_forward", 0.0, 2.0 * n * sizeof(floatX));
     int vec = vec_ok(out) && vec_ok(inp);

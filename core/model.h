@@ -15,6 +15,11 @@
 //   matmul_backward_gelu(k, dinp, dw+=, dbias+=, dout, inp, w, w16, pre, N, C, OC): matmul_backward, then
 //     dinp = gelu'(pre) * dinp (N*C): the MLP's two backward steps as one call, which a trainer may fuse
 //   residual_forward(k, out, a, b, n)                     zero_fill(k, p, n)
+//   and, only where the trainer defines GPT2_FUSED_RESIDUAL_LN (the GPU's -DGPU_FUSED_RESIDUAL_LN build):
+//   residual_layernorm_forward(k, res, out, mean, rstd, a, b, w, bias, N, C): res = a + b, then
+//     layernorm_forward(k, out, mean, rstd, res, w, bias, N, C) of res as stored, as one call, with
+//     the bits of those two calls (the trainer's kernels round as they store: gpt2_act_rounded of
+//     residual2 follows its LayerNorm there). Without it (the CPU trainer) the two calls run apart.
 //   upload_batch(m, inputs, targets, N): sets m->dev_inputs / dev_targets (the GPU copies)
 //   classifier_loss(m, N, dloss) -> mean loss: the fused softmax + cross-entropy (+ gradient)
 // (w16: the weight's 16-bit copy from UnitParams.x16, or NULL). Every tensor argument is a
@@ -83,10 +88,19 @@ static void gpt2_layer_forward(GPT2 *m, int l, UnitParams up, const LayerActs *x
     gpt2_act_rounded(m, x, l, A_ATTY, B, T);
     if (!sel) { // the projections land in dbtc (free during the forward), then the residual adds
         matmul_forward(&m->kern, a->dbtc, x->atty, w.attprojw, gpt2_x16(up, w.attprojw), w.attprojb, N, C, C);
+#if defined(GPT2_FUSED_RESIDUAL_LN)
+        residual_layernorm_forward(&m->kern, x->residual2, x->ln2, x->ln2_mean, x->ln2_rstd, x->residual, a->dbtc,
+                                   w.ln2w, w.ln2b, N, C);
+        gpt2_act_rounded(m, x, l, A_RESIDUAL2, B, T);
+#else
         residual_forward(&m->kern, x->residual2, x->residual, a->dbtc, btc);
         gpt2_act_rounded(m, x, l, A_RESIDUAL2, B, T);
+#endif
     }
-    layernorm_forward(&m->kern, x->ln2, x->ln2_mean, x->ln2_rstd, x->residual2, w.ln2w, w.ln2b, N, C);
+#if defined(GPT2_FUSED_RESIDUAL_LN)
+    if (sel) // selective recompute kept residual2: its LayerNorm alone
+#endif
+        layernorm_forward(&m->kern, x->ln2, x->ln2_mean, x->ln2_rstd, x->residual2, w.ln2w, w.ln2b, N, C);
     gpt2_act_rounded(m, x, l, A_LN2, B, T);
     if (!sel) {
         matmul_forward(&m->kern, x->fch, x->ln2, w.fcw, gpt2_x16(up, w.fcw), w.fcb, N, C, 4 * C);

@@ -211,6 +211,60 @@ static __global__ void residual_forward_kernel(floatX *out, const floatX *a, con
     size_t t = packs * V + first;
     if (t < n) out[t] = to_floatX(to_float(a[t]) + to_float(b[t]));
 }
+// -DGPU_FUSED_RESIDUAL_LN (a variant to time, off by default; core/model.h's
+// GPT2_FUSED_RESIDUAL_LN hook): res (N,C) = a + b, then out = layernorm(res) with its mean and rstd,
+// in one pass: residual_forward_kernel<VEC>'s sums, rounded and stored, and
+// layernorm_forward_kernel<VEC>'s arithmetic over the rounded values, in the same order (the same
+// lane takes the same VEC channels, sums them in the same order, the same warp_sum), so the
+// results are those two kernels' bit for bit. One warp per row, 8 rows per block; the row stays
+// in registers (NP packs of VEC per lane: C <= NP * WARP * VEC, which the caller checks, with C
+// a multiple of VEC and every pointer 16-byte aligned), so it reads a and b and writes res and
+// out once: 4 N C elements against the two kernels' 5. Bounds: a warp past N returns whole.
+#define RLN_PACKS 8
+template <int NP>
+static __global__ void residual_layernorm_forward_kernel(floatX *res, floatX *out, float *mean, float *rstd,
+                                                         const floatX *a, const floatX *b, const floatX *w,
+                                                         const floatX *bias, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (row >= N) return;
+    size_t r0 = (size_t)row * C;
+    Pack<VEC> x[NP];
+    float m = 0.0f;
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+        int c = (lane + p * WARP) * VEC;
+        if (c < C) {
+            Pack<VEC> av = load_pack<VEC>(a + r0 + c), bv = load_pack<VEC>(b + r0 + c);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) x[p].v[k] = to_floatX(to_float(av.v[k]) + to_float(bv.v[k]));
+            store_pack<VEC>(res + r0 + c, x[p]);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) m += to_float(x[p].v[k]);
+        }
+    }
+    m = warp_sum(m) / C;
+    float v = 0.0f;
+#pragma unroll
+    for (int p = 0; p < NP; p++)
+        if ((lane + p * WARP) * VEC < C) {
+#pragma unroll
+            for (int k = 0; k < VEC; k++) { float d = to_float(x[p].v[k]) - m; v += d * d; }
+        }
+    v = warp_sum(v) / C;
+    float s = 1.0f / sqrtf(v + 1e-5f);
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+        int c = (lane + p * WARP) * VEC;
+        if (c < C) {
+            Pack<VEC> wv = load_pack<VEC>(w + c), bv = load_pack<VEC>(bias + c), ov;
+#pragma unroll
+            for (int k = 0; k < VEC; k++)
+                ov.v[k] = to_floatX((to_float(x[p].v[k]) - m) * s * to_float(wv.v[k]) + to_float(bv.v[k]));
+            store_pack<VEC>(out + r0 + c, ov);
+        }
+    }
+    if (lane == 0) { mean[row] = m; rstd[row] = s; }
+}
 // dst (n) += src (n), both of type dtype (ZC_F32, ZC_BF16, ZC_FP16), the sum rounded to it:
 // zero.h's add (a reduce-scatter's slice into the gradient shard). zc_load / zc_store are
 // mixed_precision.h's, the same integer code the CPU trainer rounds with, so a 16-bit sum is

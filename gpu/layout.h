@@ -4,7 +4,8 @@
 //
 // Contract
 //   - Attention: the flash kernels (16-bit builds, through tensor cores, whose tiles need a head
-//     size that is a multiple of 16, at most 64: every GPT-2 size) keep no (T,T) probabilities:
+//     size that is a multiple of 16, at most 64: every GPT-2 size; 128 too in ATTENTION=flash2
+//     builds) keep no (T,T) probabilities:
 //     A_ATT holds each row's log-sum-exp instead, (L,B,NH,T) fp32, from which the backward
 //     recomputes them. Otherwise (the fp32 build, other head sizes) it is the matmul path with
 //     the probabilities stored, as on the CPU (gpu_flash_attention decides).
@@ -29,8 +30,9 @@
 #include "run/planner.h"
 
 #define GPU_FLASH_MAX_HS 64
-// A build made with `make train_gpt ATTENTION=flash2` (-DGPU_ATTENTION_FLASH2) runs head size 64
-// through gpu/flash2.cuh's kernels and the others through the flash kernels: the same log-sum-exp
+// A build made with `make train_gpt ATTENTION=flash2` (-DGPU_ATTENTION_FLASH2) runs head sizes 64
+// and 128 through gpu/flash2.cuh's kernels and the others up to 64 through the flash kernels
+// (larger ones: the matmul path): the same log-sum-exp
 // rows in A_ATT either way, so this layout does not change (its backward's (B,NH,T) fp32 row
 // scratch lies outside the plan, in train_gpt.cu's bytes_scratch).
 // A build made with `make train_gpt ATTENTION=matmul` (-DGPU_ATTENTION_MATMUL) takes the matmul
@@ -42,6 +44,9 @@ static inline int gpu_flash_attention(int channels, int num_heads, size_t elem) 
     return 0;
 #else
     int hs = channels / num_heads;
+#if defined(GPU_ATTENTION_FLASH2)
+    if (elem == 2 && hs == 128) return 1;
+#endif
     return elem == 2 && hs % 16 == 0 && hs <= GPU_FLASH_MAX_HS;
 #endif
 }

@@ -24,7 +24,7 @@
 #            --base binary the same way;
 #         3. the checks (test/gpu/run_gpu_checks.sh, sections 1-3 and 5, the CPU trainer of the
 #            pack as the oracle): GPU vs CPU loss and gradients in fp32, bf16, fp16 and at head
-#            size 64; ZeRO 0-3; recompute and cpu_checkpointing bit-identical; offload pageable,
+#            sizes 64 and 128; ZeRO 0-3; recompute and cpu_checkpointing bit-identical; offload pageable,
 #            pinned, NVMe;
 #         4. with the fastest attention build of 2: d12 at ZeRO-1/2/3 (B=16), d48 at B=4 (65,536
 #            tokens per step); d12 at ZeRO-2 with the optimizer offloaded (--offload-ratio 1, 0.5,
@@ -77,7 +77,8 @@ pack() {
     # and VARIANTS="NAME=NVCC-FLAGS ...": the bf16 trainer and that benchmark built with those flags
     # too (train_gpt_bf16_vNAME, bench_flash2_vNAME: say -DF2_MINB_DQ=4), candidates to time.
     # Unset, the switches still to time (docs/gpu.md, "Variants"); VARIANTS="" builds none.
-    local variants=${VARIANTS-"q8=-DF2_QWARPS=8 ds=-DF2_DS_STORE gelu=-DGPU_GELU_FAST all=-DF2_QWARPS=8,-DF2_DS_STORE,-DGPU_GELU_FAST"}
+    local variants=${VARIANTS-"q8=-DF2_QWARPS=8 ds=-DF2_DS_STORE gelu=-DGPU_GELU_FAST rln=-DGPU_FUSED_RESIDUAL_LN
+      all=-DF2_QWARPS=8,-DF2_DS_STORE,-DGPU_GELU_FAST,-DGPU_FUSED_RESIDUAL_LN"}
     rm -f test/bin/bench_flash2
     make -s test/bin/bench_flash2 GPU_ARCHS="$archs" || { echo "gpu_session pack: build of bench_flash2 failed"; exit 1; }
     cp test/bin/bench_flash2 "$st/bin/"

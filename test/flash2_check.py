@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 # test/flash2_check.py DUMP: gpu_flash2_emu's dump (test/gpu_flash2_emu.cu) against an fp64 numpy
-# reference written from the contract: per (b, h), S = Q K^T / sqrt(64) with the causal mask,
+# reference written from the contract: per (b, h), S = Q K^T / sqrt(HS) with the causal mask,
 # P = softmax(S), out = P V, lse = log sum exp S (natural log, per row); the backward from dout:
-# dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO * out)), dQ = dS K / 8, dK = dS^T Q / 8.
+# dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO * out)), dQ = dS K / sqrt(HS), dK = dS^T Q / sqrt(HS),
+# HS (64 or 128) from each record's header.
 # The inputs are the dump's bf16 values (exact in fp64). Each of out, lse, dq, dk, dv must be
 # finite everywhere (the kernels write every element) and within TOL relative L2 of the
 # reference (bf16 outputs: one rounding is 2^-9 relative; the GPU measured 2.0-2.6e-3, bench_flash2).
@@ -10,7 +11,6 @@ import sys
 import numpy as np
 
 TOL = 1e-2
-HS = 64
 
 
 def bf16(a):
@@ -28,7 +28,7 @@ def main(path):
         return a
 
     while off < len(raw):
-        B, T, NH = (int(x) for x in take(np.int32, 3))
+        B, T, NH, HS = (int(x) for x in take(np.int32, 4))
         C = NH * HS
         n = B * T * C
         qkv = bf16(take(np.uint16, 3 * n)).reshape(B, T, 3, NH, HS)
@@ -62,7 +62,7 @@ def main(path):
             if not e_ <= TOL:
                 bad += 1
         cases += 1
-        print(f"B={B} T={T} NH={NH} rel L2 vs fp64: " + " ".join(errs))
+        print(f"B={B} T={T} NH={NH} HS={HS} rel L2 vs fp64: " + " ".join(errs))
     print(f"flash2_check: {cases} cases, worst {worst:.2e} (tolerance {TOL:.0e}), {bad} over")
     return 1 if bad or cases == 0 else 0
 

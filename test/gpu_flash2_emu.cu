@@ -1,12 +1,13 @@
 // gpu/flash2.cuh's attention on the CUDA emulator, built once per variant (test_gpu_flash2.sh):
 // the default, -DF2_QWARPS=8, -DF2_DS_STORE (dQ from the dK/dV kernel's dS^T tiles) and both.
-// For each shape: random qkv and dout (bf16), the trainer's launches (flash2_forward_kernel,
+// For each shape: random qkv and dout (bf16), the trainer's launches (flash2_forward,
 // flash_backward_preprocess_kernel's D, flash2_backward), and a dump of inputs and outputs:
 // test/flash2_check.py compares each variant with an fp64 numpy reference written from the
 // contract (softmax(scale Q K^T, causal) V and its gradients), and the script compares the
 // variants' outputs with the default's bit for bit. dqkv and the dS^T tiles start as NaNs:
 // every element must be written, and every tile element the dQ kernel reads.
-// Usage: gpu_flash2_emu OUT.bin (records: B, T, NH; qkv, dout, out, lse, dqkv as raw bits).
+// Head sizes 64 and 128 (flash2_forward and flash2_backward pick the kernels' instance from C / NH).
+// Usage: gpu_flash2_emu OUT.bin (records: B, T, NH, HS; qkv, dout, out, lse, dqkv as raw bits).
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -49,8 +50,8 @@ static floatX *dev_rand(size_t n, float a) {
     return d;
 }
 
-static void attention_case(int B, int T, int NH) {
-    int C = NH * F2_HS;
+static void attention_case(int B, int T, int NH, int HS) {
+    int C = NH * HS;
     size_t n = (size_t)B * T * C, rows = (size_t)B * NH * T, nds = f2_ds_elems(B, NH, T);
     floatX *qkv = dev_rand(3 * n, 2.0f), *dout = dev_rand(n, 1.0f), *y, *dqkv, *ds = NULL;
     float *lse, *D;
@@ -63,14 +64,13 @@ static void attention_case(int B, int T, int NH) {
         CUDA_CHECK(cudaMalloc((void **)&ds, nds * sizeof(floatX)));
         CUDA_CHECK(cudaMemset(ds, 0xFF, nds * sizeof(floatX)));
     }
-    flash2_forward_kernel<<<dim3(B * NH, ceil_div(T, F2_QROWS)), F2_QTHREADS, 0, stream>>>(y, lse, qkv, T, C, NH);
-    LAUNCH_CHECK();
+    flash2_forward(y, lse, qkv, B, T, C, NH, stream);
     flash_backward_preprocess_kernel<<<ceil_div(rows, 256), 256, 0, stream>>>(D, dout, y, B, T, C, NH);
     LAUNCH_CHECK();
     flash2_backward(dqkv, lse, D, dout, qkv, ds, B, T, C, NH, stream);
     CUDA_CHECK(cudaDeviceSynchronize());
-    int hdr[3] = {B, T, NH};
-    fwrite(hdr, sizeof(int), 3, out);
+    int hdr[4] = {B, T, NH, HS};
+    fwrite(hdr, sizeof(int), 4, out);
     put(qkv, 3 * n); put(dout, n); put(y, n); put(lse, rows); put(dqkv, 3 * n);
     cudaFree(qkv); cudaFree(dout); cudaFree(y); cudaFree(dqkv); cudaFree(lse); cudaFree(D);
     if (ds) cudaFree(ds);
@@ -83,10 +83,13 @@ int main(int argc, char **argv) {
     if (!out) { fprintf(stderr, "gpu_flash2_emu: cannot write %s\n", argv[1]); return 1; }
     // a partial last tile (T % 64 != 0, and T % 128 for the 8-warp blocks), several heads and
     // batch rows (the tiles' per-head offsets), one tile alone, a tile and a few rows
-    attention_case(2, 130, 2);
-    attention_case(1, 64, 1);
-    attention_case(1, 70, 3);
+    attention_case(2, 130, 2, 64);
+    attention_case(1, 64, 1, 64);
+    attention_case(1, 70, 3, 64);
+    // head size 128 (one tile stage, refilled once): two heads, a tile and a few rows
+    attention_case(1, 70, 2, 128);
     fclose(out);
-    printf("gpu_flash2_emu: 3 cases written (F2_QWARPS=%d, dS^T tiles %s)\n", F2_QWARPS, f2_ds_elems(1, 1, 1) ? "on" : "off");
+    printf("gpu_flash2_emu: 4 cases written (F2_QWARPS=%d, dS^T tiles %s)\n", F2_QWARPS,
+           f2_ds_elems(1, 1, 1) ? "on" : "off");
     return 0;
 }

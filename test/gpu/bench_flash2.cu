@@ -1,7 +1,8 @@
 // test/gpu/bench_flash2.cu: gpu/flash2.cuh on a real GPU, beside gpu/flash_attention.cuh's
 // kernels: both against a plain fp32 reference (the forward's output and log-sum-exp, the
 // backward's dQ, dK, dV: relative L2 errors), then each one's time per call at GPT-2 124M's
-// shape (B=16, NH=12, T=1024, hs=64) by CUDA events. bf16, head size 64. Standalone (no MPI,
+// shape (B=16, NH=12, T=1024, hs=64) by CUDA events. bf16; flash2 also at head size 128 (C = 768
+// as 6 heads: errors at two shapes and the time per call; the WMMA kernels stop at 64). Standalone (no MPI,
 // cuBLASLt or NCCL at run time), so that it runs on a bare lent GPU:
 //   make test/bin/bench_flash2 GPU_ARCHS="-gencode arch=compute_90,code=sm_90"
 //   test/bin/bench_flash2            (exit status 1 when a flash2 error exceeds 2e-2 or is NaN)
@@ -29,8 +30,8 @@ typedef __nv_bfloat16 floatX;
 #include "gpu/flash_attention.cuh"
 #include "gpu/flash2.cuh"
 
-#define HS 64
-// fp32 reference, one thread per (b, h, query i): out, lse (natural log, scaled scores)
+// fp32 reference, one thread per (b, h, query i): out, lse (natural log, scaled scores); HS the head size
+template <int HS>
 static __global__ void ref_forward(float *out, float *lse, const floatX *qkv, int B, int T, int NH) {
     int i = blockIdx.x * blockDim.x + threadIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
     if (i >= T) return;
@@ -55,6 +56,7 @@ static __global__ void ref_forward(float *out, float *lse, const floatX *qkv, in
     lse[(size_t)bh * T + i] = m + logf(l);
 }
 // Drow[b,h,i] = dO_i . O_i (fp32 reference output)
+template <int HS>
 static __global__ void ref_rowdot(float *D, const floatX *dout, const float *out, int B, int T, int NH) {
     int i = blockIdx.x * blockDim.x + threadIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
     if (i >= T) return;
@@ -63,6 +65,7 @@ static __global__ void ref_rowdot(float *D, const floatX *dout, const float *out
     D[(size_t)bh * T + i] = acc;
 }
 // dq (part 0) per query row; dk, dv (parts 1, 2) per key row. dqkv fp32 (B,T,3C).
+template <int HS>
 static __global__ void ref_backward(float *dqkv, const floatX *qkv, const floatX *dout, const float *lse, const float *D, int B,
                                     int T, int NH, int part) {
     int r = blockIdx.x * blockDim.x + threadIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
@@ -123,14 +126,13 @@ static double rel_l2f(const float *a, const float *ref, size_t n) {
 }
 
 struct Bufs { floatX *qkv, *dout, *out, *dqkv, *ds; float *lse, *D; }; // ds: F2_DS_STORE's dS^T tiles (else NULL)
-static void run(int impl, const Bufs &m, int B, int T, int NH, int fwd, int bwd) {
+static void run(int impl, const Bufs &m, int B, int T, int NH, int HS, int fwd, int bwd) {
     int C = NH * HS;
     dim3 grid(B * NH, ceil_div(T, 64));
     // the backward's D = rowsum(dO * O), as train_gpt.cu computes it for either implementation
     if (bwd) flash_backward_preprocess_kernel<<<ceil_div((size_t)B * T * NH, 256), 256>>>(m.D, m.dout, m.out, B, T, C, NH);
     if (impl == 1) {
-        dim3 qgrid(B * NH, ceil_div(T, F2_QROWS));
-        if (fwd) flash2_forward_kernel<<<qgrid, F2_QTHREADS>>>(m.out, m.lse, m.qkv, T, C, NH);
+        if (fwd) flash2_forward(m.out, m.lse, m.qkv, B, T, C, NH, 0);
         if (bwd) flash2_backward(m.dqkv, m.lse, m.D, m.dout, m.qkv, m.ds, B, T, C, NH, 0);
     } else {
         if (fwd) flash_forward_kernel<<<grid, FA_THREADS>>>(m.out, m.lse, m.qkv, T, C, NH);
@@ -141,7 +143,7 @@ static void run(int impl, const Bufs &m, int B, int T, int NH, int fwd, int bwd)
     }
     LAUNCH_CHECK();
 }
-static Bufs alloc(int B, int T, int NH) {
+static Bufs alloc(int B, int T, int NH, int HS) {
     Bufs m;
     size_t n = (size_t)B * T * NH * HS;
     CUDA_CHECK(cudaMalloc(&m.qkv, 3 * n * sizeof(floatX)));
@@ -161,19 +163,25 @@ static void release(Bufs &m) {
 }
 
 // errors of both implementations against the reference at one shape; returns the worst (flash2)
-static double check(int B, int T, int NH) {
+static double check(int B, int T, int NH, int HS) {
     int C = NH * HS;
     size_t n = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    Bufs m = alloc(B, T, NH);
+    Bufs m = alloc(B, T, NH, HS);
     float *rout, *rlse, *rD, *rdqkv;
     CUDA_CHECK(cudaMalloc(&rout, n * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&rlse, nl * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&rD, nl * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&rdqkv, 3 * n * sizeof(float)));
     dim3 rg(ceil_div(T, 64), B * NH);
-    ref_forward<<<rg, 64>>>(rout, rlse, m.qkv, B, T, NH);
-    ref_rowdot<<<rg, 64>>>(rD, m.dout, rout, B, T, NH);
-    for (int part = 0; part < 2; part++) ref_backward<<<rg, 64>>>(rdqkv, m.qkv, m.dout, rlse, rD, B, T, NH, part);
+    if (HS == 64) {
+        ref_forward<64><<<rg, 64>>>(rout, rlse, m.qkv, B, T, NH);
+        ref_rowdot<64><<<rg, 64>>>(rD, m.dout, rout, B, T, NH);
+        for (int part = 0; part < 2; part++) ref_backward<64><<<rg, 64>>>(rdqkv, m.qkv, m.dout, rlse, rD, B, T, NH, part);
+    } else {
+        ref_forward<128><<<rg, 64>>>(rout, rlse, m.qkv, B, T, NH);
+        ref_rowdot<128><<<rg, 64>>>(rD, m.dout, rout, B, T, NH);
+        for (int part = 0; part < 2; part++) ref_backward<128><<<rg, 64>>>(rdqkv, m.qkv, m.dout, rlse, rD, B, T, NH, part);
+    }
     LAUNCH_CHECK();
     float *h_rout = (float *)malloc(n * 4), *h_rlse = (float *)malloc(nl * 4), *h_rd = (float *)malloc(3 * n * 4), *h_lse = (float *)malloc(nl * 4);
     floatX *h_out = (floatX *)malloc(n * 2), *h_d = (floatX *)malloc(3 * n * 2);
@@ -181,9 +189,9 @@ static double check(int B, int T, int NH) {
     CUDA_CHECK(cudaMemcpy(h_rlse, rlse, nl * 4, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(h_rd, rdqkv, 3 * n * 4, cudaMemcpyDeviceToHost));
     double worst = 0;
-    for (int impl = 0; impl < 2; impl++) {
+    for (int impl = HS == 64 ? 0 : 1; impl < 2; impl++) { // the WMMA kernels (0) take head size 64 here
         CUDA_CHECK(cudaMemset(m.dqkv, 0xFF, 3 * n * sizeof(floatX))); // NaNs: every element must be written
-        run(impl, m, B, T, NH, 1, 1);
+        run(impl, m, B, T, NH, HS, 1, 1);
         CUDA_CHECK(cudaDeviceSynchronize());
         CUDA_CHECK(cudaMemcpy(h_out, m.out, n * 2, cudaMemcpyDeviceToHost));
         CUDA_CHECK(cudaMemcpy(h_lse, m.lse, nl * 4, cudaMemcpyDeviceToHost));
@@ -191,7 +199,7 @@ static double check(int B, int T, int NH) {
         double e[5] = {rel_l2(h_out, h_rout, (size_t)B * T, C, 0, C), rel_l2f(h_lse, h_rlse, nl),
                        rel_l2(h_d, h_rd, (size_t)B * T, 3 * C, 0, C), rel_l2(h_d, h_rd, (size_t)B * T, 3 * C, C, C),
                        rel_l2(h_d, h_rd, (size_t)B * T, 3 * C, 2 * C, C)};
-        printf("B=%d T=%d NH=%d %-6s rel L2 vs fp32: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", B, T, NH,
+        printf("B=%d T=%d NH=%d hs=%d %-6s rel L2 vs fp32: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", B, T, NH, HS,
                impl ? "flash2" : "flash", e[0], e[1], e[2], e[3], e[4]);
         if (impl == 1)
             for (int k = 0; k < 5; k++) worst = e[k] > worst || e[k] != e[k] ? (e[k] != e[k] ? 1e9 : e[k]) : worst;
@@ -207,29 +215,32 @@ int main(void) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
     int bad = 0;
-    int shapes[][3] = {{4, 1024, 12}, {3, 77, 2}, {1, 1000, 12}, {2, 130, 4}};
-    for (auto &s : shapes) bad += check(s[0], s[1], s[2]) > 2e-2;
-    int B = 16, T = 1024, NH = 12, reps = 20;
-    Bufs m = alloc(B, T, NH);
-    double fl_f = 2.0 * B * NH * (double)T * T * HS, fl_b = 2.5 * fl_f; // causal: FlashAttention's count
+    int shapes[][4] = {{4, 1024, 12, 64}, {3, 77, 2, 64}, {1, 1000, 12, 64}, {2, 130, 4, 64}, // B, T, NH, hs
+                       {2, 1024, 6, 128}, {3, 77, 2, 128}};
+    for (auto &s : shapes) bad += check(s[0], s[1], s[2], s[3]) > 2e-2;
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    for (int impl = 0; impl < 2; impl++)
-        for (int pass = 0; pass < 2; pass++) {
-            run(impl, m, B, T, NH, 1, 1); // warm-up, and the forward output the backward reads
-            CUDA_CHECK(cudaDeviceSynchronize());
-            cudaEventRecord(e0);
-            for (int r = 0; r < reps; r++) run(impl, m, B, T, NH, pass == 0, pass == 1);
-            cudaEventRecord(e1);
-            CUDA_CHECK(cudaEventSynchronize(e1));
-            float ms;
-            cudaEventElapsedTime(&ms, e0, e1);
-            ms /= reps;
-            printf("B=%d NH=%d T=%d hs=64 %-6s %s %.3f ms  %.1f TFLOP/s\n", B, NH, T, impl ? "flash2" : "flash",
-                   pass ? "backward" : "forward ", ms, (pass ? fl_b : fl_f) / ms / 1e9);
-        }
-    release(m);
+    for (int HS = 64; HS <= 128; HS *= 2) { // C = 768 either way: 12 heads of 64, 6 of 128
+        int B = 16, T = 1024, NH = 768 / HS, reps = 20;
+        Bufs m = alloc(B, T, NH, HS);
+        double fl_f = 2.0 * B * NH * (double)T * T * HS, fl_b = 2.5 * fl_f; // causal: FlashAttention's count
+        for (int impl = HS == 64 ? 0 : 1; impl < 2; impl++)
+            for (int pass = 0; pass < 2; pass++) {
+                run(impl, m, B, T, NH, HS, 1, 1); // warm-up, and the forward output the backward reads
+                CUDA_CHECK(cudaDeviceSynchronize());
+                cudaEventRecord(e0);
+                for (int r = 0; r < reps; r++) run(impl, m, B, T, NH, HS, pass == 0, pass == 1);
+                cudaEventRecord(e1);
+                CUDA_CHECK(cudaEventSynchronize(e1));
+                float ms;
+                cudaEventElapsedTime(&ms, e0, e1);
+                ms /= reps;
+                printf("B=%d NH=%d T=%d hs=%d %-6s %s %.3f ms  %.1f TFLOP/s\n", B, NH, T, HS, impl ? "flash2" : "flash",
+                       pass ? "backward" : "forward ", ms, (pass ? fl_b : fl_f) / ms / 1e9);
+            }
+        release(m);
+    }
     printf("%s\n", bad ? "FAIL: flash2 error above 2e-2" : "ok");
     return bad ? 1 : 0;
 }

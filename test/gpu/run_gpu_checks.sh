@@ -35,8 +35,9 @@
 # significand) 5e-3 / 5e-2, fp16 (11-bit) 2e-3 / 2e-2. The summary prints the worst errors
 # measured, which should replace these estimates.
 # Section 1 also runs bf16 at head size 64 (GPT-2's) on a checkpoint of its own (2 heads of 64),
-# and the ATTENTION=matmul and ATTENTION=flash builds (GPU_BIN's bf16_mm, bf16_flash) where there are
-# (the default build, ATTENTION=flash2, runs gpu/flash2.cuh at head size 64 and the WMMA kernels below).
+# at head size 128 (1 head of 128; not with QUICK=1), and the ATTENTION=matmul and ATTENTION=flash
+# builds (GPU_BIN's bf16_mm, bf16_flash) where there are (the default build, ATTENTION=flash2, runs
+# gpu/flash2.cuh at head sizes 64 and 128 and the WMMA kernels below).
 # Environment: CPU_BIN (default ./train_gpt_cpu) and GPU_BIN name the binaries; NO_BUILD=1 runs
 # them as they are (scripts/gpu_session.sh: built on another machine); QUICK=1 runs one case of
 # each kind (bf16: one shape and head size 64; stages 0 and 3; recompute with cpu_checkpointing,
@@ -114,7 +115,8 @@ if [ $do_checks -eq 1 ]; then
     vocab=(--vocab-size 1000)
     common=(--train-data "$d/tokens.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
   fi
-  for h in 4 2; do # 4 heads of 32, and 2 of 64 (GPT-2's head size)
+  heads="4 2"; [ "$quick" = 1 ] || heads="4 2 1"
+  for h in $heads; do # 4 heads of 32, 2 of 64 (GPT-2's head size), 1 of 128 (flash2's other size)
     $cpu --layers 4 --channels 128 --heads $h "${vocab[@]}" --batch 2 --seq-len 64 --steps 1 "${common[@]}" \
       --out "$d/init$h" >"$d/init$h.log" 2>&1 || { cat "$d/init$h.log"; fail "making the checkpoint"; }
   done
@@ -124,12 +126,14 @@ if [ $do_checks -eq 1 ]; then
   if [ "$quick" != 1 ]; then
     [ -x "${gpu}bf16_mm" ] && cases+=("bf16 8 64 mm") # the ATTENTION=matmul build, where there is one
     [ -x "${gpu}bf16_flash" ] && cases+=("bf16 4 64 flash") # the ATTENTION=flash build: the WMMA kernels at head size 64
+    cases+=("bf16 4 64 hs128") # head size 128: gpu/flash2.cuh's other instance (the matmul path in other builds)
   fi
   for c in "${cases[@]}"; do
       set -- $c; p=$1; B=$2; T=$3; k=${p}_B$B${4:+_$4}; ck=$d/init/model_00000001.bin
       [ "${4:-}" = hs64 ] || [ "${4:-}" = flash ] && ck=$d/init2/model_00000001.bin
+      [ "${4:-}" = hs128 ] && ck=$d/init1/model_00000001.bin
       for t in cpu gpu; do
-        bin=$cpu; [ $t = gpu ] && bin=$gpu$p${4:+_$4}; [ "${4:-}" = hs64 ] && [ $t = gpu ] && bin=$gpu$p
+        bin=$cpu; [ $t = gpu ] && bin=$gpu$p${4:+_$4}; case "${4:-}" in hs*) [ $t = gpu ] && bin=$gpu$p;; esac
         # shellcheck disable=SC2046
         $bin --init "$ck" --batch "$B" --seq-len "$T" --steps 1 "${common[@]}" --precision $p \
           $(prec_opts $p) --dump-grads "$d/grads_${t}_$k.bin" --log "$d/log_${t}_$k.jsonl" >"$d/run_${t}_$k.log" 2>&1 ||
