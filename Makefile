@@ -34,6 +34,8 @@ all: train_gpt_cpu
 # nothing else, so any static server (scripts/serve_planner.sh) serves it offline. web/planner_wasm.c says how; web/wasm_ignorelist.txt why it traps on overflow.
 # A 1 MB stack (wasm-ld's default is 64 KB, with no guard below it): --plan keeps two TrainConfigs and
 # a Zero (23 KB) on it, and an overflow silently corrupts memory instead of trapping.
+# The page plans the default GPU build, so it takes that build's attention (ATTENTION, below): flash2's layout
+# differs at head size 128.
 WASM_CC    ?= clang
 WASM_FLAGS := --target=wasm32-wasi -Os -std=c11 -D_GNU_SOURCE -D_WASI_EMULATED_MMAN -DO_DIRECT=0 -Wall -Wextra -Werror -I. -Iweb/wasi \
               -fsanitize=unsigned-integer-overflow,signed-integer-overflow,float-cast-overflow,implicit-integer-truncation \
@@ -43,7 +45,7 @@ CHART_JS   := web/node_modules/chart.js/dist/chart.umd.min.js
 planner-web: $(PLANNER_WEB)/planner.wasm $(PLANNER_WEB)/chart.umd.min.js
 $(PLANNER_WEB)/planner.wasm: web/planner_wasm.c web/cjson_subset.c web/wasi/pthread.h web/wasm_ignorelist.txt $(HEADERS) gpu/layout.h
 	@mkdir -p $(PLANNER_WEB)
-	$(WASM_CC) $(WASM_FLAGS) web/planner_wasm.c web/cjson_subset.c -lwasi-emulated-mman -o $(TMP) && mv -f $(TMP) $@
+	$(WASM_CC) $(WASM_FLAGS) $(ATTENTION_FLAGS) web/planner_wasm.c web/cjson_subset.c -lwasi-emulated-mman -o $(TMP) && mv -f $(TMP) $@
 $(PLANNER_WEB)/chart.umd.min.js: web/package-lock.json
 	@[ -f $(CHART_JS) ] || { echo "error: $(CHART_JS) is missing: run make setup (npm ci in web/)"; exit 1; }
 	@mkdir -p $(PLANNER_WEB)
