@@ -83,7 +83,7 @@ typedef struct {
     int failed;                               // an error happened (err says which)
     char err[1024];                           // the first error (a path in it cut at 800 characters)
     double bytes_read, bytes_written, busy_s, exposed_s, busy_since;
-    int step_ahead;                // 1 while the caller submits the next step's reads ahead (their trace spans' step)
+    int step_ahead;                // steps after the trace's whose update the reads being submitted are for
 } Nvme;
 
 static inline double nvme_now(void) {

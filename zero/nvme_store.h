@@ -88,6 +88,7 @@ typedef struct {
     int nnext, prefetched;
     double ahead_read;             // bytes read ahead for the next update, counted when it starts
     double ahead_step;             // ... of the updates since the last zero_store_nvme_stats
+    int ahead_for;                 // the trace's step whose update they are for (zero_nvme_end)
     // a host slot per gather buffer for a shard on NVMe: the unit it holds, its read, the copy
     // that reads it (tickets/handles), and the update whose parameters it holds
     void *pslot[4];
@@ -368,7 +369,8 @@ static inline void zero_nvme_poll(ZeroStore *s) {
         int i = nv->prefetched, free = 1;
         for (int k = 0; k < arrays; k++) free = free && nvme_done(nv->io, *zero_nvme_ticket(nv, MEM_MASTER + k, i, 1));
         if (!free || !nvme_room(nv->io, arrays, zero_round(nv->next[i].n * 4, NVME_ALIGN), 0)) break;
-        nv->io->step_ahead = 1;
+        // (read at the update's end: the next step's; in its forward and backward: this one's)
+        nv->io->step_ahead = *s->trace && nv->ahead_for > (*s->trace)->step ? nv->ahead_for - (*s->trace)->step : 0;
         for (int k = 0; k < arrays; k++) zero_nvme_fetch(s, MEM_MASTER + k, &nv->next[i], i);
         nv->io->step_ahead = 0;
         nv->prefetched++;
@@ -434,6 +436,7 @@ static inline void zero_nvme_end(ZeroStore *s, const ZeroPiece *pcs, int P) {
     nv->nnext = s->where[MEM_MASTER] == LOC_NVME ? (P < ahead ? P : ahead) : 0;
     for (int i = 0; i < nv->nnext; i++) nv->next[i] = pcs[i];
     nv->prefetched = 0;
+    nv->ahead_for = *s->trace ? (*s->trace)->step + 1 : 0;
     zero_nvme_poll(s);
 }
 // Its buffers freed once every transfer is done (writes behind may still read them; the trace may
