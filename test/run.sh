@@ -5,7 +5,18 @@
 # Each run's logs go to a directory of its own, test/out/run.XXXXXX (test/out/last-run points
 # to the newest), and each test works in its own scratch directory (test/lib.sh), so that two
 # suites can run at once, in two clones or in one.
+#
+# Tests run TEST_JOBS at a time (default: the machine's cores, at most 4; TEST_JOBS=1 runs them
+# one by one). Most of a test's time is one process at a time (a build, a 2-rank run whose ranks
+# take turns, Python), so on a 2-core machine two at once take about half the time. What running
+# side by side could break is handled here:
+#   - make: two makes of one target race (one links while the other runs the half-written
+#     binary), so every make a test runs in this repository takes a lock (a `make` first in the
+#     tests' PATH: test/out/run.*/bin/make); makes in other directories (a test's clone) do not.
+#   - timing: a test whose file has a line "# run.sh: alone" (it kills, stops or times out
+#     processes, or throttles a link, on a clock) runs by itself once the others are done.
 cd "$(dirname "$0")/.." || exit 1
+root=$PWD
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export PYTHON=/usr/bin/python3
 # OpenBLAS runs the kernels it and the trainer choose for this CPU (cpu/openblas.h), as a user's
@@ -16,26 +27,68 @@ if [ -n "${OPENBLAS_CORETYPE:-}" ]; then echo "(OPENBLAS_CORETYPE=$OPENBLAS_CORE
 unset OPENBLAS_CORETYPE
 mkdir -p test/out
 logs=$(mktemp -d test/out/run.XXXXXX) || exit 1
+logs=$root/$logs
 ln -sfn "$(basename "$logs")" test/out/last-run
 tests=("$@"); [ ${#tests[@]} -eq 0 ] && tests=(test/test_*.sh)
-pass=0; fail=0; skip=0; failed=(); times=()
-# the CPU seconds (user + system) of the tests run so far: on a shared machine a truer measure of
-# what a test costs than its wall time, which other jobs stretch
-# (`times` run by this shell, not in a $(...) subshell, which would count its own children only)
-cpu_seconds() { awk 'NR == 2 { split($0, f, /[ms ]+/); print int(f[1] * 60 + f[2] + f[3] * 60 + f[4]) }' "$logs/.times"; }
-for t in "${tests[@]}"; do
-  name=$(basename "$t" .sh); log=$logs/$name.log
-  times >"$logs/.times"; start=$(date +%s) cpu0=$(cpu_seconds)
-  bash "$t" >"$log" 2>&1; rc=$?
-  times >"$logs/.times"; secs=$(( $(date +%s) - start )) cpu=$(( $(cpu_seconds) - cpu0 ))
-  times+=("$secs $name $cpu")
-  if [ $rc -eq 0 ]; then pass=$((pass+1)); printf 'PASS %-40s %4ds  (CPU %ds)\n' "$name" "$secs" "$cpu"
-  elif [ $rc -eq 77 ]; then skip=$((skip+1)); printf 'SKIP %-40s %s\n' "$name" "$(tail -n 1 "$log")"
-  else fail=$((fail+1)); failed+=("$name"); printf 'FAIL %-40s %4ds  (CPU %ds)\n' "$name" "$secs" "$cpu"; tail -n 20 "$log" | sed 's/^/    | /'
-  fi
+cores=$(nproc 2>/dev/null || echo 1)
+jobs=${TEST_JOBS:-$(( cores < 4 ? cores : 4 ))}
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "error: TEST_JOBS=$jobs: want a positive whole number"; exit 2; }
+
+# the make lock (see above)
+real_make=$(command -v make) || { echo "error: no make in PATH"; exit 2; }
+mkdir -p "$logs/bin"
+cat > "$logs/bin/make" <<SH
+#!/usr/bin/env bash
+# (test/run.sh) make in $root under a lock shared by the tests running at once
+dir=\$PWD
+args=("\$@")
+for ((i = 0; i < \${#args[@]}; i++)); do
+  case "\${args[i]}" in -C) dir=\${args[i+1]:-.};; -C?*) dir=\${args[i]#-C};; --directory=*) dir=\${args[i]#*=};; esac
 done
-# where the time went: the total and the ten slowest (the suite's aim is about 15 minutes on a 2-core machine)
+if [ -n "\${ZC_MAKE_LOCKED:-}" ] || [ "\$(cd "\$dir" 2>/dev/null && pwd -P)" != "$(pwd -P)" ]; then exec $real_make "\$@"; fi
+export ZC_MAKE_LOCKED=1
+exec flock "$logs/.make.lock" $real_make "\$@"
+SH
+chmod +x "$logs/bin/make"
+export PATH="$logs/bin:$PATH"
+
+pass=0; fail=0; skip=0; times=()
+# A test's CPU seconds (user + system of it and what it waited for): the `times` of the subshell
+# that ran it, which counts its own children only.
+cpu_seconds() { awk 'NR == 2 { split($0, f, /[ms ]+/); print int(f[1] * 60 + f[2] + f[3] * 60 + f[4]) }' "$1"; }
+declare -A name_of start_of
+start() { # test file
+  local t=$1 name; name=$(basename "$t" .sh)
+  ( bash "$t" >"$logs/$name.log" 2>&1; echo $? >"$logs/$name.rc"; times >"$logs/$name.times" ) &
+  name_of[$!]=$name; start_of[$!]=$(date +%s)
+}
+finish() { # pid
+  local name=${name_of[$1]} secs cpu rc
+  secs=$(( $(date +%s) - ${start_of[$1]} )); rc=$(cat "$logs/$name.rc" 2>/dev/null || echo 1)
+  cpu=$(cpu_seconds "$logs/$name.times" 2>/dev/null); cpu=${cpu:-0}
+  times+=("$secs $name $cpu")
+  if [ "$rc" -eq 0 ]; then pass=$((pass+1)); printf 'PASS %-40s %4ds  (CPU %ds)\n' "$name" "$secs" "$cpu"
+  elif [ "$rc" -eq 77 ]; then skip=$((skip+1)); printf 'SKIP %-40s %s\n' "$name" "$(tail -n 1 "$logs/$name.log")"
+  else fail=$((fail+1)); printf 'FAIL %-40s %4ds  (CPU %ds)\n' "$name" "$secs" "$cpu"; tail -n 20 "$logs/$name.log" | sed 's/^/    | /'
+  fi
+  unset "name_of[$1]" "start_of[$1]"
+}
+wait_one() { local pid; wait -n -p pid; finish "$pid"; }
+shared=(); alone=()
+for t in "${tests[@]}"; do
+  if grep -q '^# run.sh: alone' "$t" 2>/dev/null; then alone+=("$t"); else shared+=("$t"); fi
+done
+t0=$(date +%s)
+for t in "${shared[@]}"; do
+  while [ ${#name_of[@]} -ge "$jobs" ]; do wait_one; done
+  start "$t"
+done
+while [ ${#name_of[@]} -gt 0 ]; do wait_one; done
+for t in "${alone[@]}"; do start "$t"; wait_one; done
+# where the time went: the suite's wall time, each test's (in all), and the ten slowest (the
+# suite's aim is about 15 minutes on a 2-core machine)
 if [ ${#times[@]} -gt 1 ]; then
+  printf 'suite: %d s wall, %d tests, %d at a time\n' $(( $(date +%s) - t0 )) ${#times[@]} "$jobs"
   printf '%s\n' "${times[@]}" | awk '{ w += $1; c += $3 } END { printf "test time: %d s in all (CPU %d s); the slowest:\n", w, c }'
   printf '%s\n' "${times[@]}" | sort -rn | head -n 10 | awk '{ printf "  %5d s  (CPU %5d s)  %s\n", $1, $3, $2 }'
 fi

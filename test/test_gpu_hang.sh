@@ -10,6 +10,7 @@
 #        events, a mechanism apart from the recorder);
 #      - in hang.json the waiting ranks' recorders have every collective before it complete and
 #        none after it (a device completes them in order; the host queues far ahead).
+# run.sh: alone (it stops ranks and waits on --comm-timeout clocks: another test beside it could stretch them)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make -s test/bin/train_gpt_emu_fp32 test/bin/cuda_emu_selftest || exit 1

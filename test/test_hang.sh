@@ -14,6 +14,7 @@
 # And the side channel: connections without the job's token (garbage, a wrong token, nothing,
 # a slow partial query) get nothing back, are counted, and change nothing (the losses are those
 # of a run without them); its parsers take a fuzzer's inputs (test/fuzz_side.c, under ASan/UBSan).
+# run.sh: alone (it stops ranks and waits on --comm-timeout clocks: another test beside it could stretch them)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu || exit 1

@@ -20,6 +20,7 @@
 #     model's count for 2 nodes x 2 (run/timemodel.h: zero.h's schedule on a simulated backend).
 # Skips where network namespaces cannot be made (not root). Removes the namespaces and every
 # process in them whatever happens.
+# run.sh: alone (it throttles a link and waits on --comm-timeout clocks: another test beside it could stretch them)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . test/lib.sh

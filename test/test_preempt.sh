@@ -10,6 +10,7 @@
 #     uninterrupted run's, and so do its samples (one per step here: the stopped step skips its
 #     sample but must leave the sampler's generator where the sample would have).
 #   - A second Ctrl-C (SIGINT) ends the process at once (killed by SIGINT, mid-step).
+# run.sh: alone (it signals runs at chosen moments: another test beside it could stretch them)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . test/lib.sh

@@ -3,6 +3,7 @@
 # mpirun takes its ranks with it, and a rank that stops answering (SIGSTOP: alive, but silent,
 # like a stuck GPU) trips the --comm-timeout watchdog, which names the collective, the unit, the
 # step and the rank.
+# run.sh: alone (it kills and stops ranks and waits on --comm-timeout clocks: another test beside it could stretch them)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make -s train_gpt_cpu || exit 1
