@@ -104,13 +104,13 @@ check_precision = $(if $(filter $(1),$(GPU_PRECISIONS)),,$(error PRECISION=$(1):
 ATTENTION ?= flash2
 ATTENTION_FLAGS = $(if $(filter matmul,$(ATTENTION)),-DGPU_ATTENTION_MATMUL,$(if $(filter flash2,$(ATTENTION)),-DGPU_ATTENTION_FLASH2,$(if $(filter flash,$(ATTENTION)),,$(error ATTENTION=$(ATTENTION): use flash, flash2 or matmul))))
 train_gpt: train_gpt.cu $(HEADERS) $(GPU_HEADERS) .train_gpt_precision
-	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(PRECISION) $(ATTENTION_FLAGS) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
+	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(PRECISION) $(ATTENTION_FLAGS) $(GPU_ARCHS) $< -o $(TMP) $(GPU_LDLIBS) && mv -f $(TMP) $@
 train_gpt_bf16 train_gpt_fp16 train_gpt_fp32: train_gpt_%: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
-	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) $(ATTENTION_FLAGS) $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
+	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_$(subst bf16,BF16,$(subst fp16,FP16,$(subst fp32,FP32,$*))) $(ATTENTION_FLAGS) $(GPU_ARCHS) $< -o $(TMP) $(GPU_LDLIBS) && mv -f $(TMP) $@
 train_gpt_bf16_mm: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
-	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_MATMUL $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
+	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_BF16 -DGPU_ATTENTION_MATMUL $(GPU_ARCHS) $< -o $(TMP) $(GPU_LDLIBS) && mv -f $(TMP) $@
 train_gpt_bf16_flash: train_gpt.cu $(HEADERS) $(GPU_HEADERS)
-	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_BF16 $(GPU_ARCHS) $< -o $@ $(GPU_LDLIBS)
+	$(NVCC) $(NVCCFLAGS) -DGPU_PRECISION_BF16 $(GPU_ARCHS) $< -o $(TMP) $(GPU_LDLIBS) && mv -f $(TMP) $@
 # gpu/flash2.cuh beside the flash kernels on a GPU: errors against an fp32 reference, time per
 # call at d12's shape; standalone (only the CUDA runtime), for a bare lent GPU
 test/bin/bench_flash2: test/gpu/bench_flash2.cu $(HEADERS) $(GPU_HEADERS)

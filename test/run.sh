@@ -10,13 +10,12 @@
 # one by one). Most of a test's time is one process at a time (a build, a 2-rank run whose ranks
 # take turns, Python), so on a 2-core machine two at once take about half the time. What running
 # side by side could break is handled here:
-#   - make: two makes of one target race (one links while the other runs the half-written
-#     binary), so every make a test runs in this repository takes a lock (a `make` first in the
-#     tests' PATH: test/out/run.*/bin/make); makes in other directories (a test's clone) do not.
+#   - make: two tests may build one target at once; every Makefile rule writes its output under
+#     a name of its own and renames it into place, so neither runs nor links a half-written file
+#     (at worst the same binary is built twice).
 #   - timing: a test whose file has a line "# run.sh: alone" (it kills, stops or times out
 #     processes, or throttles a link, on a clock) runs by itself once the others are done.
 cd "$(dirname "$0")/.." || exit 1
-root=$PWD
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export PYTHON=/usr/bin/python3
 # OpenBLAS runs the kernels it and the trainer choose for this CPU (cpu/openblas.h), as a user's
@@ -27,30 +26,11 @@ if [ -n "${OPENBLAS_CORETYPE:-}" ]; then echo "(OPENBLAS_CORETYPE=$OPENBLAS_CORE
 unset OPENBLAS_CORETYPE
 mkdir -p test/out
 logs=$(mktemp -d test/out/run.XXXXXX) || exit 1
-logs=$root/$logs
 ln -sfn "$(basename "$logs")" test/out/last-run
 tests=("$@"); [ ${#tests[@]} -eq 0 ] && tests=(test/test_*.sh)
 cores=$(nproc 2>/dev/null || echo 1)
 jobs=${TEST_JOBS:-$(( cores < 4 ? cores : 4 ))}
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "error: TEST_JOBS=$jobs: want a positive whole number"; exit 2; }
-
-# the make lock (see above)
-real_make=$(command -v make) || { echo "error: no make in PATH"; exit 2; }
-mkdir -p "$logs/bin"
-cat > "$logs/bin/make" <<SH
-#!/usr/bin/env bash
-# (test/run.sh) make in $root under a lock shared by the tests running at once
-dir=\$PWD
-args=("\$@")
-for ((i = 0; i < \${#args[@]}; i++)); do
-  case "\${args[i]}" in -C) dir=\${args[i+1]:-.};; -C?*) dir=\${args[i]#-C};; --directory=*) dir=\${args[i]#*=};; esac
-done
-if [ -n "\${ZC_MAKE_LOCKED:-}" ] || [ "\$(cd "\$dir" 2>/dev/null && pwd -P)" != "$(pwd -P)" ]; then exec $real_make "\$@"; fi
-export ZC_MAKE_LOCKED=1
-exec flock "$logs/.make.lock" $real_make "\$@"
-SH
-chmod +x "$logs/bin/make"
-export PATH="$logs/bin:$PATH"
 
 pass=0; fail=0; skip=0; times=()
 # A test's CPU seconds (user + system of it and what it waited for): the `times` of the subshell
