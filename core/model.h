@@ -92,8 +92,8 @@ static void gpt2_layer_forward(GPT2 *m, int l, UnitParams up, const LayerActs *x
     LayerTensors w = gpt2_layer_tensors(c, up.f32);
 #if defined(GPT2_FUSED_RESIDUAL_LN)
     if (prev) {
-        residual_layernorm_forward(&m->kern, prev->residual3, x->ln1, x->ln1_mean, x->ln1_rstd, prev->residual2, a->dbtc,
-                                   w.ln1w, w.ln1b, N, C);
+        residual_layernorm_forward(&m->kern, prev->residual3, x->ln1, x->ln1_mean, x->ln1_rstd, prev->residual2,
+                                   a->dbtc, w.ln1w, w.ln1b, N, C);
         gpt2_act_rounded(m, prev, l - 1, A_RESIDUAL3, B, T);
     } else
 #endif

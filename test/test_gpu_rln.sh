@@ -52,7 +52,8 @@ run rln_full2 test/bin/train_gpt_emu_bf16_rln --recompute full --recompute-every
 EMU_SCHEDULE=comm-first run rln_ck test/bin/train_gpt_emu_bf16_rln --recompute full --cpu-checkpointing
 counts def 0 7; counts rln 6 1; counts rln_sel 6 7; counts rln_full2 10 3; counts rln_ck 9 4
 for n in rln rln_sel rln_full2 rln_ck; do
-  if [ "$(wc -l <"$d/loss_def.txt")" = 2 ] && cmp -s "$d/loss_def.txt" "$d/loss_$n.txt" && cmp -s "$d/g_def.bin" "$d/g_$n.bin"; then
+  if [ "$(wc -l <"$d/loss_def.txt")" = 2 ] && cmp -s "$d/loss_def.txt" "$d/loss_$n.txt" &&
+     cmp -s "$d/g_def.bin" "$d/g_$n.bin"; then
     echo "ok   $n: losses ($(paste -sd ' ' "$d/loss_$n.txt")) and gradients bit-identical to the default build's"
   else echo "FAIL $n: differs from the default build"; paste "$d/loss_def.txt" "$d/loss_$n.txt"; fails=1; fi
 done
