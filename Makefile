@@ -173,7 +173,7 @@ test/bin/train_gpt_emu_bf16_flash: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_
 	@mkdir -p test/bin
 	$(call emu_source,$<,$(TMP).cpp) && mv -f $(TMP).cpp $@.cpp && \
 	$(EMU_CXX) -DGPU_PRECISION_BF16 -x c++ $@.cpp -o $(TMP) $(EMU_LDLIBS) && mv -f $(TMP) $@
-# The bf16 build with -DGPU_FUSED_RESIDUAL_LN (the residual add and the MLP's LayerNorm in one kernel:
+# The bf16 build with -DGPU_FUSED_RESIDUAL_LN (each residual add and the LayerNorm after it in one kernel:
 # a variant scripts/gpu_session.sh times; test_gpu_rln compares it with the default build bit for bit)
 test/bin/train_gpt_emu_bf16_rln: train_gpt.cu $(HEADERS) $(EMU_HEADERS) $(EMU_GPU_HEADERS)
 	@mkdir -p test/bin

@@ -231,7 +231,8 @@ static void residual_forward(GpuKernels *kc, floatX *out, const floatX *a, const
     LAUNCH_CHECK();
 }
 #if defined(GPU_FUSED_RESIDUAL_LN)
-// core/model.h's fused hook (GPT2_FUSED_RESIDUAL_LN): res = a + b, out = layernorm(res), in one
+// core/model.h's fused hook (GPT2_FUSED_RESIDUAL_LN; both residual adds of a layer, each with the
+// LayerNorm of its sum: ln2, the next layer's ln1 or lnf): res = a + b, out = layernorm(res), in one
 // kernel where gpu/kernels.cuh's residual_layernorm_forward_kernel takes the shape (16-byte packs,
 // C <= RLN_PACKS * WARP * VEC; 4 packs a lane up to 1,024 channels in 16 bits, fewer registers);
 // else the two kernels. The same bits either way.

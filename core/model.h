@@ -19,7 +19,14 @@
 //   residual_layernorm_forward(k, res, out, mean, rstd, a, b, w, bias, N, C): res = a + b, then
 //     layernorm_forward(k, out, mean, rstd, res, w, bias, N, C) of res as stored, as one call, with
 //     the bits of those two calls (the trainer's kernels round as they store: gpt2_act_rounded of
-//     residual2 follows its LayerNorm there). Without it (the CPU trainer) the two calls run apart.
+//     the sum follows its LayerNorm there). The passes fuse both residual adds of a layer with the
+//     LayerNorm that reads the sum: residual2 with ln2, and residual3 (the layer's output) with the
+//     next layer's ln1, or after the last layer with the final LayerNorm (lnf). A layer's forward
+//     then ends at its MLP projection (in dbtc) and the next call adds its output, so with it
+//     gpt2_layer_store(m, l) comes after layer l + 1's first kernel (the last layer's, after the
+//     final LayerNorm), and a full recompute's gpt2_layer_recomputed(m, l) before layer l + 1's
+//     recompute writes layer l's output. Without it (the CPU trainer) every call runs apart, in
+//     the order above.
 //   upload_batch(m, inputs, targets, N): sets m->dev_inputs / dev_targets (the GPU copies)
 //   classifier_loss(m, N, dloss) -> mean loss: the fused softmax + cross-entropy (+ gradient)
 // (w16: the weight's 16-bit copy from UnitParams.x16, or NULL). Every tensor argument is a
@@ -71,14 +78,27 @@ enum {
 
 // Layer l's forward kernels over its activations x, with its parameters up. The order and the
 // rounding points are the same whatever `what` leaves out: a recompute computes what the
-// forward computed, bit for bit.
-static void gpt2_layer_forward(GPT2 *m, int l, UnitParams up, const LayerActs *x, int B, int T, int what) {
+// forward computed, bit for bit. With GPT2_FUSED_RESIDUAL_LN a LAYER_FORWARD ends at its MLP
+// projection (in dbtc), its output's residual add left to the caller's next call, and prev is
+// the layer before when that layer's add is left to this one (its first kernel adds it, into
+// prev->residual3, which is x->residual, and LayerNorms the sum); else NULL. Without the hook
+// every layer adds its own output and prev is unused.
+static void gpt2_layer_forward(GPT2 *m, int l, UnitParams up, const LayerActs *x, const LayerActs *prev, int B, int T,
+                               int what) {
     const GPT2Config *c = &m->cfg;
     int C = c->channels, NH = c->num_heads, N = B * T, sel = what == LAYER_SELECTIVE;
     size_t btc = (size_t)N * C;
     Activations *a = &m->acts;
     LayerTensors w = gpt2_layer_tensors(c, up.f32);
-    layernorm_forward(&m->kern, x->ln1, x->ln1_mean, x->ln1_rstd, x->residual, w.ln1w, w.ln1b, N, C);
+#if defined(GPT2_FUSED_RESIDUAL_LN)
+    if (prev) {
+        residual_layernorm_forward(&m->kern, prev->residual3, x->ln1, x->ln1_mean, x->ln1_rstd, prev->residual2,
+                                   a->dbtc, w.ln1w, w.ln1b, N, C);
+        gpt2_act_rounded(m, prev, l - 1, A_RESIDUAL3, B, T);
+    } else
+#endif
+        layernorm_forward(&m->kern, x->ln1, x->ln1_mean, x->ln1_rstd, x->residual, w.ln1w, w.ln1b, N, C);
+    (void)prev;
     gpt2_act_rounded(m, x, l, A_LN1, B, T);
     if (!sel) {
         matmul_forward(&m->kern, x->qkv, x->ln1, w.qkvw, gpt2_x16(up, w.qkvw), w.qkvb, N, C, 3 * C);
@@ -110,8 +130,10 @@ static void gpt2_layer_forward(GPT2 *m, int l, UnitParams up, const LayerActs *x
     gpt2_act_rounded(m, x, l, A_FCH_GELU, B, T);
     if (what != LAYER_FORWARD) return;
     matmul_forward(&m->kern, a->dbtc, x->fch_gelu, w.fcprojw, gpt2_x16(up, w.fcprojw), w.fcprojb, N, 4 * C, C);
+#if !defined(GPT2_FUSED_RESIDUAL_LN) // (fused: the next layer's first kernel or the final LayerNorm adds it)
     residual_forward(&m->kern, x->residual3, x->residual2, a->dbtc, btc);
     gpt2_act_rounded(m, x, l, A_RESIDUAL3, B, T);
+#endif
 }
 
 // Forward pass over inputs (B,T) (host arrays) with B <= m->B, T <= m->T. With targets it
@@ -130,18 +152,32 @@ static float gpt2_forward(GPT2 *m, const int *inputs, const int *targets, int B,
     EmbedTensors emb = gpt2_embed_tensors(c, ep.f32);
     encoder_forward(&m->kern, a->encoded, m->dev_inputs, emb.wte, emb.wpe, B, T, C);
     trace_end(tr, s);
+    LayerActs prev; // the layer before
+    memset(&prev, 0, sizeof(prev));
     for (int l = 0; l < L; l++) {
         int u = gpt2_unit_of_layer(l);
         s = trace_begin(tr, "forward", TRACE_FORWARD, u, 0.0);
         UnitParams up = gpt2_unit_params(m, u, u + 1); // u + 1: the next layer, or F
         LayerActs x = gpt2_layer_acts_forward(m, l, B, T);
-        gpt2_layer_forward(m, l, up, &x, B, T, LAYER_FORWARD);
+        gpt2_layer_forward(m, l, up, &x, l > 0 ? &prev : NULL, B, T, LAYER_FORWARD);
+#if defined(GPT2_FUSED_RESIDUAL_LN)
+        if (l > 0) gpt2_layer_store(m, l - 1, B, T); // its output is added now
+#else
         gpt2_layer_store(m, l, B, T);
+#endif
+        prev = x;
         trace_end(tr, s);
     }
     s = trace_begin(tr, "forward", TRACE_FORWARD, F, 0.0);
     FinalTensors fin = gpt2_final_tensors(c, gpt2_unit_params(m, F, -1).f32);
+#if defined(GPT2_FUSED_RESIDUAL_LN) // the last layer's output, added, and its LayerNorm
+    residual_layernorm_forward(&m->kern, prev.residual3, a->lnf, a->lnf_mean, a->lnf_rstd, prev.residual2, a->dbtc,
+                               fin.lnfw, fin.lnfb, N, C);
+    gpt2_act_rounded(m, &prev, L - 1, A_RESIDUAL3, B, T);
+    gpt2_layer_store(m, L - 1, B, T);
+#else
     layernorm_forward(&m->kern, a->lnf, a->lnf_mean, a->lnf_rstd, gpt2_layers_output(m, B, T), fin.lnfw, fin.lnfb, N, C);
+#endif
     trace_end(tr, s);
     s = trace_begin(tr, "lm_head", TRACE_FORWARD, UNIT_EMBED, 0.0);
     ep = gpt2_unit_params(m, UNIT_EMBED, -1); // (ZeRO-3 has kept it gathered)
@@ -154,12 +190,15 @@ static float gpt2_forward(GPT2 *m, const int *inputs, const int *targets, int B,
 
 // The backward recomputes layer l's forward (`what`: gpt2_layer_forward's) where the storage
 // hooks say, with its parameters up.
-static void gpt2_layer_recompute(GPT2 *m, int l, UnitParams up, int B, int T, int what) {
+// prev: gpt2_layer_forward's (the layer recomputed just before, in the same segment, or NULL);
+// returns the layer's activations, the next recompute's prev.
+static LayerActs gpt2_layer_recompute(GPT2 *m, int l, UnitParams up, const LayerActs *prev, int B, int T, int what) {
     double s = trace_begin(gpt2_trace(m), "recompute", TRACE_RECOMPUTE, gpt2_unit_of_layer(l), 0.0);
     LayerActs x = gpt2_layer_acts_recompute(m, l, B, T);
-    gpt2_layer_forward(m, l, up, &x, B, T, what);
+    gpt2_layer_forward(m, l, up, &x, prev, B, T, what);
     gpt2_layer_recomputed(m, l, B, T);
     trace_end(gpt2_trace(m), s);
+    return x;
 }
 
 // Backward pass after gpt2_forward(..., dloss != 0) on the same inputs. Each unit's gradient
@@ -194,15 +233,17 @@ static void gpt2_backward(GPT2 *m, int B, int T) {
     // dresidual is the gradient of the residual stream; each block adds its branches to it.
     for (int l = L - 1; l >= 0; l--) {
         int u = gpt2_unit_of_layer(l), next = gpt2_backward_next_layer(rc, l);
-        int full = rc.mode == RECOMPUTE_FULL && gpt2_segment_end(rc, L, l);
+        int full = rc.mode == RECOMPUTE_FULL && gpt2_segment_end(rc, L, l), first = gpt2_segment_start(rc, l);
+        LayerActs prev; // full: the segment's layer recomputed last
+        memset(&prev, 0, sizeof(prev));
         if (full) // the segment's layers before this one, from its checkpoint, each with its output
-            for (int j = gpt2_segment_start(rc, l); j < l; j++)
-                gpt2_layer_recompute(m, j, gpt2_unit_params(m, gpt2_unit_of_layer(j), gpt2_unit_of_layer(j + 1)), B, T,
-                                     LAYER_FORWARD);
+            for (int j = first; j < l; j++)
+                prev = gpt2_layer_recompute(m, j, gpt2_unit_params(m, gpt2_unit_of_layer(j), gpt2_unit_of_layer(j + 1)),
+                                            j > first ? &prev : NULL, B, T, LAYER_FORWARD);
         s = trace_begin(tr, "backward", TRACE_BACKWARD, u, 0.0);
         UnitParams up = gpt2_unit_params(m, u, next >= 0 ? gpt2_unit_of_layer(next) : -1);
-        if (full) gpt2_layer_recompute(m, l, up, B, T, LAYER_BODY);
-        if (rc.mode == RECOMPUTE_SELECTIVE) gpt2_layer_recompute(m, l, up, B, T, LAYER_SELECTIVE);
+        if (full) gpt2_layer_recompute(m, l, up, l > first ? &prev : NULL, B, T, LAYER_BODY);
+        if (rc.mode == RECOMPUTE_SELECTIVE) gpt2_layer_recompute(m, l, up, NULL, B, T, LAYER_SELECTIVE);
         LayerTensors w = gpt2_layer_tensors(c, up.f32);
         LayerTensors g = gpt2_layer_tensors(c, gpt2_unit_grads(m, u));
         LayerActs x = gpt2_layer_acts_backward(m, l, B, T);

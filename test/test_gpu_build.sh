@@ -77,11 +77,13 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # L; selective: qkv, residual2, fch, residual3 all L, the rest 1; full every K: residual3 for the
 # ceil(L/K) segments' outputs and K - 1 more, the rest K; cpu_checkpointing: two of the segments'
 # outputs on the device, the others but the last two in host memory); with flash attention
-# (bf16/fp16, head size a multiple of 16 up to 64) the attention keeps fp32 log-sum-exp rows
-# (B,NH,T) per layer instead of (B,NH,T,T). Prints the device bytes and the host bytes.
+# (bf16/fp16, head size a multiple of 16 up to 64, and 128 in the default ATTENTION=flash2 build:
+# flash2's kernels take 64 and 128; none in ATTENTION=matmul) the attention keeps fp32
+# log-sum-exp rows (B,NH,T) per layer instead of (B,NH,T,T). Prints the device bytes and the host
+# bytes.
 gpu_activations() { # L C NH Vp B T elem [recompute K host]
-  "$PY" - "$@" <<'EOF'
-import sys
+  ATTENTION=${ATTENTION:-flash2} "$PY" - "$@" <<'EOF'
+import os, sys
 L, C, NH, Vp, B, T, e = map(int, sys.argv[1:8])
 mode, K, host = (sys.argv[8], int(sys.argv[9]), int(sys.argv[10])) if len(sys.argv) > 8 else ("none", 1, 0)
 BT = B * T
@@ -91,8 +93,9 @@ def layers(name):  # how many layers' worth of a per-layer tensor the device hol
     if mode == "selective": return L if name in ("qkv", "residual2", "fch", "residual3") else 1
     if name != "residual3": return K
     return (min(2, segments) if host else segments) + K - 1
-hs = C // NH  # 16-bit builds with a head size that is a multiple of 16 up to 64 run flash attention:
-att = (B * NH * T, 1) if e == 2 and hs % 16 == 0 and hs <= 64 else (B * NH * T * T, 0)  # log-sum-exp rows
+hs, attention = C // NH, os.environ["ATTENTION"]  # (the build's: make's default, or what the caller set)
+flash = e == 2 and attention != "matmul" and (hs % 16 == 0 and hs <= 64 or attention == "flash2" and hs == 128)
+att = (B * NH * T, 1) if flash else (B * NH * T * T, 0)  # flash: fp32 log-sum-exp rows, else the probabilities
 per_layer = [("ln1", BT * C, 0), ("ln1_mean", BT, 1), ("ln1_rstd", BT, 1), ("qkv", BT * 3 * C, 0), ("atty", BT * C, 0),
              ("att",) + att, ("residual2", BT * C, 0), ("ln2", BT * C, 0), ("ln2_mean", BT, 1), ("ln2_rstd", BT, 1),
              ("fch", BT * 4 * C, 0), ("fch_gelu", BT * 4 * C, 0), ("residual3", BT * C, 0)]
@@ -138,7 +141,8 @@ for p in bf16 fp16 fp32; do
     else cat "$d/plan_cli.txt"; fail "$bin --plan command line"; fi
   fi
   # --plan: model states and buffers as the CPU trainer's planner says; activations this
-  # trainer's own; no workspace. d12 at ZeRO-3 on 8 ranks, and a small odd shape on 1.
+  # trainer's own; no workspace. d12 at ZeRO-3 on 8 ranks, a small odd shape on 1, and head size
+  # 128 (flash2's second head size).
   elem=2; [ $p = fp32 ] && elem=4
   for shape in "d12 none 1 0 --model d12 --zero-stage 3 --world 8 --batch 4 --seq-len 64" \
                "odd none 1 0 --layers 3 --channels 48 --heads 3 --vocab-size 300 --max-seq-len 16 --seq-len 7 --batch 3" \
@@ -146,13 +150,16 @@ for p in bf16 fp16 fp32; do
                "odd_full3 full 3 0 --layers 5 --channels 48 --heads 3 --vocab-size 300 --max-seq-len 16 --seq-len 7 --batch 3
                 --recompute full --recompute-every 3" \
                "odd_selective selective 1 0 --layers 3 --channels 48 --heads 3 --vocab-size 300 --max-seq-len 16 --seq-len 7
-                --batch 3 --recompute selective"; do
+                --batch 3 --recompute selective" \
+               "hs128 none 1 0 --layers 2 --channels 256 --heads 2 --vocab-size 300 --max-seq-len 16 --seq-len 7
+                --batch 3"; do
     set -- $shape; name=$1 rc="$2 $3 $4"; shift 4
     # shellcheck disable=SC2068
     if timeout 60 "$bin" --plan --precision $p $@ --json >"$d/plan_gpu_${p}_$name.json" 2>&1 &&
        timeout 60 ./train_gpt_cpu --plan --precision $p $@ --json >"$d/plan_cpu_${p}_$name.json" 2>&1; then
       case $name in d12*) want=$(gpu_activations 12 768 12 50304 4 64 $elem $rc) ;;
                     odd_full3) want=$(gpu_activations 5 48 3 384 3 7 $elem $rc) ;;
+                    hs128) want=$(gpu_activations 2 256 2 384 3 7 $elem $rc) ;;
                     *) want=$(gpu_activations 3 48 3 384 3 7 $elem $rc) ;; esac
       # shellcheck disable=SC2086
       if "$PY" - "$d/plan_gpu_${p}_$name.json" "$d/plan_cpu_${p}_$name.json" $want <<'EOF'; then
