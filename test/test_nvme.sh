@@ -12,7 +12,8 @@
 #      the host: here a note that it moves nothing) equals memory too, planned to the byte.
 #      Across the step boundary at stage 3 (4 layers): NVMe = memory, and the parameter bytes read
 #      per step equal a model of the gather schedule's less what the update leaves in the gather
-#      slots (also with 3 layers and 2 micro-steps).
+#      slots (also with 3 layers and 2 micro-steps); with writes slowed down (a test knob), so
+#      that a parameter read not waiting for its unit's write in flight reads stale bytes.
 #   1b. The host tier (--nvme-host-cache): budgets part (~40% of the optimizer state) and all,
 #      bf16 ZeRO-1, fp32 ZeRO-3 with parameters on NVMe, fp16 ZeRO-2: bit for bit equal to memory
 #      as above (the update reads the next step's first pieces ahead across the step boundary in
@@ -123,6 +124,10 @@ done
 # hold the unit asked for; after an update only the unit the slot was asked for first before it is
 # still there. Each unit's slice is padded to 4096 bytes. Also 3 layers (the last layer in the
 # other slot) with 2 micro-steps (the second forward finds the first layers from the backward).
+# The parameters-alone run slows every write by 50 ms (core/nvme.h's ZEROC_NVME_WRITE_DELAY_MS) with
+# 5 buffer sets: the last layer's last writes are still in flight when the next forward reads it,
+# so a read that did not wait for its unit's writes (zero_nvme_prefetch) reads stale bytes and the
+# run differs from memory.
 cat > $d/gathers.py <<'PY'
 import json, sys
 log, L, G = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -149,7 +154,8 @@ s4="--nvme-path $d/nvme --nvme-buffer-size 2048"
 cpu $m4 --out $d/m4 --log $d/m4.jsonl > $d/m4.out 2>&1 || fail "4 layers in memory"
 cpu $m4 $s4 --offload-optimizer nvme --offload-param nvme --nvme-buffers 2 --nvme-readahead 60000 --out $d/n4 \
   --log $d/n4.jsonl > $d/n4.out 2>&1 || fail "4 layers on NVMe"
-cpu $m4 $s4 --offload-param nvme --nvme-buffers 3 --out $d/p4 --log $d/p4.jsonl > $d/p4.out 2>&1 || fail "4 layers, parameters on NVMe"
+ZEROC_NVME_WRITE_DELAY_MS=50 cpu $m4 $s4 --offload-param nvme --nvme-buffers 5 --out $d/p4 --log $d/p4.jsonl > $d/p4.out 2>&1 \
+  || fail "4 layers, parameters on NVMe"
 cpu ${m4/--layers 4/--layers 3} --total-batch 128 $s4 --offload-param nvme --nvme-buffers 2 --log $d/p3.jsonl > $d/p3.out 2>&1 \
   || fail "3 layers, 2 micro-steps, parameters on NVMe"
 $PYTHON $d/gathers.py $d/p4.jsonl 4 1 && $PYTHON $d/gathers.py $d/p3.jsonl 3 2; r=$?
