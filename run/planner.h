@@ -159,6 +159,7 @@ typedef struct {
     double model_states_textbook;  // the stage formula on the unpadded P, all of it wherever it lives
     double act_textbook_layer;     // Korthikanti per layer, at the plan's precision (0 if unknown)
     double act_textbook;           // L layers' worth (full: inputs + K layers; selective: L x sbh 34)
+    double nvme_cache, nvme_readahead; // of the staging: NVMe's host tier and read-ahead area as allocated
 } MemoryPlan;
 
 // ----------------------------------------------------------------------------------------
@@ -350,6 +351,8 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
         dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z, unified);
         dev[MEM_HPZ] = p->bytes_param * (double)zero_hpz_elems(&z);
         dev[MEM_STAGING] = (double)(zero_staging_bytes(&z.st, unified) + zero_held_staging_bytes(&z.st, unified, in->zo.delayed_update));
+        p->nvme_cache = (double)zero_nvme_cache_bytes(&nv, &z.st);
+        p->nvme_readahead = (double)zero_nvme_area_bytes(&nv, &z.st);
         p->twin_device = (double)zero_twin_bytes(&z.st);
         p->buffers_known = 1;
         if (in->backend) { // the trainer's own layout
@@ -980,7 +983,8 @@ static inline int planner_time(const TrainConfig *c, const MemoryPlan *p) {
 // MemTotal, at least 4 GiB: other processes grow too), in whole 256 MiB (so that ranks reading
 // it apart agree); 0 where the memory is unknown. Both auto: the host tier takes half of it (a
 // byte there saves a read and a write each step) and the read-ahead the rest (a byte there hides
-// a read behind the forward and backward).
+// a read behind the forward and backward); each then cut to what the store allocates of it (its
+// log line and the plan state the allocation).
 static inline double planner_memory_left(const PlanInput *in, int nlocal) {
     MemoryPlan p;
     if (planner_plan(in, &p) != 0) return 0.0;
@@ -1006,8 +1010,16 @@ static inline void planner_nvme_auto(const PlanInput *in, int nlocal, double *ca
     if (!(*cache < 0.0) && !(*ahead < 0.0)) return;
     double left = planner_memory_left(&base, nlocal), unit = 268435456.0;
     double half = *cache < 0.0 && *ahead < 0.0 ? floor(left / 2.0 / unit) * unit : left;
-    if (*cache < 0.0) { *cache = half; left -= half; }
-    if (*ahead < 0.0) *ahead = left;
+    int cache_auto = *cache < 0.0, ahead_auto = *ahead < 0.0;
+    if (cache_auto) { *cache = half; left -= half; }
+    if (ahead_auto) *ahead = left;
+    // what the store takes of those budgets (whole pieces; the read-ahead at most the pieces before the
+    // host tier's): the figures logged and planned are the allocation's (the same shape again)
+    MemoryPlan p;
+    base.zo.nvme_host_cache = (size_t)*cache; base.zo.nvme_readahead = (size_t)*ahead;
+    if (planner_plan(&base, &p) != 0 || !p.exact) return;
+    if (cache_auto) *cache = p.nvme_cache;
+    if (ahead_auto) *ahead = p.nvme_readahead;
 }
 
 // Returns the process exit code: 0 (plan printed, or --help), 1 (bad options: one line on stderr).

@@ -19,7 +19,8 @@
 #      as above (the update reads the next step's first pieces ahead across the step boundary in
 #      every NVMe run); the NVMe bytes fall by the cached share, the planner's nvme and staging
 #      equal the memory log's, all cached reads nothing (the part run with a read-ahead area
-#      too); both budgets auto run; a bad budget is one line.
+#      too); both budgets auto, and the read-ahead alone, run and log the bytes they allocate; a
+#      bad budget is one line.
 #   2. The GPU trainer on the CUDA emulator (host staging between NVMe and the device), 2 ranks:
 #      bf16 ZeRO-2, fp16 ZeRO-3 with parameters on NVMe, fp32 ZeRO-1: equal to no offload.
 #   3. Resume across placements: saved with NVMe, resumed in memory, and the reverse (to another
@@ -200,13 +201,21 @@ for cfg in "bf16 1 none" "fp32 3 nvme" "fp16 2 none"; do
     else fail "$k host tier $hc: differs from memory"; fi
   done
 done
-cpu $common --steps 5 --precision bf16 --zero-stage 1 --offload-optimizer nvme --nvme-path $d/nvme --nvme-buffer-size 2048 \
-  --nvme-host-cache auto --nvme-readahead auto --log $d/c_auto.jsonl > $d/c_auto.out 2>&1 || fail "--nvme-host-cache auto"
-auto() { grep -o "^--nvme-$1 auto: [0-9]* bytes" $d/c_auto.out | cut -d' ' -f3; }
-[ -n "$(auto host-cache)" ] && [ -n "$(auto readahead)" ] && same_steps $d/m_bf16_1.jsonl $d/c_auto.jsonl \
-  && grep -q "plan vs allocated: every kind on every rank matches exactly" $d/c_auto.out \
-  && echo "ok   --nvme-host-cache auto --nvme-readahead auto: $(auto host-cache) and $(auto readahead) bytes, identical to memory" \
-  || fail "--nvme-host-cache auto --nvme-readahead auto"
+# auto budgets: the bytes each line states are the ones allocated (the memory log's staging = the
+# plan's without them + both figures; a tiny model: the host tier takes it all and leaves the
+# read-ahead nothing to read; the read-ahead alone: the update's every piece, 14 of 24576 bytes)
+base=$(plan_json --precision bf16 --zero-stage 1 --offload-optimizer nvme --nvme-buffer-size 2048 | cut -d' ' -f2)
+for a in "--nvme-host-cache auto --nvme-readahead auto" "--nvme-readahead auto"; do
+  k=c_auto$(echo $a | grep -o cache); rm -f $d/$k.jsonl
+  cpu $common --steps 5 --precision bf16 --zero-stage 1 --offload-optimizer nvme --nvme-path $d/nvme --nvme-buffer-size 2048 \
+    $a --log $d/$k.jsonl > $d/$k.out 2>&1 || fail "$a"
+  auto() { grep -o "^--nvme-$1 auto: [0-9]* bytes" $d/$k.out | cut -d' ' -f3; }
+  hc=$(auto host-cache); ra=$(auto readahead); st=$(mem_json $d/$k.jsonl staging | cut -d' ' -f2)
+  [ -n "$ra" ] && [ -n "$st" ] && [ "$st" = $((base + ${hc:-0} + ra)) ] && same_steps $d/m_bf16_1.jsonl $d/$k.jsonl \
+    && { [ -n "$hc" ] || [ "$ra" = $((14 * 24576)) ]; } && grep -q "plan vs allocated: every kind on every rank matches exactly" $d/$k.out \
+    && echo "ok   $a: ${hc:+host tier $hc and }read-ahead $ra bytes, as allocated (staging $st = $base + them), identical to memory" \
+    || fail "$a: host tier ${hc:-none}, read-ahead ${ra:-?} bytes logged; staging $st, $base without them"
+done
 for opt in host-cache readahead; do
   for bad in "12x|not a byte count" "1e30|not a byte count"; do
     ./train_gpt_cpu $common --steps 1 --offload-optimizer nvme --zero-stage 1 --nvme-path $d/nvme --nvme-$opt ${bad%|*} > $d/f.out 2>&1

@@ -159,12 +159,20 @@ static inline size_t zero_nvme_file_bytes(const ZeroStore *s, int kind) {
 //     state arrays), and the host tier (master + state arrays of the cached elements);
 //   a shard on NVMe: nbuf pieces of parameters (the update writes them there), and one slice per
 //     gather buffer (embeddings, final LayerNorm, two layers).
+// Bytes of the host tier and of the read-ahead area (master + state arrays; 0 without the optimizer
+// state on NVMe): what --nvme-host-cache and --nvme-readahead really take (the planner reports these).
+static inline size_t zero_nvme_cache_bytes(const ZeroNvme *nv, const ZeroStore *s) {
+    return s->where[MEM_MASTER] == LOC_NVME ? zero_cache_elems(nv, s) * 4 * (1 + (size_t)s->nstate) : 0;
+}
+static inline size_t zero_nvme_area_bytes(const ZeroNvme *nv, const ZeroStore *s) {
+    return s->where[MEM_MASTER] == LOC_NVME ? (size_t)nv->narea * s->piece * 4 * (1 + (size_t)s->nstate) : 0;
+}
 static inline size_t zero_staging_bytes(const ZeroStore *s, int unified) {
     const ZeroNvme *nv = zero_nvme_of(s);
     size_t b = zero_store_staging_bytes(s, unified), piece = s->piece, e = s->esize;
     if (!nv) return b;
-    if (s->where[MEM_MASTER] == LOC_NVME)
-        b += ((size_t)(nv->nbuf + nv->narea) * piece + zero_cache_elems(nv, s)) * 4 * (1 + (size_t)s->nstate);
+    b += zero_nvme_cache_bytes(nv, s) + zero_nvme_area_bytes(nv, s);
+    if (s->where[MEM_MASTER] == LOC_NVME) b += (size_t)nv->nbuf * piece * 4 * (1 + (size_t)s->nstate);
     if (s->where[MEM_PARAMS] == LOC_NVME) {
         b += (size_t)nv->nbuf * piece * e;
         b += zero_round(zero_store_slice(s, UNIT_EMBED) * e, NVME_ALIGN) +
