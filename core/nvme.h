@@ -36,6 +36,10 @@
 //   Accounting: bytes read and written (counted when submitted: a transfer is its step's even
 //     when it finishes in the next), time with any request in flight (busy), and time the
 //     caller spent blocked in nvme_wait (exposed); nvme_take_stats() returns and resets them.
+//   A test's knob: ZEROC_NVME_WRITE_DELAY_MS=N in the environment (read once, by nvme_open) makes
+//     the I/O threads wait N ms before running each write request, so that writes stay queued
+//     long enough for a caller that reads the same bytes without waiting for their write first
+//     to read stale ones every time (test_nvme: the stores' ordering; unset or 0 in real runs).
 //   nvme_close(io, remove): joins the threads, closes the files, and with remove deletes them
 //     and the directory (scratch: removed at a clean exit).
 // Host only (C11 and C++, pthreads); no global state.
@@ -84,6 +88,7 @@ typedef struct {
     char err[1024];                           // the first error (a path in it cut at 800 characters)
     double bytes_read, bytes_written, busy_s, exposed_s, busy_since;
     int step_ahead;                // steps after the trace's whose update the reads being submitted are for
+    double write_delay_s;          // ZEROC_NVME_WRITE_DELAY_MS: a test's wait before each write request
 } Nvme;
 
 static inline double nvme_now(void) {
@@ -104,6 +109,11 @@ static void *nvme_thread(void *arg) {
         io->count[d]--;
         if (io->running++ == 0) io->busy_since = nvme_now();
         pthread_mutex_unlock(&io->mu);
+        if (r.writing && io->write_delay_s > 0) { // (the test's knob: writes stay queued behind this one)
+            long ns = (long)(io->write_delay_s * 1e9);
+            struct timespec ts = {(time_t)(ns / 1000000000L), ns % 1000000000L};
+            while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+        }
         size_t done = 0;
         int e = 0;
         // before a write, the file must still be whole: a write past a truncation would extend it
@@ -144,6 +154,8 @@ static inline int nvme_open(Nvme *io, const char *dir, int threads, size_t block
     io->threads = threads < 1 ? 1 : threads > NVME_MAX_THREADS ? NVME_MAX_THREADS : threads;
     io->block = (block + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN;
     if (io->block == 0) io->block = (size_t)1 << 20;
+    const char *delay = getenv("ZEROC_NVME_WRITE_DELAY_MS");
+    io->write_delay_s = delay ? atof(delay) / 1e3 : 0.0;
     if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
         snprintf(err, errn, "%s: cannot create the NVMe scratch directory (%s)", dir, strerror(errno));
         return -1;

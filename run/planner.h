@@ -159,6 +159,8 @@ typedef struct {
     double model_states_textbook;  // the stage formula on the unpadded P, all of it wherever it lives
     double act_textbook_layer;     // Korthikanti per layer, at the plan's precision (0 if unknown)
     double act_textbook;           // L layers' worth (full: inputs + K layers; selective: L x sbh 34)
+    double nvme_cache, nvme_readahead; // of the staging: NVMe's host tier and read-ahead area as allocated,
+    double staging_held;           // and the delayed update's (new parameters, the held gradients' host copy)
 } MemoryPlan;
 
 // ----------------------------------------------------------------------------------------
@@ -349,7 +351,10 @@ static inline int planner_plan(const PlanInput *in, MemoryPlan *out) {
             if (p->where[k] == LOC_NVME && dev[k] > 0) dev[k] = (double)zero_nvme_file_bytes(&z.st, k);
         dev[MEM_BUFFERS] = p->bytes_param * (double)zero_buffer_floats(&z, unified);
         dev[MEM_HPZ] = p->bytes_param * (double)zero_hpz_elems(&z);
-        dev[MEM_STAGING] = (double)(zero_staging_bytes(&z.st, unified) + zero_held_staging_bytes(&z.st, unified, in->zo.delayed_update));
+        p->staging_held = (double)zero_held_staging_bytes(&z.st, unified, in->zo.delayed_update);
+        dev[MEM_STAGING] = (double)zero_staging_bytes(&z.st, unified) + p->staging_held;
+        p->nvme_cache = (double)zero_nvme_cache_bytes(&nv, &z.st);
+        p->nvme_readahead = (double)zero_nvme_area_bytes(&nv, &z.st);
         p->twin_device = (double)zero_twin_bytes(&z.st);
         p->buffers_known = 1;
         if (in->backend) { // the trainer's own layout
@@ -550,9 +555,13 @@ static inline void planner_print_table_twin(FILE *f, const MemoryPlan *p, const 
     snprintf(lab, sizeof(lab), "parameters (%s)", pn);
     planner_row(f, lab, planner_term(fm, sizeof(fm), p->bytes_param, S == 3), W(MEM_PARAMS), &d[MEM_PARAMS], A, R,
                 PLANNER_KIND(MEM_PARAMS));
-    snprintf(lab, sizeof(lab), "gradients (%s)", pn);
-    planner_row(f, lab, planner_term(fm, sizeof(fm), p->bytes_grad, S >= 2), W(MEM_GRADS), &d[MEM_GRADS], A, R,
-                PLANNER_KIND(MEM_GRADS));
+    // (the delayed update's held gradients: a second gradient shard, zero/update.h's zero_held_alloc)
+    snprintf(lab, sizeof(lab), in->zo.delayed_update ? "gradients (%s) + held shard" : "gradients (%s)", pn);
+    char fh[32];
+    planner_term(fm, sizeof(fm), p->bytes_grad, S >= 2);
+    if (in->zo.delayed_update)
+        snprintf(fm + strlen(fm), sizeof(fm) - strlen(fm), " + %s", planner_term(fh, sizeof(fh), p->bytes_grad, 1));
+    planner_row(f, lab, fm, W(MEM_GRADS), &d[MEM_GRADS], A, R, PLANNER_KIND(MEM_GRADS));
     planner_row(f, p->bytes_master == 0.0 ? "master weights (none: params are fp32)" : "optimizer: master weights (fp32)",
                 planner_term(fm, sizeof(fm), p->bytes_master, S > 0), W(MEM_MASTER), &d[MEM_MASTER], A, R,
                 PLANNER_KIND(MEM_MASTER));
@@ -572,12 +581,19 @@ static inline void planner_print_table_twin(FILE *f, const MemoryPlan *p, const 
                    : optimizer_reductions(in->zo.optimizer) ? "ZeRO buffers (LAMB's per-tensor sums)" : "ZeRO buffers (none below stage 2)",
                 p->buffers_known ? "zero_init's units" : "not modelled", W(MEM_BUFFERS),
                 p->buffers_known ? &d[MEM_BUFFERS] : NULL, A, R, PLANNER_KIND(MEM_BUFFERS));
+    // staging: NVMe's buffer sets (and host tier, read-ahead area), or the offloaded update's 2+2 pieces; and
+    // the delayed update's new parameters (and beside a GPU, its held gradients' host copy: zero/update.h)
+    int held = p->staging_held > 0.0, two = p->bytes[MEM_STAGING] > p->staging_held;
     if (p->bytes[MEM_STAGING] > 0.0)
         planner_row(f, p->where[MEM_MASTER] == LOC_NVME || p->where[MEM_PARAMS] == LOC_NVME
-                           ? (p->in.zo.nvme_host_cache > 0 ? "staging (NVMe buffers, host tier)"
-                              : p->in.zo.nvme_readahead > 0 ? "staging (NVMe buffers, read-ahead)" : "staging (offload, NVMe buffer sets)")
+                           ? (p->nvme_cache > 0 ? "staging (NVMe buffers, host tier)"
+                              : p->nvme_readahead > 0 ? "staging (NVMe buffers, read-ahead)"
+                              : "staging (offload, NVMe buffer sets)")
+                           : held && two ? "staging (2+2, delayed: params, grads)"
+                           : held ? "staging (delayed update's new params)"
                            : "staging (offload: 2+2 pieces)",
-                    "zero_staging_bytes", W(MEM_STAGING), &d[MEM_STAGING], A, R, PLANNER_KIND(MEM_STAGING));
+                    held ? "zero_(held_)staging" : "zero_staging_bytes", W(MEM_STAGING), &d[MEM_STAGING], A, R,
+                    PLANNER_KIND(MEM_STAGING));
     if (p->bytes[MEM_HPZ] > 0.0) // ZeRO++ hpZ's secondary parameter shard
         planner_row(f, "hpZ secondary shard", "p P / G", W(MEM_HPZ), &d[MEM_HPZ], A, R, PLANNER_KIND(MEM_HPZ));
     int rc = in->recompute.mode != RECOMPUTE_NONE;
@@ -980,7 +996,8 @@ static inline int planner_time(const TrainConfig *c, const MemoryPlan *p) {
 // MemTotal, at least 4 GiB: other processes grow too), in whole 256 MiB (so that ranks reading
 // it apart agree); 0 where the memory is unknown. Both auto: the host tier takes half of it (a
 // byte there saves a read and a write each step) and the read-ahead the rest (a byte there hides
-// a read behind the forward and backward).
+// a read behind the forward and backward); each then cut to what the store allocates of it (its
+// log line and the plan state the allocation).
 static inline double planner_memory_left(const PlanInput *in, int nlocal) {
     MemoryPlan p;
     if (planner_plan(in, &p) != 0) return 0.0;
@@ -1006,8 +1023,16 @@ static inline void planner_nvme_auto(const PlanInput *in, int nlocal, double *ca
     if (!(*cache < 0.0) && !(*ahead < 0.0)) return;
     double left = planner_memory_left(&base, nlocal), unit = 268435456.0;
     double half = *cache < 0.0 && *ahead < 0.0 ? floor(left / 2.0 / unit) * unit : left;
-    if (*cache < 0.0) { *cache = half; left -= half; }
-    if (*ahead < 0.0) *ahead = left;
+    int cache_auto = *cache < 0.0, ahead_auto = *ahead < 0.0;
+    if (cache_auto) { *cache = half; left -= half; }
+    if (ahead_auto) *ahead = left;
+    // what the store takes of those budgets (whole pieces; the read-ahead at most the pieces before the
+    // host tier's): the figures logged and planned are the allocation's (the same shape again)
+    MemoryPlan p;
+    base.zo.nvme_host_cache = (size_t)*cache; base.zo.nvme_readahead = (size_t)*ahead;
+    if (planner_plan(&base, &p) != 0 || !p.exact) return;
+    if (cache_auto) *cache = p.nvme_cache;
+    if (ahead_auto) *ahead = p.nvme_readahead;
 }
 
 // Returns the process exit code: 0 (plan printed, or --help), 1 (bad options: one line on stderr).

@@ -79,6 +79,15 @@ def cli(cmd):
         lines = r.stderr.strip().splitlines()
         expect(r.returncode != 0 and len(lines) == 1 and name in lines[0] and r.stdout == "",
                f"bad option {args}: rc {r.returncode}, stderr {r.stderr!r}")
+    # the delayed update names its buffers where the table plans them, by hand at d12, fp32, N = 2: the held
+    # gradient shard beside the gradients (4P + 4P/N), its new parameters as the staging (4P/N; this trainer's
+    # update writes them there, its host is its device: no 2+2 pieces, no host copy of the held gradients)
+    r = subprocess.run(cmd + ["--model", "d12", "--precision", "fp32", "--zero-stage", "1", "--world", "2",
+                              "--offload-optimizer", "cpu", "--offload-delayed-update"], capture_output=True, text=True)
+    rows = {l[2:40].strip(): l[40:].split() for l in r.stdout.splitlines() if l.startswith("  ")}
+    g, st, P = rows.get("gradients (fp32) + held shard"), rows.get("staging (delayed update's new params)"), 124475904
+    expect(g is not None and g[:3] == ["4P", "+", "4P/N"] and g[4] == f"{4 * P + 4 * P // 2:,}", f"delayed: gradients {g}")
+    expect(st is not None and st[2] == f"{4 * P // 2:,}", f"delayed: staging {st} (rows {list(rows)})")
     r = subprocess.run(cmd + ["--help"], capture_output=True, text=True)
     expect(r.returncode == 0 and "--offload-optimizer" in r.stdout, "--help")
     r = subprocess.run(cmd + ["--model", "d48", "--precision", "bf16", "--zero-stage", "3", "--world", "64"],

@@ -11,13 +11,16 @@
 #      the files' sizes while it runs. offload_param alone (stage 3, bf16 and fp32, on NVMe and on
 #      the host: here a note that it moves nothing) equals memory too, planned to the byte.
 #      Across the step boundary at stage 3 (4 layers): NVMe = memory, and the parameter bytes read
-#      per step equal the gather schedule's less what the update leaves in the gather slots.
+#      per step equal a model of the gather schedule's less what the update leaves in the gather
+#      slots (also with 3 layers and 2 micro-steps); with writes slowed down (a test knob), so
+#      that a parameter read not waiting for its unit's write in flight reads stale bytes.
 #   1b. The host tier (--nvme-host-cache): budgets part (~40% of the optimizer state) and all,
 #      bf16 ZeRO-1, fp32 ZeRO-3 with parameters on NVMe, fp16 ZeRO-2: bit for bit equal to memory
 #      as above (the update reads the next step's first pieces ahead across the step boundary in
 #      every NVMe run); the NVMe bytes fall by the cached share, the planner's nvme and staging
 #      equal the memory log's, all cached reads nothing (the part run with a read-ahead area
-#      too); both budgets auto run; a bad budget is one line.
+#      too); both budgets auto, and the read-ahead alone, run and log the bytes they allocate; a
+#      bad budget is one line.
 #   2. The GPU trainer on the CUDA emulator (host staging between NVMe and the device), 2 ranks:
 #      bf16 ZeRO-2, fp16 ZeRO-3 with parameters on NVMe, fp32 ZeRO-1: equal to no offload.
 #   3. Resume across placements: saved with NVMe, resumed in memory, and the reverse (to another
@@ -119,30 +122,52 @@ for cfg in "bf16 nvme" "fp32 nvme" "bf16 cpu" "fp32 cpu"; do
 done
 # across the step boundary at stage 3 (4 layers, so that the next forward reads some layers back while
 # the update's last parameter writes still drain): NVMe = memory; the parameter reads per step are
-# the gather schedule's (forward: every unit; backward: the layers not in the two layer buffers at
-# its start) less, after the first update, what the update left in the slots (embeddings, the
-# first two layers, the final LayerNorm), each unit's slice padded to 4096 bytes
+# the gather schedule's, less what the update left in the slots. The schedule's model (gathers.py):
+# the slots (embeddings; final LayerNorm; layers by parity), the forward's order (every unit) and
+# the backward's (the head, the final LayerNorm, the layers down), a read wherever a slot does not
+# hold the unit asked for; after an update only the unit the slot was asked for first before it is
+# still there. Each unit's slice is padded to 4096 bytes. Also 3 layers (the last layer in the
+# other slot) with 2 micro-steps (the second forward finds the first layers from the backward).
+# The parameters-alone run slows every write by 50 ms (core/nvme.h's ZEROC_NVME_WRITE_DELAY_MS) with
+# 5 buffer sets: the last layer's last writes are still in flight when the next forward reads it,
+# so a read that did not wait for its unit's writes (zero_nvme_prefetch) reads stale bytes and the
+# run differs from memory.
+cat > $d/gathers.py <<'PY'
+import json, sys
+log, L, G = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+C, V, T, W = 32, 512, 16, 2
+def pad(n):  # a rank's slice of a unit of n bf16 elements, in bytes padded to 4096
+    return (((n + W - 1) // W * 2 + 4095) // 4096) * 4096
+F = L + 1
+size = {u: pad(V * C + T * C) if u == 0 else pad(2 * C) if u == F else pad(12 * C * C + 13 * C) for u in range(F + 1)}
+slot = lambda u: "embed" if u == 0 else "final" if u == F else u % 2
+held, first, want = {}, {}, []
+for step in range(4):
+    read = 0
+    for micro in range(G):
+        for u in list(range(F + 1)) + [0] + [F] + list(range(L, 0, -1)):  # forward (and the head), backward
+            first.setdefault(slot(u), u)
+            if held.get(slot(u)) != u: read += size[u]; held[slot(u)] = u
+    want.append(read)
+    held, first = {q: u for q, u in first.items()}, {}  # the update: what each slot was asked for first
+got = [r["nvme_read"] for r in map(json.loads, open(log)) if "loss" in r and "nvme_read" in r]
+assert got == want, (got, want)
+PY
 m4="--layers 4 --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16 $run --steps 4 --precision bf16 --zero-stage 3"
 s4="--nvme-path $d/nvme --nvme-buffer-size 2048"
 cpu $m4 --out $d/m4 --log $d/m4.jsonl > $d/m4.out 2>&1 || fail "4 layers in memory"
 cpu $m4 $s4 --offload-optimizer nvme --offload-param nvme --nvme-buffers 2 --nvme-readahead 60000 --out $d/n4 \
   --log $d/n4.jsonl > $d/n4.out 2>&1 || fail "4 layers on NVMe"
-cpu $m4 $s4 --offload-param nvme --nvme-buffers 3 --out $d/p4 --log $d/p4.jsonl > $d/p4.out 2>&1 || fail "4 layers, parameters on NVMe"
-$PYTHON - $d/p4.jsonl <<'PY'; r=$?
-import json, sys
-C, L, V, T, W = 32, 4, 512, 16, 2
-def pad(n):  # a rank's slice of a unit of n bf16 elements, in bytes padded to 4096
-    return (((n + W - 1) // W * 2 + 4095) // 4096) * 4096
-E, Ly, F = pad(V * C + T * C), pad(12 * C * C + 13 * C), pad(2 * C)
-want = [E + F + (L + L - 2) * Ly] + [(L - 2 + L - 2) * Ly] * 3
-got = [r["nvme_read"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r and "nvme_read" in r]
-assert got == want, (got, want)
-PY
-for k in n4 p4; do grep -q "plan vs allocated: every kind on every rank matches exactly" $d/$k.out || r=1; done
+ZEROC_NVME_WRITE_DELAY_MS=50 cpu $m4 $s4 --offload-param nvme --nvme-buffers 5 --out $d/p4 --log $d/p4.jsonl > $d/p4.out 2>&1 \
+  || fail "4 layers, parameters on NVMe"
+cpu ${m4/--layers 4/--layers 3} --total-batch 128 $s4 --offload-param nvme --nvme-buffers 2 --log $d/p3.jsonl > $d/p3.out 2>&1 \
+  || fail "3 layers, 2 micro-steps, parameters on NVMe"
+$PYTHON $d/gathers.py $d/p4.jsonl 4 1 && $PYTHON $d/gathers.py $d/p3.jsonl 3 2; r=$?
+for k in n4 p4 p3; do grep -q "plan vs allocated: every kind on every rank matches exactly" $d/$k.out || r=1; done
 if [ $r = 0 ] && same_steps $d/m4.jsonl $d/n4.jsonl && same_ckpt $d/m4 $d/n4 && same_steps $d/m4.jsonl $d/p4.jsonl \
   && same_ckpt $d/m4 $d/p4; then
   echo "ok   bf16 ZeRO-3, 4 layers, optimizer and parameters on NVMe, and parameters alone: identical to memory; parameter bytes"
-  echo "     read per step = the gather schedule's less what the update left in the slots"
+  echo "     read per step (and with 3 layers, 2 micro-steps) = the gather schedule's less what the update left in the slots"
 else fail "4 layers at stage 3: NVMe differs from memory, the plan from the allocation, or the reads from the schedule"; fi
 left=$(ls $d/nvme); [ -z "$left" ] && echo "ok   the scratch directories are removed at a clean exit" || fail "left behind: $left"
 # the planner's nvme bytes (the files, slices padded to 4096) = the memory log's
@@ -179,13 +204,21 @@ for cfg in "bf16 1 none" "fp32 3 nvme" "fp16 2 none"; do
     else fail "$k host tier $hc: differs from memory"; fi
   done
 done
-cpu $common --steps 5 --precision bf16 --zero-stage 1 --offload-optimizer nvme --nvme-path $d/nvme --nvme-buffer-size 2048 \
-  --nvme-host-cache auto --nvme-readahead auto --log $d/c_auto.jsonl > $d/c_auto.out 2>&1 || fail "--nvme-host-cache auto"
-auto() { grep -o "^--nvme-$1 auto: [0-9]* bytes" $d/c_auto.out | cut -d' ' -f3; }
-[ -n "$(auto host-cache)" ] && [ -n "$(auto readahead)" ] && same_steps $d/m_bf16_1.jsonl $d/c_auto.jsonl \
-  && grep -q "plan vs allocated: every kind on every rank matches exactly" $d/c_auto.out \
-  && echo "ok   --nvme-host-cache auto --nvme-readahead auto: $(auto host-cache) and $(auto readahead) bytes, identical to memory" \
-  || fail "--nvme-host-cache auto --nvme-readahead auto"
+# auto budgets: the bytes each line states are the ones allocated (the memory log's staging = the
+# plan's without them + both figures; a tiny model: the host tier takes it all and leaves the
+# read-ahead nothing to read; the read-ahead alone: the update's every piece, 14 of 24576 bytes)
+base=$(plan_json --precision bf16 --zero-stage 1 --offload-optimizer nvme --nvme-buffer-size 2048 | cut -d' ' -f2)
+for a in "--nvme-host-cache auto --nvme-readahead auto" "--nvme-readahead auto"; do
+  k=c_auto$(echo $a | grep -o cache); rm -f $d/$k.jsonl
+  cpu $common --steps 5 --precision bf16 --zero-stage 1 --offload-optimizer nvme --nvme-path $d/nvme --nvme-buffer-size 2048 \
+    $a --log $d/$k.jsonl > $d/$k.out 2>&1 || fail "$a"
+  auto() { grep -o "^--nvme-$1 auto: [0-9]* bytes" $d/$k.out | cut -d' ' -f3; }
+  hc=$(auto host-cache); ra=$(auto readahead); st=$(mem_json $d/$k.jsonl staging | cut -d' ' -f2)
+  [ -n "$ra" ] && [ -n "$st" ] && [ "$st" = $((base + ${hc:-0} + ra)) ] && same_steps $d/m_bf16_1.jsonl $d/$k.jsonl \
+    && { [ -n "$hc" ] || [ "$ra" = $((14 * 24576)) ]; } && grep -q "plan vs allocated: every kind on every rank matches exactly" $d/$k.out \
+    && echo "ok   $a: ${hc:+host tier $hc and }read-ahead $ra bytes, as allocated (staging $st = $base + them), identical to memory" \
+    || fail "$a: host tier ${hc:-none}, read-ahead ${ra:-?} bytes logged; staging $st, $base without them"
+done
 for opt in host-cache readahead; do
   for bad in "12x|not a byte count" "1e30|not a byte count"; do
     ./train_gpt_cpu $common --steps 1 --offload-optimizer nvme --zero-stage 1 --nvme-path $d/nvme --nvme-$opt ${bad%|*} > $d/f.out 2>&1

@@ -29,9 +29,10 @@
 //   first whole pieces of one more slice) stay in host memory, counted as staging, and the
 //   update works on them in place; the files hold only the rest. A shard on NVMe is read into a
 //   host slot per gather buffer before its all-gather, the next unit's read issued while this
-//   one computes; the units the next forward gathers first in each slot (the embeddings, the
-//   first two layers, the final LayerNorm) are copied into their slots by the update as it
-//   writes them, so they are never read back. Host memory for all this is the staging kind,
+//   one computes; the unit the gathers asked each slot for first since the last update (the next
+//   forward's first in that slot, as the schedule in zero.h asks them: today the embeddings, the
+//   first two layers, the final LayerNorm) is copied into its slot by the update as it writes it,
+//   so it is not read back. Host memory for all this is the staging kind,
 //   bounded by the buffer settings and the two budgets; the files' bytes are counted per kind,
 //   where = nvme. An I/O error, or a file deleted or truncated under the job, ends it through
 //   the backend's fatal() with one line.
@@ -94,6 +95,9 @@ typedef struct {
     void *pslot[4];
     int pslot_unit[4], pslot_read[4], pslot_copy[4];
     unsigned long pslot_gen[4];
+    // per slot, the first unit the gathers asked for since the last update began (-1: none yet),
+    // and the one this update copies into it (zero_nvme_keep): the schedule's, as it ran
+    int pslot_first[4], pslot_keep[4];
 } ZeroNvme;
 
 static inline ZeroNvme *zero_nvme_of(const ZeroStore *s) { return (ZeroNvme *)s->state[LOC_NVME]; }
@@ -155,12 +159,20 @@ static inline size_t zero_nvme_file_bytes(const ZeroStore *s, int kind) {
 //     state arrays), and the host tier (master + state arrays of the cached elements);
 //   a shard on NVMe: nbuf pieces of parameters (the update writes them there), and one slice per
 //     gather buffer (embeddings, final LayerNorm, two layers).
+// Bytes of the host tier and of the read-ahead area (master + state arrays; 0 without the optimizer
+// state on NVMe): what --nvme-host-cache and --nvme-readahead really take (the planner reports these).
+static inline size_t zero_nvme_cache_bytes(const ZeroNvme *nv, const ZeroStore *s) {
+    return s->where[MEM_MASTER] == LOC_NVME ? zero_cache_elems(nv, s) * 4 * (1 + (size_t)s->nstate) : 0;
+}
+static inline size_t zero_nvme_area_bytes(const ZeroNvme *nv, const ZeroStore *s) {
+    return s->where[MEM_MASTER] == LOC_NVME ? (size_t)nv->narea * s->piece * 4 * (1 + (size_t)s->nstate) : 0;
+}
 static inline size_t zero_staging_bytes(const ZeroStore *s, int unified) {
     const ZeroNvme *nv = zero_nvme_of(s);
     size_t b = zero_store_staging_bytes(s, unified), piece = s->piece, e = s->esize;
     if (!nv) return b;
-    if (s->where[MEM_MASTER] == LOC_NVME)
-        b += ((size_t)(nv->nbuf + nv->narea) * piece + zero_cache_elems(nv, s)) * 4 * (1 + (size_t)s->nstate);
+    b += zero_nvme_cache_bytes(nv, s) + zero_nvme_area_bytes(nv, s);
+    if (s->where[MEM_MASTER] == LOC_NVME) b += (size_t)nv->nbuf * piece * 4 * (1 + (size_t)s->nstate);
     if (s->where[MEM_PARAMS] == LOC_NVME) {
         b += (size_t)nv->nbuf * piece * e;
         b += zero_round(zero_store_slice(s, UNIT_EMBED) * e, NVME_ALIGN) +
@@ -281,7 +293,9 @@ static inline void zero_nvme_get(ZeroStore *s, int kind, int u, size_t lo, float
 static inline void zero_nvme_prefetch(ZeroStore *s, int kind, int u) {
     ZeroNvme *nv = zero_nvme_of(s);
     int q = zero_store_slot(s, u), w = zero_nvme_q(MEM_PARAMS);
-    if (kind != MEM_PARAMS || (nv->pslot_unit[q] == u && nv->pslot_gen[q] == s->updates)) return;
+    if (kind != MEM_PARAMS) return;
+    if (nv->pslot_first[q] < 0) nv->pslot_first[q] = u;
+    if (nv->pslot_unit[q] == u && nv->pslot_gen[q] == s->updates) return;
     if (nv->pslot_copy[q] >= 0) zero_store_host_wait(s, nv->pslot_copy[q], "a parameter slice's copy to the device");
     nv->pslot_copy[q] = -1;
     if (nv->pslot_read[q] >= 0) zero_nvme_wait(s, nv->pslot_read[q]);
@@ -328,15 +342,15 @@ static inline void *zero_nvme_open(ZeroStore *s, int kind, const ZeroPiece *pc, 
     zero_nvme_wait(s, *zero_nvme_ticket(nv, kind, i, kind == MEM_PARAMS));
     return zero_nvme_buf(s, kind, i);
 }
-// An updated parameter piece of a unit the next forward gathers first in its slot (the
-// embeddings, the first two layers, the final LayerNorm) is copied into that slot too, so that
-// the slot holds, once the unit's last piece is in, what the file will: no read. Nothing reads
-// the slots during an update (stage 3 gathers none then; a copy to the device still running from
-// one is waited for).
+// An updated parameter piece of the unit the gathers asked its slot for first since the last
+// update (zero_nvme_prefetch notes it; zero_nvme_begin hands it to this update: the next forward
+// asks in the same order) is copied into that slot too, so that the slot holds, once the unit's
+// last piece is in, what the file will: no read. Nothing reads the slots during an update (stage
+// 3 gathers none then; a copy to the device still running from one is waited for).
 static inline void zero_nvme_keep(ZeroStore *s, const ZeroPiece *pc, const void *buf) {
     ZeroNvme *nv = zero_nvme_of(s);
     int u = pc->u, q = zero_store_slot(s, u);
-    if (u > 2 && u != gpt2_final_unit(s->lay)) return;
+    if (nv->pslot_keep[q] != u) return;
     if (pc->lo == 0) {
         if (nv->pslot_copy[q] >= 0) zero_store_host_wait(s, nv->pslot_copy[q], "a parameter slice's copy out");
         zero_nvme_wait(s, nv->pslot_read[q]);
@@ -418,8 +432,10 @@ static inline void zero_nvme_begin(ZeroStore *s) {
     ZeroNvme *nv = zero_nvme_of(s);
     if (!nv) return;
     if (nv->io) { nv->io->bytes_read += nv->ahead_read; nv->ahead_step += nv->ahead_read; nv->ahead_read = 0.0; }
-    for (int q = 0; q < 4; q++)
+    for (int q = 0; q < 4; q++) {
         if (nv->pslot_read[q] >= 0) { zero_nvme_wait(s, nv->pslot_read[q]); nv->pslot_read[q] = -1; nv->pslot_unit[q] = -1; }
+        if (!s->reading) { nv->pslot_keep[q] = nv->pslot_first[q]; nv->pslot_first[q] = -1; } // (not a read pass)
+    }
     for (int k = MEM_MASTER; k < MEM_MASTER + 1 + s->nstate; k++) // read ahead across the step boundary
         if (s->where[k] == LOC_NVME) s->fetched[k] = nv->prefetched;
     nv->nnext = nv->prefetched = 0;
@@ -481,7 +497,10 @@ static inline void zero_nvme_bind(ZeroStore *s, const ZeroOptions *o) {
     if (!nv) { s->be->fatal(s->be->ctx, "NVMe offload: out of host memory"); return; }
     zero_nvme_shape(s, nv, o);
     for (int k = 0; k < MEM_KINDS; k++) nv->file[k] = -1;
-    for (int q = 0; q < 4; q++) nv->pslot_unit[q] = nv->pslot_read[q] = nv->pslot_copy[q] = -1;
+    for (int q = 0; q < 4; q++) {
+        nv->pslot_unit[q] = nv->pslot_read[q] = nv->pslot_copy[q] = -1;
+        nv->pslot_first[q] = nv->pslot_keep[q] = -1;
+    }
     for (int b = 0; b < ZERO_MAX_BUFS; b++) {
         nv->buf_punit[b] = -1;
         for (int q = 0; q < ZERO_NVME_Q; q++) nv->buf_read[b][q] = nv->buf_write[b][q] = -1;
