@@ -853,8 +853,10 @@ static inline void timemodel_print(FILE *f, const TimeInput *in, const Hardware 
     fprintf(f, "  work: matmuls %.2f ms, memory-bound %.2f ms, collectives %.2f ms%s", r->matmul * ms, r->memory * ms,
             r->comm_work * ms, hw->inline_comm ? " (done by the compute threads)" : "");
     if (in->zo.offload_optimizer != LOC_DEVICE || in->zo.offload_param != LOC_DEVICE)
-        fprintf(f, ", offload %.2f ms (NVMe %.2f ms: %.2f MiB read, %.2f MiB written)", r->offload * ms, r->nvme * ms,
-                r->nvme_read / mib, r->nvme_written / mib);
+        fprintf(f, ", offload %.2f ms", r->offload * ms);
+    if (r->nvme_read + r->nvme_written > 0)
+        fprintf(f, ", NVMe %.2f ms (%.2f MiB read, %.2f MiB written)", r->nvme * ms, r->nvme_read / mib,
+                r->nvme_written / mib);
     fprintf(f, "\n  communication per rank: all_reduce %.2f MiB, reduce_scatter %.2f MiB, all_gather %.2f MiB\n",
             r->bytes[ZC_ALL_REDUCE] / mib, r->bytes[ZC_REDUCE_SCATTER] / mib, r->bytes[ZC_ALL_GATHER] / mib);
     if (in->world > g)
