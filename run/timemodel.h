@@ -727,8 +727,9 @@ static inline const char *timemodel_problem(const TimeInput *in, const Hardware 
     if (in->seq_len > in->cfg.max_seq_len) return "the sequence length exceeds the model's max_seq_len";
     if (in->world < 1 || in->batch < 1 || in->seq_len < 1 || in->accum < 1) return "world, batch, seq-len and grad-accum must be positive";
     if (in->world % tm_per_node(in, hw)) return "the world size must be a multiple of the ranks per node (--gpus-per-node)";
-    if (in->zo.offload_optimizer != LOC_DEVICE && hw->host_bw <= 0) return "offload needs the description's host_bandwidth";
-    if (in->zo.offload_optimizer == LOC_NVME && hw->nvme_bw <= 0) return "NVMe offload needs the description's nvme_bandwidth";
+    int opt = in->zo.offload_optimizer, par = in->zo.stage == 3 ? in->zo.offload_param : LOC_DEVICE;
+    if ((opt != LOC_DEVICE || par != LOC_DEVICE) && hw->host_bw <= 0) return "offload needs the description's host_bandwidth";
+    if ((opt == LOC_NVME || par == LOC_NVME) && hw->nvme_bw <= 0) return "NVMe offload needs the description's nvme_bandwidth";
     return NULL;
 }
 
