@@ -215,8 +215,8 @@ static inline int nvme_submit(Nvme *io, int file, void *buf, size_t bytes, size_
         int t = io->sim->submit(io->sim->ctx, (double)bytes, writing, &start, &done);
         *(writing ? &io->bytes_written : &io->bytes_read) += (double)bytes;
         if (io->trace)
-            trace_span_of(io->trace, io->trace->step + io->step_ahead, writing ? "nvme write" : "nvme read", TRACE_NVME, tag,
-                          (double)bytes, start, done);
+            trace_span_of(io->trace, io->trace->step + io->step_ahead, writing ? "nvme write" : "nvme read", TRACE_NVME,
+                          tag, (double)bytes, start, done);
         return t;
     }
     pthread_mutex_lock(&io->mu);

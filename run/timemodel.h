@@ -432,7 +432,8 @@ static inline void tm_from_host(void *ctx, void *dst, const float *host, size_t 
 // backend here has no reduce: charged here).
 static inline double tm_update_bytes(const TimeSim *s, size_t n, int dtype) {
     double bytes = zero_update_bytes_per_element(s->z) * n;
-    if (optimizer_reductions(s->z->optimizer) > 0) bytes += (4.0 + 4.0 * s->z->nstate + (double)zc_dtype_size(dtype)) * n;
+    if (optimizer_reductions(s->z->optimizer) > 0)
+        bytes += (4.0 + 4.0 * s->z->nstate + (double)zc_dtype_size(dtype)) * n;
     return bytes;
 }
 // The update of n elements on the device.
@@ -728,8 +729,10 @@ static inline const char *timemodel_problem(const TimeInput *in, const Hardware 
     if (in->world < 1 || in->batch < 1 || in->seq_len < 1 || in->accum < 1) return "world, batch, seq-len and grad-accum must be positive";
     if (in->world % tm_per_node(in, hw)) return "the world size must be a multiple of the ranks per node (--gpus-per-node)";
     int opt = in->zo.offload_optimizer, par = in->zo.stage == 3 ? in->zo.offload_param : LOC_DEVICE;
-    if ((opt != LOC_DEVICE || par != LOC_DEVICE) && hw->host_bw <= 0) return "offload needs the description's host_bandwidth";
-    if ((opt == LOC_NVME || par == LOC_NVME) && hw->nvme_bw <= 0) return "NVMe offload needs the description's nvme_bandwidth";
+    if ((opt != LOC_DEVICE || par != LOC_DEVICE) && hw->host_bw <= 0)
+        return "offload needs the description's host_bandwidth";
+    if ((opt == LOC_NVME || par == LOC_NVME) && hw->nvme_bw <= 0)
+        return "NVMe offload needs the description's nvme_bandwidth";
     return NULL;
 }
 

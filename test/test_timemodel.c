@@ -110,7 +110,8 @@ static void recompute_and_offload(void) {
     timemodel_step(&in, &h, &b, NULL);
     double io = 0;
     for (int u = 0; u < lay.num_units; u++) io += 3 * ceil(gpt2_unit_padded(&lay, u) / 8 * 4 / 4096.0) * 4096;
-    CHECK(b.nvme_read == io && b.nvme_written == io, "NVMe bytes read %g, written %g vs %g", b.nvme_read, b.nvme_written, io);
+    CHECK(b.nvme_read == io && b.nvme_written == io, "NVMe bytes read %g, written %g vs %g", b.nvme_read,
+          b.nvme_written, io);
     CHECK(close_to(b.nvme, 2 * io / 3e9, 1e-12), "nvme %g s vs %g", b.nvme, 2 * io / 3e9);
 }
 
@@ -156,7 +157,8 @@ static void lanes_by_formula(void) {
     CHECK(!be.nvme_sim->done(be.nvme_sim->ctx, r1), "the read still in flight after the (shorter) update");
     be.nvme_sim->wait(be.nvme_sim->ctx, r1);
     CHECK(close_to(s.now - t0, 4 * n / 3e9, 1e-12), "waited until the read ended: %g s", s.now - t0);
-    CHECK(be.nvme_sim->done(be.nvme_sim->ctx, r1) && !be.nvme_sim->done(be.nvme_sim->ctx, r2), "done: the read, not the write");
+    CHECK(be.nvme_sim->done(be.nvme_sim->ctx, r1) && !be.nvme_sim->done(be.nvme_sim->ctx, r2),
+          "done: the read, not the write");
     free(s.nvme_done);
 }
 

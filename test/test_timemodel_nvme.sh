@@ -19,7 +19,8 @@ run="--seq-len 16 --batch 2 --precision bf16 --nvme-buffer-size 2048"
 for cfg in "2 1 none 2 0" "4 3 nvme 3 60000"; do
   set -- $cfg; L=$1; s=$2; op=$3; nb=$4; ra=$5
   model="--layers $L --channels 32 --heads 2 --vocab-size 512 --max-seq-len 16"
-  opts="$model $run --zero-stage $s --offload-optimizer nvme --offload-param $op --nvme-buffers $nb --nvme-readahead $ra"
+  opts="$model $run --zero-stage $s --offload-optimizer nvme --offload-param $op --nvme-buffers $nb"
+  opts="$opts --nvme-readahead $ra"
   timeout 300 mpirun -np 2 --oversubscribe ./train_gpt_cpu $opts --train-data $d/train.bin --steps 3 --val-every 0 \
     --sample-every 0 --nvme-path $d/nvme --log $d/log$s.jsonl > $d/run$s.out 2>&1 \
     || { tail -3 $d/run$s.out; echo "FAIL the run at stage $s"; fails=$((fails+1)); continue; }

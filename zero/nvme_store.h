@@ -476,7 +476,10 @@ static inline void zero_nvme_bind(ZeroStore *s, const ZeroOptions *o) {
     s->loc[LOC_NVME] = &zero_nvme_store;
     if (!zero_on_nvme(s->where)) return;
     const NvmeSim *sim = s->be->nvme_sim; // (a simulated device: no directory, no files)
-    if (!o->nvme_dir && !sim) { s->be->fatal(s->be->ctx, "NVMe offload: no directory for the files (--nvme-path)"); return; }
+    if (!o->nvme_dir && !sim) {
+        s->be->fatal(s->be->ctx, "NVMe offload: no directory for the files (--nvme-path)");
+        return;
+    }
     ZeroNvme *nv = (ZeroNvme *)malloc(sizeof(ZeroNvme));
     if (!nv) { s->be->fatal(s->be->ctx, "NVMe offload: out of host memory"); return; }
     zero_nvme_shape(s, nv, o);

@@ -151,7 +151,8 @@ static inline void zero_update_host_segment(const ParamSegment *seg, void *ctx) 
     OptStep step = zero_tensor_step(z, r->step, seg->tensor);
     void *p16 = r->p16 ? zero_at(z, r->p16, lo) : NULL;
     if (z->be.host_update) // (a simulated host: zero/backend.h)
-        z->be.host_update(z->be.ctx, &step, r->p + lo, state, zero_at(z, r->g, lo), p16, n, z->dtype, seg->kind == SEG_DECAY);
+        z->be.host_update(z->be.ctx, &step, r->p + lo, state, zero_at(z, r->g, lo), p16, n, z->dtype,
+                          seg->kind == SEG_DECAY);
     else optimizer_update_host(&step, r->p + lo, state, zero_at(z, r->g, lo), p16, n, z->dtype, seg->kind == SEG_DECAY);
 }
 // The reduction pass's: this tensor's terms added into its sums (nothing else written).
