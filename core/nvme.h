@@ -42,6 +42,10 @@
 //     to read stale ones every time (test_nvme: the stores' ordering; unset or 0 in real runs).
 //   nvme_close(io, remove): joins the threads, closes the files, and with remove deletes them
 //     and the directory (scratch: removed at a clean exit).
+//   A simulated device (io->sim set on a zeroed Nvme, nvme_open not called: the step-time model,
+//     run/timemodel.h): no files, threads or data; each transfer's bytes go to sim->submit, which
+//     says when it starts and finishes on the simulated clock, and nvme_wait and nvme_done ask
+//     sim->wait and sim->done. Accounting and trace spans as above; nvme_room always has room.
 // Host only (C11 and C++, pthreads); no global state.
 #ifndef NVME_H
 #define NVME_H
@@ -65,6 +69,12 @@
 #define NVME_TICKETS 1024    // transfers in flight at once
 
 typedef struct { int file, ticket, writing; char *buf; size_t bytes; size_t offset; } NvmeRequest;
+typedef struct NvmeSim {
+    void *ctx;
+    int (*submit)(void *ctx, double bytes, int writing, double *start, double *done); // -> ticket (>= 0)
+    void (*wait)(void *ctx, int ticket);
+    int (*done)(void *ctx, int ticket);
+} NvmeSim;
 typedef struct {
     char dir[4096];
     int direct;                               // O_DIRECT took
@@ -89,6 +99,7 @@ typedef struct {
     double bytes_read, bytes_written, busy_s, exposed_s, busy_since;
     int step_ahead;                // steps after the trace's whose update the reads being submitted are for
     double write_delay_s;          // ZEROC_NVME_WRITE_DELAY_MS: a test's wait before each write request
+    const NvmeSim *sim;            // a simulated device (the contract); NULL: files
 } Nvme;
 
 static inline double nvme_now(void) {
@@ -211,6 +222,15 @@ static inline int nvme_file(Nvme *io, const char *name, size_t bytes) {
 }
 
 static inline int nvme_submit(Nvme *io, int file, void *buf, size_t bytes, size_t offset, int writing, int tag) {
+    if (io->sim) {
+        double start, done;
+        int t = io->sim->submit(io->sim->ctx, (double)bytes, writing, &start, &done);
+        *(writing ? &io->bytes_written : &io->bytes_read) += (double)bytes;
+        if (io->trace)
+            trace_span_of(io->trace, io->trace->step + io->step_ahead, writing ? "nvme write" : "nvme read", TRACE_NVME,
+                          tag, (double)bytes, start, done);
+        return t;
+    }
     pthread_mutex_lock(&io->mu);
     int t = -1;
     while (t < 0) {
@@ -243,6 +263,7 @@ static inline int nvme_submit(Nvme *io, int file, void *buf, size_t bytes, size_
 
 static inline int nvme_wait(Nvme *io, int ticket) {
     if (ticket < 0) return 0;
+    if (io->sim) { io->sim->wait(io->sim->ctx, ticket); return 0; }
     int t = ticket % NVME_TICKETS, g = ticket / NVME_TICKETS;
     double t0 = nvme_now();
     pthread_mutex_lock(&io->mu);
@@ -255,6 +276,7 @@ static inline int nvme_wait(Nvme *io, int ticket) {
 
 static inline int nvme_done(Nvme *io, int ticket) {
     if (ticket < 0) return 1;
+    if (io->sim) return io->sim->done(io->sim->ctx, ticket);
     int t = ticket % NVME_TICKETS, g = ticket / NVME_TICKETS;
     pthread_mutex_lock(&io->mu);
     int done = io->gen[t] != g || !io->pending[t];
@@ -263,6 +285,7 @@ static inline int nvme_done(Nvme *io, int ticket) {
 }
 
 static inline int nvme_room(Nvme *io, int transfers, size_t bytes, int writing) {
+    if (io->sim) return 1;
     size_t requests = (size_t)transfers * ((bytes + io->block - 1) / io->block);
     pthread_mutex_lock(&io->mu);
     int tickets = 0;
@@ -288,6 +311,11 @@ static inline int nvme_check(Nvme *io) {
 // Bytes read and written, seconds with I/O in flight and seconds the caller waited, since the
 // last call; then zero.
 static inline void nvme_take_stats(Nvme *io, double *read, double *written, double *busy_s, double *exposed_s) {
+    if (io->sim) { // (one thread: no lock)
+        *read = io->bytes_read; *written = io->bytes_written; *busy_s = *exposed_s = 0.0;
+        io->bytes_read = io->bytes_written = 0.0;
+        return;
+    }
     pthread_mutex_lock(&io->mu);
     if (io->running) { io->busy_s += nvme_now() - io->busy_since; io->busy_since = nvme_now(); }
     *read = io->bytes_read; *written = io->bytes_written; *busy_s = io->busy_s; *exposed_s = io->exposed_s;

@@ -497,7 +497,8 @@ static ZeroBackend nccl_backend(NcclBackend *b) {
                       .fatal = dev_fatal, .host_size = nccl_host_size, .group_all_gather = nccl_group_all_gather,
                       .group_all_to_all = nccl_group_all_to_all, .quantize = dev_quantize, .dequantize = dev_dequantize,
                       .dequantize_add = dev_dequantize_add, .convert = dev_convert,
-                      .reduce = NULL}; // no per-tensor reduction pass (LAMB): config.h refuses it for this trainer
+                      .reduce = NULL, // no per-tensor reduction pass (LAMB): config.h refuses it for this trainer
+                      .host_update = NULL, .nvme_sim = NULL}; // (the CPU optimizer engine; NVMe's files)
     return be;
 }
 

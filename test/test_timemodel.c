@@ -1,6 +1,7 @@
 // Tests for run/timemodel.h that need no run: the ring model against values worked out by hand,
 // zero.h's byte counts under the simulated backend against the layout's arithmetic, recompute
-// and offload against their formulas, a description file written and read back, and the
+// and offload against their formulas, the simulated host, PCIe and NVMe lanes piece by piece
+// against bytes / bandwidth, a description file written and read back, and the
 // calibration recovering, from a log the model itself wrote, the efficiencies and bandwidth it
 // was given.
 #include "run/planner.h"
@@ -72,7 +73,7 @@ static void bytes_by_layout(void) {
 }
 
 // Recompute adds one layer forward per layer to the backward (one rank: no communication to
-// shift); offload replaces the update's time by the formula's.
+// shift); offload: the update on the host and its PCIe copies, the NVMe bytes of the streamed update.
 static void recompute_and_offload(void) {
     Hardware h;
     timemodel_hardware("a100-80gb-sxm", &h);
@@ -103,10 +104,62 @@ static void recompute_and_offload(void) {
     double host = 28 * owned / (50e9 * 0.8), pcie = 2 * 2 * owned / 32e9;
     CHECK(b.offload > 0 && b.offload <= host + pcie + 1e-15 && b.offload >= 0.9 * (host + pcie),
           "offload %g s vs at most %g", b.offload, host + pcie);
+    // on NVMe (one piece a unit here): the master weights and Adam's m and v of each unit's slice
+    // read and written once a step, each transfer padded to 4096 bytes, at 3 GB/s
     in.zo.offload_optimizer = LOC_NVME;
     timemodel_step(&in, &h, &b, NULL);
-    CHECK(b.nvme > 0 && b.nvme <= 2 * 12 * owned / 3e9 + 1e-15 && b.nvme >= 0.9 * 2 * 12 * owned / 3e9,
-          "nvme %g s vs 24 bytes per element at 3 GB/s", b.nvme);
+    double io = 0;
+    for (int u = 0; u < lay.num_units; u++) io += 3 * ceil(gpt2_unit_padded(&lay, u) / 8 * 4 / 4096.0) * 4096;
+    CHECK(b.nvme_read == io && b.nvme_written == io, "NVMe bytes read %g, written %g vs %g", b.nvme_read,
+          b.nvme_written, io);
+    CHECK(close_to(b.nvme, 2 * io / 3e9, 1e-12), "nvme %g s vs %g", b.nvme, 2 * io / 3e9);
+}
+
+// The simulated host, copy stream and NVMe device (tm_backend), piece by piece: each transfer
+// takes its bytes over its lane's bandwidth; a lane runs its transfers one after another, beside
+// the clock; a wait holds the clock until the transfer ends.
+static void lanes_by_formula(void) {
+    Hardware h;
+    timemodel_hardware("a100-80gb-sxm", &h); // PCIe 32 GB/s, host 50 GB/s at 80%, NVMe 3 GB/s
+    TimeInput in = small_run(2, 8, ZC_BF16);
+    TimeSim s;
+    Zero z;
+    memset(&s, 0, sizeof(s));
+    memset(&z, 0, sizeof(z));
+    z.nstate = 2; z.esize = 2; z.dtype = ZC_BF16; z.optimizer = OPT_ADAMW;
+    s.hw = &h; s.in = &in; s.z = &z; s.share = 1.0;
+    ZeroBackend be = tm_backend(&s);
+    CHECK(!be.unified && be.host_update && be.nvme_sim, "a GPU's backend: host memory, copies, NVMe simulated");
+    double n = 1 << 20, t0 = 0, start, end;
+    // AdamW's update of a piece on the host: 28 bytes an element (fp32 weight, m, v read and written,
+    // bf16 gradient read and parameter written) at 40 GB/s
+    be.host_update(be.ctx, NULL, NULL, NULL, NULL, NULL, (size_t)n, ZC_BF16, 1);
+    CHECK(close_to(s.now, 28 * n / 40e9, 1e-12), "host update of a piece: %g s vs %g", s.now, 28 * n / 40e9);
+    CHECK(close_to(s.offload_s, s.now, 1e-12), "counted as offload");
+    // a gradient piece down PCIe, waited for by the host
+    t0 = s.now;
+    be.host_wait(be.ctx, be.copy_to_host(be.ctx, NULL, NULL, (size_t)(2 * n)), "");
+    CHECK(close_to(s.now - t0, 2 * n / 32e9, 1e-12), "copy down: %g s vs %g", s.now - t0, 2 * n / 32e9);
+    // a parameter piece up, waited for by the compute stream: the clock moves at its next kernel
+    t0 = s.now;
+    be.device_wait(be.ctx, be.copy_to_device(be.ctx, NULL, NULL, (size_t)(2 * n)));
+    CHECK(s.now == t0, "device_wait does not hold the host");
+    tm_bytes(&s, 0.0);
+    CHECK(close_to(s.now - t0, 2 * n / 32e9, 1e-12), "the next kernel after the copy up: %g s", s.now - t0);
+    // NVMe: a piece of master weights read (4n bytes at 3 GB/s) while the host updates another:
+    // the wait ends when the read does; a second read queued behind it ends a read later
+    t0 = s.now;
+    int r1 = be.nvme_sim->submit(be.nvme_sim->ctx, 4 * n, 0, &start, &end);
+    CHECK(start == t0 && close_to(end - t0, 4 * n / 3e9, 1e-12), "NVMe read: %g s vs %g", end - t0, 4 * n / 3e9);
+    int r2 = be.nvme_sim->submit(be.nvme_sim->ctx, 4 * n, 1, &start, &end);
+    CHECK(close_to(end - t0, 8 * n / 3e9, 1e-12), "a write behind it ends at %g s vs %g", end - t0, 8 * n / 3e9);
+    be.host_update(be.ctx, NULL, NULL, NULL, NULL, NULL, (size_t)n, ZC_BF16, 1);
+    CHECK(!be.nvme_sim->done(be.nvme_sim->ctx, r1), "the read still in flight after the (shorter) update");
+    be.nvme_sim->wait(be.nvme_sim->ctx, r1);
+    CHECK(close_to(s.now - t0, 4 * n / 3e9, 1e-12), "waited until the read ended: %g s", s.now - t0);
+    CHECK(be.nvme_sim->done(be.nvme_sim->ctx, r1) && !be.nvme_sim->done(be.nvme_sim->ctx, r2),
+          "done: the read, not the write");
+    free(s.nvme_done);
 }
 
 static void description_round_trip(void) {
@@ -190,6 +243,7 @@ int main(void) {
     ring_by_hand();
     bytes_by_layout();
     recompute_and_offload();
+    lanes_by_formula();
     description_round_trip();
     calibration_recovers();
     printf("%s: %d checks, %d failures\n", failures ? "FAILED" : "PASSED", checks, failures);

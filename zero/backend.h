@@ -7,8 +7,8 @@
 //   integer, a wait and a progress poke, a blocking sum of a few doubles, memory (allocate, zero,
 //   add), copies to and from the host, the optimizer's element update and its per-tensor reduction
 //   pass (optional), and for a backend whose
-//   compute memory is not the host's, host memory and asynchronous copies. It never decides what
-//   to communicate, nor where a model state lives.
+//   compute memory is not the host's, host memory and asynchronous copies; a simulated machine's
+//   host update and NVMe device. It never decides what to communicate, nor where a model state lives.
 // No global state; compiles as C11 and as CUDA C++.
 #ifndef ZERO_BACKEND_H
 #define ZERO_BACKEND_H
@@ -111,6 +111,15 @@ typedef struct {
     // an optimizer with reductions is refused (the GPU trainer's, today).
     void (*reduce)(void *ctx, const OptStep *step, const float *p, float *const *state, const void *g, size_t n,
                    int dtype, int decay, size_t phase, double *acc);
+    // A simulated machine (the step-time model, run/timemodel.h), whose memory is never touched:
+    //   host_update: the streamed update's host part over n elements, as `update` (frozen runs: not
+    //     called); NULL, as in every trainer: the CPU optimizer engine (optimizer_engine.h) does it,
+    //     and writes frozen runs as zeros.
+    //   nvme_sim: NVMe transfers on a simulated device (core/nvme.h's NvmeSim: no directory, files or
+    //     data); NULL, as in every trainer: files under ZeroOptions.nvme_dir.
+    void (*host_update)(void *ctx, const OptStep *step, float *p, float *const *state, const void *g, void *p16,
+                        size_t n, int dtype, int decay);
+    const struct NvmeSim *nvme_sim;
 } ZeroBackend;
 
 enum { ZB_WORLD, ZB_INNER, ZB_OUTER }; // ZeRO++'s groups (above)

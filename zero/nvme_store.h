@@ -35,7 +35,8 @@
 //   so it is not read back. Host memory for all this is the staging kind,
 //   bounded by the buffer settings and the two budgets; the files' bytes are counted per kind,
 //   where = nvme. An I/O error, or a file deleted or truncated under the job, ends it through
-//   the backend's fatal() with one line.
+//   the backend's fatal() with one line. A backend with nvme_sim (the step-time model's,
+//   zero/backend.h) gets the same schedule on a simulated device: no files, no data moved.
 //   Sizes (buffer sets, the host tier, the read-ahead area: zero_nvme_shape; staging bytes:
 //   zero_staging_bytes; each file's bytes: zero_nvme_file_bytes) are computed here without a
 //   bound Zero, so that the planner predicts them.
@@ -356,7 +357,7 @@ static inline void zero_nvme_keep(ZeroStore *s, const ZeroPiece *pc, const void 
         zero_nvme_wait(s, nv->pslot_read[q]);
         nv->pslot_copy[q] = nv->pslot_read[q] = nv->pslot_unit[q] = -1;
     }
-    memcpy((char *)nv->pslot[q] + pc->lo * s->esize, buf, pc->n * s->esize);
+    if (!nv->io->sim) memcpy((char *)nv->pslot[q] + pc->lo * s->esize, buf, pc->n * s->esize); // (simulated: no data)
     if (pc->lo + pc->n == zero_store_slice(s, u)) { nv->pslot_unit[q] = u; nv->pslot_gen[q] = s->updates + 1; }
 }
 static inline void zero_nvme_close(ZeroStore *s, int kind, const ZeroPiece *pc, int i) {
@@ -410,10 +411,8 @@ static inline void zero_nvme_staging(ZeroStore *s) {
         if (s->where[MEM_PARAMS] == LOC_NVME) nv->buf_param[b] = st->alloc(s, MEM_STAGING, piece * e);
     }
     for (int k = 0; k < 1 + s->nstate && nv->narea; k++) nv->area[k] = (float *)st->alloc(s, MEM_STAGING, (size_t)nv->narea * piece * 4);
-    for (int k = 0; k < 1 + s->nstate && ce; k++) { // the host tier (initialised by put)
+    for (int k = 0; k < 1 + s->nstate && ce; k++) // the host tier (zeroed by the backend; initialised by put)
         nv->cache[k] = (float *)st->alloc(s, MEM_STAGING, ce * 4);
-        memset(nv->cache[k], 0, ce * 4);
-    }
     if (s->where[MEM_PARAMS] == LOC_NVME) {
         size_t n[4] = {zero_store_slice(s, UNIT_EMBED), zero_store_slice(s, gpt2_final_unit(s->lay)),
                        zero_store_layer_slice(s), zero_store_layer_slice(s)};
@@ -492,7 +491,11 @@ static const ZeroLocation zero_nvme_store = {.alloc = zero_nvme_alloc, .free = z
 static inline void zero_nvme_bind(ZeroStore *s, const ZeroOptions *o) {
     s->loc[LOC_NVME] = &zero_nvme_store;
     if (!zero_on_nvme(s->where)) return;
-    if (!o->nvme_dir) { s->be->fatal(s->be->ctx, "NVMe offload: no directory for the files (--nvme-path)"); return; }
+    const NvmeSim *sim = s->be->nvme_sim; // (a simulated device: no directory, no files)
+    if (!o->nvme_dir && !sim) {
+        s->be->fatal(s->be->ctx, "NVMe offload: no directory for the files (--nvme-path)");
+        return;
+    }
     ZeroNvme *nv = (ZeroNvme *)malloc(sizeof(ZeroNvme));
     if (!nv) { s->be->fatal(s->be->ctx, "NVMe offload: out of host memory"); return; }
     zero_nvme_shape(s, nv, o);
@@ -507,7 +510,8 @@ static inline void zero_nvme_bind(ZeroStore *s, const ZeroOptions *o) {
     }
     nv->io = (Nvme *)calloc(1, sizeof(Nvme));
     char err[1024];
-    if (!nv->io || nvme_open(nv->io, o->nvme_dir, o->nvme_threads, o->nvme_block, err, sizeof(err))) {
+    if (nv->io && sim) nv->io->sim = sim;
+    else if (!nv->io || nvme_open(nv->io, o->nvme_dir, o->nvme_threads, o->nvme_block, err, sizeof(err))) {
         char msg[1100];
         snprintf(msg, sizeof(msg), "NVMe offload: %s", nv->io ? err : "out of memory");
         s->be->fatal(s->be->ctx, msg);
@@ -517,6 +521,7 @@ static inline void zero_nvme_bind(ZeroStore *s, const ZeroOptions *o) {
     static const char *const names[MEM_KINDS] = {"params.bin", "grads.bin", "master.bin", "state0.bin", "state1.bin"};
     for (int k = MEM_PARAMS; k < MEM_BUFFERS; k++) {
         if (s->where[k] != LOC_NVME || (k >= MEM_STATE && k - MEM_STATE >= s->nstate)) continue;
+        if (sim) { nv->file[k] = k; continue; }
         nv->file[k] = nvme_file(nv->io, names[k], (k == MEM_PARAMS ? nv->offp : nv->offo)[s->lay->num_units]);
         if (nv->file[k] < 0) zero_nvme_fail(s);
     }

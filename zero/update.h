@@ -16,9 +16,10 @@
 //   The streamed update (zero_update_streamed): for each piece of at most z->st.piece elements of
 //   one unit's slice (a whole slice unless something is on NVMe), its gradient, master weights,
 //   state arrays and parameters are opened where the host addresses them (zero/store.h's stream),
-//   updated by the CPU optimizer engine (optimizer_engine.h) and closed back; after a unit's last
-//   piece the caller's unit_done runs (zero.h: stages 1 and 2 start its all-gather). Frozen runs
-//   are written as the zeros they are, since staging is reused. Each unit is an "update" span, and
+//   updated by the CPU optimizer engine (optimizer_engine.h; a simulated backend's host_update
+//   instead) and closed back; after a unit's last piece the caller's unit_done runs (zero.h: stages
+//   1 and 2 start its all-gather). Frozen runs are written as the zeros they are, since staging is
+//   reused. Each unit is an "update" span, and
 //   on a traced GPU the whole a "gpu idle" span (core/trace.h's trace_device_idle: the compute
 //   stream is drained at the first span's start and gets no kernel until the last one's end but
 //   ZeRO++'s quantization of an all-gather, when qwZ is on).
@@ -141,15 +142,18 @@ static inline void zero_update_host_segment(const ParamSegment *seg, void *ctx) 
     Zero *z = r->z;
     size_t n = seg->end - seg->begin;
     if (seg->kind == SEG_FROZEN) {
-        if (r->p16) memset(zero_at(z, r->p16, seg->begin - r->base), 0, n * z->esize);
+        if (r->p16 && !z->be.host_update) memset(zero_at(z, r->p16, seg->begin - r->base), 0, n * z->esize);
         return;
     }
     float *state[OPT_MAX_SLICES];
     size_t lo;
     zero_run_at(seg, ctx, state, &lo);
     OptStep step = zero_tensor_step(z, r->step, seg->tensor);
-    optimizer_update_host(&step, r->p + lo, state, zero_at(z, r->g, lo), r->p16 ? zero_at(z, r->p16, lo) : NULL, n,
-                          z->dtype, seg->kind == SEG_DECAY);
+    void *p16 = r->p16 ? zero_at(z, r->p16, lo) : NULL;
+    if (z->be.host_update) // (a simulated host: zero/backend.h)
+        z->be.host_update(z->be.ctx, &step, r->p + lo, state, zero_at(z, r->g, lo), p16, n, z->dtype,
+                          seg->kind == SEG_DECAY);
+    else optimizer_update_host(&step, r->p + lo, state, zero_at(z, r->g, lo), p16, n, z->dtype, seg->kind == SEG_DECAY);
 }
 // The reduction pass's: this tensor's terms added into its sums (nothing else written).
 static inline void zero_reduce_segment(const ParamSegment *seg, void *ctx) {
