@@ -13,11 +13,12 @@ BERT in 76 minutes", Algorithm 2) with the choices DeepSpeed's FusedLamb (csrc/l
   replay INIT LR CLIP BETA1 BETA2 EPS WD MAXC MINC GRADS... : prints a JSON list, one entry per
       step: {"params": FILE written (checkpoint format), "clamped_max", "clamped_min", "zero_norm"}
       (the params of step k written to OUTDIR/ref_k.bin, OUTDIR = the first GRADS file's directory)
-  master CKPT_DIR LIKE OUT : the fp32 master weights of a sharded checkpoint (model_rank*.bin: each
-      rank's slice of every padded unit, units padded to world x 16 elements) reassembled into a
-      checkpoint-format file (LIKE: a model file of the same shape, for the header)
-  compare REF C P0 RTOL : per tensor, the update since P0 (C's against the reference's), relative
-      in the 2-norm; exits 1 if the worst is above RTOL
+  check P0 RTOL [LABEL CKPT_DIR REF]... : for each sharded checkpoint CKPT_DIR (model_rank*.bin:
+      each rank's slice of every padded unit, units padded to world x 16 elements), its fp32 master
+      weights reassembled, then per tensor the update since P0 (C's against the reference's in REF),
+      relative in the 2-norm: prints "LABEL: worst ..." for each, then "FAIL LABEL" for each above
+      RTOL (or unreadable), and exits 1 if any is. (All in one process: PyTorch's start, 2-3 CPU
+      seconds, was most of test_lamb's time when each checkpoint took two.)
 """
 import json, math, os, sys
 
@@ -92,8 +93,9 @@ def replay(a):
     print(json.dumps(out))
 
 
-def master(a):
-    ckdir, like, outp = a
+def master_params(ckdir, like):
+    """(cfg, name -> float64 tensor): the fp32 master weights of the sharded checkpoint in CKDIR
+    (LIKE: a model file of the same shape)"""
     man = json.load(open(os.path.join(ckdir, "manifest.json")))
     N = man["world"]
     cfg, _ = read_checkpoint(like, torch.float64)
@@ -120,13 +122,31 @@ def master(a):
             P[n].append(flat_units[ui][pos:pos + numel(n)])
             pos += numel(n)
     P = {n: torch.from_numpy(np.concatenate(v).astype(np.float64)).reshape(shapes[n]) for n, v in P.items()}
-    write_like(like, outp, cfg, P)
+    return cfg, P
 
 
-def compare(a):
-    ref, c, p0, rtol = a[0], a[1], a[2], float(a[3])
+def check(a):
+    p0, rtol, rest = a[0], float(a[1]), a[2:]
+    if not rest or len(rest) % 3:
+        sys.exit("check: expected P0 RTOL and triples LABEL CKPT_DIR REF")
+    failed = []
+    for label, ckdir, ref in zip(rest[0::3], rest[1::3], rest[2::3]):
+        print(f"{label}: ", end="")
+        try:
+            worst = compare_params(ref, master_params(ckdir, p0)[1], p0)
+        except Exception as e:  # a missing or short checkpoint: that one fails, the others are still checked
+            print(f"cannot compare: {e!r}")
+            worst = float("inf")
+        if not worst <= rtol:
+            failed.append(label)
+    for label in failed:
+        print(f"FAIL {label}")
+    sys.exit(1 if failed else 0)
+
+
+def compare_params(ref, C, p0):
+    """prints and returns the worst per-tensor |update C - update ref| / |update ref| since P0"""
     cfg, R = read_checkpoint(ref, torch.float64)
-    _, C = read_checkpoint(c, torch.float64)
     _, P0 = read_checkpoint(p0, torch.float64)
     worst, where = 0.0, ""
     for key, r in per_layer(cfg, R):
@@ -136,9 +156,9 @@ def compare(a):
         err = float((dc - dr).norm()) / den if den > 0 else float((dc - dr).norm())
         if not err <= worst:  # (a NaN is the worst)
             worst, where = err if err == err else float("inf"), f"{key[0]}" + (f"[layer {key[1]}]" if key[1] is not None else "")
-    print(f"worst |update C - update ref| / |update ref| over the tensors: {worst:.2e} ({where})")
-    sys.exit(0 if worst <= rtol else 1)
+    print(f"worst |update C - update ref| / |update ref| over the tensors: {worst:.2e} ({where})", flush=True)
+    return worst
 
 
 if __name__ == "__main__":
-    {"replay": replay, "compare": compare, "master": master}[sys.argv[1]](sys.argv[2:])
+    {"replay": replay, "check": check}[sys.argv[1]](sys.argv[2:])

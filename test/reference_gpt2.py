@@ -8,6 +8,9 @@ It runs in float64, so its numbers are the truth the fp32 C trainer is measured 
   check     replay a C training run (same checkpoint, tokens, hyper-parameters) and compare
             the trainer's JSON-lines log, its --dump-grads file (checkpoint format: header, then
             the gradients) and its last checkpoint against the reference
+  checks    several checks in one process (PyTorch's start costs 2-3 CPU seconds): one per line
+            of stdin, "NAME" then the check's options (shell-quoted); prints "check NAME: PASS"
+            or "check NAME: N FAILED" after each, and exits 1 if any failed
   selftest  prove the reference itself: finite differences, the building blocks against
             torch's own ops, our AdamW and SGD loops against torch.optim.AdamW / SGD, our Lion
             against a second writing of the paper's Algorithm 2, and the comparison logic fed
@@ -23,7 +26,7 @@ multi-head attention scaled by 1/sqrt(head size), 4x MLP with tanh-GELU, final L
 LM head tied to wte. Only the first V rows of wte take part in the softmax, so the padded rows
 Vp-V (zero in the file) get exactly zero gradient.
 """
-import argparse, hashlib, json, math, os, sys, tempfile
+import argparse, hashlib, json, math, os, shlex, sys, tempfile
 from collections import namedtuple
 
 import numpy as np
@@ -681,9 +684,10 @@ def main():
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--V", type=int, default=50257)
     p.add_argument("--seed", type=int, default=1)
-    p = sub.add_parser("check")
+    check_p = p = sub.add_parser("check")
     add_run_args(p)
     add_tolerances(p)
+    sub.add_parser("checks")
     p = sub.add_parser("selftest")
     add_tolerances(p)
     a = ap.parse_args()
@@ -701,6 +705,20 @@ def main():
         fails = run_check(a)
         print("check:", "PASS" if fails == 0 else f"{fails} FAILED")
         sys.exit(fails > 0)
+    elif a.cmd == "checks":
+        failed = []
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            name, *args = shlex.split(line)
+            c = check_p.parse_args(args)
+            if not c.log:
+                sys.exit(f"{name}: check needs --log")
+            print(f"\n=== check {name}", flush=True)
+            fails = run_check(c)
+            print(f"check {name}:", "PASS" if fails == 0 else f"{fails} FAILED", flush=True)
+            failed += [name] * (fails > 0)
+        sys.exit(1 if failed else 0)
     else:
         sys.exit(selftest(a) > 0)
 
