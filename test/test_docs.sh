@@ -14,6 +14,9 @@
 #     commands run under `make test-docs-long` (this script with --long), and the suite's run
 #     names each one it leaves out. <!-- docs-test: continued [TEXT] --> before a block without
 #     commands: more output of the previous command (or of the latest one starting with TEXT).
+#     <!-- docs-test: as DOC.md -->: DOC.md runs the block's commands, in that order: each must
+#     equal one DOC.md ran (runs of spaces apart) and its lines are checked against that output
+#     (the README's examples the walkthrough runs: each runs once).
 # mpirun runs without the suite's OMPI_MCA_rmaps_base_oversubscribe: a command with more ranks
 # than cores must say --oversubscribe, as a user's must. Also checked: no doc, example or script
 # points outside the repository. scripts/walkthrough_outputs.sh runs the same commands and keeps
