@@ -162,7 +162,8 @@ static void run_case(int tA, int tB, int M, int N, int K, int pad, float beta, i
     // loop over n inside keeps one sum per element), with the elements of a row side by side
     double *Bd = malloc(((size_t)N * K + 1) * sizeof(double));
     for (int k = 0; k < K; k++)
-        for (int n = 0; n < N; n++) Bd[(size_t)k * N + n] = elem(kind, B, tB ? (size_t)n * ldb + k : (size_t)k * ldb + n);
+        for (int n = 0; n < N; n++)
+            Bd[(size_t)k * N + n] = elem(kind, B, tB ? (size_t)n * ldb + k : (size_t)k * ldb + n);
     for (int m = 0; m < M; m++) {
         double *s = ref + (size_t)m * N, *b = bound + (size_t)m * N;
         for (int n = 0; n < N; n++) s[n] = b[n] = 0;
