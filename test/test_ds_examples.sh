@@ -68,10 +68,10 @@ awk -F'\t' '$1 == "trains" || $1 == "warns" { print $3 }' $S > $d/trainable.txt
 # (one Python for all of them)
 ${PYTHON:-/usr/bin/python3} - $d/trainable.txt > $d/run.txt <<'PY'
 import json, sys
-for f in open(sys.argv[1]).read().split():
+for f in open(sys.argv[1]).read().splitlines():
     b = json.load(open("test/ds_examples/" + f)).get("train_batch_size")
-    if isinstance(b, int) and b > 1024: print(f"(left to the survey, its batch is over 1024 sequences: {f})", file=sys.stderr)
-    else: print(f)
+    if not (isinstance(b, int) and b > 1024): print(f)
+    else: print(f"(left to the survey, its batch is over 1024 sequences: {f})", file=sys.stderr)
 PY
 # a config that names an NVMe directory (SGLang's /local_nvme/sglang) runs with it pointed into
 # the scratch directory, as a user points it at a disk of theirs (the file otherwise unchanged)
