@@ -20,7 +20,11 @@ The conventions (docs/walkthrough.md states them for its readers):
     continued --> is more output of the previous block's last command (the block has no "$ "
     line of its own, takes that command's marks, and its lines are matched in order from the start
     of that output again); <!-- docs-test: continued TEXT --> continues the latest command that
-    starts with TEXT instead.
+    starts with TEXT instead; <!-- docs-test: as DOC.md --> says that DOC.md (one of the documents
+    checked in this call) runs each command of the block, in the same order and from a copy of
+    the repository in the same state: each must equal, runs of spaces apart, a command DOC.md ran,
+    after the one the block's previous command matched, and its shown lines are matched against
+    that command's output (the README's examples that the walkthrough runs: not run twice).
   * A command must exit 0.
 
 The environment is a user's: no OMPI_MCA_rmaps_base_oversubscribe (a command with more ranks than
@@ -58,6 +62,8 @@ TOKEN_RE = re.compile(r'(~?)(' + NUM + r')|(\s*' + ELLIPSIS + r'\s*)|(\s+)')
 class Command:
     def __init__(self, doc, line, text, marks):
         self.doc, self.line, self.text, self.marks = doc, line, text, marks
+        self.same_as = None         # <!-- docs-test: as DOC.md -->: DOC.md runs it
+        self.block = 0
         self.expect = []            # (line number, text, block): what the doc shows it prints
 
 
@@ -76,7 +82,9 @@ def parse(path):
         words = last_mark.split(); last_mark = ''; block += 1
         cont = words[0] == 'continued' if words else False
         marks = {'continued'} if cont else set(words)
-        bad = marks - {'long', 'continued'}
+        same_as = words[1] if words[:1] == ['as'] and len(words) == 2 else None
+        if same_as: marks = {'as'}
+        bad = marks - {'long', 'continued', 'as'}
         if bad: sys.exit(f'{path}:{i}: unknown docs-test mark(s): {" ".join(sorted(bad))}')
         i += 1
         cur = None
@@ -92,6 +100,7 @@ def parse(path):
                 while text.endswith('\\') and i + 1 < len(lines):
                     i += 1; text += '\n' + lines[i]
                 cur = Command(path, start, text, marks)
+                cur.same_as, cur.block = same_as, block
                 cmds.append(cur)
             elif line.strip() and cur is not None:
                 cur.expect.append((i + 1, line, block))
@@ -114,6 +123,11 @@ def pattern(expected):
         else: out.append(r'\s+')
     out.append(re.escape(s[pos:]))
     return re.compile(r'^\s*' + ''.join(out) + r'\s*$'), nums
+
+
+def spaced(text):
+    """A command with each run of spaces (and continued lines) as one space: two docs may indent it differently."""
+    return re.sub(r'\s+', ' ', text.replace('\\\n', ' ')).strip()
 
 
 def skeleton(line):
@@ -212,6 +226,21 @@ def main():
         if not os.path.exists(os.path.join(shim, 'python3')): os.symlink(sys.executable, os.path.join(shim, 'python3'))
         env['PATH'] = shim + os.pathsep + env['PATH']
     cache, failures, fixes, total_numbers, skipped = {}, [], [], 0, []
+    outputs, deferred = {}, []  # doc -> [(command, output, exit status)] in the order it ran them; the "as" commands
+
+    def report(cmd, n, name, out, rc, when):
+        """Keeps (--out), prints and checks one command's output; returns the numbers it checked."""
+        if a.out:
+            os.makedirs(a.out, exist_ok=True)
+            with open(os.path.join(a.out, f'{name}-{n:02d}.txt'), 'w') as f:
+                f.write('$ ' + cmd.text + '\n' + out)
+        print(f'{when:>22}  {cmd.doc}:{cmd.line}: $ {cmd.text.splitlines()[0][:90]}', flush=True)
+        if rc != 0:
+            failures.append(f'{cmd.doc}:{cmd.line}: the command exited {rc}; its last lines:\n' +
+                            ''.join(f'    {l}\n' for l in out.rstrip().split('\n')[-8:]))
+        f_, k = check(cmd, out.split('\n'), fixes)
+        failures.extend(f_)
+        return k
     total_wall = total_cpu = 0.0
     replay = {}                 # command -> its output, from the files an earlier --out kept
     for f in sorted(os.listdir(a.replay)) if a.replay else []:
@@ -230,6 +259,9 @@ def main():
             if 'long' in cmd.marks and not a.long:
                 skipped.append(f'{cmd.doc}:{cmd.line}: $ {cmd.text.splitlines()[0]}')
                 continue
+            if cmd.same_as:             # checked once its document has run (below)
+                deferred.append((n, name, cmd)); ran += 1; nlines += len(cmd.expect)
+                continue
             if a.replay:
                 if cmd.text not in replay: sys.exit(f'{cmd.doc}:{cmd.line}: no output of this command in {a.replay}')
                 out, rc, secs, cpu, again = replay[cmd.text], 0, 0.0, 0.0, False
@@ -240,19 +272,22 @@ def main():
                 out, rc, secs, cpu = run(cmd, cwd, env, a.timeout); again = False
                 cache[history] = (out, rc, secs, cpu)
                 total_wall += secs; total_cpu += cpu
-            if a.out:
-                os.makedirs(a.out, exist_ok=True)
-                with open(os.path.join(a.out, f'{name}-{n:02d}.txt'), 'w') as f:
-                    f.write('$ ' + cmd.text + '\n' + out)
-            first = cmd.text.splitlines()[0]
+            outputs.setdefault(doc, []).append((spaced(cmd.text), out, rc))
             when = '(ran above)' if again else f'{secs:5.1f} s, CPU {cpu:5.1f} s'
-            print(f'{when:>22}  {cmd.doc}:{cmd.line}: $ {first[:90]}', flush=True)
-            if rc != 0:
-                failures.append(f'{cmd.doc}:{cmd.line}: the command exited {rc}; its last lines:\n' +
-                                ''.join(f'    {l}\n' for l in out.rstrip().split('\n')[-8:]))
-            f_, k = check(cmd, out.split('\n'), fixes)
-            failures += f_; total_numbers += k; ran += 1; nlines += len(cmd.expect)
+            total_numbers += report(cmd, n, name, out, rc, when)
+            ran += 1; nlines += len(cmd.expect)
         print(f'{doc}: {ran} of {len(cmds)} commands run, {nlines} lines shown, numbers checked so far {total_numbers}')
+    at = {}                     # (doc, block) -> where in its DOC.md's commands the block's last one matched
+    for n, name, cmd in deferred:
+        key, text = (cmd.doc, cmd.block), spaced(cmd.text)
+        ran_there = outputs.get(cmd.same_as, [])
+        j = next((j for j in range(at.get(key, -1) + 1, len(ran_there)) if ran_there[j][0] == text), None)
+        if j is None:
+            failures.append(f'{cmd.doc}:{cmd.line}: marked as {cmd.same_as}\'s, but {cmd.same_as} ran no such command '
+                            f'(after the block\'s previous one; it must be among the documents checked)\n')
+            continue
+        at[key] = j
+        total_numbers += report(cmd, n, name, ran_there[j][1], ran_there[j][2], f'(ran in {cmd.same_as})')
     for s in skipped: print(f'not run (long; `make test-docs-long` runs it): {s}')
     if a.fix and fixes:
         by_doc = {}

@@ -14,12 +14,15 @@
 #     commands run under `make test-docs-long` (this script with --long), and the suite's run
 #     names each one it leaves out. <!-- docs-test: continued [TEXT] --> before a block without
 #     commands: more output of the previous command (or of the latest one starting with TEXT).
+#     <!-- docs-test: as DOC.md -->: DOC.md runs the block's commands, in that order: each must
+#     equal one DOC.md ran (runs of spaces apart) and its lines are checked against that output
+#     (the README's examples the walkthrough runs: each runs once).
 # mpirun runs without the suite's OMPI_MCA_rmaps_base_oversubscribe: a command with more ranks
 # than cores must say --oversubscribe, as a user's must. Also checked: no doc, example or script
 # points outside the repository. scripts/walkthrough_outputs.sh runs the same commands and keeps
-# their whole outputs. Measured on this project's 2-core VM with other jobs running (load 11-15):
-# 124 s of CPU, 5-8 minutes of wall time; with --long 246 s of CPU, 14 minutes (§4's four
-# GPT-2 124M runs on 4 ranks: 114 s of CPU, 6.7 minutes).
+# their whole outputs. Measured on this project's 2-core VM with other jobs running (load 3-10):
+# 121 s of CPU, 5 minutes of wall time (the walkthrough's first run, 20 steps, a fifth of it); with
+# --long 246 s of CPU, 14 minutes (§4's four GPT-2 124M runs on 4 ranks: 114 s of CPU, 6.7 minutes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . test/lib.sh

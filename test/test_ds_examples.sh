@@ -65,10 +65,14 @@ mkdir -p $d/run
 ${PYTHON:-/usr/bin/python3} test/zero_check.py shard $d/train.bin 20000 512 1
 awk -F'\t' '$1 == "trains" || $1 == "warns" { print $3 }' $S > $d/trainable.txt
 # a config whose own batch is over 1024 sequences (LAMB's 64k, once it trains) is left to the survey
-while read -r f; do
-  python3 -c 'import json, sys; b = json.load(open(sys.argv[1])).get("train_batch_size"); sys.exit(isinstance(b, int) and b > 1024)' \
-    "test/ds_examples/$f" && echo "$f" || echo "(left to the survey, its batch is over 1024 sequences: $f)" >&2
-done < $d/trainable.txt > $d/run.txt
+# (one Python for all of them)
+${PYTHON:-/usr/bin/python3} - $d/trainable.txt > $d/run.txt <<'PY'
+import json, sys
+for f in open(sys.argv[1]).read().splitlines():
+    b = json.load(open("test/ds_examples/" + f)).get("train_batch_size")
+    if not (isinstance(b, int) and b > 1024): print(f)
+    else: print(f"(left to the survey, its batch is over 1024 sequences: {f})", file=sys.stderr)
+PY
 # a config that names an NVMe directory (SGLang's /local_nvme/sglang) runs with it pointed into
 # the scratch directory, as a user points it at a disk of theirs (the file otherwise unchanged)
 mkdir -p $d/cfg $d/nvme

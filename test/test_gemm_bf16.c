@@ -158,24 +158,31 @@ static void run_case(int tA, int tB, int M, int N, int K, int pad, float beta, i
             C0[(size_t)m * ldc + n] = beta == 0.0f ? NAN : (float)(rng_unif() * 4 - 2);
     size_t mn = (size_t)M * N;
     double *ref = malloc((mn ? mn : 1) * sizeof(double)), *bound = malloc((mn ? mn : 1) * sizeof(double));
+    // B as doubles, row k contiguous along n: each C element's sum still runs in k order (the
+    // loop over n inside keeps one sum per element), with the elements of a row side by side
+    double *Bd = malloc(((size_t)N * K + 1) * sizeof(double));
+    for (int k = 0; k < K; k++)
+        for (int n = 0; n < N; n++)
+            Bd[(size_t)k * N + n] = elem(kind, B, tB ? (size_t)n * ldb + k : (size_t)k * ldb + n);
     for (int m = 0; m < M; m++) {
-        for (int n = 0; n < N; n++) {
-            double s = 0, b = 0;
-            for (int k = 0; k < K; k++) {
-                double x = elem(kind, A, tA ? (size_t)k * lda + m : (size_t)m * lda + k);
-                double y = elem(kind, B, tB ? (size_t)n * ldb + k : (size_t)k * ldb + n);
-                s += x * y;
-                b += fabs(x * y);
+        double *s = ref + (size_t)m * N, *b = bound + (size_t)m * N;
+        for (int n = 0; n < N; n++) s[n] = b[n] = 0;
+        for (int k = 0; k < K; k++) {
+            double x = elem(kind, A, tA ? (size_t)k * lda + m : (size_t)m * lda + k);
+            const double *y = Bd + (size_t)k * N;
+            for (int n = 0; n < N; n++) {
+                s[n] += x * y[n];
+                b[n] += fabs(x * y[n]);
             }
-            if (beta != 0.0f) {
-                double c0 = (double)(float)(beta * C0[(size_t)m * ldc + n]);
-                s += c0;
-                b += fabs(c0);
-            }
-            ref[(size_t)m * N + n] = s;
-            bound[(size_t)m * N + n] = b;
         }
+        if (beta != 0.0f)
+            for (int n = 0; n < N; n++) {
+                double c0 = (double)(float)(beta * C0[(size_t)m * ldc + n]);
+                s[n] += c0;
+                b[n] += fabs(c0);
+            }
     }
+    free(Bd);
     size_t sb = cases_f32 ? gemm_f32_scratch_bytes(tA, tB, M, N, K) : gemm_bf16_scratch_bytes(M, N, K);
     void *scratch = NULL;
     size_t scratch_bytes = 0;
