@@ -87,7 +87,17 @@ def cli(cmd):
     rows = {l[2:40].strip(): l[40:].split() for l in r.stdout.splitlines() if l.startswith("  ")}
     g, st, P = rows.get("gradients (fp32) + held shard"), rows.get("staging (delayed update's new params)"), 124475904
     expect(g is not None and g[:3] == ["4P", "+", "4P/N"] and g[4] == f"{4 * P + 4 * P // 2:,}", f"delayed: gradients {g}")
-    expect(st is not None and st[2] == f"{4 * P // 2:,}", f"delayed: staging {st} (rows {list(rows)})")
+    gpu = rows.get("staging (2+2, delayed: params, grads)")
+    if gpu is not None:  # beside a GPU (train_gpt's layout): the plain offload's 2+2 pieces, the new parameters'
+        # shard and the held gradients' host copy (4P/N each in fp32), the pieces from the same plan without the delay
+        r0 = subprocess.run(cmd + ["--model", "d12", "--precision", "fp32", "--zero-stage", "1", "--world", "2",
+                                   "--offload-optimizer", "cpu"], capture_output=True, text=True)
+        plain = {l[2:40].strip(): l[40:].split() for l in r0.stdout.splitlines() if l.startswith("  ")}
+        pieces = plain.get("staging (offload: 2+2 pieces)")
+        expect(pieces is not None and int(gpu[2].replace(",", "")) == int(pieces[2].replace(",", "")) + 2 * (4 * P // 2),
+               f"delayed beside a GPU: staging {gpu}, without the delay {pieces}")
+    else:
+        expect(st is not None and st[2] == f"{4 * P // 2:,}", f"delayed: staging {st} (rows {list(rows)})")
     r = subprocess.run(cmd + ["--help"], capture_output=True, text=True)
     expect(r.returncode == 0 and "--offload-optimizer" in r.stdout, "--help")
     r = subprocess.run(cmd + ["--model", "d48", "--precision", "bf16", "--zero-stage", "3", "--world", "64"],
