@@ -2,7 +2,8 @@
 // wasm32-wasi) as a command, as a shell would: argv in, exit code, stdout and stderr out.
 // Browsers have no WASI, so this is the part of WASI preview 1 that the program imports: one
 // preopened directory "/" holding in-memory files (a hardware description or DeepSpeed config
-// the page writes, the --trace the planner writes), the three standard streams, a clock.
+// the page writes, the --trace the planner writes), the three standard streams, a clock, an
+// empty environment.
 // Each run gets a fresh instance of the compiled module: no state survives from one plan to the
 // next, exactly as with two runs of the trainer.
 'use strict';
@@ -55,6 +56,14 @@ function wasiRun(module, args, files) {
       for (const a of argBytes) { v.setUint32(argv, buf, true); argv += 4; b.set(a, buf); buf += a.length; }
       return WASI_ESUCCESS;
     },
+    // an empty environment (the trainer's headers read test knobs from it: none apply on a page)
+    environ_sizes_get(count, bufSize) {
+      const v = view();
+      v.setUint32(count, 0, true);
+      v.setUint32(bufSize, 0, true);
+      return WASI_ESUCCESS;
+    },
+    environ_get(environ, buf) { return WASI_ESUCCESS; },
     clock_time_get(id, precision, time) {
       view().setBigUint64(time, BigInt(Math.round((id === 0 ? Date.now() : performance.now()) * 1e6)), true);
       return WASI_ESUCCESS;
