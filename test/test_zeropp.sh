@@ -6,6 +6,7 @@
 #     exact), qgZ's reduced gradient within its two levels' bound of the exact sum, hpZ's gathers exact;
 #   - hpZ alone is bit-identical to ZeRO-3 (groups of 2 on one host of 4 and on two hosts of 2), and
 #     qwZ on 2 hosts x 2 bit-identical to qwZ on 1 host x 4 (its math does not depend on hosts);
+#     qgZ at stage 2 bit-identical to qgZ at stage 3 on 2 hosts x 2 (bf16), and not to the exact run;
 #   - a checkpoint saved with ZeRO++ resumes with it bit for bit and without it, and one saved
 #     without resumes with hpZ bit for bit;
 #   - the memory plan (run/planner.h) equals what every rank allocated, ZeRO++'s buffers and hpZ's
@@ -59,6 +60,15 @@ grep -q "ZeRO++: qwZ off, hpZ groups of 2, qgZ off; blocks of 2048; 2 hosts x 2 
 run qwz 1 4 --steps 4 --zeropp-qwz 1
 run h2_qwz 2 2 --steps 4 --zeropp-qwz 1
 same qwz h2_qwz
+# qgZ at stage 2 runs the same hierarchical reduce-scatter as at stage 3 and the stages update the
+# same shards: bit for bit in bf16; and it is on (its int4 gradients leave the exact run's losses)
+run h2_qgz 2 2 --steps 4 --zeropp-qgz 4 --precision bf16
+run h2_qgz_s2 2 2 --steps 4 --zeropp-qgz 4 --precision bf16 --zero-stage 2
+same h2_qgz h2_qgz_s2
+grep -q "ZeRO++: qwZ off, hpZ off, qgZ int4; blocks of 2048; 2 hosts x 2 ranks" $d/h2_qgz_s2.out ||
+  fail "the stage-2 run does not say it runs qgZ on 2 hosts x 2 ranks"
+run h2_exact 2 2 --steps 4 --precision bf16
+cmp -s <(log_steps $d/h2_qgz.jsonl) <(log_steps $d/h2_exact.jsonl) && fail "qgZ's run equals the exact one: qgZ is not on"
 # the bytes across hosts: hpZ keeps the backward's re-gathers inside the host
 across() { grep '"event":"comm","step":2,"rank":0' $d/$1.jsonl | grep -o '"across_hosts":[0-9]*' | cut -d: -f2; }
 run h2_base 2 2 --steps 2
