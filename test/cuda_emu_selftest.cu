@@ -7,6 +7,9 @@
 #include <nccl.h>
 #include <mma.h>
 #include "gpu/mma16.cuh"
+#include <vector>
+#include <math.h>
+#include <omp.h>
 
 #define CHECK(x) do { if ((x) != 0) { fprintf(stderr, "selftest: %s failed\n", #x); exit(2); } } while (0)
 
@@ -248,6 +251,45 @@ int main(int argc, char **argv) {
         float one = 1.0f, zero = 0.0f;
         CHECK(cublasLtMatmul(lt, desc, &one, a + 1, l, a, l, &zero, d, l, d, l, &h.algo, NULL, 0, s1));
         return 0;
+    }
+    if (!strcmp(c, "cublaslt_threads")) { // D (64 x 256) = A B (k = 64) on 1 and on 2 OpenMP threads: the same bits,
+        // and each element the float64 sum's within fp32 rounding (OpenBLAS's own threaded sgemm differs here)
+        int m = 64, n = 256, k = 64;
+        std::vector<float> ha(m * k), hb(k * n), h1(m * n), h2(m * n);
+        unsigned x = 12345u; // full mantissas, so that the order of the sums shows in the last bits
+        for (int i = 0; i < m * k; i++) x = x * 1664525u + 1013904223u, ha[i] = (float)(x >> 8) / 16777216.0f - 0.5f;
+        for (int i = 0; i < k * n; i++) x = x * 1664525u + 1013904223u, hb[i] = (float)(x >> 8) / 16777216.0f - 0.5f;
+        float *a = dev_floats(m * k), *b = dev_floats(k * n), *d = dev_floats(m * n);
+        CHECK(cudaMemcpy(a, ha.data(), ha.size() * sizeof(float), cudaMemcpyHostToDevice));
+        CHECK(cudaMemcpy(b, hb.data(), hb.size() * sizeof(float), cudaMemcpyHostToDevice));
+        cublasLtHandle_t lt;
+        CHECK(cublasLtCreate(&lt));
+        cublasLtMatmulDesc_t desc;
+        cublasLtMatrixLayout_t la, lb, ld;
+        cublasLtMatmulPreference_t pref;
+        CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, m, k, m));
+        CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, k, n, k));
+        CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, m));
+        CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        cublasLtMatmulHeuristicResult_t h;
+        int found = 0, diff = 0, far = 0;
+        CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &h, &found));
+        float one = 1.0f, zero = 0.0f;
+        for (int t = 1; t <= 2; t++) {
+            omp_set_num_threads(t);
+            CHECK(cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, &h.algo, NULL, 0, s1));
+            to_host(t == 1 ? h1.data() : h2.data(), d, m * n);
+        }
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                double ref = 0.0, mag = 0.0;
+                for (int q = 0; q < k; q++) ref += (double)ha[q * m + i] * hb[j * k + q], mag += fabs((double)ha[q * m + i] * hb[j * k + q]);
+                diff += h1[j * m + i] != h2[j * m + i];
+                far += fabs(h1[j * m + i] - ref) > 1e-6 * mag;
+            }
+        printf("cublaslt_threads: %d of %d elements differ between 1 and 2 threads, %d off the float64 sum\n", diff, m * n, far);
+        return diff + far != 0;
     }
     if (!strcmp(c, "nccl_overlap")) { // an all-gather whose buffers overlap outside NCCL's in-place layout
         MPI_Init(&argc, &argv);

@@ -11,6 +11,7 @@
 #      caught; a missing event wait shows under one schedule; a WMMA tile product is right; so is
 #      gpu/mma16.cuh's portable m16n8k16 product (the PTX fragment layouts, bf16 and fp16) and its
 #      ldmatrix.x4, plain and transposed (the PTX layout; a row address not 16-byte aligned is caught).
+#      The emulated cuBLASLt's products do not depend on the OpenMP thread count (1 and 2: the same bits).
 #   2. run_gpu_checks.sh, emulated: loss and every gradient against the CPU trainer in fp32,
 #      bf16 and fp16 (two shapes; a 1000-token vocabulary, as in 4 and 7; bf16 also through the
 #      ATTENTION=matmul and ATTENTION=flash builds, which run_gpu_checks.sh takes where they are
@@ -78,6 +79,7 @@ selftest host_reads_device 139 "the host touched device memory"
 selftest launch_limits 0 "invalid configuration argument / invalid configuration argument / invalid configuration argument"
 selftest host_pointer_argument 134 "pointer argument 0"
 selftest cublaslt_alignment 134 "less aligned than the 16 bytes promised"
+selftest cublaslt_threads 0 "cublaslt_threads: 0 of 16384 elements differ between 1 and 2 threads, 0 off the float64 sum"
 selftest nccl_overlap 134 "overlap without being NCCL's in-place layout"
 selftest wait 0 "y = 7"
 EMU_SCHEDULE=comm-first selftest wait 0 "y = 7"

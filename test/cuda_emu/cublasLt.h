@@ -4,7 +4,10 @@
 // alignments promised to the heuristic) are checked by running them:
 //   D = alpha * op(A) op(B) + beta * C (+ bias broadcast along D's columns), column-major,
 //   op(A) m x k, op(B) k x n, C and D m x n; products in fp32 (OpenBLAS sgemm on the widened
-//   inputs: CUBLAS_COMPUTE_32F), D rounded once to its type.
+//   inputs: CUBLAS_COMPUTE_32F), D rounded once to its type. The sgemm runs on one OpenMP thread
+//   whatever OMP_NUM_THREADS says (OpenBLAS's OpenMP build reads it at each call, and its sums
+//   differ in the last bits with the thread count), so an emulated run's numbers do not depend
+//   on the threads a rank was given, as a GPU's cuBLASLt results do not.
 // EMU_CUBLASLT_MIN_ALIGN=N makes the heuristic find no algorithm when a pointer is promised less
 // than N bytes of alignment (what the trainer's fallback kernel is for).
 #pragma once
@@ -12,6 +15,7 @@
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
 #include <cblas.h>
+#include <omp.h>
 
 typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1, CUBLAS_STATUS_INVALID_VALUE = 7,
                CUBLAS_STATUS_NOT_SUPPORTED = 15 } cublasStatus_t;
@@ -242,11 +246,14 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
             const char *pc = (const char *)C + (size_t)bt * lc.stride * emu_lt_size(lc.type);
             char *pd = (char *)D + (size_t)bt * ld.stride * emu_lt_size(ld.type);
             std::vector<float> fa = emu_lt_widen(pa, la), fb = emu_lt_widen(pb, lb);
-            if (k > 0)
+            if (k > 0) {
+                int threads = omp_get_max_threads();
+                omp_set_num_threads(1);
                 cblas_sgemm(CblasColMajor, dd.transa == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
                             dd.transb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, (int)m, (int)n, (int)k, 1.0f, fa.data(),
                             (int)la.ld, fb.data(), (int)lb.ld, 0.0f, acc.data(), (int)m);
-            else std::fill(acc.begin(), acc.end(), 0.0f);
+                omp_set_num_threads(threads);
+            } else std::fill(acc.begin(), acc.end(), 0.0f);
             for (uint64_t j = 0; j < n; j++)
                 for (uint64_t i = 0; i < m; i++) {
                     float v = a * acc[j * m + i];
