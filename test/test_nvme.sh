@@ -22,7 +22,8 @@
 #      too); both budgets auto, and the read-ahead alone, run and log the bytes they allocate; a
 #      bad budget is one line.
 #   2. The GPU trainer on the CUDA emulator (host staging between NVMe and the device), 2 ranks:
-#      bf16 ZeRO-2, fp16 ZeRO-3 with parameters on NVMe, fp32 ZeRO-1: equal to no offload.
+#      bf16 ZeRO-2, fp16 ZeRO-3 with parameters on NVMe, fp32 ZeRO-1 (and again with a host tier and
+#      a read-ahead area: fewer bytes read, some of them ahead): equal to no offload.
 #   3. Resume across placements: saved with NVMe, resumed in memory, and the reverse (to another
 #      path): the resumed steps equal the uninterrupted run's.
 #   4. kill -9 mid-run (ZeRO-3 with the parameters on NVMe, a host tier and the next update's reads
@@ -231,15 +232,29 @@ for opt in host-cache readahead; do
 done
 
 echo "== 2. GPU trainer (emulated): NVMe = memory"
-for cfg in "bf16 2 none" "fp16 3 nvme" "fp32 1 none"; do
-  set -- $cfg; p=$1; s=$2; op=$3
-  emu $p $common --steps 4 --zero-stage $s --log $d/gm_$p.jsonl > $d/gm_$p.out 2>&1 || { tail -3 $d/gm_$p.out; fail "emu $p"; continue; }
+# the last: fp32 ZeRO-1 again with a host tier and a read-ahead area (its no-offload run reused)
+for cfg in "bf16 2 none" "fp16 3 nvme" "fp32 1 none" "fp32 1 none tier"; do
+  set -- $cfg; p=$1; s=$2; op=$3; t=$p${4:+_$4} x=()
+  [ -n "${4:-}" ] && x=(--nvme-host-cache 100000 --nvme-readahead 50000)
+  [ -n "${4:-}" ] || emu $p $common --steps 4 --zero-stage $s --log $d/gm_$p.jsonl > $d/gm_$p.out 2>&1 ||
+    { tail -3 $d/gm_$p.out; fail "emu $p"; continue; }
   emu $p $common --steps 4 --zero-stage $s --offload-optimizer nvme --offload-param $op --nvme-path $d/nvme --pin-memory \
-    --nvme-buffer-size 2048 --log $d/gn_$p.jsonl > $d/gn_$p.out 2>&1 || { tail -3 $d/gn_$p.out; fail "emu $p NVMe"; continue; }
-  grep -q "plan vs allocated: every kind on every rank matches exactly" $d/gn_$p.out || fail "emu $p: plan and allocation differ"
-  same_steps $d/gm_$p.jsonl $d/gn_$p.jsonl && echo "ok   emulated GPU $p ZeRO-$s (parameters on $op): identical to no offload" \
-    || { fail "emu $p: NVMe differs"; diff <(steps $d/gm_$p.jsonl) <(steps $d/gn_$p.jsonl) | head -4; }
+    --nvme-buffer-size 2048 "${x[@]}" --log $d/gn_$t.jsonl > $d/gn_$t.out 2>&1 || { tail -3 $d/gn_$t.out; fail "emu $t NVMe"; continue; }
+  grep -q "plan vs allocated: every kind on every rank matches exactly" $d/gn_$t.out || fail "emu $t: plan and allocation differ"
+  same_steps $d/gm_$p.jsonl $d/gn_$t.jsonl && echo "ok   emulated GPU $t ZeRO-$s (parameters on $op): identical to no offload" \
+    || { fail "emu $t: NVMe differs"; diff <(steps $d/gm_$p.jsonl) <(steps $d/gn_$t.jsonl) | head -4; }
 done
+# the host tier's share is not read; the area's pieces are read during the forward and backward
+field() { grep '"loss"' "$1" | grep -o "\"$2\":[0-9]*" | cut -d: -f2 | tr '\n' ' '; }
+r_all=$(field $d/gn_fp32.jsonl nvme_read) r_tier=$(field $d/gn_fp32_tier.jsonl nvme_read)
+a_tier=$(field $d/gn_fp32_tier.jsonl nvme_ahead)
+$PYTHON - "$r_all" "$r_tier" "$a_tier" <<'EOF' && echo "ok   emulated GPU, host tier: $r_tier bytes read a step against $r_all; ahead $a_tier" ||
+import sys
+full, tier, ahead = ([int(v) for v in a.split()] for a in sys.argv[1:4])
+assert len(full) == len(tier) == 4 and all(0 < t < f for t, f in zip(tier, full)), (full, tier)
+assert all(a > 0 for a in ahead[1:]), ahead
+EOF
+  fail "emulated GPU, host tier: reads $r_tier against $r_all, ahead $a_tier"
 
 echo "== 3. resume across placements"
 nv="--offload-optimizer nvme --offload-param nvme --nvme-buffer-size 2048"
