@@ -36,7 +36,8 @@
 //   Accounting: bytes read and written (counted when submitted: a transfer is its step's even
 //     when it finishes in the next), time with any request in flight (busy), and time the
 //     caller spent blocked in nvme_wait (exposed); nvme_take_stats() returns and resets them.
-//     nvme_count(io, bytes) adds reads counted elsewhere (a read ahead's, when its update begins).
+//     nvme_count(io, bytes, later) adds reads counted elsewhere (a read ahead's, when its update
+//     begins); later: to another thread's, set aside (below).
 //   Another thread's I/O (the delayed update's helper, zero/update.h): nvme_defer(io, 1, step)
 //     sets what is submitted from then on aside, counted later (bytes, busy time, exposed time; the
 //     trace's step of its transfers: `step`); nvme_expose(io) says the caller now waits for that
@@ -327,9 +328,9 @@ static inline int nvme_check(Nvme *io) {
 }
 
 // Reads counted here that were submitted uncounted (the contract).
-static inline void nvme_count(Nvme *io, double read) {
+static inline void nvme_count(Nvme *io, double read, int later) {
     if (!io->sim) pthread_mutex_lock(&io->mu);
-    *(io->defer ? &io->later_read : &io->bytes_read) += read;
+    *(later ? &io->later_read : &io->bytes_read) += read;
     if (!io->sim) pthread_mutex_unlock(&io->mu);
 }
 // Another thread's I/O set aside (on: of trace step `step`) or counted now (off); the contract.

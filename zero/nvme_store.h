@@ -435,9 +435,11 @@ static inline void zero_nvme_staging(ZeroStore *s) {
 static inline void zero_nvme_begin(ZeroStore *s) {
     ZeroNvme *nv = zero_nvme_of(s);
     if (!nv) return;
-    if (nv->io) { // (the helper's update: counted with its I/O, and read ahead as of nvme_expose: zero_nvme_hand)
-        nvme_count(nv->io, nv->ahead_read);
-        if (!s->helper) nv->ahead_step += nv->ahead_read;
+    if (nv->io) { // (counted in the step the trace gave them: read for a later step than this one, they are the
+                  // helper's update's, counted with its I/O and read ahead as of nvme_expose: zero_nvme_hand)
+        int later = s->helper && (!*s->trace || nv->ahead_for > (*s->trace)->step);
+        nvme_count(nv->io, nv->ahead_read, later);
+        if (!later) nv->ahead_step += nv->ahead_read;
         nv->ahead_read = 0.0;
     }
     for (int q = 0; q < 4; q++) {
