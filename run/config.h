@@ -1127,8 +1127,8 @@ static inline int config_validate(TrainConfig *c, int world) {
         return -1;
     }
     if (c->offload_delayed_update && c->offload_optimizer == LOC_DEVICE) {
-        fprintf(stderr, "error: --offload-delayed-update needs --offload-optimizer cpu or nvme (the update it delays is the "
-                        "host's; here the optimizer is not offloaded)\n");
+        fprintf(stderr, "error: --offload-delayed-update needs --offload-optimizer cpu or nvme (the update it "
+                        "delays is the host's; here the optimizer is not offloaded)\n");
         return -1;
     }
     if (c->offload_ratio < 1.0f && c->offload_param != LOC_DEVICE) {

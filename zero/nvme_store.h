@@ -22,7 +22,12 @@
 //   outside the host tier), host memory of their own: the update works on them in place there
 //   and writes them back from there in the background (core/nvme.h runs those writes only when
 //   no read or other write is queued: only the next step's reads into the area wait for them),
-//   and the buffer sets serve the pieces after them (piece i >= narea: set i % nbuf). A
+//   and the buffer sets serve the pieces after them (piece i >= narea: set i % nbuf). None with
+//   the delayed update on its helper thread (zero/store.h's zero_held_threaded): that update runs
+//   during the forward and backward itself, the stream begun and ended by the step's thread and
+//   its pieces opened, fetched, waited for and closed by the helper (zero_nvme_hand: its I/O counted
+//   at the join, its waits exposed only while the step's thread waits for it, an I/O error it met
+//   ending the job from the step's thread; no polls meanwhile). A
 //   checkpoint's get or put first waits for every transfer (the writes draining behind too) and
 //   drops the reads ahead (a put changes the files under them; the poll starts them again). The host tier
 //   (nvme_host_cache bytes): the last units' slices of the master weights and state arrays (the
@@ -41,7 +46,10 @@
 //   zero_staging_bytes; each file's bytes: zero_nvme_file_bytes) are computed here without a
 //   bound Zero, so that the planner predicts them.
 //   Accounting (zero_store_nvme_stats): each update's reads count in the step of that update,
-//   wherever they started; `ahead` is the bytes of them started before it (by the poll).
+//   wherever they started; `ahead` is the bytes of them started before it (by the poll). A held
+//   update on the helper thread is the step's that joins it: its bytes, busy time and waits
+//   (exposed: those while the step's thread waited for it), and ahead: its reads started before
+//   the step's thread began to wait.
 //   Timeline (core/trace.h): each NVMe read and write is a span from its submission to its
 //   completion (core/nvme.h) and each wait for one a "wait nvme" span.
 // No global state; compiles as C11 and as CUDA C++.

@@ -43,8 +43,9 @@
 //   can address them, else through staging or a buffer set); and, where a store keeps more than
 //   its kinds' memory (NVMe: files, buffer sets, reads in flight), that state (state[location],
 //   of a type only that store knows), its own staging, its part of a stream's begin and end, a
-//   poll at every unit boundary, which unit holds a gather slot (holder) and its release (NULL:
-//   nothing). The
+//   poll at every unit boundary, which unit holds a gather slot (holder), its release, and its part
+//   in handing the stores to the delayed update's helper thread and back (hand, zero_store_hand;
+//   NULL: nothing). The
 //   device's store is one of two: compute memory the host cannot address (the GPU: copies) or can
 //   (unified: the CPU trainer). zero.h asks the kind's store and never which location it is.
 //   Timeline (core/trace.h): the host's waits for a staging copy are "wait copy" spans (offload);
@@ -531,7 +532,8 @@ static inline void zero_stream_open(ZeroStore *s, const ZeroPiece *pcs, int P, i
 }
 static inline void zero_stream_close(ZeroStore *s, const ZeroPiece *pc, int i) {
     int kinds[3 + OPT_MAX_SLICES], K = s->reading ? 0 : zero_stream_kinds(s, kinds);
-    for (int j = 1; j < K; j++) zero_stream_store(s, kinds[j])->close(s, kinds[j], pc, i); // (the gradient is only read)
+    for (int j = 1; j < K; j++) // (the gradient is only read)
+        zero_stream_store(s, kinds[j])->close(s, kinds[j], pc, i);
 }
 static inline void zero_stream_end(ZeroStore *s, const ZeroPiece *pcs, int P) {
     for (int q = 0; q < 2; q++)

@@ -45,7 +45,12 @@
 //   Meanwhile its host part runs on a helper thread (zero_held_start, from zero.h's zero_hold):
 //   the host's units (st.host_units: all of them on a unified backend) updated by the CPU
 //   optimizer engine from the held gradients in host memory, their new parameters into a staging
-//   shard (held_out); the thread touches host memory only and calls no backend entry. On a device
+//   shard (held_out); the thread touches host memory only and calls no backend entry. With the
+//   optimizer state on NVMe it streams the update's pieces through the stores as the streamed
+//   update does (zero_update_pieces; the gradients and parameters in place in the held shard's host
+//   copy and held_out): the step's thread begins the stream before it starts the helper and ends it
+//   after the join, and does not touch the stores in between (zero/store.h's zero_store_hand: no
+//   polls; the helper's I/O is counted at the join, its spans drawn on its own lane). On a device
 //   the host cannot address the held gradients reach it by a copy: into pinned memory an
 //   asynchronous one, overlapped with the next forward, which the step's thread polls at unit
 //   boundaries (zero_held_poll, from zero.h's zero_progress) and the helper waits for before it
@@ -356,8 +361,8 @@ static inline void *zero_held_main(void *arg) {
                            master ? out : NULL, &z->held_step, begin};
         for (int k = 0; k < z->nstate; k++) r.state[k] = zero_opt_unit(z, MEM_STATE + k, u);
         gpt2_for_each_segment(&z->lay, begin, begin + n, zero_update_host_segment, &r);
-        trace_span_of(z->trace, z->st.helper_step, "update", TRACE_OPTIMIZER, u, zero_update_bytes_per_element(z) * (double)n,
-                      t0, trace_clock(z->trace));
+        trace_span_of(z->trace, z->st.helper_step, "update", TRACE_OPTIMIZER, u,
+                      zero_update_bytes_per_element(z) * (double)n, t0, trace_clock(z->trace));
     }
     return NULL;
 }
