@@ -43,8 +43,10 @@
 #      in the trace each step's NVMe spans' bytes = the log's, and writes of the update a step applies
 #      were submitted before its backward ended (on the helper, during the forward and backward) in
 #      the threaded run, none in the synchronous one; kill -9 while the helper streams, then --resume:
-#      the rest equals the uninterrupted run; the GPU trainer (emulated) at ZeRO-1, bf16, pinned:
-#      threaded = synchronous; with the parameters on NVMe too it stays synchronous and says so.
+#      the rest equals the uninterrupted run; a stop signal (SIGUSR1, validation and samples beside
+#      the helper): exit 0, its checkpoint = a run of as many steps; the GPU trainer (emulated) at
+#      ZeRO-1, bf16, pinned: threaded = synchronous; with the parameters on NVMe too it stays
+#      synchronous and says so.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo; then
@@ -430,6 +432,26 @@ a=$(steps $d/nkfull.jsonl | tail -n +$((${step:-0} + 1))); b=$(steps $d/nk2.json
   && echo "ok   optimizer on NVMe: killed after step $k, resumed from step $step: the rest and the final weights" \
           "bit for bit" \
   || fail "resume after kill -9 with the helper streaming from NVMe (killed after ${k}, resumed from ${step:-?})"
+# a stop signal while the helper streams (validation and samples between steps run beside it): exit
+# 0 after a save that joined it; that checkpoint = the one of a run of as many steps (whose last
+# update is exact: the same math), file for file
+$PYTHON test/zero_check.py shard $d/val.bin 2000 512 2
+ks=("${kn[@]/--steps 40/--val-data $d/val.bin --val-every 3 --val-steps 2 --sample-every 1 --sample-len 4}")
+ZEROC_NVME_WRITE_DELAY_MS=1 mpirun -np 2 --oversubscribe ./train_gpt_cpu $common "${ks[@]}" --steps 100000 \
+  --out $d/nstop --log $d/nstop.jsonl > $d/nstop.out 2>&1 &
+job=$!
+for i in $(seq 600); do [ "$(n1 $d/nstop.jsonl)" -ge 8 ] && break; sleep 0.05; done
+kill -USR1 $job; wait $job; rc=$?
+s=$(sed 's/step_0*//' $d/nstop/latest 2>/dev/null)
+cpu $common "${ks[@]}" --steps ${s:-1} --out $d/nstop_ref > $d/nstop_ref.out 2>&1 || fail "the stop's reference run"
+same=0; sd=step_$(printf %08d ${s:-0})
+for f in $(cd $d/nstop_ref/$sd && ls *.bin); do
+  cmp -s $d/nstop/$sd/$f $d/nstop_ref/$sd/$f && same=1 || { same=0; break; }
+done
+[ $rc = 0 ] && [ -n "$s" ] && [ $same = 1 ] && grep -q "^stopping after step $s of 100000: SIGUSR1 received" \
+  $d/nstop.out && echo "ok   SIGUSR1 while the helper streams from NVMe: exit 0, saved at step $s = a run of" \
+  "$s steps, file for file" \
+  || fail "a stop signal with the helper streaming from NVMe: exit $rc, stopped at step ${s:-?}, checkpoint same: $same"
 # the GPU trainer (emulated), ZeRO-1, bf16, pinned (the held gradients' copy asynchronous)
 for sync in 0 1; do
   ZEROC_DELAYED_SYNC=$sync emu bf16 $common "${nd[@]}" --steps 5 --zero-stage 1 --offload-optimizer nvme --pin-memory \
