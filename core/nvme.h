@@ -36,6 +36,14 @@
 //   Accounting: bytes read and written (counted when submitted: a transfer is its step's even
 //     when it finishes in the next), time with any request in flight (busy), and time the
 //     caller spent blocked in nvme_wait (exposed); nvme_take_stats() returns and resets them.
+//     nvme_count(io, bytes, later) adds reads counted elsewhere (a read ahead's, when its update
+//     begins); later: to another thread's, set aside (below).
+//   Another thread's I/O (the delayed update's helper, zero/update.h): nvme_defer(io, 1, step)
+//     sets what is submitted from then on aside, counted later (bytes, busy time, exposed time; the
+//     trace's step of its transfers: `step`); nvme_expose(io) says the caller now waits for that
+//     thread: the thread's waits count as exposed from then on (before, they were hidden behind the
+//     caller's work), and returns the bytes of its reads submitted so far; nvme_defer(io, 0, 0) adds
+//     what was set aside to the counts. Between the two, only that thread submits and waits.
 //   A test's knob: ZEROC_NVME_WRITE_DELAY_MS=N in the environment (read once, by nvme_open) makes
 //     the I/O threads wait N ms before running each write request, so that writes stay queued
 //     long enough for a caller that reads the same bytes without waiting for their write first
@@ -97,6 +105,9 @@ typedef struct {
     int failed;                               // an error happened (err says which)
     char err[1024];                           // the first error (a path in it cut at 800 characters)
     double bytes_read, bytes_written, busy_s, exposed_s, busy_since;
+    int defer, defer_step;         // another thread's I/O is set aside (nvme_defer), of that trace step
+    double later_read, later_written, later_busy_s, later_exposed_s; // ... its counts so far
+    double exposed_from;           // its waits count as exposed from this time (nvme_expose; 0: always)
     int step_ahead;                // steps after the trace's whose update the reads being submitted are for
     double write_delay_s;          // ZEROC_NVME_WRITE_DELAY_MS: a test's wait before each write request
     const NvmeSim *sim;            // a simulated device (the contract); NULL: files
@@ -149,7 +160,7 @@ static void *nvme_thread(void *arg) {
                      r.writing ? "write" : "read", r.bytes, r.offset,
                      e > 0 ? strerror(e) : "the file ends there (truncated under the running job?)");
         }
-        if (--io->running == 0) io->busy_s += nvme_now() - io->busy_since;
+        if (--io->running == 0) *(io->defer ? &io->later_busy_s : &io->busy_s) += nvme_now() - io->busy_since;
         if (--io->pending[r.ticket] == 0 && io->trace)
             trace_span_of(io->trace, io->step[r.ticket], io->writing[r.ticket] ? "nvme write" : "nvme read", TRACE_NVME,
                           io->tag[r.ticket], io->bytes[r.ticket], io->submitted[r.ticket], nvme_now());
@@ -225,9 +236,12 @@ static inline int nvme_submit(Nvme *io, int file, void *buf, size_t bytes, size_
     if (io->sim) {
         double start, done;
         int t = io->sim->submit(io->sim->ctx, (double)bytes, writing, &start, &done);
-        *(writing ? &io->bytes_written : &io->bytes_read) += (double)bytes;
+        double *count = writing ? (io->defer ? &io->later_written : &io->bytes_written)
+                                : io->defer ? &io->later_read : &io->bytes_read;
+        *count += (double)bytes;
         if (io->trace)
-            trace_span_of(io->trace, io->trace->step + io->step_ahead, writing ? "nvme write" : "nvme read", TRACE_NVME,
+            trace_span_of(io->trace, io->defer ? io->defer_step : io->trace->step + io->step_ahead,
+                          writing ? "nvme write" : "nvme read", TRACE_NVME,
                           tag, (double)bytes, start, done);
         return t;
     }
@@ -240,9 +254,10 @@ static inline int nvme_submit(Nvme *io, int file, void *buf, size_t bytes, size_
     io->pending[t] = 1; // held while the requests are queued
     io->gen[t] = (io->gen[t] + 1) % (1 << 22);
     io->submitted[t] = nvme_now(); io->bytes[t] = (double)bytes; io->tag[t] = tag; io->writing[t] = writing != 0;
-    io->step[t] = io->trace ? io->trace->step + io->step_ahead : 0; // (a read ahead: the step that uses it)
-    if (writing) io->bytes_written += (double)bytes;
-    else io->bytes_read += (double)bytes;
+    // (a read ahead: the step that uses it; another thread's: nvme_defer's)
+    io->step[t] = io->defer ? io->defer_step : io->trace ? io->trace->step + io->step_ahead : 0;
+    if (writing) *(io->defer ? &io->later_written : &io->bytes_written) += (double)bytes;
+    else *(io->defer ? &io->later_read : &io->bytes_read) += (double)bytes;
     int d = writing == 2 ? 2 : writing ? 1 : 0;
     for (size_t at = 0; at < bytes; at += io->block) {
         while (io->count[d] == NVME_QUEUE) pthread_cond_wait(&io->done, &io->mu);
@@ -269,7 +284,8 @@ static inline int nvme_wait(Nvme *io, int ticket) {
     pthread_mutex_lock(&io->mu);
     while (io->gen[t] == g && io->pending[t]) pthread_cond_wait(&io->done, &io->mu);
     int bad = io->failed;
-    io->exposed_s += nvme_now() - t0;
+    double from = t0 > io->exposed_from ? t0 : io->exposed_from, now = nvme_now(); // (another thread's: nvme_expose)
+    if (now > from) *(io->defer ? &io->later_exposed_s : &io->exposed_s) += now - from;
     pthread_mutex_unlock(&io->mu);
     return bad ? -1 : 0;
 }
@@ -299,13 +315,47 @@ static inline int nvme_check(Nvme *io) {
     for (int k = 0; k < io->nfiles; k++) {
         struct stat st;
         if (fstat(io->fd[k], &st) != 0 || st.st_nlink == 0 || (size_t)st.st_size < io->size[k]) {
-            snprintf(io->err, sizeof(io->err), "%.800s: %s under the running job", io->path[k],
-                     st.st_nlink == 0 ? "deleted" : "truncated");
+            pthread_mutex_lock(&io->mu); // (another thread's I/O may be failing too: the first error is kept)
+            if (!io->failed)
+                snprintf(io->err, sizeof(io->err), "%.800s: %s under the running job", io->path[k],
+                         st.st_nlink == 0 ? "deleted" : "truncated");
             io->failed = 1;
+            pthread_mutex_unlock(&io->mu);
             return -1;
         }
     }
     return 0;
+}
+
+// Reads counted here that were submitted uncounted (the contract).
+static inline void nvme_count(Nvme *io, double read, int later) {
+    if (!io->sim) pthread_mutex_lock(&io->mu);
+    *(later ? &io->later_read : &io->bytes_read) += read;
+    if (!io->sim) pthread_mutex_unlock(&io->mu);
+}
+// Another thread's I/O set aside (on: of trace step `step`) or counted now (off); the contract.
+static inline void nvme_defer(Nvme *io, int on, int step) {
+    if (!io->sim) pthread_mutex_lock(&io->mu);
+    if (io->running && !io->sim) { // (the busy time so far is the old setting's)
+        *(io->defer ? &io->later_busy_s : &io->busy_s) += nvme_now() - io->busy_since;
+        io->busy_since = nvme_now();
+    }
+    io->defer = on;
+    io->defer_step = step;
+    io->exposed_from = on ? 1e300 : 0.0; // (on: that thread's waits are hidden until nvme_expose)
+    if (!on) {
+        io->bytes_read += io->later_read; io->bytes_written += io->later_written;
+        io->busy_s += io->later_busy_s; io->exposed_s += io->later_exposed_s;
+        io->later_read = io->later_written = io->later_busy_s = io->later_exposed_s = 0.0;
+    }
+    if (!io->sim) pthread_mutex_unlock(&io->mu);
+}
+static inline double nvme_expose(Nvme *io) {
+    if (!io->sim) pthread_mutex_lock(&io->mu);
+    io->exposed_from = nvme_now();
+    double read = io->later_read;
+    if (!io->sim) pthread_mutex_unlock(&io->mu);
+    return read;
 }
 
 // Bytes read and written, seconds with I/O in flight and seconds the caller waited, since the
@@ -317,7 +367,10 @@ static inline void nvme_take_stats(Nvme *io, double *read, double *written, doub
         return;
     }
     pthread_mutex_lock(&io->mu);
-    if (io->running) { io->busy_s += nvme_now() - io->busy_since; io->busy_since = nvme_now(); }
+    if (io->running) {
+        *(io->defer ? &io->later_busy_s : &io->busy_s) += nvme_now() - io->busy_since;
+        io->busy_since = nvme_now();
+    }
     *read = io->bytes_read; *written = io->bytes_written; *busy_s = io->busy_s; *exposed_s = io->exposed_s;
     io->bytes_read = io->bytes_written = io->busy_s = io->exposed_s = 0.0;
     pthread_mutex_unlock(&io->mu);

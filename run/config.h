@@ -304,9 +304,9 @@ enum { CU_TRAIN = 1, CU_MEM = 2, CU_TIME = 4, CU_PLAN = 8, CU_WITH_TIME = 16 };
            "the rest stays on the GPU and updates there at the same time", \
            "zero_optimization.offload_optimizer.ratio", NULL) \
     CO_FLAG("offload-delayed-update", OFFLOAD_DELAYED_UPDATE, CU_TRAIN | CU_MEM, offload_delayed_update, NULL, \
-            "with --offload-optimizer cpu: step i's update is applied after step\n" \
-            "i+1's forward and backward, which use the parameters from before it\n" \
-            "(ZeRO-Offload's delayed parameter update; changes the result)", NULL) \
+            "with --offload-optimizer cpu or nvme: step i's update is applied\n" \
+            "after step i+1's forward and backward, which use the parameters from\n" \
+            "before it (ZeRO-Offload's delayed parameter update; changes the result)", NULL) \
     CO_NUM("offload-delay-warmup", OFFLOAD_DELAY_WARMUP, CU_TRAIN, OT_INT, offload_delay_warmup, 40, 0, 1 << 30, NULL, \
            "N", "exact steps before the delayed update starts", NULL, NULL) \
     CO_CHOICE("offload-param", OFFLOAD_PARAM, CU_TRAIN | CU_MEM | CU_TIME, offload_param, LOC_DEVICE, zero_offload_names, \
@@ -1126,9 +1126,9 @@ static inline int config_validate(TrainConfig *c, int world) {
                 c->offload_optimizer == LOC_NVME ? "on NVMe" : "not offloaded");
         return -1;
     }
-    if (c->offload_delayed_update && c->offload_optimizer != LOC_HOST) {
-        fprintf(stderr, "error: --offload-delayed-update needs --offload-optimizer cpu (the update it delays is the host's; "
-                        "here the optimizer is %s)\n", c->offload_optimizer == LOC_NVME ? "on NVMe" : "not offloaded");
+    if (c->offload_delayed_update && c->offload_optimizer == LOC_DEVICE) {
+        fprintf(stderr, "error: --offload-delayed-update needs --offload-optimizer cpu or nvme (the update it "
+                        "delays is the host's; here the optimizer is not offloaded)\n");
         return -1;
     }
     if (c->offload_ratio < 1.0f && c->offload_param != LOC_DEVICE) {

@@ -235,8 +235,8 @@ static inline const char *planner_input_problem(const PlanInput *in) {
     if (!(in->zo.twin_device >= 0.0 && in->zo.twin_device <= 1.0)) return "--offload-ratio must be between 0 and 1";
     if (in->zo.twin_device > 0.0 && in->zo.offload_optimizer != LOC_HOST)
         return "--offload-ratio (Twin-Flow) needs --offload-optimizer cpu";
-    if (in->zo.delayed_update && in->zo.offload_optimizer != LOC_HOST)
-        return "--offload-delayed-update needs --offload-optimizer cpu";
+    if (in->zo.delayed_update && in->zo.offload_optimizer == LOC_DEVICE)
+        return "--offload-delayed-update needs --offload-optimizer cpu or nvme";
     if (in->zo.twin_device > 0.0 && in->zo.offload_param != LOC_DEVICE)
         return "--offload-ratio (Twin-Flow) needs the parameters on the device (no --offload-param)";
     if (in->params_count != in->params_count || in->params_count < 0) return "the parameter count must be positive";
@@ -996,8 +996,9 @@ static inline int planner_time(const TrainConfig *c, const MemoryPlan *p) {
 // MemTotal, at least 4 GiB: other processes grow too), in whole 256 MiB (so that ranks reading
 // it apart agree); 0 where the memory is unknown. Both auto: the host tier takes half of it (a
 // byte there saves a read and a write each step) and the read-ahead the rest (a byte there hides
-// a read behind the forward and backward); each then cut to what the store allocates of it (its
-// log line and the plan state the allocation).
+// a read behind the forward and backward), unless the delayed update runs on its helper thread
+// (no read-ahead area: the host tier takes it all); each then cut to what the store allocates of
+// it (its log line and the plan state the allocation).
 static inline double planner_memory_left(const PlanInput *in, int nlocal) {
     MemoryPlan p;
     if (planner_plan(in, &p) != 0) return 0.0;
@@ -1022,7 +1023,11 @@ static inline void planner_nvme_auto(const PlanInput *in, int nlocal, double *ca
     base.zo.nvme_readahead = *ahead > 0.0 ? (size_t)*ahead : 0;
     if (!(*cache < 0.0) && !(*ahead < 0.0)) return;
     double left = planner_memory_left(&base, nlocal), unit = 268435456.0;
-    double half = *cache < 0.0 && *ahead < 0.0 ? floor(left / 2.0 / unit) * unit : left;
+    // (the delayed update on its helper thread has no read-ahead area: zero/nvme_store.h's shape)
+    int where[MEM_KINDS];
+    zero_placement(&in->zo, in->backend && in->backend->unified, where);
+    int split = *cache < 0.0 && *ahead < 0.0 && !zero_held_threaded(where, in->zo.delayed_update);
+    double half = split ? floor(left / 2.0 / unit) * unit : left;
     int cache_auto = *cache < 0.0, ahead_auto = *ahead < 0.0;
     if (cache_auto) { *cache = half; left -= half; }
     if (ahead_auto) *ahead = left;

@@ -363,10 +363,17 @@ static int setup(Run *r, int argc, char **argv) {
     // the synchronous update, the same bits) says otherwise: one line says which.
     r->model.z.held_sync = getenv("ZEROC_DELAYED_SYNC") && !strcmp(getenv("ZEROC_DELAYED_SYNC"), "1");
     if (r->rank == 0 && c->offload_delayed_update)
-        printf("delayed update: %s\n", zero_held_overlaps(&r->model.z)
+        printf("delayed update: %s%s\n", zero_held_overlaps(&r->model.z)
                ? "the host's update runs on a helper thread during the next step's forward and backward"
                : r->model.z.held_sync ? "synchronous, after the next step's backward (ZEROC_DELAYED_SYNC=1)"
-               : "synchronous, after the next step's backward (the parameters on NVMe are written back by the step's thread)");
+               : "synchronous, after the next step's backward (the parameters on NVMe are written back by the step's thread)",
+               zero_held_overlaps(&r->model.z) && c->offload_optimizer == LOC_NVME
+               ? ", its NVMe reads and writes too (the step's thread waits for them only after the backward)" : "");
+    // (no read-ahead area then: zero/nvme_store.h's shape; the threaded update reads during the forward itself)
+    if (r->rank == 0 && c->offload_delayed_update && c->offload_optimizer == LOC_NVME && c->nvme_readahead_bytes > 0 &&
+        zero_held_threaded(r->model.z.where, 1))
+        printf("note: --nvme-readahead %.0f: no read-ahead area with the delayed update on its helper thread (it reads "
+               "during the forward and backward itself)\n", c->nvme_readahead_bytes);
     // On a device the host cannot address, its held gradients' copy to the host: asynchronous into
     // pinned memory, else (pageable: CUDA stages it) waited for when the update is held; one line says which.
     const Zero *hz = &r->model.z;

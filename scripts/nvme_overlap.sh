@@ -5,16 +5,22 @@
 # buffers, with more buffer sets (the next update's reads run during the forward and backward,
 # as far as the buffer sets reach), with the host tier (--nvme-host-cache $CACHE), with a
 # read-ahead area (--nvme-readahead $AHEAD: the next update's first pieces read during the
-# forward and backward into host memory of their own) and with both auto (half each).
+# forward and backward into host memory of their own), with both auto (half each), and with the
+# delayed update (--offload-delayed-update --offload-delay-warmup 1: step i's update, its NVMe
+# traffic too, on a helper thread during step i+1's forward and backward; STEPS + 2 steps, and
+# only the steps that apply a held update are summed: from the third to the one before the last,
+# which also runs its own update at once).
 # For each run, per step (mean of the steps after the first): the step, the NVMe bytes, busy
 # and exposed time, and the two floors the step is held to: its compute alone (the step less
-# the time it waited on I/O) and its NVMe bytes at bench_nvme's rates on the same disk.
+# the time it waited on I/O) and its NVMe bytes at bench_nvme's rates on the same disk. With the
+# delayed update, exposed is the helper's waits for NVMe while the step's thread waited for it.
 #
 #   NVME_PATH=DIR   where the files go (default /var/tmp/zeroc_nvme; ~19 GB free per run)
 #   STEPS=N         steps per run (default 3)   T=N  sequence length (default 256)
 #   CACHE=BYTES     the host tier's budget (default auto), with the default 4 buffer sets
 #   AHEAD=BYTES     the read-ahead area's budget (default auto)
-#   CASES="..."     which runs, of: before buffers4 buffers16 cache readahead both (default all)
+#   CASES="..."     which runs, of: before buffers4 buffers16 cache readahead both delayed
+#                   (default all)
 #   OUT=DIR         logs (default bench/out/nvme_overlap)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,11 +48,12 @@ run() { # NAME BINARY, then options
   echo "== $name: $bin $(echo $common) $*"
   $bin $common "$@" --nvme-path "$NVME_PATH" --log "$OUT/$name.jsonl" > "$OUT/$name.out" 2>&1 || { tail -3 "$OUT/$name.out"; return; }
   grep -E "^(--nvme-host-cache|--nvme-readahead|  = TOTAL)" "$OUT/$name.out" || true
-  $PY - "$OUT/$name.jsonl" "$W" "$R" <<'PY' | tee -a "$OUT/summary.txt"
+  $PY - "$OUT/$name.jsonl" "$W" "$R" "$name" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 log, W, R = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 rows = [json.loads(l) for l in open(log)]
 steps = [r for r in rows if "loss" in r and "nvme_read" in r][1:]
+if sys.argv[4] == "delayed": steps = steps[1:-1] # (step 2 holds its update; the last also updates at once)
 mem = next(r for r in rows if r.get("event") == "memory")
 rss = max(r["bytes"] for r in rows if r.get("event") == "peak_rss")
 n = len(steps)
@@ -63,7 +70,7 @@ print(f"  floors: compute alone {compute/1e3:.2f} s, the bytes at bench_nvme's r
       f"step / max = {ms/max(compute, disk):.2f}")
 PY
 }
-for c in ${CASES:-before buffers4 buffers16 cache readahead both}; do
+for c in ${CASES:-before buffers4 buffers16 cache readahead both delayed}; do
   case $c in
     before) [ -n "${BEFORE:-}" ] && run before "$BEFORE" ;;
     buffers4) run buffers4 ./train_gpt_cpu ;;
@@ -71,5 +78,6 @@ for c in ${CASES:-before buffers4 buffers16 cache readahead both}; do
     cache) run cache ./train_gpt_cpu --nvme-host-cache "$CACHE" ;;
     readahead) run readahead ./train_gpt_cpu --nvme-readahead "$AHEAD" ;;
     both) run both ./train_gpt_cpu --nvme-host-cache auto --nvme-readahead auto ;;
+    delayed) run delayed ./train_gpt_cpu --offload-delayed-update --offload-delay-warmup 1 --steps $((STEPS + 2)) ;;
   esac
 done

@@ -35,6 +35,18 @@
 #      NVMe it is synchronous and says so.
 #   7c. kill -9 during a step with a held update, then --resume: the rest equals the uninterrupted
 #      run bit for bit.
+#   7d. with the optimizer state on NVMe (--offload-optimizer nvme, parameters not on NVMe) the
+#      helper thread streams the update through the NVMe store too: on 2 ranks of the CPU trainer,
+#      pieces of 2048 elements, threaded = ZEROC_DELAYED_SYNC=1 bit for bit (losses, norms, weights,
+#      optimizer state) and planned to the byte: bf16 ZeRO-1 (also = the same run with the optimizer
+#      in host memory), fp32 ZeRO-2 (--nvme-readahead: a note, no area), bf16 ZeRO-3 with a host tier;
+#      in the trace each step's NVMe spans' bytes = the log's, and writes of the update a step applies
+#      were submitted before its backward ended (on the helper, during the forward and backward) in
+#      the threaded run, none in the synchronous one; kill -9 while the helper streams, then --resume:
+#      the rest equals the uninterrupted run; a stop signal (SIGUSR1, validation and samples beside
+#      the helper): exit 0, its checkpoint = a run of as many steps; the GPU trainer (emulated) at
+#      ZeRO-1, bf16, pinned: threaded = synchronous; with the parameters on NVMe too it stays
+#      synchronous and says so.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo; then
@@ -334,6 +346,134 @@ a=$(steps $d/kfull.jsonl | tail -n +$((${step:-0} + 1))); b=$(steps $d/k2.jsonl)
   && cmp -s $d/kfull/model_00000060.bin $d/resumed/model_00000060.bin \
   && echo "ok   killed after step $k ($([ $((k % 3)) != 0 ] && echo "step $k's update held, not yet applied" || echo "just after a save, which applied the held update")), resumed from step $step: the rest and the final weights bit for bit" \
   || fail "resume after kill -9 with a held update (killed after ${k} steps, resumed from ${step:-?})"
+
+echo "== 7d. the delayed update's helper thread with the optimizer state on NVMe"
+mkdir -p $d/nv
+nd=(--lr 1e-2 --warmup 0 --lr-schedule constant --offload-delayed-update --offload-delay-warmup 1 --nvme-path $d/nv
+    --nvme-buffer-size 2048)
+ok7d() { grep -q "plan vs allocated: every kind on every rank matches exactly" $1.out || { echo "$1: plan"; false; }; }
+helper7d="delayed update: the host's update runs on a helper thread .*, its NVMe reads and writes too"
+# (the fp32 pair: 6 steps of batch 8 traced, each NVMe write slowed by 2 ms: the helper outlives the forward)
+for cfg in "bf16 1 5" "fp32 2 6 --nvme-readahead 60000" "bf16 3 5 --nvme-host-cache 100000"; do
+  set -- $cfg; p=$1; s=$2; n=$3; shift 3; k=nv_${p}_$s
+  for sync in 0 1; do
+    x=(--batch 2); [ $s = 2 ] && x=(--batch 8 --trace $d/${k}_$sync.json)
+    ZEROC_NVME_WRITE_DELAY_MS=$([ $s = 2 ] && echo 2 || echo 0) ZEROC_DELAYED_SYNC=$sync cpu $model ${run/--batch 2/} \
+      "${nd[@]}" --steps $n --precision $p --zero-stage $s --offload-optimizer nvme "$@" "${x[@]}" --out $d/${k}_$sync \
+      --log $d/${k}_$sync.jsonl > $d/${k}_$sync.out 2>&1 || { tail -5 $d/${k}_$sync.out; fail "$k sync=$sync"; }
+  done
+  a=$d/${k}_0; b=$d/${k}_1; same=1
+  grep -q "$helper7d" $a.out && grep -q "delayed update: synchronous.*ZEROC_DELAYED_SYNC=1" $b.out \
+    || { same=0; echo "$k: the log does not say which path ran"; }
+  [ -n "$(steps $a.jsonl)" ] && [ "$(steps $a.jsonl)" = "$(steps $b.jsonl)" ] || { same=0; echo "logs differ: $k"; }
+  for f in $(cd $a && ls model_*.bin step_*/*_rank*.bin); do cmp -s $a/$f $b/$f || { same=0; echo "differs: $f"; }; done
+  ok7d $a && ok7d $b || same=0
+  grep -q '"master":"nvme"' $a.jsonl && grep -q '"nvme_read":[1-9]' $a.jsonl || { same=0; echo "$k: not on NVMe"; }
+  if [ $s = 2 ]; then grep -q "^note: --nvme-readahead 60000: no read-ahead area with the delayed update on its" \
+    $a.out || { same=0; echo "$k: no note that the read-ahead area is off"; }; fi
+  [ $same = 1 ] && echo "ok   $p ZeRO-$s, optimizer on NVMe $*: helper thread = synchronous, bit for bit ($n steps," \
+    "weights and optimizer state)" || fail "$k: the threaded delayed update on NVMe differs from the synchronous one"
+done
+cpu $common "${nd[@]}" --steps 5 --precision bf16 --zero-stage 1 --offload-optimizer cpu --out $d/nv_host \
+  --log $d/nv_host.jsonl > $d/nv_host.out 2>&1 || fail "bf16 ZeRO-1 delayed, optimizer in host memory"
+[ "$(steps $d/nv_host.jsonl)" = "$(steps $d/nv_bf16_1_0.jsonl)" ] \
+  && cmp -s $d/nv_host/model_00000005.bin $d/nv_bf16_1_0/model_00000005.bin \
+  && echo "ok   bf16 ZeRO-1: the threaded delayed update on NVMe = with the optimizer in host memory, bit for bit" \
+  || fail "the threaded delayed update on NVMe differs from the one in host memory"
+# The trace of the fp32 pair: per step, the threaded run's NVMe spans' bytes = the log's (but the
+# last step's: its final save reads the state through the stores too, counted in no step; the
+# synchronous run draws a read ahead during the held step 2 there and counts it in step 3, as
+# before); the writes of the update
+# step n applies (the trace's step n) submitted before step n's backward ended: the threaded run's
+# helper wrote some during the forward and backward (its writes are slowed, so it outlives them),
+# the synchronous run none (it writes after the backward); only the helper draws "update" spans off
+# the compute lane.
+$PYTHON - $d/nv_fp32_2_0.json $d/nv_fp32_2_0.jsonl $d/nv_fp32_2_1.json $d/nv_fp32_2_1.jsonl <<'PY' \
+  || fail "7d: the NVMe trace"
+import json, sys
+bad, hidden = [], {}
+for tr, lg, threaded in ((sys.argv[1], sys.argv[2], 1), (sys.argv[3], sys.argv[4], 0)):
+    X = [e for e in json.load(open(tr))["traceEvents"] if e.get("ph") == "X"]
+    log = [o for o in map(json.loads, open(lg)) if "loss" in o and "step" in o]
+    of = lambda pid, name, n: [e for e in X if e["pid"] == pid and e["name"] == name and e["args"]["step"] == n]
+    hidden[threaded] = 0
+    for o in log:
+        n = o["step"]
+        r = sum(e["args"].get("bytes", 0) for e in of(0, "nvme read", n))
+        w = sum(e["args"].get("bytes", 0) for e in of(0, "nvme write", n))
+        if threaded and n != log[-1]["step"] and (r != o["nvme_read"] or w != o["nvme_write"]):
+            bad.append(f"{tr} step {n}: spans read {r} written {w}, the log {o['nvme_read']} {o['nvme_write']}")
+        for pid in (0, 1):
+            end = max(e["ts"] + e["dur"] for e in of(pid, "backward_pass", n) if e["tid"] == 0)
+            hidden[threaded] += sum(1 for e in of(pid, "nvme write", n) if e["ts"] < end)
+    helper = [e for e in X if e["name"] == "update" and e["tid"] != 0]
+    if threaded != (len(helper) > 0): bad.append(f"{tr}: {len(helper)} update spans off the compute lane")
+if not hidden[1] or hidden[0]:
+    bad.append(f"writes submitted before the backward's end: threaded {hidden[1]}, synchronous {hidden[0]}")
+for b in bad: print(b)
+if not bad: print(f"ok   the trace: NVMe spans = the log per step; {hidden[1]} writes of the helper's updates before "
+                  "the backward's end, none synchronous")
+sys.exit(1 if bad else 0)
+PY
+# kill -9 while the helper streams (its writes slowed: it outlives each forward and backward), --resume
+kn=(--lr 1e-2 --warmup 0 --lr-schedule constant --zero-stage 2 --offload-optimizer nvme --nvme-path $d/nv
+    --nvme-buffer-size 2048 --offload-delayed-update --offload-delay-warmup 1 --steps 40 --save-every 3)
+cpu $common "${kn[@]}" --out $d/nkfull --log $d/nkfull.jsonl > $d/nkfull.out 2>&1 || fail "uninterrupted run (7d)"
+ZEROC_NVME_WRITE_DELAY_MS=1 cpu $common "${kn[@]}" --out $d/nkilled --log $d/nk1.jsonl > $d/nk1.out 2>&1 &
+pid=$!
+for i in $(seq 600); do [ "$(n1 $d/nk1.jsonl)" -ge 8 ] && break; sleep 0.05; done
+pkill -9 -f "train_gpt_cpu.*$d/nkilled" ; wait $pid 2>/dev/null
+for i in $(seq 200); do pgrep -f "train_gpt_cpu.*$d/nkilled" > /dev/null || break; sleep 0.05; done
+k=$(n1 $d/nk1.jsonl)
+cpu $run "${kn[@]}" --resume $d/nkilled --out $d/nresumed --log $d/nk2.jsonl > $d/nk2.out 2>&1 \
+  || { tail -3 $d/nk2.out; fail "resume after kill -9 (7d)"; }
+step=$(grep -o 'resuming from .*: step [0-9]*' $d/nk2.out | grep -o '[0-9]*$')
+a=$(steps $d/nkfull.jsonl | tail -n +$((${step:-0} + 1))); b=$(steps $d/nk2.jsonl)
+[ "$k" -lt 40 ] && [ -n "$step" ] && [ "$step" -gt 1 ] && [ -n "$b" ] && [ "$a" = "$b" ] \
+  && cmp -s $d/nkfull/model_00000040.bin $d/nresumed/model_00000040.bin && [ -z "$(ls $d/nv)" ] \
+  && echo "ok   optimizer on NVMe: killed after step $k, resumed from step $step: the rest and the final weights" \
+          "bit for bit" \
+  || fail "resume after kill -9 with the helper streaming from NVMe (killed after ${k}, resumed from ${step:-?})"
+# a stop signal while the helper streams (validation and samples between steps run beside it): exit
+# 0 after a save that joined it; that checkpoint = the one of a run of as many steps (whose last
+# update is exact: the same math), file for file
+$PYTHON test/zero_check.py shard $d/val.bin 2000 512 2
+ks=("${kn[@]/--steps 40/--val-data $d/val.bin --val-every 3 --val-steps 2 --sample-every 1 --sample-len 4}")
+ZEROC_NVME_WRITE_DELAY_MS=1 mpirun -np 2 --oversubscribe ./train_gpt_cpu $common "${ks[@]}" --steps 100000 \
+  --out $d/nstop --log $d/nstop.jsonl > $d/nstop.out 2>&1 &
+job=$!
+for i in $(seq 600); do [ "$(n1 $d/nstop.jsonl)" -ge 8 ] && break; sleep 0.05; done
+kill -USR1 $job; wait $job; rc=$?
+s=$(sed 's/step_0*//' $d/nstop/latest 2>/dev/null)
+cpu $common "${ks[@]}" --steps ${s:-1} --out $d/nstop_ref > $d/nstop_ref.out 2>&1 || fail "the stop's reference run"
+same=0; sd=step_$(printf %08d ${s:-0})
+for f in $(cd $d/nstop_ref/$sd && ls *.bin); do
+  cmp -s $d/nstop/$sd/$f $d/nstop_ref/$sd/$f && same=1 || { same=0; break; }
+done
+[ $rc = 0 ] && [ -n "$s" ] && [ $same = 1 ] && grep -q "^stopping after step $s of 100000: SIGUSR1 received" \
+  $d/nstop.out && echo "ok   SIGUSR1 while the helper streams from NVMe: exit 0, saved at step $s = a run of" \
+  "$s steps, file for file" \
+  || fail "a stop signal with the helper streaming from NVMe: exit $rc, stopped at step ${s:-?}, checkpoint same: $same"
+# the GPU trainer (emulated), ZeRO-1, bf16, pinned (the held gradients' copy asynchronous)
+for sync in 0 1; do
+  ZEROC_DELAYED_SYNC=$sync emu bf16 $common "${nd[@]}" --steps 5 --zero-stage 1 --offload-optimizer nvme --pin-memory \
+    --out $d/nvg_$sync --log $d/nvg_$sync.jsonl > $d/nvg_$sync.out 2>&1 \
+    || { tail -5 $d/nvg_$sync.out; fail "emu bf16 NVMe delayed sync=$sync"; }
+done
+same=1
+grep -q "$helper7d" $d/nvg_0.out && grep -q "copy to the host is asynchronous" $d/nvg_0.out || same=0
+[ -n "$(steps $d/nvg_0.jsonl)" ] && [ "$(steps $d/nvg_0.jsonl)" = "$(steps $d/nvg_1.jsonl)" ] || same=0
+for f in $(cd $d/nvg_0 && ls model_*.bin step_*/*_rank*.bin); do
+  cmp -s $d/nvg_0/$f $d/nvg_1/$f || { same=0; echo "differs: $f"; }
+done
+ok7d $d/nvg_0 && ok7d $d/nvg_1 || same=0
+[ $same = 1 ] && echo "ok   GPU (emulated) bf16 ZeRO-1, optimizer on NVMe: helper thread = synchronous, bit for bit," \
+  "planned to the byte" || fail "GPU (emulated): the threaded delayed update on NVMe differs"
+cpu $common "${nd[@]}" --steps 2 --zero-stage 3 --offload-optimizer nvme --offload-param nvme > $d/nvp.out 2>&1 \
+  || fail "optimizer and parameters on NVMe"
+grep -q "delayed update: synchronous, after the next step's backward (the parameters on NVMe" $d/nvp.out \
+  && echo "ok   optimizer and parameters on NVMe: $(grep 'delayed update:' $d/nvp.out | cut -c1-80)" \
+  || fail "optimizer and parameters on NVMe: not synchronous"
 
 echo "$fails failures"
 [ $fails -eq 0 ]

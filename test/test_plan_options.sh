@@ -129,7 +129,7 @@ print(f"{accepted} options accepted by --plan and changing its output; {same} ba
 cross = [["--zero-stage", "2", "--offload-param", "cpu", "--offload-optimizer", "cpu"],  # needs stage 3
          ["--offload-optimizer", "cpu"],                             # needs a stage
          ["--zero-stage", "1", "--offload-ratio", "0.5"],            # Twin-Flow needs --offload-optimizer cpu
-         ["--zero-stage", "1", "--offload-delayed-update"],          # so does the delayed update
+         ["--zero-stage", "1", "--offload-delayed-update"],          # the delayed update: cpu or nvme
          ["--total-batch", "1000"],                                  # not a multiple of 8 x 64 x 1
          ["--total-batch", "1024", "--grad-accum", "3"],             # disagree
          ["--recompute-every", "2"], ["--cpu-checkpointing"], ["--recompute", "full", "--recompute-every", "9"],

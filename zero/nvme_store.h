@@ -22,7 +22,12 @@
 //   outside the host tier), host memory of their own: the update works on them in place there
 //   and writes them back from there in the background (core/nvme.h runs those writes only when
 //   no read or other write is queued: only the next step's reads into the area wait for them),
-//   and the buffer sets serve the pieces after them (piece i >= narea: set i % nbuf). A
+//   and the buffer sets serve the pieces after them (piece i >= narea: set i % nbuf). None with
+//   the delayed update on its helper thread (zero/store.h's zero_held_threaded): that update runs
+//   during the forward and backward itself, the stream begun and ended by the step's thread and
+//   its pieces opened, fetched, waited for and closed by the helper (zero_nvme_hand: its I/O counted
+//   at the join, its waits exposed only while the step's thread waits for it, an I/O error it met
+//   ending the job from the step's thread; no polls meanwhile). A
 //   checkpoint's get or put first waits for every transfer (the writes draining behind too) and
 //   drops the reads ahead (a put changes the files under them; the poll starts them again). The host tier
 //   (nvme_host_cache bytes): the last units' slices of the master weights and state arrays (the
@@ -41,7 +46,10 @@
 //   zero_staging_bytes; each file's bytes: zero_nvme_file_bytes) are computed here without a
 //   bound Zero, so that the planner predicts them.
 //   Accounting (zero_store_nvme_stats): each update's reads count in the step of that update,
-//   wherever they started; `ahead` is the bytes of them started before it (by the poll).
+//   wherever they started; `ahead` is the bytes of them started before it (by the poll). A held
+//   update on the helper thread is the step's that joins it: its bytes, busy time and waits
+//   (exposed: those while the step's thread waited for it), and ahead: its reads started before
+//   the step's thread began to wait.
 //   Timeline (core/trace.h): each NVMe read and write is a span from its submission to its
 //   completion (core/nvme.h) and each wait for one a "wait nvme" span.
 // No global state; compiles as C11 and as CUDA C++.
@@ -99,6 +107,7 @@ typedef struct {
     // per slot, the first unit the gathers asked for since the last update began (-1: none yet),
     // and the one this update copies into it (zero_nvme_keep): the schedule's, as it ran
     int pslot_first[4], pslot_keep[4];
+    int helper_failed;             // a wait of the delayed update's helper met an I/O error (zero_nvme_hand)
 } ZeroNvme;
 
 static inline ZeroNvme *zero_nvme_of(const ZeroStore *s) { return (ZeroNvme *)s->state[LOC_NVME]; }
@@ -131,7 +140,9 @@ static inline void zero_nvme_shape(ZeroStore *s, ZeroNvme *nv, const ZeroOptions
     }
     nv->cache_at[0] = 0;
     for (int u = 0; u < U; u++) nv->cache_at[u + 1] = nv->cache_at[u] + nv->cached[u];
-    size_t lead = 0, want = opt ? o->nvme_readahead / (s->piece * 4 * arrays) : 0;
+    // (none with the delayed update on its helper thread: that update itself runs during the forward)
+    int threaded = zero_held_threaded(s->where, o->delayed_update);
+    size_t lead = 0, want = opt && !threaded ? o->nvme_readahead / (s->piece * 4 * arrays) : 0;
     for (int u = 0; u < s->host_units && !nv->cached[u]; u++) lead += (zero_store_slice(s, u) + s->piece - 1) / s->piece;
     nv->narea = (int)(want < lead ? want : lead);
 }
@@ -200,13 +211,15 @@ static inline int zero_nvme_io(ZeroStore *s, int kind, int u, size_t lo, size_t 
     return nvme_submit(nv->io, nv->file[kind], buf, bytes, at, writing, u);
 }
 // Waits for a transfer (-1: none; one waited for before: at once); in the trace, the time it
-// blocked the caller ("wait nvme": exposed I/O).
+// blocked the caller ("wait nvme": exposed I/O, or on the delayed update's helper, its own lane's).
+// The helper leaves a failure to the step's thread (zero_nvme_hand): it calls no backend entry.
 static inline void zero_nvme_wait(ZeroStore *s, int ticket) {
     if (ticket < 0) return;
-    double t0 = trace_begin(*s->trace, "wait nvme", TRACE_NVME, -1, 0.0);
+    double t0 = zero_store_span_begin(s, "wait nvme", TRACE_NVME, -1, 0.0);
     int bad = nvme_wait(zero_nvme_of(s)->io, ticket);
-    trace_end(*s->trace, t0);
-    if (bad) zero_nvme_fail(s);
+    zero_store_span_end(s, "wait nvme", TRACE_NVME, -1, 0.0, t0);
+    if (bad && s->helper) zero_nvme_of(s)->helper_failed = 1;
+    else if (bad) zero_nvme_fail(s);
 }
 // Buffer set b's piece of a kind.
 static inline void *zero_nvme_set(ZeroNvme *nv, int kind, int b) {
@@ -430,7 +443,13 @@ static inline void zero_nvme_staging(ZeroStore *s) {
 static inline void zero_nvme_begin(ZeroStore *s) {
     ZeroNvme *nv = zero_nvme_of(s);
     if (!nv) return;
-    if (nv->io) { nv->io->bytes_read += nv->ahead_read; nv->ahead_step += nv->ahead_read; nv->ahead_read = 0.0; }
+    if (nv->io) { // (counted in the step the trace gave them: read for a later step than this one, they are the
+                  // helper's update's, counted with its I/O and read ahead as of nvme_expose: zero_nvme_hand)
+        int later = s->helper && (!*s->trace || nv->ahead_for > (*s->trace)->step);
+        nvme_count(nv->io, nv->ahead_read, later);
+        if (!later) nv->ahead_step += nv->ahead_read;
+        nv->ahead_read = 0.0;
+    }
     for (int q = 0; q < 4; q++) {
         if (nv->pslot_read[q] >= 0) { zero_nvme_wait(s, nv->pslot_read[q]); nv->pslot_read[q] = -1; nv->pslot_unit[q] = -1; }
         if (!s->reading) { nv->pslot_keep[q] = nv->pslot_first[q]; nv->pslot_first[q] = -1; } // (not a read pass)
@@ -453,6 +472,19 @@ static inline void zero_nvme_end(ZeroStore *s, const ZeroPiece *pcs, int P) {
     nv->prefetched = 0;
     nv->ahead_for = *s->trace ? (*s->trace)->step + 1 : 0;
     zero_nvme_poll(s);
+}
+// The delayed update's helper thread streams the update (zero/store.h's zero_store_hand): phase 1,
+// its I/O counted apart (core/nvme.h's nvme_defer); 2, the step's thread waits for it: its waits are
+// exposed from now, and the bytes it has read so far were read ahead, during the forward and
+// backward (nvme_ahead); 0, its counts join the step's, or the error it met ends the job.
+static inline void zero_nvme_hand(ZeroStore *s, int phase) {
+    ZeroNvme *nv = zero_nvme_of(s);
+    if (!nv || !nv->io) return;
+    if (phase == 1) nvme_defer(nv->io, 1, s->helper_step);
+    if (phase == 2) nv->ahead_step += nvme_expose(nv->io);
+    if (phase != 0) return;
+    if (nv->helper_failed) zero_nvme_fail(s);
+    nvme_defer(nv->io, 0, 0);
 }
 // Its buffers freed once every transfer is done (writes behind may still read them; the trace may
 // be gone), and the files closed (removed: scratch).
@@ -484,7 +516,8 @@ static const ZeroLocation zero_nvme_store = {.alloc = zero_nvme_alloc, .free = z
                                              .send = zero_nvme_send, .fetch = zero_nvme_fetch, .open = zero_nvme_open,
                                              .close = zero_nvme_close, .staged = 0, .staging = zero_nvme_staging,
                                              .begin = zero_nvme_begin, .end = zero_nvme_end, .poll = zero_nvme_poll,
-                                             .release = zero_nvme_release, .holder = zero_nvme_holder};
+                                             .release = zero_nvme_release, .holder = zero_nvme_holder,
+                                             .hand = zero_nvme_hand};
 
 // Binds the NVMe store to s (after zero_store_init): its state shaped, this rank's files opened
 // (the kinds on NVMe).

@@ -90,6 +90,8 @@ typedef struct {
     // (pinned) by an asynchronous copy (held_copy, issued at held_copy_t0), in flight (held_inflight)
     // until the step's thread sees it land, and the helper waits on held_cv until then (held_landed)
     void *held_host, *held_out;
+    ZeroPiece *held_pcs;           // with the optimizer state on NVMe: the helper's pieces (zero_held_start)
+    int held_npcs;
     pthread_t held_thread;
     int held_started, held_sync, held_async, held_copy, held_inflight, held_landed;
     double held_copy_t0;

@@ -43,8 +43,9 @@
 //   can address them, else through staging or a buffer set); and, where a store keeps more than
 //   its kinds' memory (NVMe: files, buffer sets, reads in flight), that state (state[location],
 //   of a type only that store knows), its own staging, its part of a stream's begin and end, a
-//   poll at every unit boundary, which unit holds a gather slot (holder) and its release (NULL:
-//   nothing). The
+//   poll at every unit boundary, which unit holds a gather slot (holder), its release, and its part
+//   in handing the stores to the delayed update's helper thread and back (hand, zero_store_hand;
+//   NULL: nothing). The
 //   device's store is one of two: compute memory the host cannot address (the GPU: copies) or can
 //   (unified: the CPU trainer). zero.h asks the kind's store and never which location it is.
 //   Timeline (core/trace.h): the host's waits for a staging copy are "wait copy" spans (offload);
@@ -141,6 +142,7 @@ typedef struct {
     void (*poll)(ZeroStore *s);                            // a unit boundary (zero_store_poll)
     void (*release)(ZeroStore *s);                         // everything it holds (zero_store_close)
     int (*holder)(const ZeroStore *s, int u);              // zero_store_holder (NULL: -1)
+    void (*hand)(ZeroStore *s, int phase);                 // the delayed update's helper (zero_store_hand)
 } ZeroLocation;
 
 struct ZeroStore {
@@ -168,6 +170,10 @@ struct ZeroStore {
     int fetched[MEM_KINDS];        // the streamed update: pieces fetched so far, per kind,
     int ahead[LOC_KINDS];          // and how far ahead of the one updated, per location
     unsigned long updates;         // updates streamed so far (not read passes)
+    // the delayed update's helper thread streams the update now (zero/update.h's zero_held_start):
+    // its gradients and parameters are host memory it reads and writes in place (pc->at), its spans
+    // are trace spans of step helper_step (zero_store_span_*), and nothing else touches the stores
+    int helper, helper_step;
 };
 
 // --- geometry ------------------------------------------------------------------------
@@ -211,6 +217,12 @@ static inline int zero_update_on_host(const int where[MEM_KINDS], int unified) {
     return where[MEM_MASTER] != LOC_DEVICE || (unified && where[MEM_PARAMS] != LOC_DEVICE);
 }
 static inline int zero_on_nvme(const int where[MEM_KINDS]) { return where[MEM_MASTER] == LOC_NVME || where[MEM_PARAMS] == LOC_NVME; }
+// The delayed update's host part runs on a helper thread (zero/update.h), its NVMe traffic too, unless
+// the parameter shard is on NVMe (its write-back streams through the buffer sets the next forward's
+// gathers read from, on the step's thread): placement decides, so the planner asks too.
+static inline int zero_held_threaded(const int where[MEM_KINDS], int delayed) {
+    return delayed && where[MEM_PARAMS] != LOC_NVME;
+}
 
 // The geometry the arithmetic below needs, without binding a Zero (the planner's).
 static inline void zero_store_shape(ZeroStore *s, const ParamLayout *lay, const int *where, int rank, int world,
@@ -273,6 +285,18 @@ static inline size_t zero_landing_floats(const ZeroStore *s, int unified) {
 }
 
 // --- NVMe and copies ---------------------------------------------------------------------
+
+// A span of the update: the step's thread's (trace_begin, trace_end), or with the delayed update's
+// helper streaming (s->helper) a trace span of its own lane, in its step, that syncs nothing.
+static inline double zero_store_span_begin(ZeroStore *s, const char *name, int cat, int unit, double bytes) {
+    return s->helper ? trace_clock(*s->trace) : trace_begin(*s->trace, name, cat, unit, bytes);
+}
+static inline double zero_store_span_end(ZeroStore *s, const char *name, int cat, int unit, double bytes, double t0) {
+    if (!s->helper) return trace_end(*s->trace, t0);
+    double t1 = trace_clock(*s->trace);
+    trace_span_of(*s->trace, s->helper_step, name, cat, unit, bytes, t0, t1);
+    return t1 - t0;
+}
 
 // The host waits for an offload copy (a "wait copy" span: time the update waited on the bus).
 static inline void zero_store_host_wait(ZeroStore *s, int copy, const char *what) {
@@ -363,19 +387,19 @@ static const ZeroLocation zero_device_store = {.alloc = zero_dev_alloc, .free = 
                                                .send = zero_send_in_place, .fetch = zero_dev_fetch,
                                                .open = zero_dev_open, .close = zero_dev_close, .staged = 1,
                                                .staging = NULL, .begin = NULL, .end = NULL, .poll = NULL,
-                                               .release = NULL, .holder = NULL};
+                                               .release = NULL, .holder = NULL, .hand = NULL};
 static const ZeroLocation zero_unified_store = {.alloc = zero_dev_alloc, .free = zero_dev_free, .put = zero_host_put,
                                                 .get = zero_host_get, .prefetch = zero_no_prefetch,
                                                 .send = zero_send_in_place, .fetch = zero_no_piece,
                                                 .open = zero_piece_in_place, .close = zero_no_piece, .staged = 0,
                                                 .staging = NULL, .begin = NULL, .end = NULL, .poll = NULL,
-                                                .release = NULL, .holder = NULL};
+                                                .release = NULL, .holder = NULL, .hand = NULL};
 static const ZeroLocation zero_host_store = {.alloc = zero_host_alloc, .free = zero_host_free, .put = zero_host_put,
                                              .get = zero_host_get, .prefetch = zero_no_prefetch,
                                              .send = zero_host_send, .fetch = zero_no_piece,
                                              .open = zero_piece_in_place, .close = zero_no_piece, .staged = 0,
                                              .staging = NULL, .begin = NULL, .end = NULL, .poll = NULL,
-                                             .release = NULL, .holder = NULL};
+                                             .release = NULL, .holder = NULL, .hand = NULL};
 // Each bound store's hook of that name, where it has one (loc[LOC_NVME]: bound by zero/nvme_store.h).
 #define ZERO_EACH_STORE(s, hook, ...) \
     for (int l_ = 0; l_ < LOC_KINDS; l_++)   \
@@ -477,6 +501,11 @@ static inline void zero_store_write_back(ZeroStore *s, int u, void *at, const vo
 // A read pass (reading: an optimizer's per-tensor reductions before its update) opens the gradient,
 // master weights and state arrays the same way, leaves the parameters alone and closes nothing
 // back: with NVMe it reads the master weights and state arrays once more, and writes nothing.
+// With the delayed update's helper streaming (s->helper), the gradients and parameters are the
+// helper's host memory (pc->at), opened in place whatever their store (zero_stream_store).
+static inline const ZeroLocation *zero_stream_store(const ZeroStore *s, int kind) {
+    return s->helper && (kind == MEM_GRADS || kind == MEM_PARAMS) ? &zero_host_store : zero_store_of(s, kind);
+}
 static inline int zero_stream_kinds(const ZeroStore *s, int *kinds) {
     int n = 0;
     kinds[n++] = MEM_GRADS;
@@ -495,15 +524,16 @@ static inline void zero_stream_open(ZeroStore *s, const ZeroPiece *pcs, int P, i
     int kinds[3 + OPT_MAX_SLICES], K = zero_stream_kinds(s, kinds);
     for (int j = 0; j < K; j++) {
         int kind = kinds[j];
-        const ZeroLocation *l = zero_store_of(s, kind);
+        const ZeroLocation *l = zero_stream_store(s, kind);
         for (; s->fetched[kind] <= i + s->ahead[s->where[kind]] && s->fetched[kind] < P; s->fetched[kind]++)
             l->fetch(s, kind, &pcs[s->fetched[kind]], s->fetched[kind]);
     }
-    for (int j = 0; j < K; j++) at[kinds[j]] = zero_store_of(s, kinds[j])->open(s, kinds[j], &pcs[i], i);
+    for (int j = 0; j < K; j++) at[kinds[j]] = zero_stream_store(s, kinds[j])->open(s, kinds[j], &pcs[i], i);
 }
 static inline void zero_stream_close(ZeroStore *s, const ZeroPiece *pc, int i) {
     int kinds[3 + OPT_MAX_SLICES], K = s->reading ? 0 : zero_stream_kinds(s, kinds);
-    for (int j = 1; j < K; j++) zero_store_of(s, kinds[j])->close(s, kinds[j], pc, i); // (the gradient is only read)
+    for (int j = 1; j < K; j++) // (the gradient is only read)
+        zero_stream_store(s, kinds[j])->close(s, kinds[j], pc, i);
 }
 static inline void zero_stream_end(ZeroStore *s, const ZeroPiece *pcs, int P) {
     for (int q = 0; q < 2; q++)
@@ -512,7 +542,20 @@ static inline void zero_stream_end(ZeroStore *s, const ZeroPiece *pcs, int P) {
     s->reading = 0;
     ZERO_EACH_STORE(s, end, s, pcs, P); // (NVMe: its writes land, the next update's first reads start)
 }
-// At a unit boundary of the forward and backward (zero.h's zero_progress): each store's poll.
-static inline void zero_store_poll(ZeroStore *s) { ZERO_EACH_STORE(s, poll, s); }
+// At a unit boundary of the forward and backward (zero.h's zero_progress): each store's poll; none
+// while the delayed update's helper streams (the stores are its then).
+static inline void zero_store_poll(ZeroStore *s) {
+    if (!s->helper) ZERO_EACH_STORE(s, poll, s);
+}
+// The delayed update's helper thread and the stores (zero/update.h): it takes the stream (phase 1,
+// before zero_stream_begin: from then on its I/O is counted apart, in trace step `step`), the
+// step's thread waits for it (2: what the helper waits for from then on is exposed), the step's
+// thread has them back (0, after the join, before zero_stream_end: its counts join the step's, and
+// a failure the helper met ends the job here). Each store's hand.
+static inline void zero_store_hand(ZeroStore *s, int phase, int step) {
+    if (phase == 1) { s->helper = 1; s->helper_step = step; }
+    ZERO_EACH_STORE(s, hand, s, phase);
+    if (phase == 0) s->helper = 0;
+}
 
 #endif // ZERO_STORE_H

@@ -45,7 +45,12 @@
 //   Meanwhile its host part runs on a helper thread (zero_held_start, from zero.h's zero_hold):
 //   the host's units (st.host_units: all of them on a unified backend) updated by the CPU
 //   optimizer engine from the held gradients in host memory, their new parameters into a staging
-//   shard (held_out); the thread touches host memory only and calls no backend entry. On a device
+//   shard (held_out); the thread touches host memory only and calls no backend entry. With the
+//   optimizer state on NVMe it streams the update's pieces through the stores as the streamed
+//   update does (zero_update_pieces; the gradients and parameters in place in the held shard's host
+//   copy and held_out): the step's thread begins the stream before it starts the helper and ends it
+//   after the join, and does not touch the stores in between (zero/store.h's zero_store_hand: no
+//   polls; the helper's I/O is counted at the join, its spans drawn on its own lane). On a device
 //   the host cannot address the held gradients reach it by a copy: into pinned memory an
 //   asynchronous one, overlapped with the next forward, which the step's thread polls at unit
 //   boundaries (zero_held_poll, from zero.h's zero_progress) and the helper waits for before it
@@ -190,27 +195,37 @@ static inline ZeroPiece *zero_piece_list(const Zero *z, int *count) {
     *count = P;
     return list;
 }
-// The units before st.host_units, piece by piece; unit_done(z, u) after each unit's last piece.
-static inline void zero_update_streamed(Zero *z, const OptStep *step, void (*unit_done)(Zero *z, int u)) {
-    int P;
-    ZeroPiece *pcs = zero_piece_list(z, &P);
-    zero_stream_begin(&z->st, 0);
-    double t_unit = 0.0, t_first = 0.0, t_last = 0.0;
+// The P pieces of a begun stream, updated in order; unit_done(z, u) after each unit's last piece
+// (NULL: none). Each unit an "update" span (the delayed update's helper: of its own lane); *t_first
+// and *t_last: when the first began and the last ended.
+static inline void zero_update_pieces(Zero *z, const ZeroPiece *pcs, int P, const OptStep *step,
+                                      void (*unit_done)(Zero *z, int u), double *t_first, double *t_last) {
+    double t_unit = 0.0;
     for (int i = 0; i < P; i++) {
         const ZeroPiece *pc = &pcs[i];
         int u = pc->u;
+        double bytes = zero_update_bytes_per_element(z) * (double)zero_update_count(z, u);
         if (pc->lo == 0) { // the unit's update: a span over its pieces
-            t_unit = trace_begin(z->trace, "update", TRACE_OPTIMIZER, u,
-                                 zero_update_bytes_per_element(z) * (double)zero_update_count(z, u));
-            if (i == 0) t_first = t_unit;
+            t_unit = zero_store_span_begin(&z->st, "update", TRACE_OPTIMIZER, u, bytes);
+            if (i == 0) *t_first = t_unit;
         }
         void *at[MEM_BUFFERS] = {NULL};
         zero_stream_open(&z->st, pcs, P, i, at);
         ZeroUpdateRun r = zero_piece_run(z, pc, at, step);
         gpt2_for_each_segment(&z->lay, r.base, r.base + pc->n, zero_update_host_segment, &r);
         zero_stream_close(&z->st, pc, i);
-        if (pc->lo + pc->n == zero_slice(z, u)) { t_last = t_unit + trace_end(z->trace, t_unit); unit_done(z, u); }
+        if (pc->lo + pc->n < zero_slice(z, u)) continue;
+        *t_last = t_unit + zero_store_span_end(&z->st, "update", TRACE_OPTIMIZER, u, bytes, t_unit);
+        if (unit_done) unit_done(z, u);
     }
+}
+// The units before st.host_units, piece by piece; unit_done(z, u) after each unit's last piece.
+static inline void zero_update_streamed(Zero *z, const OptStep *step, void (*unit_done)(Zero *z, int u)) {
+    int P;
+    ZeroPiece *pcs = zero_piece_list(z, &P);
+    zero_stream_begin(&z->st, 0);
+    double t_first = 0.0, t_last = 0.0;
+    zero_update_pieces(z, pcs, P, step, unit_done, &t_first, &t_last);
     // (the compute stream got no kernel meanwhile: copies' and all-gathers' waits only, but qwZ's)
     if (P) trace_device_idle(z->trace, "gpu idle", t_first, t_last);
     zero_stream_end(&z->st, pcs, P);
@@ -263,11 +278,9 @@ static inline void zero_twin_alloc(Zero *z, size_t twin) {
     for (int k = 0; k < z->nstate; k++) z->twin_state[k] = (float *)dev->alloc(st, MEM_STATE + k, twin * sizeof(float));
 }
 // The delayed update's host part runs on a helper thread unless the parameter shard is on NVMe
-// (its write-back streams through the buffer sets, on the step's thread): placement decides, so
-// the planner asks too. Its staging (elements of the model's type, MEM_STAGING): the new
-// parameters of the host's units (st.host_elems: all of them without Twin-Flow), and on a device
-// the host cannot address (not unified) their held gradients copied to the host.
-static inline int zero_held_threaded(const int where[MEM_KINDS], int delayed) { return delayed && !zero_on_nvme(where); }
+// (zero/store.h's zero_held_threaded). Its staging (elements of the model's type, MEM_STAGING): the
+// new parameters of the host's units (st.host_elems: all of them without Twin-Flow), and on a
+// device the host cannot address (not unified) their held gradients copied to the host.
 static inline size_t zero_held_staging_bytes(const ZeroStore *s, int unified, int delayed) {
     return zero_held_threaded(s->where, delayed) ? (unified ? 1 : 2) * s->host_elems * s->esize : 0;
 }
@@ -325,11 +338,19 @@ static inline int zero_held_overlaps(const Zero *z) { return z->held_out && !z->
 // them before zero_held_finish joins it) and calls no backend entry: no collective, no copy. Each
 // unit is an "update" span of its own lane (trace_span: safe from any thread, never syncing the
 // device).
+// With the optimizer state on NVMe (held_pcs) it streams the update's pieces through the stores as
+// zero_update_streamed does (the stream begun and ended by the step's thread: zero_held_start,
+// zero_held_join), the gradients and parameters opened in place in held_host and held_out.
 static inline void *zero_held_main(void *arg) {
     Zero *z = (Zero *)arg;
     pthread_mutex_lock(&z->held_mu); // (the held gradients' copy: until the step's thread saw it land)
     while (!z->held_landed) pthread_cond_wait(&z->held_cv, &z->held_mu);
     pthread_mutex_unlock(&z->held_mu);
+    if (z->held_pcs) {
+        double t0 = 0.0, t1 = 0.0;
+        zero_update_pieces(z, z->held_pcs, z->held_npcs, &z->held_step, NULL, &t0, &t1);
+        return NULL;
+    }
     for (int u = 0; u < z->st.host_units; u++) {
         double t0 = trace_clock(z->trace);
         size_t begin = zero_update_begin(z, u), n = zero_update_count(z, u), off = zero_shard_offset(z, u);
@@ -340,8 +361,8 @@ static inline void *zero_held_main(void *arg) {
                            master ? out : NULL, &z->held_step, begin};
         for (int k = 0; k < z->nstate; k++) r.state[k] = zero_opt_unit(z, MEM_STATE + k, u);
         gpt2_for_each_segment(&z->lay, begin, begin + n, zero_update_host_segment, &r);
-        trace_span(z->trace, "update", TRACE_OPTIMIZER, u, zero_update_bytes_per_element(z) * (double)n, t0,
-                   trace_clock(z->trace));
+        trace_span_of(z->trace, z->st.helper_step, "update", TRACE_OPTIMIZER, u,
+                      zero_update_bytes_per_element(z) * (double)n, t0, trace_clock(z->trace));
     }
     return NULL;
 }
@@ -368,8 +389,11 @@ static inline void zero_held_poll(Zero *z) {
 // memory (held_async) the copy runs on the backend's copy stream behind the hold (which wrote the
 // held shard: nothing writes it again before zero_held_finish joins the helper), overlapped with
 // the next forward, and the helper waits for zero_held_poll to see it land; into pageable memory
-// it is waited for here (the step's thread could not overlap it anyway: CUDA stages it). A thread
-// that cannot start leaves the work to this one, at once.
+// it is waited for here (the step's thread could not overlap it anyway: CUDA stages it). The
+// stores are the helper's until zero_held_join (zero/store.h's zero_store_hand; its spans are of
+// the next step); with the optimizer state on NVMe its stream begins here, on the step's thread,
+// over pieces whose gradients and parameters are held_host's and held_out's. A thread that cannot
+// start leaves the work to this one, at once.
 static inline void zero_held_start(Zero *z) {
     z->held_landed = 1;
     if (z->held_host != z->held) {
@@ -377,6 +401,17 @@ static inline void zero_held_start(Zero *z) {
         int copy = z->be.copy_to_host(z->be.ctx, z->held_host, z->held, z->st.host_elems * z->esize);
         if (z->held_async) { z->held_copy = copy; z->held_inflight = 1; z->held_landed = 0; }
         else zero_store_host_wait(&z->st, copy, "the held gradients' copy to the host (delayed update)");
+    }
+    zero_store_hand(&z->st, 1, z->trace ? z->trace->step + 1 : 0);
+    if (z->where[MEM_MASTER] == LOC_NVME) {
+        ZeroPiece *pcs = zero_piece_list(z, &z->held_npcs);
+        for (int i = 0; i < z->held_npcs; i++) {
+            size_t off = zero_shard_offset(z, pcs[i].u) + pcs[i].lo;
+            pcs[i].at[MEM_GRADS] = zero_at(z, z->held_host, off);
+            pcs[i].at[MEM_PARAMS] = zero_at(z, z->held_out, off);
+        }
+        z->held_pcs = pcs;
+        zero_stream_begin(&z->st, 0);
     }
     z->held_started = 1;
     if (pthread_create(&z->held_thread, NULL, zero_held_main, z) == 0) { z->held_started = 2; return; }
@@ -393,6 +428,12 @@ static inline void zero_held_join(Zero *z) {
     }
     if (z->held_started == 2) pthread_join(z->held_thread, NULL);
     if (z->held_started) z->held_started = 1;
+    if (!z->st.helper) return;
+    zero_store_hand(&z->st, 0, 0); // the stores back to the step's thread; the helper's stream ends
+    if (!z->held_pcs) return;
+    zero_stream_end(&z->st, z->held_pcs, z->held_npcs);
+    free(z->held_pcs);
+    z->held_pcs = NULL;
 }
 // After the next step's backward (zero.h's zero_update, the held step's): waits for the helper
 // (a "wait update" span: the host's update the step's thread waits for; on a traced GPU also a
@@ -401,6 +442,7 @@ static inline void zero_held_join(Zero *z) {
 // ordered after it; else in place) and calls unit_done(z, u) (stages 1 and 2: its all-gather).
 static inline void zero_held_finish(Zero *z, void (*unit_done)(Zero *z, int u)) {
     double t0 = trace_begin(z->trace, "wait update", TRACE_OPTIMIZER, -1, 0.0);
+    if (z->st.helper) zero_store_hand(&z->st, 2, 0); // (NVMe: what the helper waits for from now on is exposed)
     zero_held_join(z);
     trace_device_idle(z->trace, "gpu idle", t0, t0 + trace_end(z->trace, t0)); // (nothing queued meanwhile)
     z->held_started = 0;
