@@ -28,7 +28,9 @@ The conventions (docs/walkthrough.md states them for its readers):
   * A command must exit 0.
 
 The environment is a user's: no OMPI_MCA_rmaps_base_oversubscribe (a command with more ranks than
-cores must say --oversubscribe), no OPENBLAS_CORETYPE (as test/run.sh); as root,
+cores must say --oversubscribe), nor test/run.sh's OMPI_MCA_pml and OMPI_MCA_ess_singleton_isolated
+(its OMP_WAIT_POLICY=passive stays: idle threads sleep, the same numbers), no OPENBLAS_CORETYPE
+(as test/run.sh); as root,
 OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, as the walkthrough tells root users;
 `python3` is the Python running this script (the suite's $PYTHON, Debian's, with matplotlib).
 
@@ -218,6 +220,7 @@ def main():
     if not a.clone and not a.replay: ap.error('--clone DIR or --replay DIR')
     env = dict(os.environ)
     env.pop('OMPI_MCA_rmaps_base_oversubscribe', None)   # a user's shell has no such setting
+    env.pop('OMPI_MCA_pml', None); env.pop('OMPI_MCA_ess_singleton_isolated', None)  # nor test/run.sh's MPI start-up ones
     env.pop('OPENBLAS_CORETYPE', None)                   # as test/run.sh: OpenBLAS picks this CPU's kernels
     if os.geteuid() == 0: env.update(OMPI_ALLOW_RUN_AS_ROOT='1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM='1')
     if a.clone:

@@ -3,6 +3,8 @@
 # (test/cuda_emu/: kernels as fibers on the CPU, cuBLASLt and NCCL emulated) and put through
 # the checks written for GPU machines (test/gpu/run_gpu_checks.sh), so its kernels, its
 # cuBLASLt descriptors, its NCCL calls and its stream ordering are all exercised here.
+# test_gpu_emu_memory.sh does the rest (ZeRO, recompute, offload, a resume under ASan): the two halves
+# run side by side in the suite (test/gpu_emu_lib.sh holds what they share).
 #   1. the emulator's own checks bite (cuda_emu_selftest): a correct block reduction is right;
 #      a __syncthreads or shuffle after threads exited, a write past an allocation, a host read
 #      of device memory, a host pointer given to a kernel, an over-promised alignment, an
@@ -12,51 +14,27 @@
 #      gpu/mma16.cuh's portable m16n8k16 product (the PTX fragment layouts, bf16 and fp16) and its
 #      ldmatrix.x4, plain and transposed (the PTX layout; a row address not 16-byte aligned is caught).
 #      The emulated cuBLASLt's products do not depend on the OpenMP thread count (1 and 2: the same bits).
-#   2. run_gpu_checks.sh, emulated: loss and every gradient against the CPU trainer in fp32,
-#      bf16 and fp16 (two shapes; a 1000-token vocabulary, as in 4 and 7; bf16 also through the
-#      ATTENTION=matmul and ATTENTION=flash builds, which run_gpu_checks.sh takes where they are
-#      built), ZeRO stages 0-3 on 2 ranks agreeing (fp32, bf16); activation recompute (full,
-#      every 2, selective, cpu_checkpointing) equal to no recompute bit for bit in the three
-#      precisions and at ZeRO-3 on 2 ranks, and to the CPU trainer's within tolerance.
-#   3. the ZeRO runs again with collectives scheduled as early as their events allow
-#      (EMU_SCHEDULE=comm-first) instead of as late as their waits allow: the same losses, bit
-#      for bit. A collective ordered wrongly against the kernels around it changes them. So do
-#      cpu_checkpointing's copies to the host and back (their stream is the last created, so it
-#      runs first): the loss and gradient of the run without recompute, bit for bit.
-#   4. no cuBLASLt algorithm for any matmul (EMU_CUBLASLT_MIN_ALIGN=512): every product by the
+#   2. run_gpu_checks.sh section 1, emulated: loss and every gradient against the CPU trainer in
+#      fp32, bf16 and fp16 (two shapes; a 1000-token vocabulary, as in 3 and 5; bf16 also through
+#      the ATTENTION=matmul and ATTENTION=flash builds, which run_gpu_checks.sh takes where they are
+#      built).
+#   3. no cuBLASLt algorithm for any matmul (EMU_CUBLASLT_MIN_ALIGN=512): every product by the
 #      trainer's fallback kernel, gradients against the CPU trainer's as in 2.
-#   5. under AddressSanitizer + UBSan, ZeRO-3 on 2 ranks: a run saved at step 2 and resumed
-#      gives the uninterrupted run's losses bit for bit (checkpoints through the device copies).
-#   7. attention at other head sizes and an odd T (B=3, T=77), bf16 against the CPU trainer:
+#   4. a run with validation and sampling on the embedded data, fp32: the emulated GPU trainer
+#      prints the CPU trainer's losses, validation losses and sample text (its own sampler path:
+#      a logits row copied from the device).
+#   5. attention at other head sizes and an odd T (B=3, T=77), bf16 against the CPU trainer:
 #      hs 64 runs gpu/flash2.cuh's mma.sync kernels (the default ATTENTION=flash2 build, emulated
 #      through gpu/mma16.cuh's portable fragment code), hs 16 the WMMA flash kernels (tiles partly
 #      past T), hs 24 the matmul path; hs 64 again with the ATTENTION=flash build (the WMMA kernels).
-#   8. DeepSpeed's prescale_gradients / gradient_predivide_factor in the GPU trainer: where the
+#   6. DeepSpeed's prescale_gradients / gradient_predivide_factor in the GPU trainer: where the
 #      mean over 2 ranks divides, against the run without them and one process (fp32).
-#   6. a run with validation and sampling on the embedded data, fp32: the emulated GPU trainer
-#      prints the CPU trainer's losses, validation losses and sample text (its own sampler path:
-#      a logits row copied from the device).
 set -u
 cd "$(dirname "$0")/.." || exit 1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-PY=${PYTHON:-python3}
-# Debian's OpenBLAS takes its slowest kernels on CPUs it does not know (see openblas_pick_core in
-# cpu/openblas.h); the emulated cuBLASLt calls it too.
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo; then
-  export OPENBLAS_CORETYPE=SkylakeX
-fi
-# Idle OpenMP threads (the host code's and OpenBLAS's, under the emulated cuBLASLt) sleep instead
-# of spinning: the emulator's many short parallel calls, two ranks of two threads on two cores,
-# spent about a sixth of this test's CPU time spinning. The thread count, and so every number, is
-# the same.
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-make -s -j2 test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32 test/bin/cuda_emu_selftest \
-  test/bin/train_gpt_emu_bf16_asan test/bin/train_gpt_emu_bf16_flash test/bin/train_gpt_emu_bf16_mm \
-  train_gpt_cpu || { echo "FAIL: build"; exit 1; }
-. test/lib.sh; new_scratch gpu_emu
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' | tr '\n' ' '; } # of the step lines on stdin
+. test/gpu_emu_lib.sh
+emu_build test/bin/train_gpt_emu_bf16 test/bin/train_gpt_emu_fp16 test/bin/train_gpt_emu_fp32 test/bin/cuda_emu_selftest \
+  test/bin/train_gpt_emu_bf16_flash test/bin/train_gpt_emu_bf16_mm train_gpt_cpu
+new_scratch gpu_emu
 
 echo "== 1. the emulator's checks"
 selftest() { # case, expected exit status, expected text in the output
@@ -86,38 +64,12 @@ EMU_SCHEDULE=comm-first selftest wait 0 "y = 7"
 selftest no_wait 0 "y = 7"                      # the writer's stream runs first
 EMU_SCHEDULE=comm-first selftest no_wait 0 "y = 0" # the reader's runs first: the race shows
 
-echo "== 2. run_gpu_checks.sh on the emulator"
-EMULATED=1 GPU_BIN=test/bin/train_gpt_emu_ NGPU=2 ZERO_STEPS=2 OUT="$d/checks" bash test/gpu/run_gpu_checks.sh ||
-  fail "run_gpu_checks.sh on the emulator"
-
-echo "== 3. collectives as early as possible: the same losses, bit for bit"
-# run_gpu_checks.sh section 1's emulated tokens: random, below its 1000-token vocabulary
+echo "== 2. run_gpu_checks.sh section 1 on the emulator"
+emu_checks 1
+# its emulated tokens: random, below its 1000-token vocabulary
 common=(--train-data "$d/checks/tokens.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
-zcommon=(--train-data "$d/checks/zero_tokens.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
-for s in 1 2 3; do # run_gpu_checks.sh section 2's emulated runs: its small model and tokens
-  ref=$d/checks/zero_bf16_$s.jsonl out=$d/early_bf16_$s.jsonl
-  EMU_SCHEDULE=comm-first mpirun -np 2 --oversubscribe --bind-to none test/bin/train_gpt_emu_bf16 \
-    --init "$d/checks/zinit/model_00000001.bin" --batch 2 --seq-len 32 --grad-accum 2 --steps 2 "${zcommon[@]}" \
-    --zero-stage "$s" --log "$out" >"$d/early_bf16_$s.log" 2>&1 || { tail -n 5 "$d/early_bf16_$s.log"; fail "ZeRO-$s comm-first run"; continue; }
-  a=$(grep '"step"' "$ref" | losses)
-  b=$(grep '"step"' "$out" | losses)
-  if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok   ZeRO-$s bf16, comm-first = compute-first: $b"
-  else fail "ZeRO-$s bf16: compute-first '$a', comm-first '$b'"; fi
-done
 
-for k in 1 2; do # the recompute runs of run_gpu_checks.sh section 3, their copies now first
-  ref=$d/checks/rc_bf16_none1 out=$d/early_ck$k
-  EMU_SCHEDULE=comm-first test/bin/train_gpt_emu_bf16 --layers 6 --channels 64 --heads 4 --vocab-size 512 --max-seq-len 32 \
-    --batch 2 --seq-len 32 --grad-accum 2 --steps 2 --train-data "$d/checks/rc_tokens.bin" --no-shuffle --val-every 0 \
-    --sample-every 0 --lr 1e-3 --warmup 0 --recompute full --recompute-every $k --cpu-checkpointing --dump-grads "$out.bin" --log "$out.jsonl" \
-    >"$out.log" 2>&1 || { tail -n 5 "$out.log"; fail "cpu_checkpointing comm-first run"; continue; }
-  a=$(grep '"step"' "$ref.jsonl" | losses) b=$(grep '"step"' "$out.jsonl" | losses)
-  if [ -n "$a" ] && [ "$a" = "$b" ] && cmp -s "$ref.bin" "$out.bin"; then
-    echo "ok   cpu_checkpointing (every $k), copies first = no recompute: $b, the same gradient"
-  else fail "cpu_checkpointing every $k, comm-first: '$b' vs '$a' (or the gradient)"; fi
-done
-
-echo "== 4. every matmul by the fallback kernel (no cuBLASLt algorithm)"
+echo "== 3. every matmul by the fallback kernel (no cuBLASLt algorithm)"
 EMU_CUBLASLT_MIN_ALIGN=512 test/bin/train_gpt_emu_bf16 --init "$d/checks/init/model_00000001.bin" --batch 2 --seq-len 128 \
   --steps 1 "${common[@]}" --dump-grads "$d/grads_fallback.bin" >"$d/fallback.log" 2>&1 || { tail -n 5 "$d/fallback.log"; fail "fallback run"; }
 if grep -q "no cuBLASLt algorithm" "$d/fallback.log" &&
@@ -125,22 +77,7 @@ if grep -q "no cuBLASLt algorithm" "$d/fallback.log" &&
   echo "ok   bf16 B=2 T=128 fallback matmuls, gradients: $(tail -n 1 "$d/fallback_cmp.txt")"
 else cat "$d/fallback_cmp.txt" 2>/dev/null; fail "fallback matmuls: no warning, or gradients differ from the CPU's"; fi
 
-echo "== 5. ASan + UBSan, ZeRO-3 on 2 ranks: save at step 2, resume, the same losses"
-export ASAN_OPTIONS=detect_leaks=0 # MPI's own allocations at exit are not ours
-$PY test/zero_check.py shard "$d/small.bin" 4096 512 5 # random tokens below 512
-small=(--batch 2 --seq-len 32 --train-data "$d/small.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0
-       --zero-stage 3)
-shape=(--layers 2 --channels 64 --heads 4 --vocab-size 512 --max-seq-len 32)
-asan() { mpirun -np 2 --oversubscribe --bind-to none test/bin/train_gpt_emu_bf16_asan "$@"; }
-if asan "${small[@]}" "${shape[@]}" --steps 4 --save-every 2 --out "$d/ck" --log "$d/a.jsonl" >"$d/asan_a.log" 2>&1 &&
-   asan "${small[@]}" --steps 4 --resume "$d/ck/step_00000002" --log "$d/b.jsonl" >"$d/asan_b.log" 2>&1; then
-  a=$(grep -E '"step":(3|4),' "$d/a.jsonl" | losses)
-  b=$(grep -E '"step":(3|4),' "$d/b.jsonl" | losses)
-  if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok   steps 3-4 uninterrupted $a| resumed $b"
-  else fail "resume: uninterrupted '$a', resumed '$b'"; fi
-else tail -n 20 "$d"/asan_*.log; fail "ASan runs"; fi
-
-echo "== 6. validation and sampling, fp32: the CPU trainer's numbers and text"
+echo "== 4. validation and sampling, fp32: the CPU trainer's numbers and text"
 run6=(--layers 2 --channels 64 --heads 4 --batch 2 --seq-len 32 --steps 4 --val-every 2 --val-steps 2 --sample-every 4
       --sample-len 16 --lr 1e-3)
 ./train_gpt_cpu "${run6[@]}" >"$d/full_cpu.log" 2>&1 || fail "CPU run"
@@ -150,7 +87,7 @@ if [ "$(pick "$d/full_cpu.log")" = "$(pick "$d/full_gpu.log")" ] && [ "$(pick "$
   echo "ok   the same step and validation losses and sample: $(grep -m1 "^sample:" "$d/full_gpu.log" | cut -c1-60)..."
 else diff <(pick "$d/full_cpu.log") <(pick "$d/full_gpu.log"); fail "validation/sampling differ from the CPU trainer's"; fi
 
-echo "== 7. attention at head sizes 64, 24, 16 and T=77, bf16"
+echo "== 5. attention at head sizes 64, 24, 16 and T=77, bf16"
 for ch_nh in "128 2" "96 4" "64 4" "128 2 flash"; do
   set -- $ch_nh; k=hs$(($1 / $2))${3:+_$3}
   shape7=(--layers 2 --channels "$1" --heads "$2" --vocab-size 1000 --batch 3 --seq-len 77 --steps 1 "${common[@]}" --precision bf16)
@@ -164,7 +101,7 @@ for ch_nh in "128 2" "96 4" "64 4" "128 2 flash"; do
   else cat "$d/c7_$k.txt" 2>/dev/null; fail "$k: loss cpu '$lc', gpu '$lg', or gradients"; fi
 done
 
-echo "== 8. prescale_gradients / gradient_predivide_factor: where the mean over ranks divides (fp32)"
+echo "== 6. prescale_gradients / gradient_predivide_factor: where the mean over ranks divides (fp32)"
 # run/trainer.h's train_step, shared with the CPU trainer (test_ds_config checks it there): DeepSpeed's
 # 1/f before the sum and f/world after. On 2 ranks x 2 sequences: f = world and prescale true are
 # the run without the keys bit for bit, f = 3 is the one-process mean of all 4 within rounding.

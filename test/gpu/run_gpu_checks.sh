@@ -48,6 +48,8 @@
 #          --steps N (benchmark steps, default 10)   --tol REL (fp32 gradient tolerance, default 1e-3)
 #          --skip-bench   --only-bench
 # Results go to test/out/gpu_checks/ (summary.txt is what to paste into the README).
+# SECTIONS="1 2" (default "1 2 3 5") runs only those checks: test_gpu_emu.sh runs 1 on the emulator,
+# test_gpu_emu_memory.sh 2, 3 and 5 (side by side in the suite). On a GPU, 2 needs 1 (its checkpoint).
 # EMULATED=1 runs the checks without a GPU, on the CUDA emulator (test/cuda_emu/; what
 # test/test_gpu_emu.sh does): GPU_BIN names the binaries (default ./train_gpt_, then the
 # precision), NGPU the number of emulated GPUs (ranks, default 2), ZERO_STEPS the steps of each
@@ -60,6 +62,8 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 peak="" bench_B=16 bench_steps=10 tol=1e-3 do_bench=1 do_checks=1
+sections=" ${SECTIONS:-1 2 3 5} "
+has() { [[ "$sections" == *" $1 "* ]]; } # has N: section N was asked for
 while [ $# -gt 0 ]; do
   case "$1" in
     --peak-tflops) peak=$2; shift 2 ;;
@@ -85,6 +89,7 @@ else
   ngpu=$(nvidia-smi -L | wc -l)
   gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
   d=${OUT:-test/out/gpu_checks}
+  has 2 && ! has 1 && { echo "SECTIONS=$SECTIONS: on a GPU, section 2 starts from section 1's checkpoint"; exit 2; }
   [ "${NO_BUILD:-0}" = 1 ] || make -s train_gpt_bf16 train_gpt_fp16 train_gpt_fp32 train_gpt_cpu || { echo "FAIL: build"; exit 1; }
 fi
 rm -rf "$d"; mkdir -p "$d"
@@ -101,7 +106,14 @@ loss_tol() { case $1 in fp32) echo 1e-5 ;; bf16) echo 5e-3 ;; fp16) echo 2e-3 ;;
 grad_tol() { case $1 in fp32) echo "$tol" ;; bf16) echo 5e-2 ;; fp16) echo 2e-2 ;; esac; }
 prec_opts() { if [ "$1" = fp16 ]; then echo "--loss-scale 256"; fi; } # static: no first-step overflow
 
-if [ $do_checks -eq 1 ]; then
+. test/lib.sh
+steps() { log_steps "$1"; }
+# sections 3 and 5: a 512-token vocabulary (random tokens), so that the LM head does not dominate the emulated runs
+rargs=(--layers 6 --channels 64 --heads 4 --vocab-size 512 --max-seq-len 32 --batch 2 --seq-len 32 --grad-accum 2
+       --steps 2 --train-data "$d/rc_tokens.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
+if [ $do_checks -eq 1 ] && { has 3 || has 5; }; then $PY test/zero_check.py shard "$d/rc_tokens.bin" 4096 512 5; fi
+
+if [ $do_checks -eq 1 ] && has 1; then
   echo "== 1. GPU vs CPU in fp32, bf16, fp16: one checkpoint, one batch, loss and every gradient" | tee -a "$summary"
   # The checkpoint: the CPU trainer's model after one step from a seed (not the plain init, so
   # that nothing is symmetric by construction).
@@ -148,7 +160,8 @@ if [ $do_checks -eq 1 ]; then
       else cat "$d/cmp_$k.txt"; fail "$p B=$B T=$T${4:+ $4} gradients"; fi
       [ "${KEEP_GRADS:-1}" = 1 ] || rm -f "$d/grads_cpu_$k.bin" "$d/grads_gpu_$k.bin" # 30 MB each; the comparison stays
   done
-
+fi
+if [ $do_checks -eq 1 ] && has 2; then
   echo "== 2. ZeRO stages 0-3 on $ngpu GPU(s), 2 micro-steps per step: the same losses" | tee -a "$summary"
   zprecs="fp32 bf16" zstages="0 1 2 3"
   zinit=$d/init/model_00000001.bin zcommon=("${common[@]}") zshape=(--batch 4 --seq-len 64)
@@ -156,7 +169,7 @@ if [ $do_checks -eq 1 ]; then
     # Emulated: a small model (2 layers, 64 channels, a 1024-token vocabulary, random learnable
     # tokens below it) and B=2, T=32 instead of section 1's model (its 50257-token LM head) and
     # B=4, T=64, which made each run 40-60 s; stage equivalence does not depend on the shape.
-    # test_gpu_emu.sh reruns these runs (comm-first) from $d/zinit and $d/zero_tokens.bin.
+    # test_gpu_emu_memory.sh reruns these runs (comm-first) from $d/zinit and $d/zero_tokens.bin.
     $PY test/zero_check.py shard "$d/zero_tokens.bin" 16384 1024 7
     zcommon=(--train-data "$d/zero_tokens.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
     $cpu --layers 2 --channels 64 --heads 4 --vocab-size 1024 --max-seq-len 64 --batch 2 --seq-len 64 --steps 1 \
@@ -185,17 +198,12 @@ print(f"{'ok  ' if ok else 'FAIL'} {p} losses by stage: " + "; ".join(f"{s}: " +
 sys.exit(0 if ok else 1)
 EOF
   done
-
+fi
+if [ $do_checks -eq 1 ] && has 3; then
   echo "== 3. activation recompute: the run without it bit for bit, the CPU trainer's numbers within tolerance" | tee -a "$summary"
-  # a 512-token vocabulary (random tokens), so that the LM head does not dominate the emulated runs
-  $PY test/zero_check.py shard "$d/rc_tokens.bin" 4096 512 5
-  rargs=(--layers 6 --channels 64 --heads 4 --vocab-size 512 --max-seq-len 32 --batch 2 --seq-len 32 --grad-accum 2
-         --steps 2 --train-data "$d/rc_tokens.bin" --no-shuffle --val-every 0 --sample-every 0 --lr 1e-3 --warmup 0)
   rmodes=("none 1" "full 1" "full 2" "selective 1" "full 1 --cpu-checkpointing" "full 2 --cpu-checkpointing")
   rprecs="fp32 bf16 fp16"
   [ "$quick" = 1 ] && rmodes=("none 1" "full 1" "full 2 --cpu-checkpointing") rprecs=bf16 # full 1: compared with the CPU below
-  . test/lib.sh
-  steps() { log_steps "$1"; }
   for p in $rprecs; do
     ok=1
     for mk in "${rmodes[@]}"; do
@@ -233,7 +241,8 @@ EOF
   done
   [ $ok = 1 ] && echo "ok   ZeRO-3 on $ngpu GPU(s), bf16: ${zmodes[*]:1} = no recompute;" \
     "all-gather bytes as the schedule says" | tee -a "$summary"
-
+fi
+if [ $do_checks -eq 1 ] && has 5; then
   echo "== 5. offload: the optimizer on the host (pageable, pinned), on NVMe, and the parameters too: no offload, bit for bit" | tee -a "$summary"
   oargs=("${rargs[@]}" --steps 3)
   for z in 1 3; do
