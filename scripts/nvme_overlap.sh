@@ -19,7 +19,8 @@
 #   STEPS=N         steps per run (default 3)   T=N  sequence length (default 256)
 #   CACHE=BYTES     the host tier's budget (default auto), with the default 4 buffer sets
 #   AHEAD=BYTES     the read-ahead area's budget (default auto)
-#   CASES="..."     which runs, of: before buffers4 buffers16 cache readahead both delayed
+#   CASES="..."     which runs, of: before buffers4 buffers16 cache readahead both delayed delayed_cache
+#                   (the last: the delayed update with the host tier, --nvme-host-cache $CACHE)
 #                   (default all)
 #   OUT=DIR         logs (default bench/out/nvme_overlap)
 set -euo pipefail
@@ -53,7 +54,7 @@ import json, sys
 log, W, R = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 rows = [json.loads(l) for l in open(log)]
 steps = [r for r in rows if "loss" in r and "nvme_read" in r][1:]
-if sys.argv[4] == "delayed": steps = steps[1:-1] # (step 2 holds its update; the last also updates at once)
+if sys.argv[4].startswith("delayed"): steps = steps[1:-1] # (step 2 holds its update; the last also updates at once)
 mem = next(r for r in rows if r.get("event") == "memory")
 rss = max(r["bytes"] for r in rows if r.get("event") == "peak_rss")
 n = len(steps)
@@ -70,7 +71,7 @@ print(f"  floors: compute alone {compute/1e3:.2f} s, the bytes at bench_nvme's r
       f"step / max = {ms/max(compute, disk):.2f}")
 PY
 }
-for c in ${CASES:-before buffers4 buffers16 cache readahead both delayed}; do
+for c in ${CASES:-before buffers4 buffers16 cache readahead both delayed delayed_cache}; do
   case $c in
     before) [ -n "${BEFORE:-}" ] && run before "$BEFORE" ;;
     buffers4) run buffers4 ./train_gpt_cpu ;;
@@ -79,5 +80,7 @@ for c in ${CASES:-before buffers4 buffers16 cache readahead both delayed}; do
     readahead) run readahead ./train_gpt_cpu --nvme-readahead "$AHEAD" ;;
     both) run both ./train_gpt_cpu --nvme-host-cache auto --nvme-readahead auto ;;
     delayed) run delayed ./train_gpt_cpu --offload-delayed-update --offload-delay-warmup 1 --steps $((STEPS + 2)) ;;
+    delayed_cache) run delayed_cache ./train_gpt_cpu --offload-delayed-update --offload-delay-warmup 1 --steps $((STEPS + 2)) \
+      --nvme-host-cache "$CACHE" ;;
   esac
 done
